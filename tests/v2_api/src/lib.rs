@@ -1,0 +1,1 @@
+//! Black-box test harness.
