@@ -1,5 +1,9 @@
 //! The `sandbox-agent` command line.
+use crate::config::{AgentSpec, ServerConfig};
 use clap::{Args, Parser, Subcommand};
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 /// `sandbox-agent`: run ACP agents inside a sandbox and drive them over HTTP.
 #[derive(Debug, Parser)]
@@ -13,8 +17,117 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve ACP agents over HTTP at /v2/rpc.
+    Server(ServerArgs),
     /// Run the built-in mock ACP agent on stdin/stdout.
     MockAgent(MockAgentArgs),
+}
+
+/// `sandbox-agent server`. Every option also reads an environment variable.
+#[derive(Debug, Clone, Args)]
+pub struct ServerArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SANDBOX_AGENT_HOST", default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port to listen on; 0 picks a free port (printed on stdout).
+    #[arg(long, env = "SANDBOX_AGENT_PORT", default_value_t = 2468)]
+    pub port: u16,
+    /// Bearer token required on every /v2 route except /v2/health.
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "no_token"
+    )]
+    pub token: Option<String>,
+    /// Run without authentication.
+    #[arg(long, env = "SANDBOX_AGENT_NO_TOKEN")]
+    pub no_token: bool,
+    /// How long a request waits for the agent before 504, in milliseconds.
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_ACP_REQUEST_TIMEOUT_MS",
+        default_value_t = 120_000
+    )]
+    pub request_timeout_ms: u64,
+    /// Timeout for session/prompt in milliseconds; unset: prompts never time out.
+    #[arg(long, env = "SANDBOX_AGENT_PROMPT_TIMEOUT_MS")]
+    pub prompt_timeout_ms: Option<u64>,
+    /// Events kept per connection for Last-Event-ID replay.
+    #[arg(long, env = "SANDBOX_AGENT_REPLAY_BUFFER", default_value_t = 2048)]
+    pub replay_buffer: usize,
+    /// Bytes kept per connection for replay (oldest events dropped first).
+    #[arg(long, env = "SANDBOX_AGENT_REPLAY_BUFFER_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub replay_buffer_bytes: usize,
+    /// Interval of SSE heartbeat comments, in milliseconds.
+    #[arg(long, env = "SANDBOX_AGENT_HEARTBEAT_MS", default_value_t = 15_000)]
+    pub heartbeat_ms: u64,
+    /// Largest request body in bytes (413 past it).
+    #[arg(long, env = "SANDBOX_AGENT_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Longest agent stdout line in bytes; longer lines are reported and dropped.
+    #[arg(long, env = "SANDBOX_AGENT_MAX_LINE_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_line_bytes: usize,
+    /// Most open connections (503 past it).
+    #[arg(long, env = "SANDBOX_AGENT_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+    /// Close connections idle (no stream, no request) this long, in milliseconds.
+    #[arg(long, env = "SANDBOX_AGENT_IDLE_TIMEOUT_MS", default_value_t = 15 * 60 * 1000)]
+    pub idle_timeout_ms: u64,
+    /// Origins allowed by CORS (repeat or comma-separate; "*" for any). Off by default.
+    #[arg(long, env = "SANDBOX_AGENT_CORS_ALLOW_ORIGIN", value_delimiter = ',')]
+    pub cors_allow_origin: Vec<String>,
+    /// Time agents get between SIGTERM and SIGKILL at shutdown, in milliseconds.
+    #[arg(long, env = "SANDBOX_AGENT_SHUTDOWN_GRACE_MS", default_value_t = 5_000)]
+    pub shutdown_grace_ms: u64,
+    /// Add or override an agent: NAME=COMMAND [ARGS...] (shell-word split). Repeatable.
+    #[arg(long = "agent-command", value_name = "NAME=CMD")]
+    pub agent_commands: Vec<String>,
+}
+
+impl ServerArgs {
+    /// Validates the arguments into a [`ServerConfig`].
+    ///
+    /// # Errors
+    /// A message for the user: no auth choice, a bad `--agent-command`, a zero limit.
+    pub fn into_config(self) -> Result<ServerConfig, String> {
+        if self.token.is_none() && !self.no_token {
+            return Err(
+                "choose authentication: --token TOKEN (or SANDBOX_AGENT_TOKEN) to require a bearer token, or --no-token to run without one".to_owned(),
+            );
+        }
+        if self.token.as_deref() == Some("") {
+            return Err("--token must not be empty".to_owned());
+        }
+        if self.replay_buffer == 0 || self.max_connections == 0 || self.max_line_bytes == 0 {
+            return Err(
+                "--replay-buffer, --max-connections and --max-line-bytes must be at least 1"
+                    .to_owned(),
+            );
+        }
+        let mut agents = BTreeMap::new();
+        let mock = AgentSpec::builtin_mock()
+            .map_err(|e| format!("cannot locate this executable for the mock agent: {e}"))?;
+        agents.insert(mock.id.clone(), mock);
+        for value in &self.agent_commands {
+            let spec = AgentSpec::from_command_arg(value)?;
+            agents.insert(spec.id.clone(), spec);
+        }
+        let mut config = ServerConfig::new(SocketAddr::new(self.host, self.port), agents);
+        config.token = self.token;
+        config.request_timeout = Duration::from_millis(self.request_timeout_ms);
+        config.prompt_timeout = self.prompt_timeout_ms.map(Duration::from_millis);
+        config.replay_buffer_events = self.replay_buffer;
+        config.replay_buffer_bytes = self.replay_buffer_bytes;
+        config.heartbeat = Duration::from_millis(self.heartbeat_ms.max(1));
+        config.max_body_bytes = self.max_body_bytes;
+        config.max_line_bytes = self.max_line_bytes;
+        config.max_connections = self.max_connections;
+        config.idle_timeout = Duration::from_millis(self.idle_timeout_ms);
+        config.cors_allow_origins = self.cors_allow_origin;
+        config.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
+        Ok(config)
+    }
 }
 
 /// Knobs of `sandbox-agent mock-agent` that make it misbehave from the start.

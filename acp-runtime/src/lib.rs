@@ -1,7 +1,33 @@
 //! sandbox-agent runtime: ACP agents over HTTP.
 //!
+//! A client opens a connection with `initialize` on `POST /v2/rpc`, sends
+//! JSON-RPC messages with POST, reads what the agent sends on an SSE stream
+//! (`GET /v2/rpc`, resumable with `Last-Event-ID`) and closes with DELETE. One
+//! agent process per agent id serves every connection bound to it. The full
+//! contract is `DESIGN.md` section 3–4 and `research/contract.md`.
+//!
 //! # Layout
-//! - [`cli`]: the `sandbox-agent` command line (clap), one subcommand per job.
+//! - [`server`]: bind, accept loop, idle reaping, graceful shutdown.
+//! - [`http`]: routing, auth, CORS, `/v2/rpc` handlers, SSE body, problem+json.
+//! - [`runtime`]: shared state and the JSON-RPC handling of one POST.
+//! - [`registry`]: open connections, the connection cap, idle reaping.
+//! - [`connection`]: one connection: replay ring, live stream slot, in-flight ids.
+//! - [`session`]: the server-wide session inventory and attachments.
+//! - [`agent`]: agent processes, stdio framing, id rewriting and routing.
+//! - [`protocol`]: wire constants and JSON-RPC envelope parsing (no I/O).
+//! - [`error`]: the error enum every HTTP failure is made of.
+//! - [`config`], [`cli`]: settings and the command line.
 //! - [`mock_agent`]: the built-in deterministic ACP agent (`sandbox-agent mock-agent`).
+
+pub mod agent;
 pub mod cli;
+pub mod config;
+pub mod connection;
+pub mod error;
+pub mod http;
 pub mod mock_agent;
+pub mod protocol;
+pub mod registry;
+pub mod runtime;
+pub mod server;
+pub mod session;

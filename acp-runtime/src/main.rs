@@ -1,26 +1,52 @@
 //! The `sandbox-agent` binary.
 use acp_runtime::cli::{Cli, Command};
 use clap::Parser;
+use std::process::ExitCode;
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("sandbox-agent: cannot start the async runtime: {error}");
-            return std::process::ExitCode::FAILURE;
+            return ExitCode::FAILURE;
         }
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::MockAgent(args) => acp_runtime::mock_agent::run(args).await,
+            Command::Server(args) => {
+                init_logging();
+                let config = args.into_config()?;
+                acp_runtime::server::run(config)
+                    .await
+                    .map_err(|e| format!("server failed: {e}"))
+            }
+            Command::MockAgent(args) => acp_runtime::mock_agent::run(args)
+                .await
+                .map_err(|e| e.to_string()),
         }
     });
+    // Do not wait for blocking reads of stdin and the like.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("sandbox-agent: {error}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
+}
+
+/// Logs to stderr; the level comes from `RUST_LOG` (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 }

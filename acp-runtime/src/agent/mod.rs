@@ -1,0 +1,352 @@
+//! Agent processes: one per agent id, shared by every connection bound to it
+//! (DESIGN.md section 4).
+//!
+//! - [`process`]: spawning, stdin writer, stderr capture, signals.
+//! - [`framing`]: stdout line framing with a maximum line length.
+//! - [`router`]: id rewriting, the pending tables, and routing of every agent
+//!   message to the right connection.
+//!
+//! A process is started on first use, initialized once by the runtime, and
+//! replaced on the next use after it exits.
+
+pub mod framing;
+pub mod process;
+pub mod router;
+
+use crate::config::AgentSpec;
+use crate::runtime::Runtime;
+use framing::Line;
+use futures::StreamExt;
+use nix::sys::signal::Signal;
+use parking_lot::{Mutex, RwLock};
+use router::{AgentProcess, ExitInfo};
+use serde_json::value::RawValue;
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// After the agent process exits, how long its stdout may still drain (a
+/// child of the agent can hold the pipe open).
+const EXIT_DRAIN: Duration = Duration::from_millis(500);
+/// After stdout closes, how long to wait for the process to exit before killing it.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// Why an agent could not be made ready.
+#[derive(Debug)]
+pub enum StartError {
+    /// Not configured.
+    Unknown,
+    /// Could not be spawned, exited, or did not answer `initialize` in time.
+    Failed(String),
+    /// Answered the runtime's `initialize` with this JSON-RPC error object.
+    Rejected(Box<RawValue>),
+}
+
+/// All configured agents and their current processes.
+#[derive(Debug)]
+pub struct Agents {
+    slots: BTreeMap<String, AgentSlot>,
+    generation: AtomicU64,
+    max_line_bytes: usize,
+    start_timeout: Duration,
+}
+
+#[derive(Debug)]
+struct AgentSlot {
+    spec: AgentSpec,
+    /// The running process, if any. Read on every request; written on start and exit.
+    current: RwLock<Option<Arc<AgentProcess>>>,
+    /// Serializes starts so concurrent first requests start one process.
+    starting: tokio::sync::Mutex<()>,
+    /// Processes started so far.
+    starts: AtomicU64,
+    /// Why the last start or process failed.
+    last_error: Mutex<Option<String>>,
+}
+
+/// What `GET /v2/agents` reports about one agent at this moment.
+#[derive(Debug, Clone)]
+pub struct AgentStatus {
+    /// The configured agent.
+    pub spec: AgentSpec,
+    /// Pid of the running process.
+    pub pid: Option<u32>,
+    /// Restarts after the first start.
+    pub restarts: u64,
+    /// Why the last start or process failed.
+    pub last_error: Option<String>,
+    /// The agent's `initialize` result, once it answered.
+    pub initialize_result: Option<Box<RawValue>>,
+}
+
+impl Agents {
+    /// Agents from `specs`; nothing is started yet.
+    pub fn new(
+        specs: &BTreeMap<String, AgentSpec>,
+        max_line_bytes: usize,
+        start_timeout: Duration,
+    ) -> Self {
+        let slots = specs
+            .iter()
+            .map(|(id, spec)| {
+                (
+                    id.clone(),
+                    AgentSlot {
+                        spec: spec.clone(),
+                        current: RwLock::new(None),
+                        starting: tokio::sync::Mutex::new(()),
+                        starts: AtomicU64::new(0),
+                        last_error: Mutex::new(None),
+                    },
+                )
+            })
+            .collect();
+        Self {
+            slots,
+            generation: AtomicU64::new(0),
+            max_line_bytes,
+            start_timeout,
+        }
+    }
+
+    /// Whether `agent` is configured.
+    pub fn is_known(&self, agent: &str) -> bool {
+        self.slots.contains_key(agent)
+    }
+
+    /// The configured ids, comma-separated (for error messages).
+    pub fn known_ids(&self) -> String {
+        self.slots.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+
+    /// The running process of `agent`, if any.
+    pub fn current(&self, agent: &str) -> Option<Arc<AgentProcess>> {
+        let slot = self.slots.get(agent)?;
+        let current = slot.current.read();
+        current.as_ref().filter(|p| p.is_alive()).cloned()
+    }
+
+    /// The running process of `agent`, started and initialized first if needed.
+    ///
+    /// # Errors
+    /// [`StartError`] when the agent is unknown, cannot be started, or rejects `initialize`.
+    pub async fn ensure_running(
+        &self,
+        runtime: &Arc<Runtime>,
+        agent: &str,
+    ) -> Result<Arc<AgentProcess>, StartError> {
+        let slot = self.slots.get(agent).ok_or(StartError::Unknown)?;
+        if let Some(process) = self.current(agent) {
+            return Ok(process);
+        }
+        let _starting = slot.starting.lock().await;
+        if let Some(process) = self.current(agent) {
+            return Ok(process);
+        }
+        let outcome = self.start(runtime, slot).await;
+        match &outcome {
+            Ok(process) => *slot.current.write() = Some(process.clone()),
+            Err(StartError::Failed(reason)) => *slot.last_error.lock() = Some(reason.clone()),
+            Err(StartError::Rejected(error)) => {
+                *slot.last_error.lock() = Some(format!("initialize rejected: {}", error.get()))
+            }
+            Err(StartError::Unknown) => {}
+        }
+        outcome
+    }
+
+    async fn start(
+        &self,
+        runtime: &Arc<Runtime>,
+        slot: &AgentSlot,
+    ) -> Result<Arc<AgentProcess>, StartError> {
+        let spec = &slot.spec;
+        let spawned = process::spawn(spec, self.max_line_bytes).map_err(|error| {
+            StartError::Failed(format!("cannot run {}: {error}", spec.program.display()))
+        })?;
+        let pid = spawned.child.id().unwrap_or(0);
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        slot.starts.fetch_add(1, Ordering::Relaxed);
+        let process = Arc::new(AgentProcess::new(
+            spec.id.as_str().into(),
+            generation,
+            pid,
+            spawned.stdin,
+            spawned.stderr,
+        ));
+        tracing::info!(agent = %spec.id, pid, generation, "agent process started");
+        tokio::spawn(run_io(
+            runtime.clone(),
+            process.clone(),
+            spawned.stdout,
+            spawned.child,
+            self.max_line_bytes,
+        ));
+        let params = serde_json::json!({
+            "protocolVersion": 1,
+            "clientCapabilities": spec.client_capabilities,
+            "clientInfo": { "name": "sandbox-agent", "version": env!("CARGO_PKG_VERSION") },
+        });
+        let failed = |reason: String| {
+            let stderr = process.stderr.lock().summary();
+            let mut reason = reason;
+            if let Some(head) = stderr.head {
+                reason.push_str("; stderr: ");
+                reason.push_str(&head);
+            }
+            StartError::Failed(reason)
+        };
+        match tokio::time::timeout(self.start_timeout, process.call("initialize", &params)).await {
+            Ok(Ok(result)) => {
+                *process.initialize_result.lock() = Some(result);
+                Ok(process)
+            }
+            Ok(Err(Some(error))) => {
+                process::signal_group(pid, Signal::SIGTERM);
+                Err(StartError::Rejected(error))
+            }
+            Ok(Err(None)) => {
+                // Let the exit handler record the status and stderr.
+                process.exited.cancelled().await;
+                let exit = process.exit.lock().unwrap_or_default();
+                Err(failed(format!(
+                    "the process exited during initialize ({})",
+                    exit.describe()
+                )))
+            }
+            Err(_) => {
+                process::signal_group(pid, Signal::SIGKILL);
+                Err(failed(format!(
+                    "no answer to initialize within {} ms",
+                    self.start_timeout.as_millis()
+                )))
+            }
+        }
+    }
+
+    fn clear_if_current(&self, process: &Arc<AgentProcess>, reason: String) {
+        let Some(slot) = self.slots.get(&*process.agent) else {
+            return;
+        };
+        let mut current = slot.current.write();
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, process)) {
+            *current = None;
+        }
+        *slot.last_error.lock() = Some(reason);
+    }
+
+    /// Status of every configured agent, by id.
+    pub fn statuses(&self) -> Vec<AgentStatus> {
+        self.slots
+            .values()
+            .map(|slot| {
+                let current = slot.current.read().clone().filter(|p| p.is_alive());
+                AgentStatus {
+                    spec: slot.spec.clone(),
+                    pid: current.as_ref().map(|p| p.pid),
+                    restarts: slot.starts.load(Ordering::Relaxed).saturating_sub(1),
+                    last_error: slot.last_error.lock().clone(),
+                    initialize_result: current.and_then(|p| p.initialize_result.lock().clone()),
+                }
+            })
+            .collect()
+    }
+
+    /// Stops every agent process: SIGTERM to its process group, SIGKILL after
+    /// `grace`, and waits until each is reaped.
+    pub async fn shutdown(&self, grace: Duration) {
+        let running: Vec<_> = self
+            .slots
+            .values()
+            .filter_map(|slot| slot.current.read().clone())
+            .collect();
+        for process in &running {
+            tracing::info!(agent = %process.agent, pid = process.pid, "stopping agent process");
+            process::signal_group(process.pid, Signal::SIGTERM);
+        }
+        let all_exited = futures::future::join_all(running.iter().map(|p| p.exited.cancelled()));
+        if tokio::time::timeout(grace, all_exited).await.is_err() {
+            for process in running.iter().filter(|p| p.is_alive()) {
+                tracing::warn!(agent = %process.agent, pid = process.pid, "agent ignored SIGTERM; killing it");
+                process::signal_group(process.pid, Signal::SIGKILL);
+            }
+            let all_exited =
+                futures::future::join_all(running.iter().map(|p| p.exited.cancelled()));
+            let _ = tokio::time::timeout(EXIT_WAIT, all_exited).await;
+        }
+    }
+}
+
+/// Reads the agent's stdout until it closes (or the process exits and its
+/// stdout stays quiet), then reaps the process and runs the exit handling.
+async fn run_io(
+    runtime: Arc<Runtime>,
+    process: Arc<AgentProcess>,
+    mut stdout: tokio_util::codec::FramedRead<tokio::process::ChildStdout, framing::LineDecoder>,
+    mut child: tokio::process::Child,
+    max_line_bytes: usize,
+) {
+    let mut status = None;
+    let mut drain_until: Option<Instant> = None;
+    loop {
+        let drain_deadline = async {
+            match drain_until {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            line = stdout.next() => match line {
+                Some(Ok(Line::Message(bytes))) => process.dispatch(&runtime, &bytes),
+                Some(Ok(Line::TooLong { prefix, length })) => {
+                    let raw = format!("{}…", String::from_utf8_lossy(&prefix));
+                    let error = format!(
+                        "line of {length} bytes exceeds the maximum of {max_line_bytes} bytes; discarded"
+                    );
+                    process.report_unparsed(&runtime, &raw, &error);
+                }
+                Some(Err(error)) => {
+                    tracing::warn!(agent = %process.agent, %error, "cannot read agent stdout");
+                    break;
+                }
+                None => break,
+            },
+            exit = child.wait(), if status.is_none() => {
+                status = Some(exit);
+                drain_until = Some(Instant::now() + EXIT_DRAIN);
+            }
+            () = drain_deadline => break,
+        }
+    }
+    let status = match status {
+        Some(status) => status,
+        None => match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                process::signal_group(process.pid, Signal::SIGKILL);
+                child.wait().await
+            }
+        },
+    };
+    // Whatever the agent left running in its group would be orphaned now.
+    process::signal_group(process.pid, Signal::SIGKILL);
+    let exit = match status {
+        Ok(status) => ExitInfo {
+            code: status.code(),
+            signal: status.signal(),
+        },
+        Err(error) => {
+            tracing::warn!(agent = %process.agent, %error, "cannot reap agent process");
+            ExitInfo::default()
+        }
+    };
+    tracing::info!(agent = %process.agent, pid = process.pid, ?exit, "agent process exited");
+    process.finish(&runtime, exit);
+    runtime
+        .agents
+        .clear_if_current(&process, format!("process exited ({})", exit.describe()));
+}

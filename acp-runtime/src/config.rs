@@ -1,0 +1,133 @@
+//! Server configuration: validated settings and the agents the server knows.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How to start one agent: the command line and extra environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSpec {
+    /// Agent id, as named in `_meta["sandboxagent.dev"].agent`.
+    pub id: String,
+    /// Human-readable name.
+    pub name: String,
+    /// Program to run.
+    pub program: PathBuf,
+    /// Arguments after the program.
+    pub args: Vec<String>,
+    /// Extra environment variables for the agent process.
+    pub env: Vec<(String, String)>,
+    /// Client capabilities the runtime declares to this agent in its own
+    /// `initialize` (DESIGN.md section 4; default: none, the agent works on its
+    /// own files and terminals inside the sandbox).
+    pub client_capabilities: serde_json::Value,
+}
+
+impl AgentSpec {
+    /// The built-in mock agent: this executable with the `mock-agent` subcommand.
+    ///
+    /// # Errors
+    /// When the path of the current executable cannot be read.
+    pub fn builtin_mock() -> std::io::Result<Self> {
+        Ok(Self {
+            id: "mock".to_owned(),
+            name: "Mock agent (built in)".to_owned(),
+            program: std::env::current_exe()?,
+            args: vec!["mock-agent".to_owned()],
+            env: Vec::new(),
+            client_capabilities: serde_json::json!({}),
+        })
+    }
+
+    /// An agent from `--agent-command NAME=CMD [ARGS…]` (the part after `=` is
+    /// split with shell-word rules).
+    ///
+    /// # Errors
+    /// A message naming what is wrong with `value`.
+    pub fn from_command_arg(value: &str) -> Result<Self, String> {
+        let (id, command) = value
+            .split_once('=')
+            .ok_or_else(|| format!("expected NAME=COMMAND [ARGS...], got {value:?}"))?;
+        let id = id.trim();
+        if id.is_empty()
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(format!(
+                "agent name {id:?} must be non-empty and use only letters, digits, '-', '_', '.'"
+            ));
+        }
+        let mut words = shell_words::split(command)
+            .map_err(|e| format!("cannot split the command of agent {id:?}: {e}"))?
+            .into_iter();
+        let program = words
+            .next()
+            .ok_or_else(|| format!("agent {id:?} has an empty command"))?;
+        Ok(Self {
+            id: id.to_owned(),
+            name: id.to_owned(),
+            program: PathBuf::from(program),
+            args: words.collect(),
+            env: Vec::new(),
+            client_capabilities: serde_json::json!({}),
+        })
+    }
+}
+
+/// Validated server settings. Built from the command line in [`crate::cli`].
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to bind; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Bearer token every `/v2/*` route except `/v2/health` requires; `None` disables auth.
+    pub token: Option<String>,
+    /// How long a POST waits for the agent's answer before 504.
+    pub request_timeout: Duration,
+    /// Timeout for `session/prompt`; `None`: no timeout (agent turns can take many minutes).
+    pub prompt_timeout: Option<Duration>,
+    /// Events kept per connection for `Last-Event-ID` replay.
+    pub replay_buffer_events: usize,
+    /// Bytes kept per connection for replay; the oldest events go first past this.
+    pub replay_buffer_bytes: usize,
+    /// Interval of SSE heartbeat comments.
+    pub heartbeat: Duration,
+    /// Largest accepted request body, in bytes (413 past it).
+    pub max_body_bytes: usize,
+    /// Longest agent stdout line, in bytes; longer lines are reported and discarded.
+    pub max_line_bytes: usize,
+    /// Most open connections at once (503 past it).
+    pub max_connections: usize,
+    /// A connection with no stream and no request for this long is closed.
+    pub idle_timeout: Duration,
+    /// Origins allowed by CORS; empty: CORS off.
+    pub cors_allow_origins: Vec<String>,
+    /// How long agents get between SIGTERM and SIGKILL at shutdown.
+    pub shutdown_grace: Duration,
+    /// Known agents by id.
+    pub agents: BTreeMap<String, AgentSpec>,
+}
+
+impl ServerConfig {
+    /// Defaults from DESIGN.md: 120 s request timeout, no prompt timeout, 2048
+    /// events of replay, 15 s heartbeat, 16 MiB bodies, 64 MiB agent lines.
+    pub fn new(listen: SocketAddr, agents: BTreeMap<String, AgentSpec>) -> Self {
+        Self {
+            listen,
+            token: None,
+            request_timeout: Duration::from_secs(120),
+            prompt_timeout: None,
+            replay_buffer_events: 2048,
+            replay_buffer_bytes: 64 * 1024 * 1024,
+            heartbeat: Duration::from_secs(15),
+            max_body_bytes: 16 * 1024 * 1024,
+            max_line_bytes: 64 * 1024 * 1024,
+            max_connections: 4096,
+            idle_timeout: Duration::from_secs(15 * 60),
+            cors_allow_origins: Vec::new(),
+            shutdown_grace: Duration::from_secs(5),
+            agents,
+        }
+    }
+}

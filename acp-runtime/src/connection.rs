@@ -1,0 +1,583 @@
+//! One client connection: its replay ring of SSE events, its live stream slot,
+//! the JSON-RPC ids it has in flight, and the sessions it is attached to.
+//!
+//! Every message for a connection becomes an SSE event with the next sequence
+//! number and is appended to the ring as a fully framed `Bytes`
+//! (`event: message\nid: N\ndata: {json}\n\n`). A live stream is only a cursor
+//! into that ring plus a wake-up: replay and live delivery are the same code
+//! path, so the seam between them can have neither a gap nor a duplicate, and
+//! a client that never reads costs at most the ring (DESIGN.md section 3).
+
+use crate::error::Error;
+use crate::protocol::{self, STREAM_GAP};
+use bytes::{BufMut, Bytes, BytesMut};
+use parking_lot::Mutex;
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Client capabilities a connection declared in its `initialize`
+/// (`params.clientCapabilities`, ACP schema `ClientCapabilities`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientCapabilities {
+    /// `fs.readTextFile`
+    pub read_text_file: bool,
+    /// `fs.writeTextFile`
+    pub write_text_file: bool,
+    /// `terminal`
+    pub terminal: bool,
+}
+
+impl ClientCapabilities {
+    /// Reads the capabilities from raw `initialize` params; anything missing or
+    /// malformed counts as not declared.
+    pub fn from_initialize_params(params: Option<&serde_json::value::RawValue>) -> Self {
+        #[derive(serde::Deserialize, Default)]
+        #[serde(rename_all = "camelCase")]
+        struct Params {
+            #[serde(default)]
+            client_capabilities: Caps,
+        }
+        #[derive(serde::Deserialize, Default)]
+        #[serde(rename_all = "camelCase")]
+        struct Caps {
+            #[serde(default)]
+            fs: Fs,
+            #[serde(default)]
+            terminal: bool,
+        }
+        #[derive(serde::Deserialize, Default)]
+        #[serde(rename_all = "camelCase")]
+        struct Fs {
+            #[serde(default)]
+            read_text_file: bool,
+            #[serde(default)]
+            write_text_file: bool,
+        }
+        let params: Params = params
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or_default();
+        let caps = params.client_capabilities;
+        Self {
+            read_text_file: caps.fs.read_text_file,
+            write_text_file: caps.fs.write_text_file,
+            terminal: caps.terminal,
+        }
+    }
+
+    /// Whether a connection with these capabilities may receive the agent
+    /// request `method`. Methods outside `fs/*` and `terminal/*` need none.
+    pub fn allows(&self, method: &str) -> bool {
+        match method {
+            "fs/read_text_file" => self.read_text_file,
+            "fs/write_text_file" => self.write_text_file,
+            m if m.starts_with("fs/") => self.read_text_file || self.write_text_file,
+            m if m.starts_with("terminal/") => self.terminal,
+            _ => true,
+        }
+    }
+}
+
+/// Replay limits of one connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayLimits {
+    /// Most events kept.
+    pub events: usize,
+    /// Most bytes of framed events kept (the newest event is always kept).
+    pub bytes: usize,
+}
+
+/// One open client connection. Shared (`Arc`) by the registry, the request
+/// handlers and the agent's stdout reader.
+#[derive(Debug)]
+pub struct Connection {
+    /// The id sent in `x-acp-connection-id`.
+    pub id: Arc<str>,
+    /// The agent this connection is bound to (from its `initialize`).
+    pub agent: Arc<str>,
+    /// What the client declared it can do.
+    pub capabilities: ClientCapabilities,
+    /// Ring, sequence counter and live stream slot; never held across an await.
+    state: Mutex<State>,
+    /// Cancelled on DELETE, idle reaping or shutdown; pending POSTs and the
+    /// live stream watch it.
+    closed: CancellationToken,
+    /// Milliseconds since `epoch` of the last request or stream activity.
+    last_activity_ms: AtomicU64,
+    /// Reference point of `last_activity_ms`.
+    epoch: Instant,
+    /// POST requests of this connection currently being served.
+    active_requests: AtomicUsize,
+    /// Raw JSON-RPC ids of this connection's requests the agent has not answered.
+    in_flight: Mutex<HashSet<Box<str>>>,
+    /// Sessions this connection is attached to (receives their updates).
+    sessions: Mutex<HashSet<Arc<str>>>,
+}
+
+#[derive(Debug)]
+struct State {
+    events: VecDeque<Event>,
+    bytes: usize,
+    /// Sequence number the next event gets; starts at 1.
+    next_seq: u64,
+    stream: Option<LiveStream>,
+    stream_generation: u64,
+    limits: ReplayLimits,
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct Event {
+    seq: u64,
+    frame: Bytes,
+}
+
+#[derive(Debug)]
+struct LiveStream {
+    generation: u64,
+    wake: Arc<Notify>,
+}
+
+/// Largest chunk a stream writes in one go when several events are waiting.
+const BATCH_BYTES: usize = 256 * 1024;
+
+impl Connection {
+    /// A new connection with an empty ring.
+    pub fn new(
+        id: Arc<str>,
+        agent: Arc<str>,
+        capabilities: ClientCapabilities,
+        limits: ReplayLimits,
+        epoch: Instant,
+    ) -> Self {
+        let connection = Self {
+            id,
+            agent,
+            capabilities,
+            state: Mutex::new(State {
+                events: VecDeque::new(),
+                bytes: 0,
+                next_seq: 1,
+                stream: None,
+                stream_generation: 0,
+                limits,
+                closed: false,
+            }),
+            closed: CancellationToken::new(),
+            last_activity_ms: AtomicU64::new(0),
+            epoch,
+            active_requests: AtomicUsize::new(0),
+            in_flight: Mutex::new(HashSet::new()),
+            sessions: Mutex::new(HashSet::new()),
+        };
+        connection.touch();
+        connection
+    }
+
+    /// Appends one JSON-RPC object (`json`: one line of JSON, no CR/LF) as the
+    /// next SSE event and wakes the live stream. Returns its sequence number,
+    /// or `None` when the connection is closed (the message is dropped).
+    pub fn push(&self, json: &[u8]) -> Option<u64> {
+        let mut state = self.state.lock();
+        if state.closed {
+            return None;
+        }
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        let frame = frame_event(Some(seq), json);
+        state.bytes += frame.len();
+        state.events.push_back(Event { seq, frame });
+        let limits = state.limits;
+        while state.events.len() > limits.events
+            || (state.bytes > limits.bytes && state.events.len() > 1)
+        {
+            if let Some(old) = state.events.pop_front() {
+                state.bytes -= old.frame.len();
+            }
+        }
+        if let Some(stream) = &state.stream {
+            stream.wake.notify_one();
+        }
+        Some(seq)
+    }
+
+    /// Opens the live stream, replaying from after `last_event_id`.
+    ///
+    /// Without `last_event_id` the stream starts at the oldest buffered event,
+    /// and a live stream means 409. With it, a live stream is taken over (the
+    /// old one ends): that is how a client resumes after a half-open TCP
+    /// connection (DESIGN.md section 3, edge rules).
+    ///
+    /// # Errors
+    /// [`Error::StreamConflict`], [`Error::InvalidLastEventId`] when the id is
+    /// past the newest event, [`Error::UnknownConnection`] when closed.
+    pub fn open_stream(self: &Arc<Self>, last_event_id: Option<u64>) -> Result<Stream, Error> {
+        let mut state = self.state.lock();
+        if state.closed {
+            return Err(Error::UnknownConnection(self.id.to_string()));
+        }
+        let newest = state.next_seq - 1;
+        if let Some(id) = last_event_id
+            && id > newest
+        {
+            return Err(Error::InvalidLastEventId(format!(
+                "Last-Event-ID {id} is newer than the newest event of this connection ({newest})"
+            )));
+        }
+        if let Some(old) = state.stream.take() {
+            if last_event_id.is_none() {
+                state.stream = Some(old);
+                return Err(Error::StreamConflict);
+            }
+            // The old stream sees the generation change and ends.
+            old.wake.notify_one();
+        }
+        state.stream_generation += 1;
+        let wake = Arc::new(Notify::new());
+        state.stream = Some(LiveStream {
+            generation: state.stream_generation,
+            wake: wake.clone(),
+        });
+        let generation = state.stream_generation;
+        drop(state);
+        self.touch();
+        Ok(Stream {
+            connection: self.clone(),
+            generation,
+            sent: last_event_id.unwrap_or(0),
+            wake,
+        })
+    }
+
+    /// Whether a live stream is attached.
+    pub fn has_stream(&self) -> bool {
+        self.state.lock().stream.is_some()
+    }
+
+    /// Closes the connection: drops the ring, ends the live stream, and
+    /// cancels [`Connection::closed`]. Idempotent.
+    pub fn close(&self) {
+        let mut state = self.state.lock();
+        state.closed = true;
+        state.events = VecDeque::new();
+        state.bytes = 0;
+        if let Some(stream) = state.stream.take() {
+            stream.wake.notify_one();
+        }
+        drop(state);
+        self.closed.cancel();
+    }
+
+    /// Cancelled once the connection is closed.
+    pub fn closed(&self) -> &CancellationToken {
+        &self.closed
+    }
+
+    /// Whether [`Connection::close`] ran.
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Records activity now (resets the idle clock).
+    pub fn touch(&self) {
+        let now = self.epoch.elapsed().as_millis() as u64;
+        self.last_activity_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the last activity, for idle reaping.
+    pub fn idle_ms(&self) -> u64 {
+        let now = self.epoch.elapsed().as_millis() as u64;
+        now.saturating_sub(self.last_activity_ms.load(Ordering::Relaxed))
+    }
+
+    /// Marks a POST as being served until the guard drops.
+    pub fn begin_request(self: &Arc<Self>) -> RequestGuard {
+        self.active_requests.fetch_add(1, Ordering::AcqRel);
+        self.touch();
+        RequestGuard {
+            connection: self.clone(),
+        }
+    }
+
+    /// Whether any POST of this connection is being served.
+    pub fn has_active_requests(&self) -> bool {
+        self.active_requests.load(Ordering::Acquire) > 0
+    }
+
+    /// Registers a request id as in flight. Returns false if it already is
+    /// (DESIGN.md section 3: the second is answered with -32600).
+    pub fn claim_request_id(&self, raw_id: &str) -> bool {
+        self.in_flight.lock().insert(raw_id.into())
+    }
+
+    /// Forgets an in-flight request id once its answer was produced.
+    pub fn release_request_id(&self, raw_id: &str) {
+        self.in_flight.lock().remove(raw_id);
+    }
+
+    /// Records that this connection is attached to `session`.
+    pub fn attach_session(&self, session: Arc<str>) {
+        self.sessions.lock().insert(session);
+    }
+
+    /// Records that this connection no longer receives `session`.
+    pub fn detach_session(&self, session: &str) {
+        self.sessions.lock().remove(session);
+    }
+
+    /// The sessions this connection is attached to.
+    pub fn attached_sessions(&self) -> Vec<Arc<str>> {
+        self.sessions.lock().iter().cloned().collect()
+    }
+}
+
+/// Counts a POST as active while alive.
+#[derive(Debug)]
+pub struct RequestGuard {
+    connection: Arc<Connection>,
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.connection
+            .active_requests
+            .fetch_sub(1, Ordering::AcqRel);
+        self.connection.touch();
+    }
+}
+
+/// What [`Stream::next_batch`] found.
+#[derive(Debug)]
+pub enum Batch {
+    /// Framed events (and possibly a gap notice) to write, in order.
+    Data(Bytes),
+    /// Nothing new; wait on [`Stream::wake`].
+    Idle,
+    /// The stream was taken over or the connection closed.
+    Ended,
+}
+
+/// The live SSE stream of a connection: a cursor into its ring.
+/// Dropping it frees the connection's stream slot (unless it was taken over).
+#[derive(Debug)]
+pub struct Stream {
+    connection: Arc<Connection>,
+    generation: u64,
+    /// Sequence number of the last event written to this stream.
+    sent: u64,
+    wake: Arc<Notify>,
+}
+
+impl Stream {
+    /// The next events after the cursor, up to about 256 KiB, with a
+    /// `_sandboxagent/stream/gap` notice first when events the client has not
+    /// seen were already dropped from the ring.
+    pub fn next_batch(&mut self) -> Batch {
+        let state = self.connection.state.lock();
+        if state.closed || state.stream.as_ref().map(|s| s.generation) != Some(self.generation) {
+            return Batch::Ended;
+        }
+        let Some(oldest) = state.events.front().map(|e| e.seq) else {
+            return Batch::Idle;
+        };
+        let mut out = BytesMut::new();
+        if self.sent + 1 < oldest {
+            let gap = serde_json::json!({ "from": self.sent + 1, "to": oldest - 1 });
+            let notice = protocol::notification_line(STREAM_GAP, &gap);
+            out.extend_from_slice(&frame_event(None, &notice));
+            self.sent = oldest - 1;
+        }
+        let start = (self.sent + 1 - oldest) as usize;
+        let mut frames = state.events.range(start.min(state.events.len())..);
+        let first = match frames.next() {
+            Some(first) => first,
+            None if out.is_empty() => return Batch::Idle,
+            None => return Batch::Data(out.freeze()),
+        };
+        self.sent = first.seq;
+        // One waiting event and no notice: hand out the shared frame, no copy.
+        if out.is_empty() && state.events.len() == start + 1 {
+            return Batch::Data(first.frame.clone());
+        }
+        out.extend_from_slice(&first.frame);
+        for event in frames {
+            if out.len() + event.frame.len() > BATCH_BYTES {
+                break;
+            }
+            out.extend_from_slice(&event.frame);
+            self.sent = event.seq;
+        }
+        Batch::Data(out.freeze())
+    }
+
+    /// Woken when an event is pushed, the stream is taken over, or the
+    /// connection closes.
+    pub fn wake(&self) -> &Arc<Notify> {
+        &self.wake
+    }
+
+    /// The connection this stream belongs to.
+    pub fn connection(&self) -> &Arc<Connection> {
+        &self.connection
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let mut state = self.connection.state.lock();
+        if state.stream.as_ref().map(|s| s.generation) == Some(self.generation) {
+            state.stream = None;
+        }
+        drop(state);
+        self.connection.touch();
+    }
+}
+
+/// Frames one JSON object as an SSE event (SSE spec, "event stream
+/// interpretation"): `event: message`, an `id:` line when `seq` is given, one
+/// `data:` line, and a blank line.
+pub fn frame_event(seq: Option<u64>, json: &[u8]) -> Bytes {
+    let mut frame = BytesMut::with_capacity(json.len() + 48);
+    frame.put_slice(b"event: message\n");
+    if let Some(seq) = seq {
+        frame.put_slice(b"id: ");
+        frame.put_slice(itoa::Buffer::new().format(seq).as_bytes());
+        frame.put_u8(b'\n');
+    }
+    frame.put_slice(b"data: ");
+    frame.put_slice(json);
+    frame.put_slice(b"\n\n");
+    frame.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connection(events: usize) -> Arc<Connection> {
+        Arc::new(Connection::new(
+            "c".into(),
+            "mock".into(),
+            ClientCapabilities::default(),
+            ReplayLimits {
+                events,
+                bytes: usize::MAX,
+            },
+            Instant::now(),
+        ))
+    }
+
+    fn ids(batch: Batch) -> Vec<String> {
+        let Batch::Data(bytes) = batch else {
+            return Vec::new();
+        };
+        String::from_utf8_lossy(&bytes)
+            .split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                e.lines()
+                    .find_map(|l| l.strip_prefix("id: "))
+                    .unwrap_or("gap")
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn replays_after_last_event_id_then_continues_live() {
+        let c = connection(16);
+        for _ in 0..5 {
+            c.push(b"{}");
+        }
+        let mut stream = c.open_stream(Some(3)).expect("open");
+        assert_eq!(ids(stream.next_batch()), ["4", "5"]);
+        assert!(matches!(stream.next_batch(), Batch::Idle));
+        c.push(b"{}");
+        assert_eq!(ids(stream.next_batch()), ["6"]);
+    }
+
+    #[test]
+    fn gap_notice_when_ring_dropped_unseen_events() {
+        let c = connection(3);
+        for _ in 0..6 {
+            c.push(b"{}");
+        }
+        let mut stream = c.open_stream(None).expect("open");
+        let Batch::Data(bytes) = stream.next_batch() else {
+            panic!("expected data")
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.starts_with("event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"_sandboxagent/stream/gap\",\"params\":{\"from\":1,\"to\":3}}\n\n"), "{text}");
+        assert!(text.contains("id: 4\n") && text.contains("id: 6\n"));
+    }
+
+    #[test]
+    fn second_stream_conflicts_unless_resuming() {
+        let c = connection(8);
+        c.push(b"{}");
+        let first = c.open_stream(None).expect("first");
+        assert!(matches!(c.open_stream(None), Err(Error::StreamConflict)));
+        let mut second = c.open_stream(Some(1)).expect("takeover");
+        let mut first = first;
+        assert!(matches!(first.next_batch(), Batch::Ended));
+        drop(first);
+        assert!(c.has_stream(), "dropping the old stream keeps the new slot");
+        assert!(matches!(second.next_batch(), Batch::Idle));
+        drop(second);
+        assert!(!c.has_stream());
+        assert!(c.open_stream(None).is_ok());
+    }
+
+    #[test]
+    fn last_event_id_past_newest_is_rejected() {
+        let c = connection(8);
+        c.push(b"{}");
+        assert!(matches!(
+            c.open_stream(Some(2)),
+            Err(Error::InvalidLastEventId(_))
+        ));
+        assert!(c.open_stream(Some(1)).is_ok());
+    }
+
+    #[test]
+    fn byte_limit_keeps_newest_event() {
+        let c = Arc::new(Connection::new(
+            "c".into(),
+            "mock".into(),
+            ClientCapabilities::default(),
+            ReplayLimits {
+                events: 100,
+                bytes: 10,
+            },
+            Instant::now(),
+        ));
+        c.push(b"{\"a\":1}");
+        c.push(b"{\"b\":2}");
+        let mut stream = c.open_stream(Some(1)).expect("open");
+        assert_eq!(ids(stream.next_batch()), ["2"]);
+    }
+
+    #[test]
+    fn closed_connection_drops_pushes_and_ends_stream() {
+        let c = connection(8);
+        let mut stream = c.open_stream(None).expect("open");
+        c.close();
+        assert_eq!(c.push(b"{}"), None);
+        assert!(matches!(stream.next_batch(), Batch::Ended));
+    }
+
+    #[test]
+    fn capability_gate() {
+        let caps = ClientCapabilities {
+            read_text_file: true,
+            ..Default::default()
+        };
+        assert!(caps.allows("session/request_permission"));
+        assert!(caps.allows("fs/read_text_file"));
+        assert!(!caps.allows("fs/write_text_file"));
+        assert!(!caps.allows("terminal/create"));
+    }
+}

@@ -1,0 +1,174 @@
+//! Header checks: bearer auth, `Accept` negotiation, `Content-Type`,
+//! `Last-Event-ID`, and CORS.
+
+use crate::error::Error;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue};
+use subtle::ConstantTimeEq;
+
+/// `Last-Event-ID` (SSE spec) request header.
+pub const LAST_EVENT_ID: &str = "last-event-id";
+
+/// Checks `Authorization: Bearer <token>` in constant time (DESIGN.md section 3, "Auth").
+///
+/// # Errors
+/// [`Error::Unauthorized`] when the header is missing or the token differs.
+pub fn check_bearer(headers: &HeaderMap, token: &str) -> Result<(), Error> {
+    let presented = headers
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| {
+            let (scheme, credentials) = value.trim().split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| credentials.trim())
+        })
+        .ok_or(Error::Unauthorized)?;
+    if bool::from(presented.as_bytes().ct_eq(token.as_bytes())) {
+        Ok(())
+    } else {
+        Err(Error::Unauthorized)
+    }
+}
+
+/// Whether `Accept` (absent counts as `*/*`) allows `media_type`
+/// (RFC 9110 section 12.5.1: media ranges, wildcards, `q=0` excludes).
+pub fn accepts(headers: &HeaderMap, media_type: &str) -> bool {
+    let values: Vec<&HeaderValue> = headers.get_all(ACCEPT).iter().collect();
+    if values.is_empty() {
+        return true;
+    }
+    let (wanted_type, _) = media_type.split_once('/').unwrap_or((media_type, ""));
+    values
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|range| {
+            let mut parts = range.split(';');
+            let media_range = parts.next().unwrap_or("").trim();
+            let excluded = parts.any(|param| {
+                let param = param.trim();
+                param
+                    .strip_prefix("q=")
+                    .or_else(|| param.strip_prefix("Q="))
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            if excluded {
+                return false;
+            }
+            media_range == "*/*"
+                || media_range.eq_ignore_ascii_case(media_type)
+                || media_range
+                    .strip_suffix("/*")
+                    .is_some_and(|t| t.eq_ignore_ascii_case(wanted_type))
+        })
+}
+
+/// Whether `Content-Type` is `application/json` (parameters such as
+/// `charset` allowed).
+pub fn is_json_content(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Parses `Last-Event-ID`: absent is `None`; anything but a non-negative
+/// integer is a 400.
+///
+/// # Errors
+/// [`Error::InvalidLastEventId`].
+pub fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, Error> {
+    let Some(value) = headers.get(LAST_EVENT_ID) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|text| text.parse::<u64>().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            Error::InvalidLastEventId(format!(
+                "Last-Event-ID must be a non-negative integer sequence number, got {:?}",
+                String::from_utf8_lossy(value.as_bytes())
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(name: &'static str, value: &'static str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(name, HeaderValue::from_static(value));
+        headers
+    }
+
+    #[test]
+    fn accept_negotiation() {
+        assert!(accepts(&HeaderMap::new(), "application/json"));
+        assert!(accepts(&headers("accept", "*/*"), "application/json"));
+        assert!(accepts(
+            &headers("accept", "application/*"),
+            "application/json"
+        ));
+        assert!(accepts(
+            &headers("accept", "text/html, application/json;q=0.5"),
+            "application/json"
+        ));
+        assert!(!accepts(
+            &headers("accept", "text/html"),
+            "application/json"
+        ));
+        assert!(!accepts(
+            &headers("accept", "application/json;q=0"),
+            "application/json"
+        ));
+        assert!(accepts(
+            &headers("accept", "text/event-stream"),
+            "text/event-stream"
+        ));
+        assert!(!accepts(
+            &headers("accept", "application/json"),
+            "text/event-stream"
+        ));
+    }
+
+    #[test]
+    fn bearer() {
+        assert!(check_bearer(&headers("authorization", "Bearer s3cret"), "s3cret").is_ok());
+        assert!(check_bearer(&headers("authorization", "bearer  s3cret "), "s3cret").is_ok());
+        assert!(check_bearer(&headers("authorization", "Bearer s3cre"), "s3cret").is_err());
+        assert!(check_bearer(&headers("authorization", "Basic s3cret"), "s3cret").is_err());
+        assert!(check_bearer(&HeaderMap::new(), "s3cret").is_err());
+    }
+
+    #[test]
+    fn last_event_id_values() {
+        assert_eq!(last_event_id(&HeaderMap::new()).ok(), Some(None));
+        assert_eq!(
+            last_event_id(&headers(LAST_EVENT_ID, " 42 ")).ok(),
+            Some(Some(42))
+        );
+        for bad in ["abc", "-1", "1.5", "", "99999999999999999999999"] {
+            let mut map = HeaderMap::new();
+            map.insert(LAST_EVENT_ID, HeaderValue::from_str(bad).expect("header"));
+            assert!(last_event_id(&map).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn json_content_type() {
+        assert!(is_json_content(&headers(
+            "content-type",
+            "application/json; charset=utf-8"
+        )));
+        assert!(!is_json_content(&headers("content-type", "text/plain")));
+        assert!(!is_json_content(&HeaderMap::new()));
+    }
+}

@@ -1,0 +1,145 @@
+//! The HTTP surface: routing, auth, CORS, and the response helpers.
+//!
+//! - [`rpc`]: `POST` / `GET` / `DELETE` on `/v2/rpc`.
+//! - [`sse`]: the SSE body of `GET /v2/rpc`.
+//! - [`headers`]: bearer auth, `Accept`, `Content-Type`, `Last-Event-ID`.
+//! - [`problem`]: [`Error`] → `application/problem+json`, in one place.
+
+pub mod headers;
+pub mod problem;
+pub mod rpc;
+pub mod sse;
+
+use crate::error::Error;
+use crate::protocol::{CONNECTION_ID_HEADER, FORBIDDEN_AGENT_HEADER};
+use crate::runtime::Runtime;
+use bytes::Bytes;
+use http::header::{
+    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
+    ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, CONTENT_TYPE, ORIGIN, VARY,
+};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+/// Response body type of every route.
+pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+
+/// A response with a complete body.
+pub fn full(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
+    let mut response = Response::new(Full::new(body).boxed_unsync());
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// A response without a body.
+pub fn empty(status: StatusCode) -> Response<Body> {
+    let mut response = Response::new(Empty::new().boxed_unsync());
+    *response.status_mut() = status;
+    response
+}
+
+/// Serves one request. Never fails: errors become problem responses.
+pub async fn handle(
+    runtime: Arc<Runtime>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let origin = request.headers().get(ORIGIN).cloned();
+    let mut response = match route(&runtime, request).await {
+        Ok(response) => response,
+        Err(error) => problem::response(&error),
+    };
+    if let Some(origin) = origin
+        && runtime
+            .config
+            .cors_allow_origins
+            .iter()
+            .any(|allowed| allowed == "*" || allowed.as_bytes() == origin.as_bytes())
+    {
+        let headers = response.headers_mut();
+        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        headers.insert(
+            ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static(CONNECTION_ID_HEADER),
+        );
+        headers.append(VARY, HeaderValue::from_static("Origin"));
+    }
+    Ok(response)
+}
+
+async fn route(
+    runtime: &Arc<Runtime>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Error> {
+    let path = request.uri().path();
+    if path == "/v1" || path.starts_with("/v1/") {
+        return Err(Error::Gone);
+    }
+    if request.method() == Method::OPTIONS && !runtime.config.cors_allow_origins.is_empty() {
+        return Ok(preflight());
+    }
+    if path == "/v2/health" {
+        return match *request.method() {
+            Method::GET | Method::HEAD => Ok(health()),
+            _ => Err(Error::MethodNotAllowed("GET")),
+        };
+    }
+    if path != "/v2" && !path.starts_with("/v2/") {
+        return Err(Error::NotFound(path.to_owned()));
+    }
+    if let Some(token) = &runtime.config.token {
+        headers::check_bearer(request.headers(), token)?;
+    }
+    if runtime.shutdown.is_cancelled() {
+        return Err(Error::ShuttingDown);
+    }
+    match path {
+        "/v2/rpc" => {
+            if request.headers().contains_key(FORBIDDEN_AGENT_HEADER) {
+                return Err(Error::InvalidRequest(format!(
+                    "the {FORBIDDEN_AGENT_HEADER} header is not part of the contract; name the agent in params._meta[\"sandboxagent.dev\"].agent of initialize"
+                )));
+            }
+            match *request.method() {
+                Method::POST => rpc::post(runtime, request).await,
+                Method::GET => rpc::get(runtime, &request),
+                Method::DELETE => rpc::delete(runtime, &request),
+                _ => Err(Error::MethodNotAllowed("GET, POST, DELETE")),
+            }
+        }
+        _ => Err(Error::NotFound(path.to_owned())),
+    }
+}
+
+fn health() -> Response<Body> {
+    let body = serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") });
+    full(
+        StatusCode::OK,
+        "application/json",
+        Bytes::from(body.to_string()),
+    )
+}
+
+/// CORS preflight answer (Fetch standard, CORS protocol): the three verbs and
+/// the headers this contract uses. `handle` adds the allowed origin.
+fn preflight() -> Response<Body> {
+    let mut response = empty(StatusCode::NO_CONTENT);
+    let headers = response.headers_mut();
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, DELETE"),
+    );
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(
+            "authorization, content-type, accept, last-event-id, x-acp-connection-id",
+        ),
+    );
+    headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    response
+}

@@ -1,0 +1,106 @@
+//! Problem details (RFC 9457): the one place where an [`Error`] becomes an
+//! HTTP status and an `application/problem+json` body.
+
+use super::{Body, full};
+use crate::error::Error;
+use http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use http::{HeaderValue, Response, StatusCode};
+use serde::Serialize;
+
+/// `Content-Type` of problem responses.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+/// Prefix of every problem `type`.
+pub const TYPE_PREFIX: &str = "urn:sandbox-agent:error:";
+
+impl Error {
+    /// HTTP status (DESIGN.md section 3, "Errors"; `research/contract.md`).
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest(_)
+            | Self::MissingConnectionId(_)
+            | Self::MissingAgent { .. }
+            | Self::AgentMismatch { .. }
+            | Self::InvalidLastEventId(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::UnknownConnection(_) | Self::UnknownAgent { .. } | Self::NotFound(_) => {
+                StatusCode::NOT_FOUND
+            }
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            Self::StreamConflict => StatusCode::CONFLICT,
+            Self::Gone => StatusCode::GONE,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::AgentStartFailed { .. } => StatusCode::BAD_GATEWAY,
+            Self::TooManyConnections { .. } | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// The `<kind>` of `urn:sandbox-agent:error:<kind>`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "invalid-request",
+            Self::MissingConnectionId(_) => "missing-connection-id",
+            Self::MissingAgent { .. } => "missing-agent",
+            Self::AgentMismatch { .. } => "agent-mismatch",
+            Self::InvalidLastEventId(_) => "invalid-last-event-id",
+            Self::Unauthorized => "unauthorized",
+            Self::UnknownConnection(_) => "unknown-connection",
+            Self::UnknownAgent { .. } => "unknown-agent",
+            Self::NotFound(_) => "not-found",
+            Self::MethodNotAllowed(_) => "method-not-allowed",
+            Self::NotAcceptable(_) => "not-acceptable",
+            Self::StreamConflict => "stream-conflict",
+            Self::Gone => "gone",
+            Self::PayloadTooLarge { .. } => "payload-too-large",
+            Self::UnsupportedMediaType => "unsupported-media-type",
+            Self::AgentStartFailed { .. } => "agent-start-failed",
+            Self::TooManyConnections { .. } => "too-many-connections",
+            Self::ShuttingDown => "shutting-down",
+            Self::Timeout { .. } => "timeout",
+        }
+    }
+}
+
+/// An RFC 9457 problem document.
+#[derive(Debug, Serialize)]
+pub struct Problem {
+    /// `urn:sandbox-agent:error:<kind>`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Short summary of the problem type (the status' reason phrase).
+    pub title: &'static str,
+    /// The HTTP status, repeated.
+    pub status: u16,
+    /// What happened and what to do about it.
+    pub detail: String,
+}
+
+/// The problem response for `error`, with the headers its status calls for.
+pub fn response(error: &Error) -> Response<Body> {
+    let status = error.status();
+    let problem = Problem {
+        kind: format!("{TYPE_PREFIX}{}", error.kind()),
+        title: status.canonical_reason().unwrap_or("Error"),
+        status: status.as_u16(),
+        detail: error.to_string(),
+    };
+    let body = serde_json::to_vec(&problem).unwrap_or_default();
+    let mut response = full(status, PROBLEM_JSON, body.into());
+    let headers = response.headers_mut();
+    match error {
+        Error::Unauthorized => {
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        Error::MethodNotAllowed(allow) => {
+            headers.insert(ALLOW, HeaderValue::from_static(allow));
+        }
+        Error::TooManyConnections { .. } | Error::ShuttingDown => {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        _ => {}
+    }
+    debug_assert!(headers.contains_key(CONTENT_TYPE));
+    response
+}

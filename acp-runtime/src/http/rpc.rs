@@ -1,0 +1,123 @@
+//! `POST`, `GET` and `DELETE` on `/v2/rpc` (DESIGN.md section 3).
+
+use super::headers::{accepts, is_json_content, last_event_id};
+use super::{Body, empty, full, sse};
+use crate::error::Error;
+use crate::protocol::CONNECTION_ID_HEADER;
+use crate::runtime::{Reply, Runtime};
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use std::sync::Arc;
+
+const APPLICATION_JSON: &str = "application/json";
+const EVENT_STREAM: &str = "text/event-stream";
+
+/// `POST /v2/rpc`: one JSON-RPC message in, its response (200) or 202 out.
+///
+/// # Errors
+/// 415, 406, 413, 400, 404, and the runtime's errors (502, 503, 504).
+pub async fn post(
+    runtime: &Arc<Runtime>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Error> {
+    let (parts, body) = request.into_parts();
+    if !is_json_content(&parts.headers) {
+        return Err(Error::UnsupportedMediaType);
+    }
+    if !accepts(&parts.headers, APPLICATION_JSON) {
+        return Err(Error::NotAcceptable(APPLICATION_JSON));
+    }
+    let limit = runtime.config.max_body_bytes;
+    let too_large = Error::PayloadTooLarge { limit };
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(too_large);
+    }
+    let body: Bytes = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => return Err(too_large),
+        Err(error) => {
+            return Err(Error::InvalidRequest(format!(
+                "cannot read the request body: {error}"
+            )));
+        }
+    };
+    let connection_id = connection_id(&parts.headers)?;
+    match runtime.handle_post(connection_id, body).await? {
+        Reply::Json {
+            body,
+            connection_id,
+        } => {
+            let mut response = full(StatusCode::OK, APPLICATION_JSON, body);
+            if let Some(id) = connection_id
+                && let Ok(value) = HeaderValue::from_str(&id)
+            {
+                response.headers_mut().insert(CONNECTION_ID_HEADER, value);
+            }
+            Ok(response)
+        }
+        Reply::Accepted => Ok(empty(StatusCode::ACCEPTED)),
+    }
+}
+
+/// `GET /v2/rpc`: the connection's SSE stream, resumed after `Last-Event-ID`.
+///
+/// # Errors
+/// 406, 400 (missing connection id, bad `Last-Event-ID`), 404, 409.
+pub fn get(runtime: &Arc<Runtime>, request: &Request<Incoming>) -> Result<Response<Body>, Error> {
+    let headers = request.headers();
+    if !accepts(headers, EVENT_STREAM) {
+        return Err(Error::NotAcceptable(EVENT_STREAM));
+    }
+    let id = connection_id(headers)?.ok_or(Error::MissingConnectionId(""))?;
+    let last_event_id = last_event_id(headers)?;
+    let connection = runtime
+        .connections
+        .get(id)
+        .ok_or_else(|| Error::UnknownConnection(id.to_owned()))?;
+    let stream = connection.open_stream(last_event_id)?;
+    let mut response = Response::new(sse::body(
+        stream,
+        runtime.config.heartbeat,
+        runtime.shutdown.clone(),
+    ));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    if let Ok(value) = HeaderValue::from_str(&connection.id) {
+        headers.insert(CONNECTION_ID_HEADER, value);
+    }
+    Ok(response)
+}
+
+/// `DELETE /v2/rpc`: closes the connection; 204 also when unknown or closed.
+///
+/// # Errors
+/// 400 when the connection id header is missing.
+pub fn delete(
+    runtime: &Arc<Runtime>,
+    request: &Request<Incoming>,
+) -> Result<Response<Body>, Error> {
+    let id = connection_id(request.headers())?.ok_or(Error::MissingConnectionId(""))?;
+    if runtime.connections.close(id, &runtime.sessions) {
+        tracing::info!(connection = id, "connection closed by DELETE");
+    }
+    Ok(empty(StatusCode::NO_CONTENT))
+}
+
+fn connection_id(headers: &HeaderMap) -> Result<Option<&str>, Error> {
+    match headers.get(CONNECTION_ID_HEADER) {
+        None => Ok(None),
+        Some(value) => value.to_str().map(|v| Some(v.trim())).map_err(|_| {
+            Error::InvalidRequest(format!("{CONNECTION_ID_HEADER} must be visible ASCII"))
+        }),
+    }
+}

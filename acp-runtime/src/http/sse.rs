@@ -1,0 +1,46 @@
+//! The SSE response body of `GET /v2/rpc`: the connection's ring from the
+//! stream cursor on, then live events, with heartbeat comments while quiet.
+
+use super::Body;
+use crate::connection::{Batch, Stream};
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use std::convert::Infallible;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// An SSE comment line (SSE spec: lines starting with `:` are ignored by
+/// clients) that keeps proxies from closing a quiet stream.
+const HEARTBEAT: &[u8] = b": heartbeat\n\n";
+
+/// A streaming body that writes `stream`'s events until the stream is taken
+/// over, the connection closes, or the server shuts down.
+pub fn body(stream: Stream, heartbeat: Duration, shutdown: CancellationToken) -> Body {
+    let events = futures::stream::unfold(
+        (stream, shutdown),
+        move |(mut stream, shutdown)| async move {
+            loop {
+                match stream.next_batch() {
+                    Batch::Data(bytes) => {
+                        return Some((Ok(Frame::data(bytes)), (stream, shutdown)));
+                    }
+                    Batch::Ended => return None,
+                    Batch::Idle => {}
+                }
+                // A push between `next_batch` and here leaves a permit in the
+                // Notify, so this wakes at once: no event is missed.
+                let wake = stream.wake().clone();
+                tokio::select! {
+                    () = wake.notified() => {}
+                    () = tokio::time::sleep(heartbeat) => {
+                        let frame = Frame::data(Bytes::from_static(HEARTBEAT));
+                        return Some((Ok::<_, Infallible>(frame), (stream, shutdown)));
+                    }
+                    () = shutdown.cancelled() => return None,
+                }
+            }
+        },
+    );
+    StreamBody::new(events).boxed_unsync()
+}

@@ -1,0 +1,478 @@
+//! Wire constants and JSON-RPC envelope handling. No I/O.
+//!
+//! The runtime parses each JSON-RPC object once into an [`Envelope`] that
+//! borrows from the received bytes: `id`, `params`, `result` and `error` stay
+//! raw JSON (`serde_json::value::RawValue`) and are copied through verbatim,
+//! so ids round-trip exactly (same JSON type, same digits, same string bytes)
+//! and params are never re-serialized. Only the `id` of a request is rewritten
+//! on its way to an agent (DESIGN.md section 4).
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+
+/// Request and response header that carries the connection id (DESIGN.md section 3).
+pub const CONNECTION_ID_HEADER: &str = "x-acp-connection-id";
+/// A header that is not part of the contract; a request carrying it gets 400.
+pub const FORBIDDEN_AGENT_HEADER: &str = "x-acp-agent";
+/// The `_meta` namespace key of this product.
+pub const META_NAMESPACE: &str = "sandboxagent.dev";
+
+/// `_sandboxagent/session/ended`: a session ended (agent exit, termination).
+pub const SESSION_ENDED: &str = "_sandboxagent/session/ended";
+/// `_sandboxagent/agent/unparsed`: an agent stdout line that is not a JSON-RPC object.
+pub const AGENT_UNPARSED: &str = "_sandboxagent/agent/unparsed";
+/// `_sandboxagent/stream/gap`: events a resumed stream can no longer replay.
+pub const STREAM_GAP: &str = "_sandboxagent/stream/gap";
+/// Prefix of the methods the runtime answers itself.
+pub const EXTENSION_PREFIX: &str = "_sandboxagent/";
+
+/// ACP method names the runtime looks at (the ACP schema, `agent-client-protocol-schema` v1).
+pub mod method {
+    /// `initialize`
+    pub const INITIALIZE: &str = "initialize";
+    /// `session/new`
+    pub const SESSION_NEW: &str = "session/new";
+    /// `session/load`
+    pub const SESSION_LOAD: &str = "session/load";
+    /// `session/resume`
+    pub const SESSION_RESUME: &str = "session/resume";
+    /// `session/fork`
+    pub const SESSION_FORK: &str = "session/fork";
+    /// `session/prompt`
+    pub const SESSION_PROMPT: &str = "session/prompt";
+    /// `session/cancel`
+    pub const SESSION_CANCEL: &str = "session/cancel";
+    /// `session/update`
+    pub const SESSION_UPDATE: &str = "session/update";
+}
+
+/// JSON-RPC 2.0 error codes used by the runtime (JSON-RPC 2.0 section 5.1).
+pub mod code {
+    /// Invalid Request: e.g. a request id already in flight on this connection.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// Method not found: also sent on a client's behalf for capabilities it did not declare.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Invalid params.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// Internal error: agent process exited, connection closed, server shutting down.
+    pub const INTERNAL_ERROR: i64 = -32603;
+}
+
+/// What kind of JSON-RPC object an [`Envelope`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Has `method` and `id`.
+    Request,
+    /// Has `method`, no `id`.
+    Notification,
+    /// Has `id` and exactly one of `result` / `error`, no `method`.
+    Response,
+}
+
+/// One JSON-RPC 2.0 object, borrowed from the bytes it was parsed from.
+///
+/// Built with [`Envelope::parse`]; its fields are raw JSON so that they can be
+/// copied to the other side unchanged.
+#[derive(Debug, Deserialize)]
+pub struct Envelope<'a> {
+    /// `"jsonrpc"`; must be `"2.0"` for client messages.
+    #[serde(default, borrow)]
+    pub jsonrpc: Option<Cow<'a, str>>,
+    /// `"id"` as written, including an explicit `null`.
+    #[serde(default, borrow, deserialize_with = "present")]
+    pub id: Option<&'a RawValue>,
+    /// `"method"`.
+    #[serde(default, borrow)]
+    pub method: Option<Cow<'a, str>>,
+    /// `"params"` as written.
+    #[serde(default, borrow, deserialize_with = "present")]
+    pub params: Option<&'a RawValue>,
+    /// `"result"` as written (may be `null`).
+    #[serde(default, borrow, deserialize_with = "present")]
+    pub result: Option<&'a RawValue>,
+    /// `"error"` as written.
+    #[serde(default, borrow, deserialize_with = "present")]
+    pub error: Option<&'a RawValue>,
+}
+
+/// Keeps a member that is present with the value `null` apart from an absent one.
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// Why bytes are not a JSON-RPC 2.0 object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    /// Not JSON, or JSON but not an object (arrays, i.e. batches, included).
+    #[error("not a JSON object: {0}")]
+    NotJson(String),
+    /// `jsonrpc` is missing or not `"2.0"`.
+    #[error("\"jsonrpc\" must be \"2.0\"")]
+    Version,
+    /// The combination of members is none of request / notification / response.
+    #[error(
+        "not a JSON-RPC request, notification or response (needs \"method\", or \"id\" with exactly one of \"result\"/\"error\")"
+    )]
+    Shape,
+    /// `id` is not a string, a number or null.
+    #[error("\"id\" must be a string, a number or null")]
+    Id,
+    /// `params` is not an object or an array.
+    #[error("\"params\" must be an object or an array")]
+    Params,
+}
+
+impl<'a> Envelope<'a> {
+    /// Parses one JSON-RPC object from `bytes`.
+    ///
+    /// `strict` requires `"jsonrpc": "2.0"` (client messages); agent output is
+    /// accepted without it, since relaying is more useful than rejecting.
+    ///
+    /// # Errors
+    /// [`EnvelopeError`] naming what is wrong.
+    pub fn parse(bytes: &'a [u8], strict: bool) -> Result<(Self, Kind), EnvelopeError> {
+        let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'{') {
+            return Err(EnvelopeError::NotJson(match first {
+                Some(b'[') => "batches (arrays) are not supported".to_owned(),
+                None => "empty body".to_owned(),
+                Some(_) => "expected an object".to_owned(),
+            }));
+        }
+        let envelope: Envelope<'a> =
+            serde_json::from_slice(bytes).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
+        if strict && envelope.jsonrpc.as_deref() != Some("2.0") {
+            return Err(EnvelopeError::Version);
+        }
+        let kind = envelope.kind()?;
+        if let Some(id) = envelope.id
+            && !is_valid_id(id)
+        {
+            return Err(EnvelopeError::Id);
+        }
+        if let Some(params) = envelope.params
+            && !matches!(params.get().as_bytes().first(), Some(b'{' | b'['))
+        {
+            return Err(EnvelopeError::Params);
+        }
+        Ok((envelope, kind))
+    }
+
+    fn kind(&self) -> Result<Kind, EnvelopeError> {
+        match (
+            self.method.is_some(),
+            self.id.is_some(),
+            self.result.is_some(),
+            self.error.is_some(),
+        ) {
+            (true, true, false, false) => Ok(Kind::Request),
+            (true, false, false, false) => Ok(Kind::Notification),
+            (false, true, true, false) | (false, true, false, true) => Ok(Kind::Response),
+            _ => Err(EnvelopeError::Shape),
+        }
+    }
+
+    /// The method name, or `""` for a response.
+    pub fn method(&self) -> &str {
+        self.method.as_deref().unwrap_or("")
+    }
+
+    /// `params.sessionId` when it is a string, without parsing the rest of params.
+    pub fn session_id(&self) -> Option<String> {
+        self.params.and_then(session_id_of)
+    }
+}
+
+/// `sessionId` of a params or result object, if it is a string.
+pub fn session_id_of(raw: &RawValue) -> Option<String> {
+    #[derive(Deserialize)]
+    struct WithSession<'a> {
+        #[serde(rename = "sessionId", borrow)]
+        session_id: Option<Cow<'a, str>>,
+    }
+    serde_json::from_str::<WithSession<'_>>(raw.get())
+        .ok()
+        .and_then(|w| w.session_id.map(Cow::into_owned))
+}
+
+fn is_valid_id(id: &RawValue) -> bool {
+    matches!(
+        id.get().as_bytes().first(),
+        Some(b'"' | b'-' | b'0'..=b'9' | b'n')
+    )
+}
+
+/// Replaces raw CR and LF bytes with spaces, in place.
+///
+/// In valid JSON these bytes can only be whitespace between tokens (inside
+/// strings they must be escaped), so this keeps the value identical while
+/// making it safe for newline-delimited stdio framing and for an SSE `data:`
+/// line. Call it only on bytes that parsed as JSON.
+pub fn flatten_newlines(bytes: &mut [u8]) {
+    for byte in bytes.iter_mut() {
+        if matches!(*byte, b'\n' | b'\r') {
+            *byte = b' ';
+        }
+    }
+}
+
+/// True when `bytes` contain a CR or LF.
+pub fn has_newline(bytes: &[u8]) -> bool {
+    memchr::memchr2(b'\n', b'\r', bytes).is_some()
+}
+
+#[derive(Serialize)]
+struct OutRequest<'a> {
+    jsonrpc: &'static str,
+    id: &'a RawValue,
+    method: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a RawValue>,
+}
+
+#[derive(Serialize)]
+struct OutNotification<'a, P: Serialize> {
+    jsonrpc: &'static str,
+    method: &'a str,
+    params: P,
+}
+
+#[derive(Serialize)]
+struct OutResponse<'a> {
+    jsonrpc: &'static str,
+    id: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a RawValue>,
+}
+
+/// A JSON-RPC error object (JSON-RPC 2.0 section 5.1).
+#[derive(Debug, Clone, Serialize)]
+pub struct RpcError {
+    /// Error code, see [`code`].
+    pub code: i64,
+    /// One-sentence description.
+    pub message: String,
+    /// Structured details, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+}
+
+impl RpcError {
+    /// An error with `code` and `message` and no data.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// Adds `data`.
+    pub fn with_data(mut self, data: serde_json::Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+}
+
+/// Serializes a request `{jsonrpc, id, method, params}` as one line (no newline).
+pub fn request_line(id: &RawValue, method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    to_vec(&OutRequest {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params,
+    })
+}
+
+/// Serializes a notification `{jsonrpc, method, params}` as one line (no newline).
+pub fn notification_line(method: &str, params: &impl Serialize) -> Vec<u8> {
+    to_vec(&OutNotification {
+        jsonrpc: "2.0",
+        method,
+        params,
+    })
+}
+
+/// Serializes a response with `id` and a raw `result` or `error`.
+pub fn response_line(
+    id: &RawValue,
+    result: Option<&RawValue>,
+    error: Option<&RawValue>,
+) -> Vec<u8> {
+    to_vec(&OutResponse {
+        jsonrpc: "2.0",
+        id,
+        result,
+        error,
+    })
+}
+
+/// Serializes an error response with `id`.
+pub fn error_response_line(id: &RawValue, error: &RpcError) -> Vec<u8> {
+    let error = raw(error);
+    response_line(id, None, Some(&error))
+}
+
+/// Serializes a success response with `id` and `result`.
+pub fn result_response_line(id: &RawValue, result: &impl Serialize) -> Vec<u8> {
+    let result = raw(result);
+    response_line(id, Some(&result), None)
+}
+
+/// Serializes `value` to an owned raw JSON value.
+pub fn raw(value: &impl Serialize) -> Box<RawValue> {
+    // Serializing our own types to JSON cannot fail (string keys, no NaN floats);
+    // fall back to `null` rather than panic.
+    serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned())
+}
+
+/// Raw JSON for an integer id sent to an agent.
+pub fn agent_id(id: i64) -> Box<RawValue> {
+    raw(&id)
+}
+
+fn to_vec(value: &impl Serialize) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec())
+}
+
+/// Reads `params._meta["sandboxagent.dev"].agent` from raw params.
+pub fn meta_agent(params: Option<&RawValue>) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(rename = "_meta", borrow)]
+        meta: Option<Meta<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Meta<'a> {
+        #[serde(rename = "sandboxagent.dev", borrow)]
+        namespace: Option<Namespace<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Namespace<'a> {
+        #[serde(borrow)]
+        agent: Option<Cow<'a, str>>,
+    }
+    let params: Params<'_> = serde_json::from_str(params?.get()).ok()?;
+    params
+        .meta?
+        .namespace?
+        .agent
+        .map(Cow::into_owned)
+        .filter(|agent| !agent.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_the_three_kinds() {
+        let (_, kind) =
+            Envelope::parse(br#"{"jsonrpc":"2.0","id":1,"method":"x"}"#, true).expect("request");
+        assert_eq!(kind, Kind::Request);
+        let (_, kind) =
+            Envelope::parse(br#"{"jsonrpc":"2.0","method":"x"}"#, true).expect("notification");
+        assert_eq!(kind, Kind::Notification);
+        let (_, kind) = Envelope::parse(br#"{"jsonrpc":"2.0","id":"a","result":null}"#, true)
+            .expect("response");
+        assert_eq!(kind, Kind::Response);
+    }
+
+    #[test]
+    fn keeps_explicit_null_id_apart_from_missing_id() {
+        let (envelope, kind) =
+            Envelope::parse(br#"{"jsonrpc":"2.0","id":null,"method":"x"}"#, true).expect("null id");
+        assert_eq!(kind, Kind::Request);
+        assert_eq!(envelope.id.map(RawValue::get), Some("null"));
+    }
+
+    #[test]
+    fn ids_round_trip_verbatim() {
+        for id in [
+            "9007199254740993",
+            "\"a\\u0062c\"",
+            "-0",
+            "18446744073709551616",
+        ] {
+            let text = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m","params":{{}}}}"#);
+            let (envelope, _) = Envelope::parse(text.as_bytes(), true).expect("parse");
+            let id_raw = envelope.id.expect("id");
+            assert_eq!(id_raw.get(), id);
+            let line = result_response_line(id_raw, &serde_json::json!({}));
+            let text = String::from_utf8(line).expect("utf8");
+            assert!(text.contains(&format!(r#""id":{id}"#)), "{text}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_shapes() {
+        let cases: &[(&[u8], EnvelopeError)] = &[
+            (
+                b"[]",
+                EnvelopeError::NotJson("batches (arrays) are not supported".into()),
+            ),
+            (b"", EnvelopeError::NotJson("empty body".into())),
+            (
+                b"\"x\"",
+                EnvelopeError::NotJson("expected an object".into()),
+            ),
+            (br#"{"id":1,"method":"x"}"#, EnvelopeError::Version),
+            (br#"{"jsonrpc":"2.0","id":1}"#, EnvelopeError::Shape),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"result":1,"error":{}}"#,
+                EnvelopeError::Shape,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#,
+                EnvelopeError::Id,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":true,"method":"x"}"#,
+                EnvelopeError::Id,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","method":"x","params":3}"#,
+                EnvelopeError::Params,
+            ),
+        ];
+        for (bytes, expected) in cases {
+            let error = Envelope::parse(bytes, true).expect_err("must fail");
+            assert_eq!(&error, expected, "{}", String::from_utf8_lossy(bytes));
+        }
+        assert!(matches!(
+            Envelope::parse(b"{not json", true),
+            Err(EnvelopeError::NotJson(_))
+        ));
+    }
+
+    #[test]
+    fn reads_session_id_and_meta_agent() {
+        let (envelope, _) = Envelope::parse(
+            br#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"x":[1,2]},"sessionId":"s-1"}}"#,
+            true,
+        )
+        .expect("parse");
+        assert_eq!(envelope.session_id().as_deref(), Some("s-1"));
+        let params = RawValue::from_string(
+            r#"{"cwd":"/","_meta":{"other":1,"sandboxagent.dev":{"agent":"mock","title":"t"}}}"#
+                .to_owned(),
+        )
+        .expect("raw");
+        assert_eq!(meta_agent(Some(&params)).as_deref(), Some("mock"));
+        let params =
+            RawValue::from_string(r#"{"_meta":{"sandboxagent.dev":{}}}"#.to_owned()).expect("raw");
+        assert_eq!(meta_agent(Some(&params)), None);
+    }
+
+    #[test]
+    fn flattens_newlines_outside_strings() {
+        let mut bytes = b"{\n\"a\":\r\n\"b\\nc\"}".to_vec();
+        flatten_newlines(&mut bytes);
+        let value: serde_json::Value = serde_json::from_slice(&bytes).expect("still JSON");
+        assert_eq!(value["a"], "b\nc");
+        assert!(!has_newline(&bytes));
+    }
+}

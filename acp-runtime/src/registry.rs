@@ -1,0 +1,126 @@
+//! The open connections of this server, with the connection cap and idle
+//! reaping that keep one client from exhausting the rest.
+
+use crate::connection::{ClientCapabilities, Connection, ReplayLimits};
+use crate::error::Error;
+use crate::session::Sessions;
+use dashmap::DashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Open connections by id.
+#[derive(Debug)]
+pub struct Connections {
+    map: DashMap<Arc<str>, Arc<Connection>>,
+    /// Open connections; checked against `max` before a new one is made.
+    count: AtomicUsize,
+    max: usize,
+    limits: ReplayLimits,
+    epoch: Instant,
+}
+
+impl Connections {
+    /// An empty registry allowing `max` open connections.
+    pub fn new(max: usize, limits: ReplayLimits) -> Self {
+        Self {
+            map: DashMap::new(),
+            count: AtomicUsize::new(0),
+            max,
+            limits,
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Opens a connection bound to `agent`, with a fresh random id.
+    ///
+    /// # Errors
+    /// [`Error::TooManyConnections`] at the cap.
+    pub fn open(
+        &self,
+        agent: Arc<str>,
+        capabilities: ClientCapabilities,
+    ) -> Result<Arc<Connection>, Error> {
+        let reserved = self
+            .count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            });
+        if reserved.is_err() {
+            return Err(Error::TooManyConnections { limit: self.max });
+        }
+        let id: Arc<str> = uuid::Uuid::new_v4().to_string().into();
+        let connection = Arc::new(Connection::new(
+            id.clone(),
+            agent,
+            capabilities,
+            self.limits,
+            self.epoch,
+        ));
+        self.map.insert(id, connection.clone());
+        Ok(connection)
+    }
+
+    /// Whether another connection may be opened now.
+    pub fn has_room(&self) -> bool {
+        self.count.load(Ordering::Acquire) < self.max
+    }
+
+    /// The open connection with this id.
+    pub fn get(&self, id: &str) -> Option<Arc<Connection>> {
+        self.map.get(id).map(|entry| entry.value().clone())
+    }
+
+    /// Closes a connection: removes it, ends its stream, fails its waiting
+    /// POSTs (they watch [`Connection::closed`]) and detaches it from its
+    /// sessions, which live on. Returns whether it was open.
+    pub fn close(&self, id: &str, sessions: &Sessions) -> bool {
+        let Some((_, connection)) = self.map.remove(id) else {
+            return false;
+        };
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        connection.close();
+        for session_id in connection.attached_sessions() {
+            if let Some(session) = sessions.get(&session_id) {
+                session.detach(&connection);
+            }
+        }
+        true
+    }
+
+    /// Open connections bound to `agent`.
+    pub fn of_agent(&self, agent: &str) -> Vec<Arc<Connection>> {
+        self.map
+            .iter()
+            .filter(|entry| &*entry.value().agent == agent)
+            .map(|entry| entry.value().clone())
+            .collect()
+    }
+
+    /// Every open connection.
+    pub fn all(&self) -> Vec<Arc<Connection>> {
+        self.map.iter().map(|entry| entry.value().clone()).collect()
+    }
+
+    /// Closes connections with no live stream and no request in progress
+    /// whose last activity is older than `idle`. Returns how many.
+    pub fn reap_idle(&self, idle: Duration, sessions: &Sessions) -> usize {
+        let idle_ms = idle.as_millis() as u64;
+        let stale: Vec<Arc<str>> = self
+            .map
+            .iter()
+            .filter(|entry| {
+                let c = entry.value();
+                !c.has_stream() && !c.has_active_requests() && c.idle_ms() >= idle_ms
+            })
+            .map(|entry| entry.key().clone())
+            .collect();
+        stale
+            .iter()
+            .filter(|id| {
+                tracing::info!(connection = %id, "closing idle connection");
+                self.close(id, sessions)
+            })
+            .count()
+    }
+}
