@@ -18,7 +18,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve ACP agents over HTTP at /v2/rpc.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Run the built-in mock ACP agent on stdin/stdout.
     MockAgent(MockAgentArgs),
 }
@@ -80,6 +80,23 @@ pub struct ServerArgs {
     /// Time agents get between SIGTERM and SIGKILL at shutdown, in milliseconds.
     #[arg(long, env = "SANDBOX_AGENT_SHUTDOWN_GRACE_MS", default_value_t = 5_000)]
     pub shutdown_grace_ms: u64,
+    /// Events kept in each session's event log (GET /v2/sessions/{id}/events).
+    #[arg(long, env = "SANDBOX_AGENT_EVENT_LOG_EVENTS", default_value_t = 10_000)]
+    pub event_log_events: usize,
+    /// Bytes kept in each session's event log.
+    #[arg(long, env = "SANDBOX_AGENT_EVENT_LOG_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub event_log_bytes: usize,
+    /// Ended sessions kept in the inventory; the oldest are forgotten first.
+    #[arg(long, env = "SANDBOX_AGENT_ENDED_SESSIONS", default_value_t = 1000)]
+    pub ended_sessions: usize,
+    /// After _sandboxagent/session/terminate, how long the agent gets to end
+    /// the turn before the runtime answers the prompt itself, in milliseconds.
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_TERMINATE_GRACE_MS",
+        default_value_t = 2_000
+    )]
+    pub terminate_grace_ms: u64,
     /// Add or override an agent: NAME=COMMAND [ARGS...] (shell-word split). Repeatable.
     #[arg(long = "agent-command", value_name = "NAME=CMD")]
     pub agent_commands: Vec<String>,
@@ -126,6 +143,10 @@ impl ServerArgs {
         config.idle_timeout = Duration::from_millis(self.idle_timeout_ms);
         config.cors_allow_origins = self.cors_allow_origin;
         config.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
+        config.event_log_events = self.event_log_events.max(1);
+        config.event_log_bytes = self.event_log_bytes;
+        config.ended_sessions = self.ended_sessions;
+        config.terminate_grace = Duration::from_millis(self.terminate_grace_ms);
         Ok(config)
     }
 }
