@@ -21,8 +21,10 @@
 //! - [`error`]: the error enum every HTTP failure is made of.
 //! - [`config`], [`cli`]: settings and the command line.
 //! - [`mock_agent`]: the built-in deterministic ACP agent (`sandbox-agent mock-agent`).
+//! - [`bench`]: `sandbox-agent bench`, the load generator and its report.
 
 pub mod agent;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod connection;
