@@ -1,8 +1,10 @@
 //! Server configuration: validated settings and the agents the server knows.
 
+pub use ext_methods::AgentSource;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How to start one agent: the command line and extra environment.
@@ -22,6 +24,8 @@ pub struct AgentSpec {
     /// `initialize` (DESIGN.md section 4; default: none, the agent works on its
     /// own files and terminals inside the sandbox).
     pub client_capabilities: serde_json::Value,
+    /// Where the agent comes from.
+    pub source: AgentSource,
 }
 
 impl AgentSpec {
@@ -37,6 +41,22 @@ impl AgentSpec {
             args: vec!["mock-agent".to_owned()],
             env: Vec::new(),
             client_capabilities: serde_json::json!({}),
+            source: AgentSource::Builtin,
+        })
+    }
+
+    /// Whether the program can be started: an existing executable file, or a
+    /// bare name found on `PATH`.
+    pub fn is_runnable(&self) -> bool {
+        let executable = |path: &Path| {
+            path.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
+        if self.program.components().count() > 1 {
+            return executable(&self.program);
+        }
+        std::env::var_os("PATH").is_some_and(|paths| {
+            std::env::split_paths(&paths).any(|dir| executable(&dir.join(&self.program)))
         })
     }
 
@@ -72,6 +92,7 @@ impl AgentSpec {
             args: words.collect(),
             env: Vec::new(),
             client_capabilities: serde_json::json!({}),
+            source: AgentSource::Fallback,
         })
     }
 }
@@ -105,13 +126,23 @@ pub struct ServerConfig {
     pub cors_allow_origins: Vec<String>,
     /// How long agents get between SIGTERM and SIGKILL at shutdown.
     pub shutdown_grace: Duration,
+    /// Events kept per session in its event log.
+    pub event_log_events: usize,
+    /// Bytes kept per session in its event log.
+    pub event_log_bytes: usize,
+    /// Ended sessions kept in the inventory (oldest forgotten first).
+    pub ended_sessions: usize,
+    /// How long a terminated session's agent gets to end its turn before the
+    /// runtime answers the pending prompt itself (stop reason `cancelled`).
+    pub terminate_grace: Duration,
     /// Known agents by id.
     pub agents: BTreeMap<String, AgentSpec>,
 }
 
 impl ServerConfig {
     /// Defaults from DESIGN.md: 120 s request timeout, no prompt timeout, 2048
-    /// events of replay, 15 s heartbeat, 16 MiB bodies, 64 MiB agent lines.
+    /// events of replay, 15 s heartbeat, 16 MiB bodies, 64 MiB agent lines;
+    /// event logs of 10,000 events / 16 MiB per session, 1000 ended sessions kept.
     pub fn new(listen: SocketAddr, agents: BTreeMap<String, AgentSpec>) -> Self {
         Self {
             listen,
@@ -127,6 +158,10 @@ impl ServerConfig {
             idle_timeout: Duration::from_secs(15 * 60),
             cors_allow_origins: Vec::new(),
             shutdown_grace: Duration::from_secs(5),
+            event_log_events: 10_000,
+            event_log_bytes: 16 * 1024 * 1024,
+            ended_sessions: 1000,
+            terminate_grace: Duration::from_secs(2),
             agents,
         }
     }

@@ -9,8 +9,9 @@
 //! a client that never reads costs at most the ring (DESIGN.md section 3).
 
 use crate::error::Error;
-use crate::protocol::{self, STREAM_GAP};
+use crate::protocol;
 use bytes::{BufMut, Bytes, BytesMut};
+use ext_methods::{StreamGap, notification::STREAM_GAP};
 use parking_lot::Mutex;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -385,7 +386,10 @@ impl Stream {
         };
         let mut out = BytesMut::new();
         if self.sent + 1 < oldest {
-            let gap = serde_json::json!({ "from": self.sent + 1, "to": oldest - 1 });
+            let gap = StreamGap {
+                from: self.sent + 1,
+                to: oldest - 1,
+            };
             let notice = protocol::notification_line(STREAM_GAP, &gap);
             out.extend_from_slice(&frame_event(None, &notice));
             self.sent = oldest - 1;

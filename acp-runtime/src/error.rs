@@ -38,6 +38,9 @@ pub enum Error {
     /// No open connection has this id.
     #[error("no open connection with id {0:?}; initialize a new one")]
     UnknownConnection(String),
+    /// No session with this id is known.
+    #[error("no session with id {0:?}")]
+    UnknownSession(String),
     /// The agent id is not configured.
     #[error("unknown agent {agent:?}; known agents: {known}")]
     UnknownAgent {

@@ -12,18 +12,26 @@
 //! - [`runtime`]: shared state and the JSON-RPC handling of one POST.
 //! - [`registry`]: open connections, the connection cap, idle reaping.
 //! - [`connection`]: one connection: replay ring, live stream slot, in-flight ids.
-//! - [`session`]: the server-wide session inventory and attachments.
+//! - [`session`]: the server-wide session inventory: attachments, metadata, hints.
+//! - [`event_log`]: each session's recorded ACP traffic.
+//! - [`ext`]: the `_sandboxagent/*` methods (a jsonrpsee `RpcModule`).
+//! - [`hints`]: title / model / mode read from ACP messages.
 //! - [`agent`]: agent processes, stdio framing, id rewriting and routing.
 //! - [`protocol`]: wire constants and JSON-RPC envelope parsing (no I/O).
 //! - [`error`]: the error enum every HTTP failure is made of.
 //! - [`config`], [`cli`]: settings and the command line.
 //! - [`mock_agent`]: the built-in deterministic ACP agent (`sandbox-agent mock-agent`).
+//! - [`bench`]: `sandbox-agent bench`, the load generator and its report.
 
 pub mod agent;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod connection;
 pub mod error;
+pub mod event_log;
+pub mod ext;
+pub mod hints;
 pub mod http;
 pub mod mock_agent;
 pub mod protocol;

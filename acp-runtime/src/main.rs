@@ -27,6 +27,24 @@ fn main() -> ExitCode {
             Command::MockAgent(args) => acp_runtime::mock_agent::run(args)
                 .await
                 .map_err(|e| e.to_string()),
+            Command::Bench(args) => {
+                let json = args.json;
+                let options = args.into_options()?;
+                let report = acp_runtime::bench::run(options)
+                    .await
+                    .map_err(|e| format!("bench failed: {e}"))?;
+                if json {
+                    let checks = report.checks();
+                    let value = serde_json::json!({ "report": report, "checks": checks });
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&value).unwrap_or_default()
+                    );
+                } else {
+                    print!("{}", report.render());
+                }
+                Ok(())
+            }
         }
     });
     // Do not wait for blocking reads of stdin and the like.

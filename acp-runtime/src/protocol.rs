@@ -15,17 +15,7 @@ use std::borrow::Cow;
 pub const CONNECTION_ID_HEADER: &str = "x-acp-connection-id";
 /// A header that is not part of the contract; a request carrying it gets 400.
 pub const FORBIDDEN_AGENT_HEADER: &str = "x-acp-agent";
-/// The `_meta` namespace key of this product.
-pub const META_NAMESPACE: &str = "sandboxagent.dev";
-
-/// `_sandboxagent/session/ended`: a session ended (agent exit, termination).
-pub const SESSION_ENDED: &str = "_sandboxagent/session/ended";
-/// `_sandboxagent/agent/unparsed`: an agent stdout line that is not a JSON-RPC object.
-pub const AGENT_UNPARSED: &str = "_sandboxagent/agent/unparsed";
-/// `_sandboxagent/stream/gap`: events a resumed stream can no longer replay.
-pub const STREAM_GAP: &str = "_sandboxagent/stream/gap";
-/// Prefix of the methods the runtime answers itself.
-pub const EXTENSION_PREFIX: &str = "_sandboxagent/";
+// The `_meta` namespace and the `_sandboxagent/*` names live in `ext-methods`.
 
 /// ACP method names the runtime looks at (the ACP schema, `agent-client-protocol-schema` v1).
 pub mod method {
@@ -45,6 +35,14 @@ pub mod method {
     pub const SESSION_CANCEL: &str = "session/cancel";
     /// `session/update`
     pub const SESSION_UPDATE: &str = "session/update";
+    /// `session/list`
+    pub const SESSION_LIST: &str = "session/list";
+    /// `session/set_mode`
+    pub const SESSION_SET_MODE: &str = "session/set_mode";
+    /// `session/set_model` (agents that predate config options)
+    pub const SESSION_SET_MODEL: &str = "session/set_model";
+    /// `$/cancel_request` (ACP protocol level): cancel a request by id.
+    pub const CANCEL_REQUEST: &str = "$/cancel_request";
 }
 
 /// JSON-RPC 2.0 error codes used by the runtime (JSON-RPC 2.0 section 5.1).
@@ -57,6 +55,8 @@ pub mod code {
     pub const INVALID_PARAMS: i64 = -32602;
     /// Internal error: agent process exited, connection closed, server shutting down.
     pub const INTERNAL_ERROR: i64 = -32603;
+    /// Resource not found (ACP): unknown or ended session.
+    pub const RESOURCE_NOT_FOUND: i64 = -32002;
 }
 
 /// What kind of JSON-RPC object an [`Envelope`] is.
@@ -182,6 +182,19 @@ impl<'a> Envelope<'a> {
     pub fn session_id(&self) -> Option<String> {
         self.params.and_then(session_id_of)
     }
+}
+
+/// `params.requestId` of a `$/cancel_request`, as raw JSON.
+pub fn cancelled_request_id(params: Option<&RawValue>) -> Option<Box<RawValue>> {
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(rename = "requestId", borrow)]
+        request_id: Option<&'a RawValue>,
+    }
+    serde_json::from_str::<Params<'_>>(params?.get())
+        .ok()?
+        .request_id
+        .map(ToOwned::to_owned)
 }
 
 /// `sessionId` of a params or result object, if it is a string.
@@ -338,30 +351,30 @@ fn to_vec(value: &impl Serialize) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec())
 }
 
-/// Reads `params._meta["sandboxagent.dev"].agent` from raw params.
+/// `params._meta["sandboxagent.dev"]` when it is an object (other params
+/// members are skipped, not parsed into values).
+pub fn meta_namespace(
+    params: Option<&RawValue>,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    #[derive(Deserialize)]
+    struct Params {
+        #[serde(rename = "_meta")]
+        meta: Option<serde_json::Map<String, serde_json::Value>>,
+    }
+    let params: Params = serde_json::from_str(params?.get()).ok()?;
+    match params.meta?.remove(ext_methods::NAMESPACE)? {
+        serde_json::Value::Object(namespace) => Some(namespace),
+        _ => None,
+    }
+}
+
+/// `params._meta["sandboxagent.dev"].agent`, when it is a non-empty string.
 pub fn meta_agent(params: Option<&RawValue>) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Params<'a> {
-        #[serde(rename = "_meta", borrow)]
-        meta: Option<Meta<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Meta<'a> {
-        #[serde(rename = "sandboxagent.dev", borrow)]
-        namespace: Option<Namespace<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Namespace<'a> {
-        #[serde(borrow)]
-        agent: Option<Cow<'a, str>>,
-    }
-    let params: Params<'_> = serde_json::from_str(params?.get()).ok()?;
-    params
-        .meta?
-        .namespace?
-        .agent
-        .map(Cow::into_owned)
+    meta_namespace(params)?
+        .get("agent")?
+        .as_str()
         .filter(|agent| !agent.is_empty())
+        .map(str::to_owned)
 }
 
 #[cfg(test)]

@@ -8,10 +8,18 @@ use crate::agent::{Agents, StartError};
 use crate::config::ServerConfig;
 use crate::connection::{ClientCapabilities, Connection, ReplayLimits};
 use crate::error::Error;
-use crate::protocol::{self, EXTENSION_PREFIX, Envelope, Kind, RpcError, code, method};
+use crate::event_log::LogLimits;
+use crate::ext::ExtMethods;
+use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
 use crate::registry::Connections;
-use crate::session::Sessions;
+use crate::session::{InventoryLimits, Session, Sessions};
+use agent_client_protocol::v1::schema::{ListSessionsRequest, ListSessionsResponse};
 use bytes::Bytes;
+use ext_methods::notification::SESSION_ENDED;
+use ext_methods::{
+    Direction, EndReason, ListModelsResult, ModelsTarget, PREFIX as EXTENSION_PREFIX, SessionEnded,
+    TerminateResult, TerminatedBy, capability,
+};
 use serde_json::value::RawValue;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +37,8 @@ pub struct Runtime {
     pub sessions: Sessions,
     /// Agent processes, one per agent id.
     pub agents: Agents,
+    /// The `_sandboxagent/*` methods answered by the runtime itself.
+    pub ext: ExtMethods,
     /// Cancelled when the server starts shutting down.
     pub shutdown: CancellationToken,
 }
@@ -64,14 +74,22 @@ impl Runtime {
             events: config.replay_buffer_events.max(1),
             bytes: config.replay_buffer_bytes,
         };
-        Arc::new(Self {
+        let inventory = InventoryLimits {
+            log: LogLimits {
+                events: config.event_log_events.max(1),
+                bytes: config.event_log_bytes,
+            },
+            ended_sessions: config.ended_sessions,
+        };
+        Arc::new_cyclic(|runtime| Self {
             connections: Connections::new(config.max_connections, limits),
-            sessions: Sessions::default(),
+            sessions: Sessions::new(inventory),
             agents: Agents::new(
                 &config.agents,
                 config.max_line_bytes,
                 config.request_timeout,
             ),
+            ext: ExtMethods::new(runtime.clone()),
             shutdown: CancellationToken::new(),
             config,
         })
@@ -111,7 +129,7 @@ impl Runtime {
             .ok_or_else(|| Error::UnknownConnection(connection_id.to_owned()))?;
         let _active = connection.begin_request();
         match kind {
-            Kind::Request => self.request(&connection, &envelope).await,
+            Kind::Request => self.request(&connection, &envelope, &body).await,
             Kind::Notification => self.notification(&connection, &envelope, &body).await,
             Kind::Response => self.answer(&connection, &envelope, &body).await,
         }
@@ -146,7 +164,7 @@ impl Runtime {
         let capabilities = ClientCapabilities::from_initialize_params(envelope.params);
         let connection = self.connections.open(agent.as_str().into(), capabilities)?;
         tracing::info!(connection = %connection.id, agent, "connection opened");
-        let result = initialize_result(&process);
+        let result = self.initialize_result(&process);
         Ok(Reply::Json {
             body: Bytes::from(protocol::response_line(client_id, Some(&result), None)),
             connection_id: Some(connection.id.clone()),
@@ -181,19 +199,47 @@ impl Runtime {
         self: &Arc<Self>,
         connection: &Arc<Connection>,
         envelope: &Envelope<'_>,
+        body: &Bytes,
     ) -> Result<Reply, Error> {
         let client_id = envelope.id.unwrap_or(RawValue::NULL);
         let method = envelope.method();
         if method.starts_with(EXTENSION_PREFIX) {
-            let error = RpcError::new(
-                code::METHOD_NOT_FOUND,
-                format!("method not found: {method}"),
-            );
+            let answer = self.ext.call(connection, method, envelope.params).await;
+            let (result, error) = match &answer {
+                Ok(result) => (Some(&**result), None),
+                Err(error) => (None, Some(&**error)),
+            };
+            return Ok(Reply::json(protocol::response_line(
+                client_id, result, error,
+            )));
+        }
+        if method == method::SESSION_LIST {
+            return Ok(Reply::json(self.list_sessions(client_id, envelope.params)));
+        }
+        let session = envelope.session_id().map(Arc::<str>::from);
+        // Requests on an ended session fail at once. A session that ended
+        // with its agent process may be loaded again on a new process; one
+        // that was terminated is over for good.
+        if let Some(id) = &session
+            && let Some(ended) = self.sessions.get(id).filter(|s| s.is_ended())
+            && (ended.is_terminated()
+                || !matches!(
+                    method,
+                    method::SESSION_LOAD | method::SESSION_RESUME | method::SESSION_FORK
+                ))
+        {
+            let how = if ended.is_terminated() {
+                "was terminated"
+            } else {
+                "has ended"
+            };
+            let error = RpcError::new(code::RESOURCE_NOT_FOUND, format!("session {id} {how}"))
+                .with_data(serde_json::json!({ "sessionId": &**id, "ended": true }));
             return Ok(Reply::json(protocol::error_response_line(
                 client_id, &error,
             )));
         }
-        let effect = self.effect_of(connection, envelope)?;
+        let effect = self.effect_of(connection, envelope, body)?;
         let process = match self.ready_agent(&connection.agent).await {
             Ok(process) => process,
             Err(Ok(error)) => {
@@ -206,7 +252,7 @@ impl Runtime {
             Err(Err(error)) => return Err(error),
         };
         if method == method::INITIALIZE {
-            let result = initialize_result(&process);
+            let result = self.initialize_result(&process);
             return Ok(Reply::json(protocol::response_line(
                 client_id,
                 Some(&result),
@@ -225,8 +271,21 @@ impl Runtime {
         if let Effect::AttachSession { session, .. } = &effect {
             process.prepare_attach(self, connection, session);
         }
+        if let Some(session) = session
+            .as_deref()
+            .and_then(|id| self.live_session(&process, id))
+        {
+            session.record(Direction::ClientToAgent, body.clone());
+        }
         let receiver = match process
-            .send_request(connection, client_id, method, envelope.params, effect)
+            .send_request(
+                connection,
+                client_id,
+                method,
+                envelope.params,
+                effect,
+                session,
+            )
             .await
         {
             Ok(receiver) => receiver,
@@ -267,7 +326,12 @@ impl Runtime {
     }
 
     /// Checks `_meta` rules and picks what the runtime does with the answer.
-    fn effect_of(&self, connection: &Connection, envelope: &Envelope<'_>) -> Result<Effect, Error> {
+    fn effect_of(
+        &self,
+        connection: &Connection,
+        envelope: &Envelope<'_>,
+        body: &Bytes,
+    ) -> Result<Effect, Error> {
         let method = envelope.method();
         let cwd = || cwd_of(envelope.params);
         Ok(match method {
@@ -286,9 +350,17 @@ impl Runtime {
                     }
                     Some(_) => {}
                 }
-                Effect::CreateSession { cwd: cwd() }
+                Effect::CreateSession {
+                    cwd: cwd(),
+                    metadata: protocol::meta_namespace(envelope.params).unwrap_or_default(),
+                    request: body.clone(),
+                }
             }
-            method::SESSION_FORK => Effect::CreateSession { cwd: cwd() },
+            method::SESSION_FORK => Effect::CreateSession {
+                cwd: cwd(),
+                metadata: protocol::meta_namespace(envelope.params).unwrap_or_default(),
+                request: body.clone(),
+            },
             method::SESSION_LOAD | method::SESSION_RESUME => match envelope.session_id() {
                 Some(session) => Effect::AttachSession {
                     session,
@@ -296,6 +368,9 @@ impl Runtime {
                 },
                 None => Effect::None,
             },
+            method::SESSION_SET_MODE | method::SESSION_SET_MODEL => {
+                Effect::SetHints(crate::hints::from_request(method, envelope.params))
+            }
             _ => Effect::None,
         })
     }
@@ -306,21 +381,229 @@ impl Runtime {
         envelope: &Envelope<'_>,
         body: &[u8],
     ) -> Result<Reply, Error> {
-        if envelope.method().starts_with(EXTENSION_PREFIX) {
-            tracing::debug!(
-                method = envelope.method(),
-                "ignoring unknown extension notification"
-            );
+        let method = envelope.method();
+        if method.starts_with(EXTENSION_PREFIX) {
+            match ext_methods::names::find(method) {
+                Some(ext) if ext.notification && self.ext.answers(method) => {
+                    if let Err(error) = self.ext.call(connection, method, envelope.params).await {
+                        tracing::info!(
+                            method,
+                            error = error.get(),
+                            "extension notification failed"
+                        );
+                    }
+                }
+                _ => tracing::debug!(method, "ignoring unknown extension notification"),
+            }
             return Ok(Reply::Accepted);
         }
         // A notification is not a reason to start an agent: with no process
         // there is nothing to cancel or inform.
-        if let Some(process) = self.agents.current(&connection.agent)
-            && process.send_line(body).await.is_err()
+        let Some(process) = self.agents.current(&connection.agent) else {
+            return Ok(Reply::Accepted);
+        };
+        if method == method::CANCEL_REQUEST {
+            // The client names its own request id; the agent knows another one.
+            let Some(agent_id) = protocol::cancelled_request_id(envelope.params)
+                .and_then(|id| process.agent_id_of(connection, id.get()))
+            else {
+                return Ok(Reply::Accepted);
+            };
+            let line = protocol::notification_line(
+                method::CANCEL_REQUEST,
+                &serde_json::json!({ "requestId": agent_id }),
+            );
+            if process.send_line(&line).await.is_err() {
+                tracing::debug!(connection = %connection.id, "cancel dropped: agent process exited");
+            }
+            return Ok(Reply::Accepted);
+        }
+        if let Some(session) = envelope
+            .session_id()
+            .and_then(|id| self.live_session(&process, &id))
         {
+            session.record(Direction::ClientToAgent, Bytes::copy_from_slice(body));
+        }
+        if process.send_line(body).await.is_err() {
             tracing::debug!(connection = %connection.id, "notification dropped: agent process exited");
         }
         Ok(Reply::Accepted)
+    }
+
+    /// The session if it is live on `process` (sessions of an earlier process
+    /// of the same agent are not).
+    fn live_session(&self, process: &AgentProcess, id: &str) -> Option<Arc<Session>> {
+        self.sessions
+            .get(id)
+            .filter(|s| s.process_generation == process.generation)
+    }
+
+    /// The `initialize` result clients get: the agent's own, with the
+    /// runtime's capability block at
+    /// `agentCapabilities._meta["sandboxagent.dev"]` (DESIGN.md section 5).
+    fn initialize_result(&self, process: &AgentProcess) -> Box<RawValue> {
+        let Some(raw) = process.initialize_result.lock().clone() else {
+            return RawValue::NULL.to_owned();
+        };
+        let Ok(mut result) = serde_json::from_str::<serde_json::Value>(raw.get()) else {
+            return raw;
+        };
+        if let Some(object) = result.as_object_mut() {
+            object
+                .entry("agentCapabilities")
+                .or_insert_with(|| serde_json::json!({}));
+        }
+        let block = ext_methods::advertisement(
+            self.ext.names(),
+            &[
+                capability::SESSION_ENDED_NOTIFICATION,
+                capability::AGENT_UNPARSED_NOTIFICATION,
+                capability::STREAM_GAP_NOTIFICATION,
+                capability::SESSION_AGENT_META,
+                capability::SESSION_LIST_INVENTORY,
+            ],
+        );
+        ext_methods::inject_advertisement(&mut result, block);
+        protocol::raw(&result)
+    }
+
+    /// `session/list` from the server-wide inventory: every agent and
+    /// connection, newest first, ACP cursor pagination (50 per page).
+    fn list_sessions(&self, client_id: &RawValue, params: Option<&RawValue>) -> Vec<u8> {
+        const PAGE: usize = 50;
+        let request: ListSessionsRequest = match params {
+            None => ListSessionsRequest::new(),
+            Some(params) => match serde_json::from_str(params.get()) {
+                Ok(request) => request,
+                Err(error) => {
+                    let error =
+                        RpcError::new(code::INVALID_PARAMS, format!("invalid params: {error}"));
+                    return protocol::error_response_line(client_id, &error);
+                }
+            },
+        };
+        let cwd = request
+            .cwd
+            .as_ref()
+            .map(|cwd| cwd.to_string_lossy().into_owned());
+        match self
+            .sessions
+            .list(cwd.as_deref(), request.cursor.as_deref(), PAGE)
+        {
+            Ok(page) => {
+                let sessions = page.sessions.iter().map(|s| s.info()).collect();
+                let response = ListSessionsResponse::new(sessions).next_cursor(page.next_cursor);
+                protocol::result_response_line(client_id, &response)
+            }
+            Err(message) => protocol::error_response_line(
+                client_id,
+                &RpcError::new(code::INVALID_PARAMS, message),
+            ),
+        }
+    }
+
+    /// The session, or the JSON-RPC error for an unknown one (`-32002`).
+    ///
+    /// # Errors
+    /// [`RpcError`] with code `RESOURCE_NOT_FOUND`.
+    pub fn session_or_error(&self, id: &str) -> Result<Arc<Session>, RpcError> {
+        self.sessions.get(id).ok_or_else(|| {
+            RpcError::new(code::RESOURCE_NOT_FOUND, format!("unknown session {id}"))
+                .with_data(serde_json::json!({ "sessionId": id }))
+        })
+    }
+
+    /// `_sandboxagent/session/terminate`: ends the session for good. Tells
+    /// its connections with `session/ended` (`terminated` by `daemon`), sends
+    /// the agent `session/cancel`, and after `terminate_grace` answers a
+    /// prompt the agent still has not ended with stop reason `cancelled`.
+    /// Idempotent.
+    ///
+    /// # Errors
+    /// [`RpcError`] for an unknown session.
+    pub async fn terminate_session(
+        self: &Arc<Self>,
+        id: &str,
+    ) -> Result<TerminateResult, RpcError> {
+        let session = self.session_or_error(id)?;
+        let Some(attached) = session.end(EndReason::Terminated) else {
+            return Ok(TerminateResult {
+                session_id: id.to_owned(),
+                already_ended: true,
+            });
+        };
+        tracing::info!(session = id, "terminating session");
+        let notice = protocol::notification_line(
+            SESSION_ENDED,
+            &SessionEnded {
+                session_id: id.to_owned(),
+                reason: EndReason::Terminated,
+                terminated_by: TerminatedBy::Daemon,
+                message: Some("terminated on request".to_owned()),
+                exit_code: None,
+                stderr: None,
+            },
+        );
+        session.record(Direction::AgentToClient, Bytes::copy_from_slice(&notice));
+        for connection in attached {
+            connection.push(&notice);
+        }
+        if let Some(process) = self
+            .agents
+            .current(&session.agent)
+            .filter(|p| p.generation == session.process_generation)
+        {
+            let cancel = protocol::notification_line(
+                method::SESSION_CANCEL,
+                &serde_json::json!({ "sessionId": id }),
+            );
+            session.record(Direction::ClientToAgent, Bytes::copy_from_slice(&cancel));
+            if process.send_line(&cancel).await.is_ok() {
+                let runtime = self.clone();
+                let id = id.to_owned();
+                let grace = self.config.terminate_grace;
+                tokio::spawn(async move {
+                    tokio::time::sleep(grace).await;
+                    let abandoned = process.abandon_prompts(&runtime, &id);
+                    if abandoned > 0 {
+                        tracing::warn!(
+                            session = id,
+                            abandoned,
+                            "agent did not end the turn of a terminated session; answered it as cancelled"
+                        );
+                    }
+                });
+            }
+        }
+        Ok(TerminateResult {
+            session_id: id.to_owned(),
+            already_ended: false,
+        })
+    }
+
+    /// `_sandboxagent/session/list_models`.
+    ///
+    /// # Errors
+    /// [`RpcError`] for an unknown session or agent.
+    pub fn list_models(&self, target: ModelsTarget) -> Result<ListModelsResult, RpcError> {
+        match target {
+            ModelsTarget::Session(id) => Ok(self.session_or_error(&id)?.models()),
+            ModelsTarget::Agent(agent) => {
+                if !self.agents.is_known(&agent) {
+                    return Err(RpcError::new(
+                        code::INVALID_PARAMS,
+                        format!(
+                            "unknown agent {agent:?}; known agents: {}",
+                            self.agents.known_ids()
+                        ),
+                    ));
+                }
+                Ok(ListModelsResult {
+                    available_models: self.agents.reported_models(&agent).unwrap_or_default(),
+                    current_model_id: None,
+                })
+            }
+        }
     }
 
     async fn answer(
@@ -330,8 +613,12 @@ impl Runtime {
         body: &[u8],
     ) -> Result<Reply, Error> {
         let raw_id = envelope.id.map(RawValue::get).unwrap_or("null");
-        match self.agents.current(&connection.agent) {
-            Some(process) if process.take_agent_request(raw_id) => {
+        let current = self.agents.current(&connection.agent);
+        match current.as_ref().map(|p| (p, p.take_agent_request(raw_id))) {
+            Some((process, Some(session))) => {
+                if let Some(session) = session.and_then(|id| self.live_session(process, &id)) {
+                    session.record(Direction::ClientToAgent, Bytes::copy_from_slice(body));
+                }
                 if process.send_line(body).await.is_err() {
                     tracing::debug!(connection = %connection.id, "answer dropped: agent process exited");
                 }
@@ -342,15 +629,6 @@ impl Runtime {
         }
         Ok(Reply::Accepted)
     }
-}
-
-/// The `initialize` result clients get: the agent's own.
-fn initialize_result(process: &AgentProcess) -> Box<RawValue> {
-    process
-        .initialize_result
-        .lock()
-        .clone()
-        .unwrap_or_else(|| RawValue::NULL.to_owned())
 }
 
 fn cwd_of(params: Option<&RawValue>) -> Option<String> {

@@ -1,11 +1,20 @@
-//! The server-wide session inventory: which agent process hosts each session
-//! and which connections are attached to it (DESIGN.md section 4).
+//! The server-wide session inventory (DESIGN.md sections 4 and 5): which
+//! agent process hosts each session, which connections are attached to it,
+//! its metadata and hints, and its event log.
 
 use crate::connection::Connection;
+use crate::event_log::{EventLog, LogLimits};
+use crate::hints::Hints;
+use agent_client_protocol::v1::schema::SessionInfo;
+use bytes::Bytes;
 use dashmap::DashMap;
+use ext_methods::{
+    Direction, EndReason, ListModelsResult, ModelInfo, SessionEventsPage, SessionMeta,
+};
 use parking_lot::Mutex;
+use serde_json::{Map, Value};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// One ACP session known to the runtime.
 #[derive(Debug)]
@@ -26,7 +35,14 @@ struct SessionState {
     cwd: Option<String>,
     attached: Vec<Arc<Connection>>,
     updated_at: SystemTime,
-    ended: bool,
+    ended: Option<EndReason>,
+    /// `_meta["sandboxagent.dev"]` as stored from `session/new` and `set_metadata`.
+    metadata: Map<String, Value>,
+    title: Option<String>,
+    model: Option<String>,
+    mode: Option<String>,
+    models: Option<Vec<ModelInfo>>,
+    log: EventLog,
 }
 
 impl Session {
@@ -45,93 +61,260 @@ impl Session {
         connection.attach_session(self.id.clone());
     }
 
-    /// Stops delivery to `connection`.
-    pub fn detach(&self, connection: &Connection) {
-        self.state
-            .lock()
+    /// Stops delivery to `connection`; returns whether it was attached.
+    pub fn detach(&self, connection: &Connection) -> bool {
+        let mut state = self.state.lock();
+        let before = state.attached.len();
+        state
             .attached
             .retain(|c| !std::ptr::eq(c.as_ref(), connection));
+        let was_attached = state.attached.len() != before;
+        drop(state);
         connection.detach_session(&self.id);
+        was_attached
     }
 
-    /// Marks the session ended and returns the connections that were attached,
-    /// or `None` if it had already ended.
-    pub fn end(&self) -> Option<Vec<Arc<Connection>>> {
+    /// Marks the session ended and detaches every connection (nothing more of
+    /// it is delivered; the event log still records it). Returns the
+    /// connections that were attached, or `None` if it had already ended.
+    pub fn end(&self, reason: EndReason) -> Option<Vec<Arc<Connection>>> {
         let mut state = self.state.lock();
-        if state.ended {
+        if state.ended.is_some() {
             return None;
         }
-        state.ended = true;
+        state.ended = Some(reason);
         state.updated_at = SystemTime::now();
-        Some(state.attached.clone())
+        let attached = std::mem::take(&mut state.attached);
+        drop(state);
+        for connection in &attached {
+            connection.detach_session(&self.id);
+        }
+        Some(attached)
     }
 
     /// Whether the session ended.
     pub fn is_ended(&self) -> bool {
-        self.state.lock().ended
+        self.state.lock().ended.is_some()
     }
 
-    /// Records activity (a prompt, an update).
-    pub fn touch(&self) {
-        self.state.lock().updated_at = SystemTime::now();
+    /// Whether the session was ended by `_sandboxagent/session/terminate`:
+    /// then it is over for good (no load, resume or fork brings it back).
+    pub fn is_terminated(&self) -> bool {
+        self.state.lock().ended == Some(EndReason::Terminated)
+    }
+
+    /// Records one ACP message of this session in its event log.
+    pub fn record(&self, direction: Direction, message: Bytes) {
+        let mut state = self.state.lock();
+        state.updated_at = SystemTime::now();
+        state.log.record(direction, message);
+    }
+
+    /// Records a message and returns the attached connections, under one lock.
+    pub fn record_and_targets(&self, direction: Direction, message: Bytes) -> Vec<Arc<Connection>> {
+        let mut state = self.state.lock();
+        state.updated_at = SystemTime::now();
+        state.log.record(direction, message);
+        state.attached.clone()
+    }
+
+    /// Up to `limit` logged events at or after `offset`.
+    pub fn events(&self, offset: u64, limit: usize) -> SessionEventsPage {
+        self.state.lock().log.page(offset, limit)
+    }
+
+    /// Takes what an agent message said about title, mode and model.
+    pub fn apply_hints(&self, hints: &Hints) {
+        let mut state = self.state.lock();
+        if let Some(title) = &hints.title {
+            state.title.clone_from(title);
+        }
+        if let Some(mode) = &hints.mode {
+            state.mode = Some(mode.clone());
+        }
+        if let Some(model) = &hints.model {
+            state.model = Some(model.clone());
+        }
+        if let Some(models) = &hints.models {
+            state.models = Some(models.clone());
+        }
+    }
+
+    /// Merges `patch` into the stored metadata (JSON Merge Patch); `title`,
+    /// `model` and `mode` in it also set (or, as `null`, clear) the hints.
+    pub fn apply_metadata(&self, patch: &Map<String, Value>) {
+        let mut state = self.state.lock();
+        ext_methods::meta::merge(&mut state.metadata, patch);
+        for (key, slot) in [("title", 0), ("model", 1), ("mode", 2)] {
+            let Some(value) = patch.get(key) else {
+                continue;
+            };
+            let value = value.as_str().map(str::to_owned);
+            if value.is_none() && !patch[key].is_null() {
+                continue;
+            }
+            match slot {
+                0 => state.title = value,
+                1 => state.model = value,
+                _ => state.mode = value,
+            }
+        }
+        state.updated_at = SystemTime::now();
+    }
+
+    /// The namespace object of this session's entry.
+    pub fn meta(&self) -> SessionMeta {
+        let state = self.state.lock();
+        let mut extra = state.metadata.clone();
+        for key in ext_methods::meta::RUNTIME_KEYS
+            .iter()
+            .chain(&["title", "model", "mode"])
+        {
+            extra.remove(*key);
+        }
+        SessionMeta {
+            agent: self.agent.to_string(),
+            created_at: rfc3339(self.created_at),
+            updated_at: rfc3339(state.updated_at),
+            ended: state.ended.is_some(),
+            event_count: state.log.count(),
+            title: state.title.clone(),
+            model: state.model.clone(),
+            mode: state.mode.clone(),
+            extra,
+        }
+    }
+
+    /// This session as a `session/list` entry (ACP `SessionInfo`) with
+    /// `_meta["sandboxagent.dev"]`.
+    pub fn info(&self) -> SessionInfo {
+        let meta = self.meta();
+        let (cwd, updated_at, title) = {
+            let state = self.state.lock();
+            (
+                state.cwd.clone().unwrap_or_default(),
+                rfc3339(state.updated_at),
+                state.title.clone(),
+            )
+        };
+        let mut namespace = Map::new();
+        if let Ok(value) = serde_json::to_value(&meta) {
+            namespace.insert(ext_methods::NAMESPACE.to_owned(), value);
+        }
+        SessionInfo::new(self.id.to_string(), cwd)
+            .title(title)
+            .updated_at(updated_at)
+            .meta(namespace)
+    }
+
+    /// The models this session's agent offers and the session's current model.
+    pub fn models(&self) -> ListModelsResult {
+        let state = self.state.lock();
+        ListModelsResult {
+            available_models: state.models.clone().unwrap_or_default(),
+            current_model_id: state.model.clone(),
+        }
     }
 
     /// The working directory given at creation, if known.
     pub fn cwd(&self) -> Option<String> {
         self.state.lock().cwd.clone()
     }
+}
 
-    /// Last activity.
-    pub fn updated_at(&self) -> SystemTime {
-        self.state.lock().updated_at
-    }
+/// RFC 3339 with milliseconds, UTC.
+pub fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+/// Settings of the inventory.
+#[derive(Debug, Clone, Copy)]
+pub struct InventoryLimits {
+    /// Bounds of each session's event log.
+    pub log: LogLimits,
+    /// Ended sessions kept (the oldest are forgotten past this).
+    pub ended_sessions: usize,
 }
 
 /// All sessions of this server, by session id.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Sessions {
     map: DashMap<Arc<str>, Arc<Session>>,
+    limits: InventoryLimits,
+}
+
+/// One page of `session/list` (ACP cursor pagination).
+#[derive(Debug)]
+pub struct ListPage {
+    /// Newest first.
+    pub sessions: Vec<Arc<Session>>,
+    /// Cursor of the next page, if there is one.
+    pub next_cursor: Option<String>,
 }
 
 impl Sessions {
+    /// An empty inventory.
+    pub fn new(limits: InventoryLimits) -> Self {
+        Self {
+            map: DashMap::new(),
+            limits,
+        }
+    }
+
     /// Looks a session up.
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
         self.map.get(id).map(|entry| entry.value().clone())
     }
 
-    /// Registers a session (or replaces an ended one with the same id; DESIGN.md
-    /// section 3: a reused id replaces the ended entry). A live entry with the
-    /// same id is kept and returned.
+    /// Registers a session, or replaces an ended one (or one of an earlier
+    /// process) with the same id (DESIGN.md section 3: a reused id replaces
+    /// the ended entry; the old history goes with it). A live entry of the
+    /// same process is kept and returned.
     pub fn insert(
         &self,
         id: &str,
         agent: Arc<str>,
         process_generation: u64,
         cwd: Option<String>,
+        metadata: Map<String, Value>,
     ) -> Arc<Session> {
         let make = || {
             let now = SystemTime::now();
-            Arc::new(Session {
+            let state = SessionState {
+                cwd: cwd.clone(),
+                attached: Vec::new(),
+                updated_at: now,
+                ended: None,
+                metadata: Map::new(),
+                title: None,
+                model: None,
+                mode: None,
+                models: None,
+                log: EventLog::new(self.limits.log),
+            };
+            let session = Arc::new(Session {
                 id: id.into(),
                 agent: agent.clone(),
                 process_generation,
                 created_at: now,
-                state: Mutex::new(SessionState {
-                    cwd: cwd.clone(),
-                    attached: Vec::new(),
-                    updated_at: now,
-                    ended: false,
-                }),
-            })
+                state: Mutex::new(state),
+            });
+            session.apply_metadata(&metadata);
+            session
         };
-        let mut entry = self.map.entry(id.into()).or_insert_with(make);
-        let existing = entry.value().clone();
-        if existing.is_ended() || existing.process_generation != process_generation {
-            let fresh = make();
-            *entry.value_mut() = fresh.clone();
-            return fresh;
-        }
-        existing
+        let session = {
+            let mut entry = self.map.entry(id.into()).or_insert_with(make);
+            let existing = entry.value().clone();
+            if existing.is_ended() || existing.process_generation != process_generation {
+                let fresh = make();
+                *entry.value_mut() = fresh.clone();
+                fresh
+            } else {
+                existing
+            }
+        };
+        self.forget_old_ended();
+        session
     }
 
     /// Live sessions hosted by this agent process generation.
@@ -148,8 +331,201 @@ impl Sessions {
             .collect()
     }
 
-    /// Every session, in no particular order.
+    /// Every session, newest first.
     pub fn all(&self) -> Vec<Arc<Session>> {
-        self.map.iter().map(|entry| entry.value().clone()).collect()
+        let mut sessions: Vec<Arc<Session>> =
+            self.map.iter().map(|entry| entry.value().clone()).collect();
+        sessions.sort_by_key(|s| std::cmp::Reverse(sort_key(s)));
+        sessions
+    }
+
+    /// One page of sessions, newest first, optionally only those in `cwd`,
+    /// after `cursor` (from an earlier page).
+    ///
+    /// # Errors
+    /// A message when `cursor` was not made by this server.
+    pub fn list(
+        &self,
+        cwd: Option<&str>,
+        cursor: Option<&str>,
+        page_size: usize,
+    ) -> Result<ListPage, String> {
+        let after = cursor.map(parse_cursor).transpose()?;
+        let mut matching = self
+            .all()
+            .into_iter()
+            .filter(|s| cwd.is_none_or(|cwd| s.cwd().as_deref() == Some(cwd)))
+            .filter(|s| after.as_ref().is_none_or(|after| sort_key(s) < *after));
+        let sessions: Vec<Arc<Session>> = matching.by_ref().take(page_size).collect();
+        let next_cursor = match (matching.next(), sessions.last()) {
+            (Some(_), Some(last)) => Some(make_cursor(last)),
+            _ => None,
+        };
+        Ok(ListPage {
+            sessions,
+            next_cursor,
+        })
+    }
+
+    fn forget_old_ended(&self) {
+        let mut ended: Vec<(u128, Arc<str>)> = self
+            .map
+            .iter()
+            .filter(|entry| entry.value().is_ended())
+            .map(|entry| (sort_key(entry.value()).0, entry.key().clone()))
+            .collect();
+        if ended.len() <= self.limits.ended_sessions {
+            return;
+        }
+        ended.sort();
+        let excess = ended.len() - self.limits.ended_sessions;
+        for (_, id) in ended.into_iter().take(excess) {
+            self.map.remove_if(&id, |_, session| session.is_ended());
+        }
+    }
+}
+
+/// Creation time (ns since the epoch) and id: a total order for listing.
+fn sort_key(session: &Session) -> (u128, Arc<str>) {
+    let nanos = session
+        .created_at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    (nanos, session.id.clone())
+}
+
+fn make_cursor(session: &Session) -> String {
+    let (nanos, id) = sort_key(session);
+    format!("{nanos}:{id}")
+}
+
+fn parse_cursor(cursor: &str) -> Result<(u128, Arc<str>), String> {
+    cursor
+        .split_once(':')
+        .and_then(|(nanos, id)| Some((nanos.parse().ok()?, id.into())))
+        .ok_or_else(|| format!("invalid cursor {cursor:?}: pass nextCursor from an earlier page"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sessions() -> Sessions {
+        Sessions::new(InventoryLimits {
+            log: LogLimits {
+                events: 10,
+                bytes: usize::MAX,
+            },
+            ended_sessions: 2,
+        })
+    }
+
+    fn object(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn metadata_pass_through_and_runtime_keys() {
+        let inventory = sessions();
+        let session = inventory.insert(
+            "s",
+            "mock".into(),
+            1,
+            Some("/w".into()),
+            object(json!({"agent": "mock", "variant": "x", "title": "T", "eventCount": 99})),
+        );
+        session.record(Direction::AgentToClient, Bytes::from_static(b"{}"));
+        let meta = session.meta();
+        assert_eq!(meta.agent, "mock");
+        assert_eq!(meta.title.as_deref(), Some("T"));
+        assert_eq!(meta.event_count, 1, "runtime keys win over stored ones");
+        assert_eq!(meta.extra.get("variant"), Some(&json!("x")));
+        assert!(!meta.extra.contains_key("agent"));
+        let info = serde_json::to_value(session.info()).expect("json");
+        assert_eq!(info["sessionId"], "s");
+        assert_eq!(info["cwd"], "/w");
+        assert_eq!(info["title"], "T");
+        assert_eq!(info["_meta"]["sandboxagent.dev"]["variant"], "x");
+    }
+
+    #[test]
+    fn set_metadata_side_effects() {
+        let inventory = sessions();
+        let session = inventory.insert("s", "mock".into(), 1, None, Map::new());
+        session.apply_metadata(&object(
+            json!({"title": "A", "model": "m", "mode": "plan", "labels": {"k": 1}}),
+        ));
+        let meta = session.meta();
+        assert_eq!(
+            (
+                meta.title.as_deref(),
+                meta.model.as_deref(),
+                meta.mode.as_deref()
+            ),
+            (Some("A"), Some("m"), Some("plan"))
+        );
+        session.apply_metadata(&object(
+            json!({"title": null, "labels": {"k": null, "j": 2}}),
+        ));
+        let meta = session.meta();
+        assert_eq!(meta.title, None);
+        assert_eq!(meta.extra["labels"], json!({"j": 2}));
+    }
+
+    #[test]
+    fn list_is_newest_first_with_cursor_pages() {
+        let inventory = sessions();
+        for id in ["a", "b", "c", "d", "e"] {
+            inventory.insert(id, "mock".into(), 1, Some("/w".into()), Map::new());
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let page = inventory.list(None, None, 2).expect("page");
+        let ids = |p: &ListPage| {
+            p.sessions
+                .iter()
+                .map(|s| s.id.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&page), ["e", "d"]);
+        let page = inventory
+            .list(None, page.next_cursor.as_deref(), 2)
+            .expect("page 2");
+        assert_eq!(ids(&page), ["c", "b"]);
+        let page = inventory
+            .list(None, page.next_cursor.as_deref(), 2)
+            .expect("page 3");
+        assert_eq!(ids(&page), ["a"]);
+        assert_eq!(page.next_cursor, None);
+        assert!(inventory.list(None, Some("garbage"), 2).is_err());
+        assert!(
+            inventory
+                .list(Some("/elsewhere"), None, 10)
+                .expect("filter")
+                .sessions
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn ended_sessions_are_replaced_and_pruned() {
+        let inventory = sessions();
+        let first = inventory.insert("s", "mock".into(), 1, None, Map::new());
+        assert!(first.end(EndReason::Error).is_some());
+        assert!(
+            first.end(EndReason::Error).is_none(),
+            "ending twice reports nothing new"
+        );
+        let second = inventory.insert("s", "mock".into(), 1, None, Map::new());
+        assert!(!Arc::ptr_eq(&first, &second));
+        for id in ["x", "y", "z"] {
+            inventory
+                .insert(id, "mock".into(), 1, None, Map::new())
+                .end(EndReason::Completed);
+        }
+        inventory.insert("w", "mock".into(), 1, None, Map::new());
+        let ended = inventory.all().iter().filter(|s| s.is_ended()).count();
+        assert_eq!(ended, 2, "only the newest ended sessions are kept");
+        assert!(inventory.get("x").is_none());
     }
 }

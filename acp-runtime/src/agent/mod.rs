@@ -14,7 +14,9 @@ pub mod process;
 pub mod router;
 
 use crate::config::AgentSpec;
+use crate::hints::Hints;
 use crate::runtime::Runtime;
+use ext_methods::{AgentInfo, ModelInfo};
 use framing::Line;
 use futures::StreamExt;
 use nix::sys::signal::Signal;
@@ -65,21 +67,14 @@ struct AgentSlot {
     starts: AtomicU64,
     /// Why the last start or process failed.
     last_error: Mutex<Option<String>>,
+    /// Models and modes the agent reported in any session.
+    reported: Mutex<Reported>,
 }
 
-/// What `GET /v2/agents` reports about one agent at this moment.
-#[derive(Debug, Clone)]
-pub struct AgentStatus {
-    /// The configured agent.
-    pub spec: AgentSpec,
-    /// Pid of the running process.
-    pub pid: Option<u32>,
-    /// Restarts after the first start.
-    pub restarts: u64,
-    /// Why the last start or process failed.
-    pub last_error: Option<String>,
-    /// The agent's `initialize` result, once it answered.
-    pub initialize_result: Option<Box<RawValue>>,
+#[derive(Debug, Default)]
+struct Reported {
+    models: Option<Vec<ModelInfo>>,
+    modes: Option<Vec<serde_json::Value>>,
 }
 
 impl Agents {
@@ -100,6 +95,7 @@ impl Agents {
                         starting: tokio::sync::Mutex::new(()),
                         starts: AtomicU64::new(0),
                         last_error: Mutex::new(None),
+                        reported: Mutex::new(Reported::default()),
                     },
                 )
             })
@@ -238,18 +234,59 @@ impl Agents {
         *slot.last_error.lock() = Some(reason);
     }
 
-    /// Status of every configured agent, by id.
-    pub fn statuses(&self) -> Vec<AgentStatus> {
+    /// Remembers the models and modes an agent reported.
+    pub fn report_hints(&self, agent: &str, hints: &Hints) {
+        let Some(slot) = self.slots.get(agent) else {
+            return;
+        };
+        let mut reported = slot.reported.lock();
+        if let Some(models) = &hints.models {
+            reported.models = Some(models.clone());
+        }
+        if let Some(modes) = &hints.modes {
+            reported.modes = Some(modes.clone());
+        }
+    }
+
+    /// The models `agent` reported, if it did.
+    pub fn reported_models(&self, agent: &str) -> Option<Vec<ModelInfo>> {
+        self.slots.get(agent)?.reported.lock().models.clone()
+    }
+
+    /// What `GET /v2/agents` and `_sandboxagent/agent/list` say about every
+    /// configured agent now.
+    pub fn infos(&self) -> Vec<AgentInfo> {
         self.slots
             .values()
             .map(|slot| {
                 let current = slot.current.read().clone().filter(|p| p.is_alive());
-                AgentStatus {
-                    spec: slot.spec.clone(),
+                let initialize: Option<serde_json::Value> = current
+                    .as_ref()
+                    .and_then(|p| p.initialize_result.lock().clone())
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok());
+                let field = |name: &str| initialize.as_ref().and_then(|i| i.get(name)).cloned();
+                let agent_info = field("agentInfo");
+                let reported = slot.reported.lock();
+                let spec = &slot.spec;
+                AgentInfo {
+                    id: spec.id.clone(),
+                    name: spec.name.clone(),
+                    installed: spec.is_runnable(),
+                    version: agent_info
+                        .as_ref()
+                        .and_then(|i| i.get("version"))
+                        .and_then(|v| v.as_str())
+                        .map(str::to_owned),
+                    source: spec.source,
+                    path: Some(spec.program.display().to_string()),
+                    running: current.is_some(),
                     pid: current.as_ref().map(|p| p.pid),
                     restarts: slot.starts.load(Ordering::Relaxed).saturating_sub(1),
                     last_error: slot.last_error.lock().clone(),
-                    initialize_result: current.and_then(|p| p.initialize_result.lock().clone()),
+                    capabilities: field("agentCapabilities"),
+                    agent_info,
+                    models: reported.models.clone(),
+                    modes: reported.modes.clone(),
                 }
             })
             .collect()

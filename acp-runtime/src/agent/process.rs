@@ -10,11 +10,11 @@
 use super::framing::{Line, LineDecoder};
 use crate::config::AgentSpec;
 use bytes::Bytes;
+use ext_methods::StderrExcerpt;
 use futures::StreamExt;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use parking_lot::Mutex;
-use serde::Serialize;
 use std::collections::VecDeque;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -134,32 +134,16 @@ impl StderrCapture {
 
     /// The `stderr` member of `_sandboxagent/session/ended`: the first 20 and
     /// last 50 lines, whether lines in between were left out, and the count.
-    pub fn summary(&self) -> StderrSummary {
+    pub fn summary(&self) -> StderrExcerpt {
         let kept = (self.head.len() + self.tail.len()) as u64;
-        StderrSummary {
+        StderrExcerpt {
             head: (!self.head.is_empty()).then(|| self.head.join("\n")),
             tail: (!self.tail.is_empty())
                 .then(|| self.tail.iter().cloned().collect::<Vec<_>>().join("\n")),
             truncated: self.total > kept,
-            total_lines: self.total,
+            total_lines: Some(self.total),
         }
     }
-}
-
-/// Serialized stderr excerpt (DESIGN.md section 5, `session/ended`).
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StderrSummary {
-    /// First lines, joined by `\n`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub head: Option<String>,
-    /// Last lines, joined by `\n`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tail: Option<String>,
-    /// Lines between head and tail were left out.
-    pub truncated: bool,
-    /// Lines seen in all.
-    pub total_lines: u64,
 }
 
 /// Sends `signal` to the agent's process group (the agent and its children).

@@ -12,17 +12,20 @@
 //! written before a response is in the connection's ring before the response
 //! is released.
 
-use super::process::{StderrCapture, StderrSummary};
+use super::process::StderrCapture;
 use crate::connection::Connection;
-use crate::protocol::{
-    self, AGENT_UNPARSED, Envelope, Kind, RpcError, SESSION_ENDED, code, method,
-};
+use crate::hints;
+use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
 use crate::runtime::Runtime;
 use crate::session::Session;
 use bytes::Bytes;
+use ext_methods::notification::{AGENT_UNPARSED, SESSION_ENDED};
+use ext_methods::{AgentUnparsed, Direction, EndReason, SessionEnded, TerminatedBy};
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -46,7 +49,14 @@ pub enum Effect {
     CreateSession {
         /// `params.cwd` of the request.
         cwd: Option<String>,
+        /// `params._meta["sandboxagent.dev"]`, stored as the session's metadata.
+        metadata: Map<String, Value>,
+        /// The client's request, first entry of the session's event log.
+        request: Bytes,
     },
+    /// `session/set_mode`, `session/set_model`: what the request implies
+    /// about the session once the agent accepted it.
+    SetHints(hints::Hints),
     /// `session/load`, `session/resume`: attach the requesting connection to
     /// `params.sessionId`.
     AttachSession {
@@ -65,6 +75,10 @@ enum Pending {
         client_id: Box<RawValue>,
         reply: oneshot::Sender<Bytes>,
         effect: Effect,
+        /// `params.sessionId`: the answer goes to that session's event log.
+        session: Option<Arc<str>>,
+        /// A `session/prompt`, which terminate may answer on the agent's behalf.
+        prompt: bool,
     },
     /// The runtime's own request (its `initialize`).
     Runtime(oneshot::Sender<Result<Box<RawValue>, Box<RawValue>>>),
@@ -182,6 +196,7 @@ impl AgentProcess {
         method: &str,
         params: Option<&RawValue>,
         effect: Effect,
+        session: Option<Arc<str>>,
     ) -> Result<oneshot::Receiver<Bytes>, SendError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut line = protocol::request_line(&protocol::agent_id(id), method, params);
@@ -194,6 +209,8 @@ impl AgentProcess {
                 client_id: client_id.to_owned(),
                 reply,
                 effect,
+                session,
+                prompt: method == method::SESSION_PROMPT,
             },
         );
         *self.last_requester.lock() = Arc::downgrade(connection);
@@ -243,16 +260,16 @@ impl AgentProcess {
             .map_err(|_| SendError::Exited)
     }
 
-    /// Takes the client's answer to agent request `raw_id` if it is still
-    /// unanswered; `false` when it was answered already or never existed (the
+    /// Takes agent request `raw_id` if it is still unanswered, returning its
+    /// session; `None` when it was answered already or never existed (the
     /// caller drops the answer: exactly one answer reaches the agent).
-    pub fn take_agent_request(&self, raw_id: &str) -> bool {
+    pub fn take_agent_request(&self, raw_id: &str) -> Option<Option<Arc<str>>> {
         let mut requests = self.agent_requests.lock();
         let key = requests
             .iter()
             .find(|(_, (id, _))| &**id == raw_id)
-            .map(|(seq, _)| *seq);
-        key.and_then(|seq| requests.remove(&seq)).is_some()
+            .map(|(seq, _)| *seq)?;
+        requests.remove(&key).map(|(_, request)| request.session)
     }
 
     /// Handles one line the agent wrote to stdout.
@@ -288,18 +305,12 @@ impl AgentProcess {
     /// Reports a line that is not a JSON-RPC object to every connection of this agent.
     pub fn report_unparsed(&self, runtime: &Runtime, raw: &str, error: &str) {
         tracing::warn!(agent = %self.agent, error, "agent wrote a line that is not JSON-RPC");
-        #[derive(Serialize)]
-        struct Unparsed<'a> {
-            agent: &'a str,
-            raw: &'a str,
-            error: &'a str,
-        }
         let notice = protocol::notification_line(
             AGENT_UNPARSED,
-            &Unparsed {
-                agent: &self.agent,
-                raw,
-                error,
+            &AgentUnparsed {
+                agent: self.agent.to_string(),
+                raw: raw.to_owned(),
+                error: error.to_owned(),
             },
         );
         for connection in runtime.connections.of_agent(&self.agent) {
@@ -330,50 +341,105 @@ impl AgentProcess {
                 client_id,
                 reply,
                 effect,
+                session,
+                ..
             } => {
-                if let Some(result) = envelope.result {
-                    self.apply_effect(runtime, &connection, effect, result);
-                } else if let Effect::AttachSession { session, .. } = &effect
-                    && let Some(session) = runtime.sessions.get(session)
-                {
-                    // The load failed: undo the early attach (see `prepare_attach`).
-                    session.detach(&connection);
+                let mut result = envelope.result.map(Cow::Borrowed);
+                let session = match (envelope.result, effect) {
+                    (Some(raw), Effect::None) => {
+                        let session = session.and_then(|id| self.live_session(runtime, &id));
+                        if let Some(session) = &session
+                            && let Some(hints) = hints::from_result(raw)
+                        {
+                            self.take_hints(runtime, session, &hints);
+                        }
+                        session
+                    }
+                    (Some(raw), Effect::SetHints(mut implied)) => {
+                        let session = session.and_then(|id| self.live_session(runtime, &id));
+                        if let Some(session) = &session {
+                            if let Some(reported) = hints::from_result(raw) {
+                                implied.merge(reported);
+                            }
+                            self.take_hints(runtime, session, &implied);
+                        }
+                        session
+                    }
+                    (Some(raw), effect) => {
+                        let created = self.apply_effect(runtime, &connection, effect, raw);
+                        if let Some(session) = &created {
+                            result = Some(Cow::Owned(with_session_meta(raw, session)));
+                        }
+                        created
+                    }
+                    (None, Effect::AttachSession { session, .. }) => {
+                        // The load failed: undo the early attach (see `prepare_attach`).
+                        if let Some(session) = runtime.sessions.get(&session) {
+                            session.detach(&connection);
+                        }
+                        None
+                    }
+                    (None, _) => session.and_then(|id| self.live_session(runtime, &id)),
+                };
+                let line = protocol::response_line(&client_id, result.as_deref(), envelope.error);
+                if let Some(session) = session {
+                    session.record(Direction::AgentToClient, Bytes::copy_from_slice(&line));
                 }
-                let line = protocol::response_line(&client_id, envelope.result, envelope.error);
                 connection.release_request_id(client_id.get());
                 deliver(&connection, reply, line);
             }
         }
     }
 
+    /// Registers and attaches the session a successful `session/new` /
+    /// `fork` / `load` / `resume` names, takes its hints, and flushes what was
+    /// held for it. Returns the session.
     fn apply_effect(
         &self,
         runtime: &Runtime,
         connection: &Arc<Connection>,
         effect: Effect,
         result: &RawValue,
-    ) {
-        let (session_id, cwd) = match effect {
-            Effect::None => return,
-            Effect::CreateSession { cwd } => match protocol::session_id_of(result) {
-                Some(id) => (id, cwd),
+    ) -> Option<Arc<Session>> {
+        let (session_id, cwd, metadata, request) = match effect {
+            Effect::None | Effect::SetHints(_) => return None,
+            Effect::CreateSession {
+                cwd,
+                metadata,
+                request,
+            } => match protocol::session_id_of(result) {
+                Some(id) => (id, cwd, metadata, Some(request)),
                 None => {
                     tracing::warn!(agent = %self.agent, "session answer without a sessionId");
-                    return;
+                    return None;
                 }
             },
-            Effect::AttachSession { session, cwd } => (session, cwd),
+            Effect::AttachSession { session, cwd } => (session, cwd, Map::new(), None),
         };
-        let session =
-            runtime
-                .sessions
-                .insert(&session_id, self.agent.clone(), self.generation, cwd);
-        if connection.is_closed() {
-            return;
+        let session = runtime.sessions.insert(
+            &session_id,
+            self.agent.clone(),
+            self.generation,
+            cwd,
+            metadata,
+        );
+        if let Some(request) = request {
+            session.record(Direction::ClientToAgent, request);
         }
-        session.attach(connection);
-        let delivered = self.flush_held(&session, connection);
-        self.deliver_waiting_requests(&session, connection, &delivered);
+        self.take_hints(runtime, &session, &hints::from_session_result(result));
+        if !connection.is_closed() {
+            session.attach(connection);
+            let delivered = self.flush_held(&session, connection);
+            self.deliver_waiting_requests(&session, connection, &delivered);
+        }
+        Some(session)
+    }
+
+    fn take_hints(&self, runtime: &Runtime, session: &Session, hints: &hints::Hints) {
+        if !hints.is_empty() {
+            session.apply_hints(hints);
+            runtime.agents.report_hints(&self.agent, hints);
+        }
     }
 
     /// Attaches `connection` to a known live session of this process before a
@@ -389,6 +455,10 @@ impl AgentProcess {
     }
 
     fn on_notification(&self, runtime: &Runtime, envelope: &Envelope<'_>, line: &[u8]) {
+        if envelope.method() == method::CANCEL_REQUEST {
+            self.on_agent_cancel(runtime, envelope, line);
+            return;
+        }
         let Some(session_id) = envelope.session_id() else {
             for connection in runtime.connections.of_agent(&self.agent) {
                 connection.push(line);
@@ -397,15 +467,55 @@ impl AgentProcess {
         };
         match self.live_session(runtime, &session_id) {
             Some(session) => {
-                if envelope.method() == method::SESSION_UPDATE {
-                    session.touch();
+                if envelope.method() == method::SESSION_UPDATE
+                    && let Some(hints) = hints::from_update_line(line)
+                {
+                    self.take_hints(runtime, &session, &hints);
                 }
-                for connection in session.attached() {
+                let targets = session
+                    .record_and_targets(Direction::AgentToClient, Bytes::copy_from_slice(line));
+                for connection in targets {
                     connection.push(line);
                 }
             }
             None => self.hold(session_id.into(), line, None),
         }
+    }
+
+    /// The agent withdraws one of its requests: only the connections that got
+    /// it hear about it, and a later answer is dropped.
+    fn on_agent_cancel(&self, runtime: &Runtime, envelope: &Envelope<'_>, line: &[u8]) {
+        let Some(request_id) = protocol::cancelled_request_id(envelope.params) else {
+            return;
+        };
+        let Some(session) = self.take_agent_request(request_id.get()) else {
+            return;
+        };
+        let targets = match session.and_then(|id| self.live_session(runtime, &id)) {
+            Some(session) => {
+                session.record_and_targets(Direction::AgentToClient, Bytes::copy_from_slice(line))
+            }
+            None => self.last_requester.lock().upgrade().into_iter().collect(),
+        };
+        for connection in targets {
+            connection.push(line);
+        }
+    }
+
+    /// The agent-side id of `connection`'s in-flight request `client_id`
+    /// (raw JSON text), to translate a client's `$/cancel_request`.
+    pub fn agent_id_of(&self, connection: &Connection, client_id: &str) -> Option<i64> {
+        self.pending
+            .lock()
+            .iter()
+            .find_map(|(id, pending)| match pending {
+                Pending::Client {
+                    connection: c,
+                    client_id: cid,
+                    ..
+                } if std::ptr::eq(c.as_ref(), connection) && cid.get() == client_id => Some(*id),
+                _ => None,
+            })
     }
 
     fn on_agent_request(&self, runtime: &Runtime, envelope: &Envelope<'_>, line: &[u8]) {
@@ -436,7 +546,7 @@ impl AgentProcess {
             self.hold(session_id, &line, Some(raw_id));
             return;
         };
-        let attached = session.attached();
+        let attached = session.record_and_targets(Direction::AgentToClient, line.clone());
         if attached.is_empty() {
             // Waits until a connection attaches (`deliver_waiting_requests`).
             return;
@@ -533,6 +643,7 @@ impl AgentProcess {
                 return true;
             }
             if now.duration_since(message.at) < HELD_TTL {
+                session.record(Direction::AgentToClient, message.line.clone());
                 connection.push(&message.line);
                 if let Some(id) = message.request_id.take() {
                     delivered.insert(id);
@@ -575,6 +686,46 @@ impl AgentProcess {
         }
     }
 
+    /// Answers this session's pending `session/prompt` requests with stop
+    /// reason `cancelled` on the agent's behalf (a terminated session whose
+    /// agent did not end the turn); the agent's later answers are dropped.
+    /// Returns how many.
+    pub fn abandon_prompts(&self, runtime: &Runtime, session_id: &str) -> usize {
+        let abandoned: Vec<Pending> = {
+            let mut pending = self.pending.lock();
+            let ids: Vec<i64> = pending
+                .iter()
+                .filter(|(_, p)| {
+                    matches!(p, Pending::Client { prompt: true, session: Some(s), .. } if **s == *session_id)
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            ids.iter().filter_map(|id| pending.remove(id)).collect()
+        };
+        let count = abandoned.len();
+        let session = self.live_session(runtime, session_id);
+        for pending in abandoned {
+            if let Pending::Client {
+                connection,
+                client_id,
+                reply,
+                ..
+            } = pending
+            {
+                let line = protocol::result_response_line(
+                    &client_id,
+                    &serde_json::json!({ "stopReason": "cancelled" }),
+                );
+                if let Some(session) = &session {
+                    session.record(Direction::AgentToClient, Bytes::copy_from_slice(&line));
+                }
+                connection.release_request_id(client_id.get());
+                deliver(&connection, reply, line);
+            }
+        }
+        count
+    }
+
     /// Fails every pending request (the process is gone) and ends the live
     /// sessions it hosted, telling their connections with
     /// `_sandboxagent/session/ended`.
@@ -582,16 +733,14 @@ impl AgentProcess {
         *self.exit.lock() = Some(exit);
         self.exited.cancel();
         let stderr = self.stderr.lock().summary();
-        let error = RpcError::new(
-            code::INTERNAL_ERROR,
-            format!("agent process exited ({})", exit.describe()),
-        )
-        .with_data(serde_json::json!({
-            "agent": &*self.agent,
-            "exitCode": exit.code,
-            "signal": exit.signal,
-            "stderr": &stderr,
-        }));
+        let message = format!("agent process exited ({})", exit.describe());
+        let error =
+            RpcError::new(code::INTERNAL_ERROR, message.clone()).with_data(serde_json::json!({
+                "agent": &*self.agent,
+                "exitCode": exit.code,
+                "signal": exit.signal,
+                "stderr": &stderr,
+            }));
         let pending: Vec<_> = self.pending.lock().drain().map(|(_, p)| p).collect();
         for pending in pending {
             match pending {
@@ -618,24 +767,26 @@ impl AgentProcess {
             .sessions
             .live_of_process(&self.agent, self.generation)
         {
-            let Some(attached) = session.end() else {
+            let reason = if exit.code == Some(0) {
+                EndReason::Completed
+            } else {
+                EndReason::Error
+            };
+            let Some(attached) = session.end(reason) else {
                 continue;
             };
             let notice = protocol::notification_line(
                 SESSION_ENDED,
                 &SessionEnded {
-                    session_id: &session.id,
-                    reason: if exit.code == Some(0) {
-                        "completed"
-                    } else {
-                        "error"
-                    },
-                    terminated_by: "agent",
-                    message: format!("agent process exited ({})", exit.describe()),
+                    session_id: session.id.to_string(),
+                    reason,
+                    terminated_by: TerminatedBy::Agent,
+                    message: Some(message.clone()),
                     exit_code: exit.code,
-                    stderr: &stderr,
+                    stderr: Some(stderr.clone()),
                 },
             );
+            session.record(Direction::AgentToClient, Bytes::copy_from_slice(&notice));
             for connection in attached {
                 connection.push(&notice);
             }
@@ -663,17 +814,20 @@ impl ExitInfo {
     }
 }
 
-/// `_sandboxagent/session/ended` params (DESIGN.md section 5).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SessionEnded<'a> {
-    session_id: &'a str,
-    reason: &'static str,
-    terminated_by: &'static str,
-    message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exit_code: Option<i32>,
-    stderr: &'a StderrSummary,
+/// `result` with the session's `_meta["sandboxagent.dev"]` entry added.
+fn with_session_meta(result: &RawValue, session: &Session) -> Box<RawValue> {
+    let Ok(mut value) = serde_json::from_str::<Value>(result.get()) else {
+        return result.to_owned();
+    };
+    let entries = match serde_json::to_value(session.meta()) {
+        Ok(Value::Object(entries)) => entries,
+        _ => return result.to_owned(),
+    };
+    if ext_methods::meta::inject(&mut value, entries) {
+        protocol::raw(&value)
+    } else {
+        result.to_owned()
+    }
 }
 
 /// Hands a response to the waiting POST, or, when its HTTP caller is gone (or

@@ -3,8 +3,10 @@
 //! - [`rpc`]: `POST` / `GET` / `DELETE` on `/v2/rpc`.
 //! - [`sse`]: the SSE body of `GET /v2/rpc`.
 //! - [`headers`]: bearer auth, `Accept`, `Content-Type`, `Last-Event-ID`.
+//! - [`control`]: `/v2/sessions…` and `/v2/agents` (the control plane).
 //! - [`problem`]: [`Error`] → `application/problem+json`, in one place.
 
+pub mod control;
 pub mod headers;
 pub mod problem;
 pub mod rpc;
@@ -112,7 +114,8 @@ async fn route(
                 _ => Err(Error::MethodNotAllowed("GET, POST, DELETE")),
             }
         }
-        _ => Err(Error::NotFound(path.to_owned())),
+        _ => control::route(runtime, request.method(), path, request.uri().query())
+            .unwrap_or_else(|| Err(Error::NotFound(path.to_owned()))),
     }
 }
 

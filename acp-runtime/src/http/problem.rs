@@ -22,9 +22,10 @@ impl Error {
             | Self::AgentMismatch { .. }
             | Self::InvalidLastEventId(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::UnknownConnection(_) | Self::UnknownAgent { .. } | Self::NotFound(_) => {
-                StatusCode::NOT_FOUND
-            }
+            Self::UnknownConnection(_)
+            | Self::UnknownSession(_)
+            | Self::UnknownAgent { .. }
+            | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::StreamConflict => StatusCode::CONFLICT,
@@ -47,6 +48,7 @@ impl Error {
             Self::InvalidLastEventId(_) => "invalid-last-event-id",
             Self::Unauthorized => "unauthorized",
             Self::UnknownConnection(_) => "unknown-connection",
+            Self::UnknownSession(_) => "unknown-session",
             Self::UnknownAgent { .. } => "unknown-agent",
             Self::NotFound(_) => "not-found",
             Self::MethodNotAllowed(_) => "method-not-allowed",

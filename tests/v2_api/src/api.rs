@@ -139,6 +139,37 @@ impl Api {
         body
     }
 
+    /// Sends the JSON-RPC request `method` with `params` under `id` on
+    /// `conn`; returns the response object (see [`Api::call`]).
+    pub async fn rpc(
+        &self,
+        conn: &str,
+        id: impl Into<Value>,
+        method: &str,
+        params: Value,
+    ) -> Value {
+        self.call(conn, &acp::request(id, method, params)).await
+    }
+
+    /// `GET path` with auth; the whole reply.
+    pub async fn get(&self, path: &str) -> Reply {
+        Self::send(self.request(Method::GET, path)).await
+    }
+
+    /// `GET path`, asserting `200` and `Content-Type: application/json`;
+    /// returns the body.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let reply = self.get(path).await;
+        reply.assert_status(200);
+        assert!(
+            reply
+                .header("content-type")
+                .is_some_and(|t| t.starts_with("application/json")),
+            "GET {path} is not application/json: {reply:?}"
+        );
+        reply.json()
+    }
+
     /// `initialize` for `agent` without a connection header; the raw reply.
     pub async fn initialize_reply(&self, agent: &str) -> Reply {
         let request = acp::request(0, "initialize", acp::initialize_params(agent));

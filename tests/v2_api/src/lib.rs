@@ -18,6 +18,8 @@
 //! - [`problem`]: [`assert_problem`], the RFC 9457 problem+json check.
 //! - [`acp`]: JSON-RPC / ACP message builders and readers (prompt text,
 //!   session updates, the mock agent's expected reply).
+//! - [`ext`]: the `_sandboxagent/*` names, `_meta["sandboxagent.dev"]`
+//!   readers, JSON-RPC result / error checks (DESIGN sections 5 and 6).
 //! - [`procfs`]: process-tree helpers over `/proc` (descendants, liveness,
 //!   command lines, resident memory).
 //!
@@ -28,6 +30,7 @@
 
 pub mod acp;
 pub mod api;
+pub mod ext;
 pub mod problem;
 pub mod procfs;
 pub mod server;

@@ -147,6 +147,11 @@ mod tests {
             .expect("the child is a descendant");
         assert!(is_alive(&process));
         assert!(pid_is_alive(process.pid));
+        // Right after fork the child may not have exec'd `sleep` yet.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !cmdline(process.pid).contains("sleep 30") && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert!(cmdline(process.pid).contains("sleep 30"));
         assert!(rss_bytes(me).is_some_and(|rss| rss > 0));
         signal(&process, nix::sys::signal::Signal::SIGKILL);

@@ -1,0 +1,166 @@
+//! A session's event log: every ACP message of the session, in order, with
+//! the time the runtime saw it (DESIGN.md section 6,
+//! `GET /v2/sessions/{id}/events`). Bounded by events and bytes; the oldest
+//! go first, which shows as a jump in offsets.
+
+use bytes::Bytes;
+use ext_methods::{Direction, SessionEvent, SessionEventsPage};
+use std::collections::VecDeque;
+use std::time::SystemTime;
+
+/// Bounds of one session's log.
+#[derive(Debug, Clone, Copy)]
+pub struct LogLimits {
+    /// Most events kept.
+    pub events: usize,
+    /// Most bytes of messages kept (the newest event is always kept).
+    pub bytes: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    at: SystemTime,
+    direction: Direction,
+    message: Bytes,
+}
+
+/// The recorded messages of one session.
+#[derive(Debug)]
+pub struct EventLog {
+    entries: VecDeque<Entry>,
+    /// Offset of `entries[0]`.
+    first_offset: u64,
+    bytes: usize,
+    limits: LogLimits,
+}
+
+impl EventLog {
+    /// An empty log.
+    pub fn new(limits: LogLimits) -> Self {
+        Self {
+            entries: VecDeque::new(),
+            first_offset: 0,
+            bytes: 0,
+            limits,
+        }
+    }
+
+    /// Records one JSON-RPC message (`message`: one JSON object).
+    pub fn record(&mut self, direction: Direction, message: Bytes) {
+        self.bytes += message.len();
+        self.entries.push_back(Entry {
+            at: SystemTime::now(),
+            direction,
+            message,
+        });
+        while self.entries.len() > self.limits.events
+            || (self.bytes > self.limits.bytes && self.entries.len() > 1)
+        {
+            if let Some(old) = self.entries.pop_front() {
+                self.bytes -= old.message.len();
+                self.first_offset += 1;
+            }
+        }
+    }
+
+    /// Messages recorded so far, including dropped ones.
+    pub fn count(&self) -> u64 {
+        self.first_offset + self.entries.len() as u64
+    }
+
+    /// Up to `limit` events at or after `offset`. Dropped events are skipped:
+    /// the first returned offset is then larger than `offset`.
+    pub fn page(&self, offset: u64, limit: usize) -> SessionEventsPage {
+        let start = offset.saturating_sub(self.first_offset) as usize;
+        let events: Vec<SessionEvent> = self
+            .entries
+            .iter()
+            .enumerate()
+            .skip(start)
+            .take(limit)
+            .map(|(index, entry)| SessionEvent {
+                offset: self.first_offset + index as u64,
+                at: humantime::format_rfc3339_millis(entry.at).to_string(),
+                direction: entry.direction,
+                message: serde_json::from_slice(&entry.message).unwrap_or_else(|_| {
+                    serde_json::Value::String(String::from_utf8_lossy(&entry.message).into_owned())
+                }),
+            })
+            .collect();
+        let next_offset = events
+            .last()
+            .map_or(offset.max(self.first_offset).min(self.count()), |e| {
+                e.offset + 1
+            });
+        SessionEventsPage {
+            events,
+            next_offset,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(events: usize) -> EventLog {
+        EventLog::new(LogLimits {
+            events,
+            bytes: usize::MAX,
+        })
+    }
+
+    fn offsets(page: &SessionEventsPage) -> Vec<u64> {
+        page.events.iter().map(|e| e.offset).collect()
+    }
+
+    #[test]
+    fn pages_through_in_order() {
+        let mut log = log(100);
+        for i in 0..5 {
+            log.record(
+                Direction::AgentToClient,
+                Bytes::from(format!("{{\"n\":{i}}}")),
+            );
+        }
+        let page = log.page(0, 2);
+        assert_eq!(offsets(&page), [0, 1]);
+        assert_eq!(page.next_offset, 2);
+        assert_eq!(page.events[1].message["n"], 1);
+        let page = log.page(page.next_offset, 10);
+        assert_eq!(offsets(&page), [2, 3, 4]);
+        assert_eq!(page.next_offset, 5);
+        let page = log.page(5, 10);
+        assert!(page.events.is_empty());
+        assert_eq!(page.next_offset, 5);
+    }
+
+    #[test]
+    fn dropped_events_show_as_an_offset_gap() {
+        let mut log = log(3);
+        for _ in 0..7 {
+            log.record(Direction::ClientToAgent, Bytes::from_static(b"{}"));
+        }
+        assert_eq!(log.count(), 7);
+        let page = log.page(0, 10);
+        assert_eq!(offsets(&page), [4, 5, 6]);
+        assert_eq!(page.next_offset, 7);
+        assert!(
+            log.page(1, 10)
+                .events
+                .first()
+                .is_some_and(|e| e.offset == 4)
+        );
+    }
+
+    #[test]
+    fn byte_cap_keeps_the_newest() {
+        let mut log = EventLog::new(LogLimits {
+            events: 100,
+            bytes: 4,
+        });
+        log.record(Direction::AgentToClient, Bytes::from_static(b"{\"a\":1}"));
+        log.record(Direction::AgentToClient, Bytes::from_static(b"{\"b\":2}"));
+        assert_eq!(offsets(&log.page(0, 10)), [1]);
+    }
+}

@@ -1,0 +1,178 @@
+//! The `_sandboxagent/*` methods (DESIGN.md section 5), hosted in a
+//! `jsonrpsee` `RpcModule`: method dispatch, params parsing and JSON-RPC
+//! error objects come from the library, and the `methods` list advertised in
+//! `initialize` is read from the module, so it names exactly what is answered.
+//!
+//! The module is called in-process with a placeholder id; the caller puts the
+//! client's own id (raw JSON) on the answer, so ids round-trip exactly.
+
+use crate::connection::Connection;
+use crate::protocol::{self, Envelope, RpcError, code};
+use crate::runtime::Runtime;
+use ext_methods::{AgentListResult, ListModelsParams, SessionRef, SetMetadataParams, method};
+use jsonrpsee::types::{ErrorObjectOwned, Params};
+use jsonrpsee::{Extensions, Methods, RpcModule};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use std::sync::{Arc, Weak};
+
+/// The connection a call came from (per-call `Extensions` entry).
+#[derive(Clone)]
+struct Caller(Arc<Connection>);
+
+type Context = Weak<Runtime>;
+type MethodResult = Result<serde_json::Value, ErrorObjectOwned>;
+
+/// The extension methods this server answers.
+#[derive(Debug)]
+pub struct ExtMethods {
+    methods: Methods,
+}
+
+impl ExtMethods {
+    /// Registers every method; `runtime` is the server they act on.
+    pub fn new(runtime: Weak<Runtime>) -> Self {
+        let mut module = RpcModule::new(runtime);
+        let registered = [
+            module
+                .register_method(method::SESSION_DETACH, detach)
+                .map(drop),
+            module
+                .register_async_method(method::SESSION_TERMINATE, terminate)
+                .map(drop),
+            module
+                .register_method(method::SESSION_LIST_MODELS, list_models)
+                .map(drop),
+            module
+                .register_method(method::SESSION_SET_METADATA, set_metadata)
+                .map(drop),
+            module.register_method(method::SESSION_GET, get).map(drop),
+            module
+                .register_method(method::AGENT_LIST, agent_list)
+                .map(drop),
+        ];
+        for result in registered {
+            if let Err(error) = result {
+                tracing::error!(%error, "extension method registered twice");
+            }
+        }
+        Self {
+            methods: module.into(),
+        }
+    }
+
+    /// Names of the methods answered, for the `initialize` advertisement.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.methods.method_names()
+    }
+
+    /// Whether `method` is answered here.
+    pub fn answers(&self, method: &str) -> bool {
+        self.methods.method(method).is_some()
+    }
+
+    /// Calls `method` on behalf of `caller`. `Ok`: the raw result; `Err`: the
+    /// raw JSON-RPC error object (unknown method, invalid params, …).
+    pub async fn call(
+        &self,
+        caller: &Arc<Connection>,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, Box<RawValue>> {
+        let request = protocol::request_line(&protocol::agent_id(0), method, params);
+        let mut methods = self.methods.clone();
+        methods.extensions_mut().insert(Caller(caller.clone()));
+        let internal =
+            |message: String| Err(protocol::raw(&RpcError::new(code::INTERNAL_ERROR, message)));
+        let Ok(request) = std::str::from_utf8(&request) else {
+            return internal("request is not UTF-8".to_owned());
+        };
+        let response = match methods.raw_json_request(request, 1).await {
+            Ok((response, _subscriptions)) => response,
+            Err(error) => return internal(error.to_string()),
+        };
+        match Envelope::parse(response.get().as_bytes(), false) {
+            Ok((envelope, _)) => match (envelope.result, envelope.error) {
+                (Some(result), _) => Ok(result.to_owned()),
+                (None, Some(error)) => Err(error.to_owned()),
+                (None, None) => internal("empty answer".to_owned()),
+            },
+            Err(error) => internal(error.to_string()),
+        }
+    }
+}
+
+impl From<RpcError> for ErrorObjectOwned {
+    fn from(error: RpcError) -> Self {
+        let code = i32::try_from(error.code).unwrap_or(code::INTERNAL_ERROR as i32);
+        ErrorObjectOwned::owned(code, error.message, error.data)
+    }
+}
+
+fn runtime(context: &Context) -> Result<Arc<Runtime>, ErrorObjectOwned> {
+    context
+        .upgrade()
+        .ok_or_else(|| RpcError::new(code::INTERNAL_ERROR, "server is shutting down").into())
+}
+
+fn caller(extensions: &Extensions) -> Result<Arc<Connection>, ErrorObjectOwned> {
+    extensions
+        .get::<Caller>()
+        .map(|caller| caller.0.clone())
+        .ok_or_else(|| RpcError::new(code::INTERNAL_ERROR, "no calling connection").into())
+}
+
+fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
+    RpcError::new(code::INVALID_PARAMS, message).into()
+}
+
+fn to_value(value: impl Serialize) -> MethodResult {
+    serde_json::to_value(value)
+        .map_err(|error| RpcError::new(code::INTERNAL_ERROR, error.to_string()).into())
+}
+
+/// `_sandboxagent/session/detach {sessionId}` → `{}`.
+fn detach(params: Params<'_>, context: &Context, extensions: &Extensions) -> MethodResult {
+    let SessionRef { session_id } = params.parse()?;
+    let runtime = runtime(context)?;
+    let session = runtime.session_or_error(&session_id)?;
+    let caller = caller(extensions)?;
+    session.detach(&caller);
+    Ok(serde_json::json!({}))
+}
+
+/// `_sandboxagent/session/terminate {sessionId}` → `TerminateResult`.
+async fn terminate(params: Params<'static>, context: Arc<Context>, _: Extensions) -> MethodResult {
+    let SessionRef { session_id } = params.parse()?;
+    let runtime = runtime(&context)?;
+    to_value(runtime.terminate_session(&session_id).await?)
+}
+
+/// `_sandboxagent/session/list_models {sessionId | agent}` → `ListModelsResult`.
+fn list_models(params: Params<'_>, context: &Context, _: &Extensions) -> MethodResult {
+    let params: ListModelsParams = params.parse()?;
+    let target = params.target().map_err(|e| invalid_params(e.0))?;
+    to_value(runtime(context)?.list_models(target)?)
+}
+
+/// `_sandboxagent/session/set_metadata` (either params form) → the updated entry.
+fn set_metadata(params: Params<'_>, context: &Context, _: &Extensions) -> MethodResult {
+    let params: SetMetadataParams = params.parse()?;
+    let (session_id, patch) = params.into_patch().map_err(|e| invalid_params(e.0))?;
+    let session = runtime(context)?.session_or_error(&session_id)?;
+    session.apply_metadata(&patch);
+    to_value(session.info())
+}
+
+/// `_sandboxagent/session/get {sessionId}` → one entry.
+fn get(params: Params<'_>, context: &Context, _: &Extensions) -> MethodResult {
+    let SessionRef { session_id } = params.parse()?;
+    to_value(runtime(context)?.session_or_error(&session_id)?.info())
+}
+
+/// `_sandboxagent/agent/list` → `AgentListResult`.
+fn agent_list(_: Params<'_>, context: &Context, _: &Extensions) -> MethodResult {
+    to_value(AgentListResult {
+        agents: runtime(context)?.agents.infos(),
+    })
+}

@@ -1,0 +1,318 @@
+//! Title, model and mode hints read from ACP messages, for the session
+//! inventory and `GET /v2/agents` (DESIGN.md section 5: `title`/`model`/`mode`).
+//!
+//! Sources (ACP schema v1): the result of `session/new` / `load` / `resume` /
+//! `fork` (`modes`, `configOptions` with category `model`), and the
+//! `session_info_update`, `current_mode_update` and `config_option_update`
+//! session updates. Agents that predate config options send
+//! `models: {availableModels, currentModelId}` in the result; that is read too.
+
+use crate::protocol::method;
+use agent_client_protocol::schema::MaybeUndefined;
+use agent_client_protocol::v1::schema::{
+    SessionConfigKind, SessionConfigOption, SessionConfigOptionCategory,
+    SessionConfigSelectOptions, SessionMode, SessionNotification, SessionUpdate,
+};
+use ext_methods::ModelInfo;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// What one message says about its session. `None` fields: not mentioned.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Hints {
+    /// New title; `Some(None)` clears it.
+    pub title: Option<Option<String>>,
+    /// Current mode id.
+    pub mode: Option<String>,
+    /// Available modes (ACP `SessionMode` objects).
+    pub modes: Option<Vec<serde_json::Value>>,
+    /// Current model id.
+    pub model: Option<String>,
+    /// Available models.
+    pub models: Option<Vec<ModelInfo>>,
+}
+
+impl Hints {
+    /// Whether the message said nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Takes every field `other` sets.
+    pub fn merge(&mut self, other: Hints) {
+        if other.title.is_some() {
+            self.title = other.title;
+        }
+        if other.mode.is_some() {
+            self.mode = other.mode;
+        }
+        if other.modes.is_some() {
+            self.modes = other.modes;
+        }
+        if other.model.is_some() {
+            self.model = other.model;
+        }
+        if other.models.is_some() {
+            self.models = other.models;
+        }
+    }
+}
+
+/// Hints in the result of a session-creating or -loading request.
+pub fn from_session_result(result: &RawValue) -> Hints {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Result {
+        #[serde(default)]
+        modes: Option<Modes>,
+        #[serde(default)]
+        config_options: Option<Vec<serde_json::Value>>,
+        #[serde(default)]
+        models: Option<LegacyModels>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Modes {
+        current_mode_id: Option<String>,
+        #[serde(default)]
+        available_modes: Vec<SessionMode>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct LegacyModels {
+        current_model_id: Option<String>,
+        #[serde(default)]
+        available_models: Vec<ModelInfo>,
+    }
+    let Ok(result) = serde_json::from_str::<Result>(result.get()) else {
+        return Hints::default();
+    };
+    let mut hints = Hints::default();
+    if let Some(modes) = result.modes {
+        hints.mode = modes.current_mode_id;
+        hints.modes = Some(
+            modes
+                .available_modes
+                .iter()
+                .filter_map(|m| serde_json::to_value(m).ok())
+                .collect(),
+        );
+    }
+    if let Some(options) = result.config_options {
+        apply_config_options(&mut hints, &parse_options(options));
+    }
+    if hints.models.is_none()
+        && let Some(models) = result.models
+    {
+        hints.model = models.current_model_id;
+        hints.models = Some(models.available_models);
+    }
+    hints
+}
+
+/// Hints in the result of any other session request (e.g. the
+/// `configOptions` a `session/set_config_option` answer carries), or `None`
+/// when the result names none of `configOptions`, `modes`, `models`.
+pub fn from_result(result: &RawValue) -> Option<Hints> {
+    let text = result.get().as_bytes();
+    let mentions = [&b"\"configOptions\""[..], b"\"modes\"", b"\"models\""]
+        .iter()
+        .any(|key| memchr::memmem::find(text, key).is_some());
+    if !mentions {
+        return None;
+    }
+    Some(from_session_result(result)).filter(|hints| !hints.is_empty())
+}
+
+/// Hints a successful request implies by its params: `session/set_mode`
+/// (`modeId`) and `session/set_model` (`modelId`, agents that predate config
+/// options).
+pub fn from_request(method: &str, params: Option<&RawValue>) -> Hints {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Params {
+        mode_id: Option<String>,
+        model_id: Option<String>,
+    }
+    let params = params.and_then(|p| serde_json::from_str::<Params>(p.get()).ok());
+    let mut hints = Hints::default();
+    if let Some(params) = params {
+        match method {
+            method::SESSION_SET_MODE => hints.mode = params.mode_id,
+            method::SESSION_SET_MODEL => hints.model = params.model_id,
+            _ => {}
+        }
+    }
+    hints
+}
+
+/// Hints in one `session/update` line, or `None` when it carries none. Cheap
+/// for the common chunk updates: the line is only parsed when it names one
+/// of the update kinds that carry hints.
+pub fn from_update_line(line: &[u8]) -> Option<Hints> {
+    const KINDS: [&[u8]; 3] = [
+        b"session_info_update",
+        b"current_mode_update",
+        b"config_option_update",
+    ];
+    if !KINDS
+        .iter()
+        .any(|kind| memchr::memmem::find(line, kind).is_some())
+    {
+        return None;
+    }
+    #[derive(Deserialize)]
+    struct Notification {
+        params: SessionNotification,
+    }
+    let notification: Notification = serde_json::from_slice(line).ok()?;
+    let mut hints = Hints::default();
+    match notification.params.update {
+        SessionUpdate::SessionInfoUpdate(update) => match update.title {
+            MaybeUndefined::Undefined => {}
+            MaybeUndefined::Null => hints.title = Some(None),
+            MaybeUndefined::Value(title) => hints.title = Some(Some(title)),
+        },
+        SessionUpdate::CurrentModeUpdate(update) => {
+            hints.mode = Some(update.current_mode_id.to_string());
+        }
+        SessionUpdate::ConfigOptionUpdate(update) => {
+            apply_config_options(&mut hints, &update.config_options);
+        }
+        _ => {}
+    }
+    (!hints.is_empty()).then_some(hints)
+}
+
+fn parse_options(values: Vec<serde_json::Value>) -> Vec<SessionConfigOption> {
+    values
+        .into_iter()
+        .filter_map(|value| serde_json::from_value(value).ok())
+        .collect()
+}
+
+fn apply_config_options(hints: &mut Hints, options: &[SessionConfigOption]) {
+    let Some(model) = options
+        .iter()
+        .find(|o| o.category == Some(SessionConfigOptionCategory::Model))
+    else {
+        return;
+    };
+    let SessionConfigKind::Select(select) = &model.kind else {
+        return;
+    };
+    hints.model = Some(select.current_value.to_string());
+    let options = match &select.options {
+        SessionConfigSelectOptions::Ungrouped(options) => options.iter().collect::<Vec<_>>(),
+        SessionConfigSelectOptions::Grouped(groups) => {
+            groups.iter().flat_map(|g| g.options.iter()).collect()
+        }
+        _ => Vec::new(),
+    };
+    hints.models = Some(
+        options
+            .into_iter()
+            .map(|o| ModelInfo {
+                model_id: o.value.to_string(),
+                name: Some(o.name.clone()),
+                description: o.description.clone(),
+            })
+            .collect(),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).expect("json")
+    }
+
+    #[test]
+    fn session_result_with_modes_and_model_option() {
+        let hints = from_session_result(&raw(
+            r#"{"sessionId":"s","modes":{"currentModeId":"default","availableModes":[{"id":"default","name":"Default"},{"id":"plan","name":"Plan"}]},
+               "configOptions":[{"id":"model","name":"Model","category":"model","type":"select","currentValue":"fast","options":[{"value":"fast","name":"Fast"},{"value":"smart","name":"Smart","description":"slow"}]}]}"#,
+        ));
+        assert_eq!(hints.mode.as_deref(), Some("default"));
+        assert_eq!(hints.modes.as_ref().map(Vec::len), Some(2));
+        assert_eq!(hints.model.as_deref(), Some("fast"));
+        let models = hints.models.expect("models");
+        assert_eq!(models[1].model_id, "smart");
+        assert_eq!(models[1].description.as_deref(), Some("slow"));
+    }
+
+    #[test]
+    fn legacy_models_field() {
+        let hints = from_session_result(&raw(
+            r#"{"sessionId":"s","models":{"currentModelId":"m1","availableModels":[{"modelId":"m1","name":"M one"}]}}"#,
+        ));
+        assert_eq!(hints.model.as_deref(), Some("m1"));
+        assert_eq!(hints.models.map(|m| m.len()), Some(1));
+    }
+
+    #[test]
+    fn set_config_option_result_and_request_params() {
+        let result = raw(
+            r#"{"configOptions":[{"id":"model","name":"Model","category":"model","type":"select","currentValue":"smart","options":[{"value":"smart","name":"Smart"}]}]}"#,
+        );
+        assert_eq!(
+            from_result(&result).and_then(|h| h.model).as_deref(),
+            Some("smart")
+        );
+        assert_eq!(from_result(&raw("{}")), None);
+        let params = raw(r#"{"sessionId":"s","modeId":"plan"}"#);
+        assert_eq!(
+            from_request("session/set_mode", Some(&params))
+                .mode
+                .as_deref(),
+            Some("plan")
+        );
+        let params = raw(r#"{"sessionId":"s","modelId":"m2"}"#);
+        assert_eq!(
+            from_request("session/set_model", Some(&params))
+                .model
+                .as_deref(),
+            Some("m2")
+        );
+        assert!(from_request("session/prompt", Some(&params)).is_empty());
+    }
+
+    #[test]
+    fn garbage_result_gives_no_hints() {
+        assert!(from_session_result(&raw("[1,2]")).is_empty());
+        assert!(from_session_result(&raw(r#"{"modes":5}"#)).is_empty());
+    }
+
+    #[test]
+    fn chunk_updates_are_skipped_without_parsing() {
+        let line = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}"#;
+        assert_eq!(from_update_line(line), None);
+    }
+
+    #[test]
+    fn title_mode_and_model_updates() {
+        let title = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"session_info_update","title":"Fix the bug"}}}"#;
+        assert_eq!(
+            from_update_line(title).and_then(|h| h.title),
+            Some(Some("Fix the bug".to_owned()))
+        );
+        let mode = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"current_mode_update","currentModeId":"plan"}}}"#;
+        assert_eq!(
+            from_update_line(mode).and_then(|h| h.mode).as_deref(),
+            Some("plan")
+        );
+        let model = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"config_option_update","configOptions":[{"id":"model","name":"Model","category":"model","type":"select","currentValue":"smart","options":[{"value":"smart","name":"Smart"}]}]}}}"#;
+        assert_eq!(
+            from_update_line(model).and_then(|h| h.model).as_deref(),
+            Some("smart")
+        );
+    }
+
+    #[test]
+    fn text_mentioning_a_kind_is_not_a_hint() {
+        let line = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"current_mode_update"}}}}"#;
+        assert_eq!(from_update_line(line), None);
+    }
+}

@@ -1,0 +1,105 @@
+//! The control plane (DESIGN.md section 6): plain HTTP + JSON views of the
+//! session inventory, the event logs and the agents.
+
+use super::{Body, full};
+use crate::error::Error;
+use crate::runtime::Runtime;
+use bytes::Bytes;
+use ext_methods::AgentListResult;
+use http::{Method, StatusCode};
+use serde::Serialize;
+use std::sync::Arc;
+
+/// Events per page of `GET /v2/sessions/{id}/events` when `limit` is not given.
+const DEFAULT_EVENTS_LIMIT: usize = 100;
+/// Largest `limit` accepted.
+const MAX_EVENTS_LIMIT: usize = 1000;
+
+/// Routes `/v2/sessions…` and `/v2/agents`; `None` when `path` is not one of them.
+pub fn route(
+    runtime: &Arc<Runtime>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+) -> Option<Result<http::Response<Body>, Error>> {
+    let segments: Vec<&str> = path
+        .strip_prefix("/v2/")?
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let handled = match segments.as_slice() {
+        ["sessions"] => get_only(method, || sessions(runtime)),
+        ["sessions", id] => get_only(method, || session(runtime, id)),
+        ["sessions", id, "events"] => get_only(method, || events(runtime, id, query)),
+        ["agents"] => get_only(method, || agents(runtime)),
+        _ => return None,
+    };
+    Some(handled)
+}
+
+fn get_only(
+    method: &Method,
+    handler: impl FnOnce() -> Result<http::Response<Body>, Error>,
+) -> Result<http::Response<Body>, Error> {
+    match *method {
+        Method::GET | Method::HEAD => handler(),
+        _ => Err(Error::MethodNotAllowed("GET")),
+    }
+}
+
+fn json(value: &impl Serialize) -> Result<http::Response<Body>, Error> {
+    let body = serde_json::to_vec(value)
+        .map_err(|e| Error::InvalidRequest(format!("cannot serialize the answer: {e}")))?;
+    Ok(full(StatusCode::OK, "application/json", Bytes::from(body)))
+}
+
+/// `GET /v2/sessions` → `{"sessions": [entry, …]}`, newest first.
+fn sessions(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
+    let sessions: Vec<_> = runtime.sessions.all().iter().map(|s| s.info()).collect();
+    json(&serde_json::json!({ "sessions": sessions }))
+}
+
+/// `GET /v2/sessions/{id}` → one entry, 404 when unknown.
+fn session(runtime: &Runtime, id: &str) -> Result<http::Response<Body>, Error> {
+    let session = runtime
+        .sessions
+        .get(id)
+        .ok_or_else(|| Error::UnknownSession(id.to_owned()))?;
+    json(&session.info())
+}
+
+/// `GET /v2/sessions/{id}/events?offset=N&limit=M` → `SessionEventsPage`.
+fn events(runtime: &Runtime, id: &str, query: Option<&str>) -> Result<http::Response<Body>, Error> {
+    let session = runtime
+        .sessions
+        .get(id)
+        .ok_or_else(|| Error::UnknownSession(id.to_owned()))?;
+    let mut offset = 0_u64;
+    let mut limit = DEFAULT_EVENTS_LIMIT;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let bad = || {
+            Error::InvalidRequest(format!(
+                "query parameter {key} must be a non-negative integer, got {value:?}"
+            ))
+        };
+        match key {
+            "offset" => offset = value.parse().map_err(|_| bad())?,
+            "limit" => limit = value.parse().map_err(|_| bad())?,
+            _ => {}
+        }
+    }
+    if limit == 0 || limit > MAX_EVENTS_LIMIT {
+        return Err(Error::InvalidRequest(format!(
+            "limit must be between 1 and {MAX_EVENTS_LIMIT}"
+        )));
+    }
+    json(&session.events(offset, limit))
+}
+
+/// `GET /v2/agents` → `{"agents": [AgentInfo, …]}`.
+fn agents(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
+    json(&AgentListResult {
+        agents: runtime.agents.infos(),
+    })
+}

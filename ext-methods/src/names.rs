@@ -1,0 +1,102 @@
+//! Wire names: the `_meta` namespace and every `_sandboxagent/*` method and
+//! notification (DESIGN.md section 5). Defined here once; the runtime and the
+//! SDK use them by name.
+
+/// The `_meta` key of this product: `_meta["sandboxagent.dev"]`.
+pub const NAMESPACE: &str = "sandboxagent.dev";
+
+/// Prefix of every extension method and notification name.
+pub const PREFIX: &str = "_sandboxagent/";
+
+/// Requests the runtime answers itself (never forwarded to an agent).
+pub mod method {
+    /// `{sessionId}` → `{}`: this connection stops receiving the session.
+    pub const SESSION_DETACH: &str = "_sandboxagent/session/detach";
+    /// `{sessionId}` → [`TerminateResult`](crate::TerminateResult): ends the session.
+    pub const SESSION_TERMINATE: &str = "_sandboxagent/session/terminate";
+    /// `{sessionId}` or `{agent}` → [`ListModelsResult`](crate::ListModelsResult).
+    pub const SESSION_LIST_MODELS: &str = "_sandboxagent/session/list_models";
+    /// [`SetMetadataParams`](crate::SetMetadataParams) → the updated session entry.
+    pub const SESSION_SET_METADATA: &str = "_sandboxagent/session/set_metadata";
+    /// `{sessionId}` → one session entry (ACP `SessionInfo` with `_meta`).
+    pub const SESSION_GET: &str = "_sandboxagent/session/get";
+    /// `{}` → [`AgentListResult`](crate::AgentListResult).
+    pub const AGENT_LIST: &str = "_sandboxagent/agent/list";
+}
+
+/// Notifications the runtime sends on the SSE stream.
+pub mod notification {
+    /// [`SessionEnded`](crate::SessionEnded): a session ended.
+    pub const SESSION_ENDED: &str = "_sandboxagent/session/ended";
+    /// [`AgentUnparsed`](crate::AgentUnparsed): an agent stdout line that is not JSON-RPC.
+    pub const AGENT_UNPARSED: &str = "_sandboxagent/agent/unparsed";
+    /// [`StreamGap`](crate::StreamGap): events a resumed stream can no longer replay.
+    pub const STREAM_GAP: &str = "_sandboxagent/stream/gap";
+}
+
+/// One extension method: its wire name, the capability flag that advertises
+/// it, and whether it is also accepted as a notification (no id, HTTP 202).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtMethod {
+    /// Wire name, e.g. `_sandboxagent/session/detach`.
+    pub name: &'static str,
+    /// Key in `extensions`, e.g. `sessionDetach`.
+    pub capability: &'static str,
+    /// Also accepted without an id.
+    pub notification: bool,
+}
+
+/// Every extension method this product defines. A server advertises the ones
+/// it actually answers (see [`crate::advertisement`]).
+pub const METHODS: &[ExtMethod] = &[
+    ExtMethod {
+        name: method::SESSION_DETACH,
+        capability: "sessionDetach",
+        notification: true,
+    },
+    ExtMethod {
+        name: method::SESSION_TERMINATE,
+        capability: "sessionTerminate",
+        notification: true,
+    },
+    ExtMethod {
+        name: method::SESSION_LIST_MODELS,
+        capability: "sessionListModels",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::SESSION_SET_METADATA,
+        capability: "sessionSetMetadata",
+        notification: true,
+    },
+    ExtMethod {
+        name: method::SESSION_GET,
+        capability: "sessionGet",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::AGENT_LIST,
+        capability: "agentList",
+        notification: false,
+    },
+];
+
+/// Capability flags for behaviour that is not a method: the notifications the
+/// runtime sends and the `_meta` it reads.
+pub mod capability {
+    /// The runtime sends `_sandboxagent/session/ended`.
+    pub const SESSION_ENDED_NOTIFICATION: &str = "sessionEndedNotification";
+    /// The runtime sends `_sandboxagent/agent/unparsed`.
+    pub const AGENT_UNPARSED_NOTIFICATION: &str = "agentUnparsedNotification";
+    /// The runtime sends `_sandboxagent/stream/gap`.
+    pub const STREAM_GAP_NOTIFICATION: &str = "streamGapNotification";
+    /// `initialize` / `session/new` take the agent from `_meta["sandboxagent.dev"].agent`.
+    pub const SESSION_AGENT_META: &str = "sessionAgentMeta";
+    /// `session/list` answers from the server-wide inventory, with `_meta`.
+    pub const SESSION_LIST_INVENTORY: &str = "sessionListInventory";
+}
+
+/// The extension method named `name`, if it is one.
+pub fn find(name: &str) -> Option<&'static ExtMethod> {
+    METHODS.iter().find(|m| m.name == name)
+}
