@@ -27,16 +27,9 @@ use agent_client_protocol::v1::schema::{
 use clap::Parser;
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Duration;
-use tokio::sync::watch;
 
 /// The `_meta` key sandbox-agent reads the agent id from.
 const SANDBOX_AGENT_META: &str = "sandboxagent.dev";
-
-/// How long the stream must stay quiet after the prompt's answer before we
-/// stop listening, and the most we wait for that.
-const QUIET: Duration = Duration::from_millis(250);
-const MAX_TAIL_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Parser)]
 #[command(about = "Prompt an ACP agent on a sandbox-agent server and print the streamed reply")]
@@ -76,17 +69,13 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let meta = serde_json::json!({ SANDBOX_AGENT_META: { "agent": args.agent } });
     let meta = meta.as_object().cloned();
     let prompt = args.prompt.join(" ");
-    // Counts streamed updates, so we can tell when the stream went quiet.
-    let (updates, _) = watch::channel(0_u64);
 
     let result = Client
         .v1()
         .name("acp-http-client-example")
         .on_receive_notification(
             {
-                let updates = updates.clone();
                 async move |notification: SessionNotification, _cx| {
-                    updates.send_modify(|count| *count += 1);
                     if let SessionUpdate::AgentMessageChunk(ContentChunk {
                         content: ContentBlock::Text(text),
                         ..
@@ -147,18 +136,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 .send_request(NewSessionRequest::new(cwd).meta(meta))
                 .block_task()
                 .await?;
-            let mut seen = updates.subscribe();
             let done = cx
                 .send_request(PromptRequest::new(session.session_id, vec![prompt.into()]))
                 .block_task()
                 .await?;
-            // The answer can overtake the last updates of the turn (they
-            // come on the event stream, the answer in the POST's body):
-            // listen until the stream has been quiet for a moment.
-            let _ = tokio::time::timeout(MAX_TAIL_WAIT, async {
-                while let Ok(Ok(())) = tokio::time::timeout(QUIET, seen.changed()).await {}
-            })
-            .await;
             println!();
             eprintln!("[stop reason] {:?}", done.stop_reason);
             Ok(())

@@ -5,7 +5,7 @@ use crate::backoff::ReconnectPolicy;
 use crate::error::{Error, Problem};
 use crate::in_flight::InFlight;
 use crate::options::{Direction, EnvelopeObserver, TransportOptions};
-use crate::protocol::{self, APPLICATION_JSON, INITIALIZE, Kind};
+use crate::protocol::{self, APPLICATION_JSON, INITIALIZE, Kind, LAST_EVENT_ID_HEADER};
 use crate::sse;
 use futures::StreamExt;
 use futures::channel::mpsc;
@@ -27,6 +27,9 @@ const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// timeout is configured: the server acknowledges those at once (202)
 /// without waiting for the agent, and closing a transport waits for them.
 const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest an answer waits for the event stream to deliver the events the
+/// server released before it.
+const STREAM_CATCH_UP: Duration = Duration::from_secs(30);
 
 /// Most bytes of an error body read to find a problem document.
 const MAX_PROBLEM_BYTES: usize = 64 * 1024;
@@ -113,6 +116,7 @@ impl HttpConnection {
             in_flight: Mutex::new(InFlight::default()),
             incoming: tx,
             closed: CancellationToken::new(),
+            stream_position: watch::Sender::new(0),
             close_started: AtomicBool::new(false),
         });
         let connection = HttpConnection {
@@ -237,6 +241,9 @@ pub(crate) struct Shared {
     pub(crate) closed: CancellationToken,
     /// Set by the first close, so DELETE is sent once.
     close_started: AtomicBool,
+    /// Id of the newest event the stream delivered; POST answers that name a
+    /// newer one (`x-acp-last-event-id`) wait for it.
+    stream_position: watch::Sender<u64>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -390,6 +397,11 @@ impl Shared {
             let problem = read_problem(response).await;
             return Err(self.release(&kind, Error::Http { status, problem }));
         }
+        let stream_must_reach = response
+            .headers()
+            .get(LAST_EVENT_ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
         let body = match response.bytes().await {
             Ok(body) => body,
             Err(error) => return Err(self.network_failure(&kind, error, answer_can_come_later)),
@@ -397,8 +409,37 @@ impl Shared {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
+        if let Some(event_id) = stream_must_reach {
+            self.wait_for_stream(event_id).await;
+        }
         self.deliver(String::from_utf8_lossy(&body).into_owned());
         Ok(())
+    }
+
+    /// Waits until the event stream delivered event `event_id`, so an answer
+    /// never overtakes the updates the agent wrote before it. Gives up when
+    /// the connection closes or after [`STREAM_CATCH_UP`] (the stream is then
+    /// down; the answer is delivered rather than held forever).
+    async fn wait_for_stream(&self, event_id: u64) {
+        let mut position = self.stream_position.subscribe();
+        tokio::select! {
+            _ = position.wait_for(|delivered| *delivered >= event_id) => {}
+            () = self.closed.cancelled() => {}
+            () = tokio::time::sleep(STREAM_CATCH_UP) => {
+                tracing::debug!(event_id, "event stream did not catch up; delivering the answer anyway");
+            }
+        }
+    }
+
+    /// Records that the event stream delivered event `event_id`.
+    pub(crate) fn stream_delivered(&self, event_id: u64) {
+        self.stream_position.send_if_modified(|position| {
+            let newer = event_id > *position;
+            if newer {
+                *position = event_id;
+            }
+            newer
+        });
     }
 
     /// Delivers one incoming message (a POST body or an SSE event's data),

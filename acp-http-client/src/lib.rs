@@ -37,10 +37,10 @@
 //!   not move the resume point.
 //! - Messages sent before the `initialize` response arrived wait for the
 //!   connection id, so a caller may pipeline.
-//! - The event stream may still be catching up when a response arrives in
-//!   a POST body: the notifications the agent sent before that response can
-//!   be delivered after it. Wait for the updates you need, not just for the
-//!   response.
+//! - A response never overtakes the notifications the agent sent before
+//!   it: when a POST answer names the connection's newest event id
+//!   (`x-acp-last-event-id`), the answer is held until the event stream
+//!   delivered that event (at most 30 s, in case the stream is down).
 //!
 //! # The two-minute path
 //!
@@ -113,5 +113,5 @@ pub use backoff::ReconnectPolicy;
 pub use connection::{HttpConnection, Incoming};
 pub use error::{Error, Problem};
 pub use options::{Direction, EnvelopeObserver, TransportOptions};
-pub use protocol::{DEFAULT_CONNECTION_ID_HEADER, DEFAULT_PATH};
+pub use protocol::{DEFAULT_CONNECTION_ID_HEADER, DEFAULT_PATH, LAST_EVENT_ID_HEADER};
 pub use transport::{HttpFailure, HttpTransport, TransportHandle, http_failure};

@@ -11,6 +11,12 @@ pub const DEFAULT_PATH: &str = "/v2/rpc";
 /// Default name of the header that carries the connection id.
 pub const DEFAULT_CONNECTION_ID_HEADER: &str = "x-acp-connection-id";
 
+/// Response header of a POST answer naming the newest event id of the
+/// connection when the answer was released; the client holds the answer
+/// until its event stream delivered that event, so a turn's updates always
+/// come before the turn's answer.
+pub const LAST_EVENT_ID_HEADER: &str = "x-acp-last-event-id";
+
 /// MIME type of every POST body and of the response to a request.
 pub const APPLICATION_JSON: &str = "application/json";
 

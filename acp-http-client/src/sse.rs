@@ -162,7 +162,12 @@ async fn read(shared: &Shared, response: reqwest::Response, ids: &mut EventIds) 
             EventDisposition::Duplicate => {
                 tracing::debug!(id = event.id, "dropping a replayed event");
             }
-            EventDisposition::Fresh => shared.deliver(event.data),
+            EventDisposition::Fresh => {
+                shared.deliver(event.data);
+                if let Ok(id) = event.id.trim().parse::<u64>() {
+                    shared.stream_delivered(id);
+                }
+            }
             EventDisposition::Unsequenced => {
                 // For example sandbox-agent's stream-gap notice: surfaced
                 // like any message, but it does not move the resume point.

@@ -274,3 +274,51 @@ async fn a_response_whose_post_timed_out_arrives_once_on_the_stream() {
     assert!(quiet.is_err(), "nothing more expected: {quiet:?}");
     let _ = connection.close().await;
 }
+
+#[tokio::test]
+async fn an_answer_never_overtakes_the_updates_of_its_turn() {
+    // The server names its newest event id on each POST answer
+    // (`x-acp-last-event-id`); the client holds the answer until the
+    // stream delivered that far. Plain turns race the two paths hardest.
+    let server = TestServer::start(&[]).await;
+    let (connection, mut incoming) = connect(options(&server));
+    try_send(
+        &connection,
+        &request(1, "initialize", initialize_params(MOCK)),
+    )
+    .await
+    .unwrap_or_else(|error| panic!("initialize: {error}"));
+    let _ = until_response(&mut incoming, 1).await;
+    try_send(
+        &connection,
+        &request(2, "session/new", new_session_params(MOCK)),
+    )
+    .await
+    .unwrap_or_else(|error| panic!("session/new: {error}"));
+    let (created, _) = until_response(&mut incoming, 2).await;
+    let session = created["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    // "Hello from the mock agent. You said: hi" is 8 chunks.
+    for turn in 0..40_u64 {
+        let id = 100 + turn;
+        try_send(
+            &connection,
+            &request(id, "session/prompt", prompt_params(&session, "hi")),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("prompt {turn}: {error}"));
+        let (answer, before) = until_response(&mut incoming, id).await;
+        assert_eq!(stop_reason(&answer), Some("end_turn"), "{answer}");
+        let chunks = before
+            .iter()
+            .filter(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+            .count();
+        assert_eq!(
+            chunks, 8,
+            "turn {turn}: the answer came after {chunks} of 8 chunks"
+        );
+    }
+    let _ = connection.close().await;
+}
