@@ -17,8 +17,12 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Send one prompt to an agent and stream the reply (starts a server when no --url).
+    Prompt(crate::prompt::PromptArgs),
     /// Serve ACP agents over HTTP at /v2/rpc.
     Server(Box<ServerArgs>),
+    /// Speak ACP on stdio (for editors) and forward it to a runtime over HTTP.
+    Bridge(crate::bridge::BridgeArgs),
     /// Run the built-in mock ACP agent on stdin/stdout.
     MockAgent(MockAgentArgs),
     /// Measure the runtime against the raw stdio limit of the mock agent.

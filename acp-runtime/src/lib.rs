@@ -25,6 +25,7 @@
 
 pub mod agent;
 pub mod bench;
+pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod connection;
@@ -34,6 +35,7 @@ pub mod ext;
 pub mod hints;
 pub mod http;
 pub mod mock_agent;
+pub mod prompt;
 pub mod protocol;
 pub mod registry;
 pub mod runtime;

@@ -24,6 +24,8 @@ fn main() -> ExitCode {
                     .await
                     .map_err(|e| format!("server failed: {e}"))
             }
+            Command::Prompt(args) => acp_runtime::prompt::run(args).await,
+            Command::Bridge(args) => acp_runtime::bridge::run(args).await,
             Command::MockAgent(args) => acp_runtime::mock_agent::run(args)
                 .await
                 .map_err(|e| e.to_string()),
