@@ -1,20 +1,656 @@
-//! `sandbox-agent prompt`: the quick start, one prompt through the SDK with
-//! the reply streamed to the terminal (issue 5).
+//! `sandbox-agent prompt`: the quick start. One prompt turn through the SDK
+//! (`sandbox-agent-sdk`), with the agent's reply streamed to the terminal.
+//!
+//! - Without `--url` it starts an embedded server from this very
+//!   executable (a private `sandbox-agent server` on a free loopback port
+//!   with a random token) and stops it at the end.
+//! - stdout carries only the agent's text, as it streams (so it can be
+//!   piped); everything else goes to stderr: tool calls (`[tool] Reading
+//!   the mock file (completed)`), permission questions, a spinner while
+//!   waiting for the first output (only when stderr is a terminal), errors.
+//! - Permission requests: `--yes` allows, `--deny` denies; otherwise the
+//!   question is asked on stderr and the answer read from stdin, a line per
+//!   question (`y`/`n`, an option number or an option id), whether stdin is
+//!   a terminal or a pipe. When stdin is closed (or the answer is not
+//!   understood and stdin is not a terminal) the request is denied, and the
+//!   message says why.
+//! - Exit status 0 when the turn ends with `end_turn`; otherwise 1 with a
+//!   message naming the stop reason (`cancelled`, `max_tokens`, …) or the
+//!   error (an agent that crashed, a server that cannot be reached). Ctrl-C
+//!   cancels the turn (`session/cancel`); a second Ctrl-C gives up at once.
 
 use clap::Args;
+use sandbox_agent_sdk::schema::{
+    ContentBlock, NewSessionRequest, PromptRequest, SessionId, SessionNotification, SessionUpdate,
+    StopReason, ToolCallStatus,
+};
+use sandbox_agent_sdk::{
+    ClientOptions, Error, Event, Mode, PermissionDecision, PermissionRequest, SandboxAgentClient,
+    SessionEnded,
+};
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::task::JoinHandle;
 
-/// `sandbox-agent prompt [--agent mock] [--url URL] [--yes|--deny] "text"`.
+/// Spinner frames (braille dots), one every [`SPINNER_FRAME`].
+const SPINNER_FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+/// Time between spinner frames.
+const SPINNER_FRAME: Duration = Duration::from_millis(80);
+
+/// `sandbox-agent prompt [--agent mock] [--url URL] [--token T] [--yes|--deny] "text"`.
 #[derive(Debug, Clone, Args)]
 pub struct PromptArgs {
-    /// The prompt.
+    /// Agent id to prompt.
+    #[arg(long, default_value = "mock")]
+    pub agent: String,
+    /// Base URL of a running server (e.g. http://127.0.0.1:2468); without it
+    /// an embedded server is started and stopped afterwards.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Bearer token of the server at --url.
+    #[arg(long, env = "SANDBOX_AGENT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Allow every permission request of the agent.
+    #[arg(long, conflicts_with = "deny")]
+    pub yes: bool,
+    /// Deny every permission request of the agent.
+    #[arg(long)]
+    pub deny: bool,
+    /// Working directory of the session (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// The prompt (several words are joined with spaces).
     #[arg(required = true)]
     pub text: Vec<String>,
 }
 
-/// Runs one prompt; the exit code follows the stop reason.
+/// Runs one prompt turn; `Ok` only when it ends with `end_turn`.
 ///
 /// # Errors
-/// A message for the user.
+/// A message for the user: the stop reason when it is not `end_turn`, or
+/// why the turn could not run.
 pub async fn run(args: PromptArgs) -> Result<(), String> {
-    Err(format!("prompt {:?} is not built yet", args.text))
+    let terminal = Terminal::detect();
+    let mut spinner = Spinner::new(terminal.stderr);
+    let mut options = ClientOptions::new(&args.agent)
+        .client_info("sandbox-agent prompt", env!("CARGO_PKG_VERSION"));
+    match &args.url {
+        Some(url) => {
+            spinner.show(format!("connecting to {url}"));
+            options = options.base_url(url).mode(Mode::Server);
+            if let Some(token) = &args.token {
+                options = options.token(token);
+            }
+        }
+        None => {
+            spinner.show("starting sandbox-agent".to_owned());
+            let me = std::env::current_exe()
+                .map_err(|e| format!("cannot locate this executable: {e}"))?;
+            options = options.binary(me).mode(Mode::Embedded);
+        }
+    }
+    let client = match SandboxAgentClient::connect(options).await {
+        Ok(client) => client,
+        Err(error) => {
+            spinner.stop();
+            return Err(describe_connect_error(&args, &error));
+        }
+    };
+    let result = one_turn(&client, &args, terminal, &mut spinner).await;
+    spinner.stop();
+    client.dispose().await;
+    result
+}
+
+/// Which of the standard streams are terminals.
+#[derive(Debug, Clone, Copy)]
+struct Terminal {
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+}
+
+impl Terminal {
+    fn detect() -> Terminal {
+        Terminal {
+            stdin: std::io::stdin().is_terminal(),
+            stdout: std::io::stdout().is_terminal(),
+            stderr: std::io::stderr().is_terminal(),
+        }
+    }
+}
+
+/// The session, the prompt, and the event loop of one turn.
+async fn one_turn(
+    client: &SandboxAgentClient,
+    args: &PromptArgs,
+    terminal: Terminal,
+    spinner: &mut Spinner,
+) -> Result<(), String> {
+    let Some(mut events) = client.take_events() else {
+        return Err("internal error: the event stream is gone".to_owned());
+    };
+    let cwd = match &args.cwd {
+        Some(cwd) => cwd.clone(),
+        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+    };
+    let session = client
+        .new_session(NewSessionRequest::new(cwd))
+        .await
+        .map_err(|e| format!("cannot start a session with agent {:?}: {e}", args.agent))?;
+    let session_id = session.session_id.clone();
+    spinner.show(format!("waiting for {}", args.agent));
+
+    let mut view = TurnView::new(args, terminal, session_id.clone());
+    let prompt = client.prompt(PromptRequest::new(
+        session_id.clone(),
+        vec![args.text.join(" ").into()],
+    ));
+    tokio::pin!(prompt);
+    let mut interrupts = Interrupts::listen();
+    let mut interrupted = false;
+    // `None`: given up on the turn (a second Ctrl-C).
+    let outcome = loop {
+        tokio::select! {
+            result = &mut prompt => break Some(result),
+            Some(event) = events.recv() => {
+                if view.handle(event, spinner, &mut interrupts).await == Flow::Interrupted {
+                    interrupted = true;
+                    break None;
+                }
+            }
+            () = interrupts.next() => {
+                spinner.stop();
+                if interrupted {
+                    break None;
+                }
+                interrupted = true;
+                view.note("^C: cancelling the turn (press Ctrl-C again to quit)");
+                if let Err(error) = client.cancel(session_id.clone()).await {
+                    view.note(&format!("cancelling failed: {error}"));
+                }
+            }
+        }
+    };
+    // The answer is held until the turn's updates arrived: show the rest.
+    while let Some(event) = events.try_recv() {
+        if view.handle(event, spinner, &mut interrupts).await == Flow::Interrupted {
+            interrupted = true;
+        }
+    }
+    spinner.stop();
+    view.end_text();
+    match outcome {
+        None => Err("interrupted".to_owned()),
+        Some(Ok(response)) if response.stop_reason == StopReason::EndTurn => Ok(()),
+        Some(_) if interrupted => Err("interrupted: the turn was cancelled".to_owned()),
+        Some(Ok(response)) => Err(format!(
+            "the turn ended with stop reason {}",
+            stop_reason_name(response.stop_reason)
+        )),
+        Some(Err(error)) => Err(view.describe_failure(&error)),
+    }
+}
+
+/// Ctrl-C presses (SIGINT), from the moment the turn starts. Listening
+/// replaces the default action (exit), so the turn can be cancelled
+/// cleanly and the embedded server stopped.
+struct Interrupts {
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl Interrupts {
+    fn listen() -> Interrupts {
+        let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
+        Interrupts {
+            signal: signal.ok(),
+        }
+    }
+
+    /// The next Ctrl-C (never, if listening failed).
+    async fn next(&mut self) {
+        match &mut self.signal {
+            Some(signal) => {
+                if signal.recv().await.is_none() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// Whether the event loop goes on.
+#[derive(Debug, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    /// Ctrl-C while a permission question waited for its answer.
+    Interrupted,
+}
+
+/// What the terminal shows of one turn, and what it learned on the way.
+struct TurnView {
+    terminal: Terminal,
+    session_id: SessionId,
+    /// The `--yes` / `--deny` answer, if given.
+    preset: Option<PermissionDecision>,
+    /// stdout ended without a newline (agent text is mid-line).
+    mid_line: bool,
+    /// stderr ended without a newline (a question waits for its answer).
+    question_open: bool,
+    /// Titles of the tool calls seen, by id (updates may omit the title).
+    tool_titles: HashMap<String, String>,
+    /// The session's end notice, if it came (explains a failed turn).
+    ended: Option<SessionEnded>,
+    /// Why the connection closed, if it did.
+    connection_closed: Option<String>,
+}
+
+impl TurnView {
+    fn new(args: &PromptArgs, terminal: Terminal, session_id: SessionId) -> TurnView {
+        let preset = if args.yes {
+            Some(PermissionDecision::Allow)
+        } else if args.deny {
+            Some(PermissionDecision::Reject)
+        } else {
+            None
+        };
+        TurnView {
+            terminal,
+            session_id,
+            preset,
+            mid_line: false,
+            question_open: false,
+            tool_titles: HashMap::new(),
+            ended: None,
+            connection_closed: None,
+        }
+    }
+
+    /// Shows (or answers) one event; `Interrupted` when Ctrl-C came while
+    /// a permission question waited.
+    async fn handle(
+        &mut self,
+        event: Event,
+        spinner: &mut Spinner,
+        interrupts: &mut Interrupts,
+    ) -> Flow {
+        match event {
+            Event::SessionUpdate(notification) if notification.session_id == self.session_id => {
+                self.update(notification, spinner);
+            }
+            Event::PermissionRequest(request) => {
+                spinner.stop();
+                return self.permission(request, interrupts).await;
+            }
+            Event::SessionEnded(ended) if ended.session_id == *self.session_id.0 => {
+                self.ended = Some(ended);
+            }
+            Event::ConnectionClosed { error } => {
+                self.connection_closed = Some(error.unwrap_or_else(|| "closed".to_owned()));
+            }
+            _ => {}
+        }
+        Flow::Continue
+    }
+
+    /// A session update of our session: text to stdout, tool calls to stderr.
+    fn update(&mut self, notification: SessionNotification, spinner: &mut Spinner) {
+        match notification.update {
+            SessionUpdate::AgentMessageChunk(chunk) => {
+                if let ContentBlock::Text(text) = chunk.content {
+                    spinner.stop();
+                    self.text(&text.text);
+                }
+            }
+            SessionUpdate::ToolCall(call) => {
+                spinner.stop();
+                self.tool_titles
+                    .insert(call.tool_call_id.0.to_string(), call.title.clone());
+                self.note(&format!(
+                    "[tool] {} ({})",
+                    call.title,
+                    status_name(call.status)
+                ));
+            }
+            SessionUpdate::ToolCallUpdate(update) => {
+                let id = update.tool_call_id.0.to_string();
+                if let Some(title) = &update.fields.title {
+                    self.tool_titles.insert(id.clone(), title.clone());
+                }
+                if let Some(status) = update.fields.status {
+                    spinner.stop();
+                    let title = self.tool_titles.get(&id).cloned().unwrap_or(id);
+                    self.note(&format!("[tool] {title} ({})", status_name(status)));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Agent text to stdout, as it comes.
+    fn text(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.flush();
+        self.mid_line = !text.ends_with('\n');
+    }
+
+    /// A line on stderr. On a terminal, agent text that is mid-line is
+    /// ended first so the two do not run together.
+    fn note(&mut self, line: &str) {
+        if self.mid_line && self.terminal.stdout && self.terminal.stderr {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(b"\n");
+            let _ = stdout.flush();
+            self.mid_line = false;
+        }
+        let mut stderr = std::io::stderr().lock();
+        if self.question_open {
+            // Nothing ended the question's line (stdin closed, Ctrl-C).
+            let _ = writeln!(stderr);
+            self.question_open = false;
+        }
+        let _ = writeln!(stderr, "{line}");
+        let _ = stderr.flush();
+    }
+
+    /// Ends the agent's text with a newline, if it has none.
+    fn end_text(&mut self) {
+        if self.mid_line {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(b"\n");
+            let _ = stdout.flush();
+            self.mid_line = false;
+        }
+    }
+
+    /// Answers a permission request: the preset, or the user's answer.
+    async fn permission(
+        &mut self,
+        request: PermissionRequest,
+        interrupts: &mut Interrupts,
+    ) -> Flow {
+        let title = request.title().to_owned();
+        let options: Vec<(String, String)> = request
+            .request()
+            .options
+            .iter()
+            .map(|option| (option.option_id.0.to_string(), option.name.clone()))
+            .collect();
+        if let Some(decision) = self.preset.clone() {
+            let flag = if decision == PermissionDecision::Allow {
+                "--yes"
+            } else {
+                "--deny"
+            };
+            let verb = if flag == "--yes" { "allowed" } else { "denied" };
+            self.note(&format!("[permission] {title}: {verb} ({flag})"));
+            self.answer(request, decision);
+            return Flow::Continue;
+        }
+        let mut question = format!("[permission] {title}");
+        for (index, (_, name)) in options.iter().enumerate() {
+            question.push_str(&format!("\n  {}) {name}", index + 1));
+        }
+        question.push_str(&format!("\nAllow? [y/n or 1-{}]: ", options.len().max(1)));
+        loop {
+            self.ask(&question);
+            let line = tokio::select! {
+                line = read_stdin_line() => line,
+                () = interrupts.next() => {
+                    self.note("^C: cancelling the permission request and the turn");
+                    self.answer(request, PermissionDecision::Cancel);
+                    return Flow::Interrupted;
+                }
+            };
+            let Some(line) = line else {
+                self.note("[permission] no answer (stdin is closed): denying");
+                self.answer(request, PermissionDecision::Reject);
+                return Flow::Continue;
+            };
+            // The user's Enter ended the question's line on a terminal; a
+            // piped answer is not echoed, so show it after the question.
+            self.question_open = false;
+            if !self.terminal.stdin {
+                self.note(line.trim());
+            }
+            match parse_answer(&line, &options) {
+                Some(decision) => {
+                    self.answer(request, decision);
+                    return Flow::Continue;
+                }
+                None if self.terminal.stdin => {
+                    self.note("please answer y, n, or an option number");
+                }
+                None => {
+                    self.note(&format!(
+                        "[permission] unrecognised answer {:?}: denying",
+                        line.trim()
+                    ));
+                    self.answer(request, PermissionDecision::Reject);
+                    return Flow::Continue;
+                }
+            }
+        }
+    }
+
+    /// Writes a question (no final newline) to stderr.
+    fn ask(&mut self, question: &str) {
+        if self.mid_line && self.terminal.stdout && self.terminal.stderr {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(b"\n");
+            let _ = stdout.flush();
+            self.mid_line = false;
+        }
+        let mut stderr = std::io::stderr().lock();
+        let _ = stderr.write_all(question.as_bytes());
+        let _ = stderr.flush();
+        self.question_open = true;
+    }
+
+    fn answer(&mut self, request: PermissionRequest, decision: PermissionDecision) {
+        if let Err(error) = request.decide(decision) {
+            self.note(&format!("[permission] could not send the answer: {error}"));
+        }
+    }
+
+    /// The message for a turn that failed with `error`, with what the
+    /// session's end notice says (an agent that crashed, its stderr).
+    fn describe_failure(&self, error: &Error) -> String {
+        let mut message = match error {
+            // The data repeats what the end notice below says more readably.
+            Error::Rpc(rpc) => format!(
+                "the turn failed: {} (JSON-RPC error {})",
+                rpc.message,
+                i32::from(rpc.code)
+            ),
+            other => format!("the turn failed: {other}"),
+        };
+        if let Some(ended) = &self.ended {
+            if let Some(text) = &ended.message
+                && !message.contains(text.as_str())
+            {
+                message.push_str(&format!("\nthe session ended: {text}"));
+            }
+            if let Some(stderr) = &ended.stderr {
+                let lines = [stderr.head.as_deref(), stderr.tail.as_deref()];
+                for text in lines.into_iter().flatten() {
+                    for line in text.lines() {
+                        message.push_str(&format!("\nagent stderr: {line}"));
+                    }
+                }
+            }
+        }
+        if let Some(closed) = &self.connection_closed {
+            message.push_str(&format!("\nthe connection to the server closed: {closed}"));
+        }
+        message
+    }
+}
+
+/// What the user's answer `line` means, for `options` as `(id, name)`.
+fn parse_answer(line: &str, options: &[(String, String)]) -> Option<PermissionDecision> {
+    let answer = line.trim();
+    match answer.to_ascii_lowercase().as_str() {
+        "y" | "yes" | "allow" => return Some(PermissionDecision::Allow),
+        "n" | "no" | "deny" | "reject" => return Some(PermissionDecision::Reject),
+        _ => {}
+    }
+    if let Ok(number) = answer.parse::<usize>() {
+        return number
+            .checked_sub(1)
+            .and_then(|index| options.get(index))
+            .map(|(id, _)| PermissionDecision::Select(id.clone().into()));
+    }
+    options
+        .iter()
+        .find(|(id, _)| id == answer)
+        .map(|(id, _)| PermissionDecision::Select(id.clone().into()))
+}
+
+/// One line of stdin, without blocking the runtime; `None` at end of input.
+async fn read_stdin_line() -> Option<String> {
+    let read = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        match std::io::stdin().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
+    });
+    read.await.ok().flatten()
+}
+
+/// The message for a client that could not connect.
+fn describe_connect_error(args: &PromptArgs, error: &Error) -> String {
+    match (&args.url, error) {
+        (Some(url), Error::Transport(_) | Error::Request(_)) => {
+            format!("cannot reach the server at {url}: {error}")
+        }
+        (Some(url), Error::Http { status, .. }) if status.as_u16() == 401 => format!(
+            "the server at {url} refused the token (give the right one with --token or SANDBOX_AGENT_TOKEN): {error}"
+        ),
+        _ => format!("cannot connect to agent {:?}: {error}", args.agent),
+    }
+}
+
+/// The wire name of a stop reason (ACP schema, `snake_case`).
+fn stop_reason_name(reason: StopReason) -> String {
+    serde_json::to_value(reason)
+        .ok()
+        .and_then(|value| value.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{reason:?}"))
+}
+
+/// A tool call status in words.
+fn status_name(status: ToolCallStatus) -> &'static str {
+    match status {
+        ToolCallStatus::Pending => "pending",
+        ToolCallStatus::InProgress => "in progress",
+        ToolCallStatus::Completed => "completed",
+        ToolCallStatus::Failed => "failed",
+        _ => "updated",
+    }
+}
+
+/// A one-line spinner on stderr while waiting (only when stderr is a
+/// terminal). Stopped for good at the first output.
+struct Spinner {
+    enabled: bool,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Spinner {
+    fn new(enabled: bool) -> Spinner {
+        Spinner {
+            enabled,
+            task: None,
+        }
+    }
+
+    /// Shows `message` with the spinner (replacing the previous one).
+    fn show(&mut self, message: String) {
+        if !self.enabled {
+            return;
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        self.task = Some(tokio::spawn(async move {
+            for frame in SPINNER_FRAMES.iter().cycle() {
+                {
+                    let mut stderr = std::io::stderr().lock();
+                    let _ = write!(stderr, "\r\x1b[2K{frame} {message}…");
+                    let _ = stderr.flush();
+                }
+                tokio::time::sleep(SPINNER_FRAME).await;
+            }
+        }));
+    }
+
+    /// Clears the spinner's line; later [`show`](Self::show) calls do
+    /// nothing (the spinner is only for the wait before the first output).
+    fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let mut stderr = std::io::stderr().lock();
+            let _ = write!(stderr, "\r\x1b[2K");
+            let _ = stderr.flush();
+        }
+        self.enabled = false;
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> Vec<(String, String)> {
+        vec![
+            ("allow-once".to_owned(), "Allow once".to_owned()),
+            ("reject-once".to_owned(), "Reject once".to_owned()),
+        ]
+    }
+
+    #[test]
+    fn answers_are_words_numbers_or_option_ids() {
+        let options = options();
+        assert_eq!(
+            parse_answer("y\n", &options),
+            Some(PermissionDecision::Allow)
+        );
+        assert_eq!(
+            parse_answer(" No ", &options),
+            Some(PermissionDecision::Reject)
+        );
+        assert_eq!(
+            parse_answer("2", &options),
+            Some(PermissionDecision::Select("reject-once".into()))
+        );
+        assert_eq!(
+            parse_answer("allow-once", &options),
+            Some(PermissionDecision::Select("allow-once".into()))
+        );
+        assert_eq!(parse_answer("3", &options), None);
+        assert_eq!(parse_answer("0", &options), None);
+        assert_eq!(parse_answer("maybe", &options), None);
+        assert_eq!(parse_answer("", &options), None);
+    }
+
+    #[test]
+    fn stop_reasons_use_their_wire_names() {
+        assert_eq!(stop_reason_name(StopReason::MaxTokens), "max_tokens");
+        assert_eq!(stop_reason_name(StopReason::Cancelled), "cancelled");
+    }
 }

@@ -1,0 +1,229 @@
+//! [`Error`]: everything a [`SandboxAgentClient`](crate::SandboxAgentClient)
+//! call can fail with.
+
+use acp_http_client::Problem;
+use reqwest::StatusCode;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// JSON-RPC "internal error": the code `acp-http-client` uses for the errors
+/// it makes up when a request's HTTP exchange failed.
+const INTERNAL_ERROR: i32 = -32603;
+
+/// `data` member naming a transport failure in such a made-up error.
+const DATA_TRANSPORT_ERROR: &str = "transportError";
+
+/// Everything that can go wrong in this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A call that needs the connection to the agent was made before
+    /// [`open`](crate::SandboxAgentClient::open) (with
+    /// `auto_connect(false)`), after
+    /// [`disconnect`](crate::SandboxAgentClient::disconnect), or after the
+    /// connection was lost.
+    #[error("not connected: open the connection first (SandboxAgentClient::open)")]
+    NotConnected,
+    /// [`open`](crate::SandboxAgentClient::open) was called while the client
+    /// already has a live connection (one connection per client).
+    #[error("already connected: disconnect first to open a new connection")]
+    AlreadyConnected,
+    /// The client was disposed: its embedded server is stopped and it opens
+    /// no more connections.
+    #[error("the client was disposed")]
+    Disposed,
+    /// The [`ClientOptions`](crate::ClientOptions) cannot work (for example
+    /// server mode without a base URL, a URL that is not http(s)).
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
+    /// The server answered with a non-2xx HTTP status. `problem` is its
+    /// RFC 9457 problem document when the body was one.
+    #[error("{}", http_text(*.status, .problem))]
+    Http {
+        /// The HTTP status code.
+        status: StatusCode,
+        /// The problem document (boxed: large and rare).
+        problem: Option<Box<Problem>>,
+    },
+    /// A control-plane HTTP exchange failed (connect, timeout, body cut
+    /// off).
+    #[error("HTTP request failed: {0}")]
+    Request(#[from] reqwest::Error),
+    /// The connection to the agent failed below JSON-RPC (the server could
+    /// not be reached, the event stream was lost); the text says how.
+    #[error("connection failed: {0}")]
+    Transport(String),
+    /// The agent (or the server on its behalf) answered with a JSON-RPC
+    /// error: code, message and data as sent.
+    #[error("{}", rpc_text(.0))]
+    Rpc(agent_client_protocol::Error),
+    /// An answer did not have the shape this crate expects.
+    #[error("unexpected answer to {what}: {message}")]
+    InvalidResponse {
+        /// The method or route.
+        what: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// Embedded mode: no `sandbox-agent` binary was found. `searched` lists
+    /// the places looked at, in order.
+    #[error("sandbox-agent binary not found (looked at: {}); set SANDBOX_AGENT_BIN or ClientOptions::binary", display_paths(.searched))]
+    BinaryNotFound {
+        /// Every candidate path tried.
+        searched: Vec<PathBuf>,
+    },
+    /// Embedded mode: the server could not be started, or exited before it
+    /// was ready. `stderr` holds its last log lines (may be empty).
+    #[error("the embedded sandbox-agent server failed to start: {message}{}", stderr_suffix(.stderr))]
+    ServerStart {
+        /// What happened.
+        message: String,
+        /// The server's last stderr lines, joined by `\n`.
+        stderr: String,
+    },
+    /// Embedded mode: the server was not ready (start-up line and
+    /// `GET /v2/health`) within the start-up timeout.
+    #[error("the embedded sandbox-agent server was not ready within {timeout:?}{}", stderr_suffix(.stderr))]
+    StartupTimeout {
+        /// The limit that passed.
+        timeout: Duration,
+        /// The server's last stderr lines, joined by `\n`.
+        stderr: String,
+    },
+    /// An operating-system error (spawning the server, signalling it).
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// The HTTP status, for [`Error::Http`].
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            Error::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The problem document, for [`Error::Http`] with one.
+    pub fn problem(&self) -> Option<&Problem> {
+        match self {
+            Error::Http { problem, .. } => problem.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The JSON-RPC error code, for [`Error::Rpc`].
+    pub fn rpc_code(&self) -> Option<i32> {
+        match self {
+            Error::Rpc(error) => Some(i32::from(error.code)),
+            _ => None,
+        }
+    }
+
+    /// Sorts an error of the typed connection: an HTTP failure of the
+    /// request's POST (made up by `acp-http-client`, see its
+    /// `http_failure`), a transport failure, or the agent's own JSON-RPC
+    /// error.
+    pub(crate) fn from_rpc(error: agent_client_protocol::Error) -> Error {
+        if let Some(failure) = acp_http_client::http_failure(&error) {
+            return Error::Http {
+                status: failure.status,
+                problem: failure.problem.map(Box::new),
+            };
+        }
+        if i32::from(error.code) == INTERNAL_ERROR
+            && let Some(transport) = error
+                .data
+                .as_ref()
+                .and_then(|data| data.get(DATA_TRANSPORT_ERROR))
+                .and_then(serde_json::Value::as_str)
+        {
+            return Error::Transport(transport.to_owned());
+        }
+        Error::Rpc(error)
+    }
+
+    /// An error of `acp-http-client` outside a request (building the
+    /// transport).
+    pub(crate) fn from_transport(error: acp_http_client::Error) -> Error {
+        match error {
+            acp_http_client::Error::Http { status, problem } => Error::Http { status, problem },
+            acp_http_client::Error::InvalidOptions(message) => Error::InvalidOptions(message),
+            acp_http_client::Error::Request(error) => Error::Request(error),
+            other => Error::Transport(other.to_string()),
+        }
+    }
+}
+
+fn rpc_text(error: &agent_client_protocol::Error) -> String {
+    let mut text = format!(
+        "JSON-RPC error {}: {}",
+        i32::from(error.code),
+        error.message
+    );
+    if let Some(data) = &error.data {
+        text.push_str(&format!(" ({data})"));
+    }
+    text
+}
+
+/// The text `acp-http-client` gives the same failure, so both crates say
+/// it alike.
+fn http_text(status: StatusCode, problem: &Option<Box<Problem>>) -> String {
+    acp_http_client::Error::Http {
+        status,
+        problem: problem.clone(),
+    }
+    .to_string()
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    if stderr.trim().is_empty() {
+        String::new()
+    } else {
+        format!("\n--- server stderr ---\n{}", stderr.trim_end())
+    }
+}
+
+fn display_paths(paths: &[PathBuf]) -> String {
+    if paths.is_empty() {
+        return "nothing".to_owned();
+    }
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn made_up_http_errors_keep_status_and_problem() {
+        let error = agent_client_protocol::Error::new(-32603, "HTTP 404".to_owned()).data(
+            serde_json::json!({"httpStatus": 404, "problem": {"type": "urn:sandbox-agent:error:unknown-agent", "title": "Not Found", "status": 404, "detail": "no agent nope"}}),
+        );
+        let error = Error::from_rpc(error);
+        assert_eq!(error.status(), Some(StatusCode::NOT_FOUND));
+        assert_eq!(
+            error.problem().and_then(|p| p.detail.as_deref()),
+            Some("no agent nope")
+        );
+        assert!(error.to_string().contains("no agent nope"), "{error}");
+    }
+
+    #[test]
+    fn transport_and_agent_errors_are_told_apart() {
+        let transport = agent_client_protocol::Error::new(-32603, "x".to_owned())
+            .data(serde_json::json!({"transportError": "connection refused"}));
+        assert!(
+            matches!(Error::from_rpc(transport), Error::Transport(t) if t == "connection refused")
+        );
+        let agent = agent_client_protocol::Error::new(-32002, "unknown session".to_owned());
+        let error = Error::from_rpc(agent);
+        assert_eq!(error.rpc_code(), Some(-32002));
+        assert!(error.to_string().contains("unknown session"));
+    }
+}

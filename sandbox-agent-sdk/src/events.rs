@@ -1,0 +1,403 @@
+//! The client's event stream: [`Event`], [`Events`], and permission requests
+//! ([`PermissionRequest`], [`PermissionDecision`]).
+//!
+//! Everything the agent (or the server) sends that is not an answer becomes
+//! one [`Event`], in the order it arrived on the connection's event stream.
+//! `acp-http-client` holds each answer until the stream delivered the
+//! updates the agent wrote before it, so when a call such as
+//! [`prompt`](crate::SandboxAgentClient::prompt) returns, every update of
+//! that turn is already queued in [`Events`].
+
+use crate::error::Error;
+use agent_client_protocol::JsonRpcMessage;
+use agent_client_protocol::UntypedMessage;
+use agent_client_protocol::v1::Responder;
+use agent_client_protocol::v1::schema::{
+    PermissionOption, PermissionOptionId, PermissionOptionKind, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
+    SessionNotification,
+};
+use ext_methods::{AgentUnparsed, SessionEnded, StreamGap, notification};
+use futures::future::BoxFuture;
+use serde_json::Value;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+
+/// A permission handler (see
+/// [`ClientOptions::permission_handler`](crate::ClientOptions::permission_handler)).
+pub type PermissionHandler =
+    Arc<dyn Fn(RequestPermissionRequest) -> BoxFuture<'static, PermissionDecision> + Send + Sync>;
+
+/// One thing the agent or the server told this client.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event {
+    /// A session update (`session/update`): a chunk of the agent's reply or
+    /// thoughts, a tool call and its progress, a plan, a mode change, …
+    SessionUpdate(SessionNotification),
+    /// The agent asks before doing something (`session/request_permission`).
+    /// Answer it with [`PermissionRequest::decide`]; an unanswered request
+    /// is answered "cancelled" when it is dropped.
+    PermissionRequest(PermissionRequest),
+    /// A session ended (`_sandboxagent/session/ended`): terminated on
+    /// request, or its agent process exited (with exit code and stderr).
+    SessionEnded(SessionEnded),
+    /// The agent wrote a stdout line that is not JSON-RPC
+    /// (`_sandboxagent/agent/unparsed`).
+    AgentUnparsed(AgentUnparsed),
+    /// The event stream resumed past events the server no longer holds
+    /// (`_sandboxagent/stream/gap`): sequence numbers `from..=to` are lost.
+    StreamGap(StreamGap),
+    /// Any other notification (an agent's own extension, or a
+    /// `session/update` this crate's schema cannot read), as sent.
+    Notification {
+        /// The JSON-RPC method.
+        method: String,
+        /// Its params (`null` when absent).
+        params: Value,
+    },
+    /// The connection ended without [`disconnect`](crate::SandboxAgentClient::disconnect)
+    /// (the server went away, the event stream could not be resumed). Calls
+    /// now fail with [`Error::NotConnected`];
+    /// [`open`](crate::SandboxAgentClient::open) starts a new connection.
+    ConnectionClosed {
+        /// Why, when known.
+        error: Option<String>,
+    },
+}
+
+/// The client's events, in arrival order (see the module docs). Take it
+/// once with [`take_events`](crate::SandboxAgentClient::take_events).
+///
+/// Unbounded: events wait here until read. Drop it if you do not want
+/// events; permission requests are then answered "cancelled" (unless a
+/// handler answers them). Ends when the client is dropped.
+#[derive(Debug)]
+pub struct Events {
+    pub(crate) rx: mpsc::UnboundedReceiver<Event>,
+}
+
+impl Events {
+    /// The next event; `None` once the client is gone.
+    pub async fn recv(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+
+    /// The next event if one is queued now.
+    pub fn try_recv(&mut self) -> Option<Event> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl futures::Stream for Events {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+/// How to answer a permission request, in terms of the options the agent
+/// offered (ACP `PermissionOptionKind`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermissionDecision {
+    /// The first "allow once" option, else the first "allow always".
+    Allow,
+    /// The first "allow always" option, else the first "allow once".
+    AllowAlways,
+    /// The first "reject once" option, else the first "reject always".
+    Reject,
+    /// The option with this id.
+    Select(PermissionOptionId),
+    /// No option: the outcome "cancelled" (the agent normally ends the turn
+    /// with stop reason `cancelled`).
+    Cancel,
+}
+
+impl PermissionDecision {
+    /// The ACP outcome for `options`. A decision no offered option matches
+    /// (no allow option for [`Allow`](Self::Allow), an unknown id) becomes
+    /// "cancelled".
+    pub fn outcome(&self, options: &[PermissionOption]) -> RequestPermissionOutcome {
+        let first = |kinds: &[PermissionOptionKind]| {
+            kinds
+                .iter()
+                .find_map(|kind| options.iter().find(|option| option.kind == *kind))
+        };
+        let chosen = match self {
+            PermissionDecision::Allow => first(&[
+                PermissionOptionKind::AllowOnce,
+                PermissionOptionKind::AllowAlways,
+            ]),
+            PermissionDecision::AllowAlways => first(&[
+                PermissionOptionKind::AllowAlways,
+                PermissionOptionKind::AllowOnce,
+            ]),
+            PermissionDecision::Reject => first(&[
+                PermissionOptionKind::RejectOnce,
+                PermissionOptionKind::RejectAlways,
+            ]),
+            PermissionDecision::Select(id) => options.iter().find(|option| option.option_id == *id),
+            PermissionDecision::Cancel => None,
+        };
+        match chosen {
+            Some(option) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
+                option.option_id.clone(),
+            )),
+            None => RequestPermissionOutcome::Cancelled,
+        }
+    }
+}
+
+/// A permission request of the agent, waiting for an answer.
+///
+/// Read what is asked with [`request`](Self::request) (the session, the tool
+/// call with its title, the options) and answer once with
+/// [`decide`](Self::decide). Dropping it unanswered answers "cancelled", so
+/// the agent never waits forever.
+pub struct PermissionRequest {
+    request: RequestPermissionRequest,
+    responder: Option<Responder<RequestPermissionResponse>>,
+}
+
+impl PermissionRequest {
+    pub(crate) fn new(
+        request: RequestPermissionRequest,
+        responder: Responder<RequestPermissionResponse>,
+    ) -> PermissionRequest {
+        PermissionRequest {
+            request,
+            responder: Some(responder),
+        }
+    }
+
+    /// What the agent asks: `session_id`, `tool_call` (its `fields.title`
+    /// says what the agent wants to do) and `options`.
+    pub fn request(&self) -> &RequestPermissionRequest {
+        &self.request
+    }
+
+    /// A one-line description: the tool call's title, or its id.
+    pub fn title(&self) -> &str {
+        self.request
+            .tool_call
+            .fields
+            .title
+            .as_deref()
+            .unwrap_or(&self.request.tool_call.tool_call_id.0)
+    }
+
+    /// Answers with `decision` (see [`PermissionDecision::outcome`]).
+    ///
+    /// # Errors
+    /// [`Error::Rpc`] when the answer cannot be sent (the connection is
+    /// gone).
+    pub fn decide(mut self, decision: PermissionDecision) -> Result<(), Error> {
+        let outcome = decision.outcome(&self.request.options);
+        self.respond(outcome)
+    }
+
+    fn respond(&mut self, outcome: RequestPermissionOutcome) -> Result<(), Error> {
+        match self.responder.take() {
+            Some(responder) => responder
+                .respond(RequestPermissionResponse::new(outcome))
+                .map_err(Error::from_rpc),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for PermissionRequest {
+    fn drop(&mut self) {
+        if self.responder.is_some()
+            && let Err(error) = self.respond(RequestPermissionOutcome::Cancelled)
+        {
+            tracing::debug!(%error, "answering a dropped permission request failed");
+        }
+    }
+}
+
+impl std::fmt::Debug for PermissionRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PermissionRequest")
+            .field("request", &self.request)
+            .field("answered", &self.responder.is_none())
+            .finish()
+    }
+}
+
+/// Where the connection's handlers put what arrives: the client's event
+/// channel, and the permission handler if one was given.
+#[derive(Clone)]
+pub(crate) struct EventSink {
+    pub(crate) tx: mpsc::UnboundedSender<Event>,
+    pub(crate) permission_handler: Option<PermissionHandler>,
+}
+
+impl EventSink {
+    /// A permission request: to the handler (on a task of its own, so it may
+    /// call the client), else onto the stream; answered "cancelled" when
+    /// nobody reads the stream.
+    pub(crate) fn permission(
+        &self,
+        request: RequestPermissionRequest,
+        responder: Responder<RequestPermissionResponse>,
+    ) {
+        match &self.permission_handler {
+            Some(handler) => {
+                let decision = handler(request.clone());
+                tokio::spawn(async move {
+                    let decision = decision.await;
+                    let pending = PermissionRequest::new(request, responder);
+                    if let Err(error) = pending.decide(decision) {
+                        tracing::debug!(%error, "answering a permission request failed");
+                    }
+                });
+            }
+            // A closed channel hands the event back; dropping it answers "cancelled".
+            None => drop(
+                self.tx
+                    .send(Event::PermissionRequest(PermissionRequest::new(
+                        request, responder,
+                    ))),
+            ),
+        }
+    }
+
+    /// A notification, converted to its typed event.
+    pub(crate) fn notification(&self, message: UntypedMessage) {
+        let _ = self.tx.send(convert_notification(message));
+    }
+
+    /// The connection ended on its own.
+    pub(crate) fn closed(&self, error: Option<String>) {
+        let _ = self.tx.send(Event::ConnectionClosed { error });
+    }
+}
+
+/// The typed event for one notification; anything unreadable stays a raw
+/// [`Event::Notification`].
+pub(crate) fn convert_notification(message: UntypedMessage) -> Event {
+    let UntypedMessage { method, params } = message;
+    let typed = if SessionNotification::matches_method(&method) {
+        SessionNotification::parse_message(&method, &params)
+            .ok()
+            .map(Event::SessionUpdate)
+    } else if method == notification::SESSION_ENDED {
+        serde_json::from_value(params.clone())
+            .ok()
+            .map(Event::SessionEnded)
+    } else if method == notification::AGENT_UNPARSED {
+        serde_json::from_value(params.clone())
+            .ok()
+            .map(Event::AgentUnparsed)
+    } else if method == notification::STREAM_GAP {
+        serde_json::from_value(params.clone())
+            .ok()
+            .map(Event::StreamGap)
+    } else {
+        None
+    };
+    typed.unwrap_or(Event::Notification { method, params })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ext_methods::{EndReason, TerminatedBy};
+    use serde_json::json;
+
+    fn untyped(method: &str, params: Value) -> UntypedMessage {
+        UntypedMessage {
+            method: method.to_owned(),
+            params,
+        }
+    }
+
+    #[test]
+    fn extension_notifications_become_typed_events() {
+        let ended = convert_notification(untyped(
+            notification::SESSION_ENDED,
+            json!({"sessionId": "s", "reason": "terminated", "terminatedBy": "daemon", "message": "terminated on request"}),
+        ));
+        match ended {
+            Event::SessionEnded(ended) => {
+                assert_eq!(ended.session_id, "s");
+                assert_eq!(ended.reason, EndReason::Terminated);
+                assert_eq!(ended.terminated_by, TerminatedBy::Daemon);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let unparsed = convert_notification(untyped(
+            notification::AGENT_UNPARSED,
+            json!({"agent": "mock", "raw": "42", "error": "not a JSON object"}),
+        ));
+        assert!(matches!(unparsed, Event::AgentUnparsed(u) if u.raw == "42"));
+        let gap = convert_notification(untyped(
+            notification::STREAM_GAP,
+            json!({"from": 3, "to": 4}),
+        ));
+        assert!(matches!(
+            gap,
+            Event::StreamGap(StreamGap { from: 3, to: 4 })
+        ));
+    }
+
+    #[test]
+    fn session_updates_are_typed_and_unknown_ones_stay_raw() {
+        let update = convert_notification(untyped(
+            "session/update",
+            json!({"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hi"}}}),
+        ));
+        assert!(matches!(update, Event::SessionUpdate(n) if n.session_id.0.as_ref() == "s"));
+        let odd = convert_notification(untyped(
+            "session/update",
+            json!({"sessionId": "s", "update": {"sessionUpdate": "from_the_future"}}),
+        ));
+        assert!(matches!(odd, Event::Notification { method, .. } if method == "session/update"));
+        let vendor = convert_notification(untyped("_vendor/ping", Value::Null));
+        assert!(matches!(vendor, Event::Notification { method, .. } if method == "_vendor/ping"));
+        let bad_ended = convert_notification(untyped(notification::SESSION_ENDED, json!({})));
+        assert!(matches!(bad_ended, Event::Notification { .. }));
+    }
+
+    #[test]
+    fn decisions_pick_options_by_kind() {
+        let options = vec![
+            PermissionOption::new("allow-once", "Allow once", PermissionOptionKind::AllowOnce),
+            PermissionOption::new(
+                "reject-once",
+                "Reject once",
+                PermissionOptionKind::RejectOnce,
+            ),
+        ];
+        let selected = |decision: PermissionDecision| match decision.outcome(&options) {
+            RequestPermissionOutcome::Selected(selected) => Some(selected.option_id.0.to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            selected(PermissionDecision::Allow).as_deref(),
+            Some("allow-once")
+        );
+        assert_eq!(
+            selected(PermissionDecision::AllowAlways).as_deref(),
+            Some("allow-once")
+        );
+        assert_eq!(
+            selected(PermissionDecision::Reject).as_deref(),
+            Some("reject-once")
+        );
+        assert_eq!(
+            selected(PermissionDecision::Select("reject-once".into())).as_deref(),
+            Some("reject-once")
+        );
+        assert_eq!(selected(PermissionDecision::Select("nope".into())), None);
+        assert_eq!(selected(PermissionDecision::Cancel), None);
+        assert_eq!(
+            PermissionDecision::Allow.outcome(&[]),
+            RequestPermissionOutcome::Cancelled
+        );
+    }
+}

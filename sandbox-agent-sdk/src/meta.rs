@@ -1,0 +1,160 @@
+//! `_meta["sandboxagent.dev"]` in and out: the agent id injected into
+//! requests, and [`WithMeta`], an answer with its namespace object as typed
+//! [`SessionMeta`] fields.
+
+use agent_client_protocol::v1::schema::{Meta, SessionInfo};
+use ext_methods::{NAMESPACE, SessionMeta};
+use serde_json::{Map, Value};
+use std::ops::Deref;
+
+/// An answer (a session result, a session list entry) with its
+/// `_meta["sandboxagent.dev"]` read into [`SessionMeta`]: `agent`, `title`,
+/// `model`, `mode`, `created_at`, `updated_at`, `ended`, `event_count`, and
+/// every other stored key in `extra`.
+///
+/// Dereferences to the answer itself, so `created.session_id` works on a
+/// `WithMeta<NewSessionResponse>`. The answer's own `meta` is left as sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WithMeta<T> {
+    /// The answer, as the ACP schema types it.
+    pub value: T,
+    /// Its `_meta["sandboxagent.dev"]`, typed; `None` when the server sent
+    /// none or one without the runtime keys (`agent`, `createdAt`, …).
+    pub meta: Option<SessionMeta>,
+}
+
+impl<T> WithMeta<T> {
+    /// `value` with the namespace object read from its `_meta`.
+    pub(crate) fn read(value: T, meta: Option<&Meta>) -> WithMeta<T> {
+        WithMeta {
+            meta: session_meta(meta),
+            value,
+        }
+    }
+
+    /// The answer without the typed metadata.
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+}
+
+impl<T> Deref for WithMeta<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+/// One session of the server's inventory: ACP `SessionInfo` (`session_id`,
+/// `cwd`, `title`, `updated_at`) and its typed metadata.
+pub type SessionEntry = WithMeta<SessionInfo>;
+
+impl SessionEntry {
+    /// Reads an inventory entry (a `session/list` item, the result of
+    /// `_sandboxagent/session/get` or `set_metadata`, a
+    /// `GET /v2/sessions` item).
+    pub(crate) fn from_info(info: SessionInfo) -> SessionEntry {
+        let meta = session_meta(info.meta.as_ref());
+        WithMeta { value: info, meta }
+    }
+}
+
+/// `meta["sandboxagent.dev"]` as [`SessionMeta`], if it has that shape.
+pub fn session_meta(meta: Option<&Meta>) -> Option<SessionMeta> {
+    let namespace = meta?.get(NAMESPACE)?;
+    serde_json::from_value(namespace.clone()).ok()
+}
+
+/// `_meta` holding `metadata` under `"sandboxagent.dev"`: pass it to
+/// `NewSessionRequest::meta` to store per-session metadata (any JSON
+/// object; unknown keys are kept and come back in [`SessionMeta::extra`]).
+///
+/// ```
+/// use sandbox_agent_sdk::{sandbox_meta, schema::NewSessionRequest};
+/// let mut metadata = serde_json::Map::new();
+/// metadata.insert("title".into(), "Fix the login bug".into());
+/// let request = NewSessionRequest::new("/work/app").meta(sandbox_meta(metadata));
+/// # let _ = request;
+/// ```
+pub fn sandbox_meta(metadata: Map<String, Value>) -> Meta {
+    let mut meta = Meta::new();
+    meta.insert(NAMESPACE.to_owned(), Value::Object(metadata));
+    meta
+}
+
+/// `meta` with `agent` set in its namespace object, unless the caller set
+/// an agent there already (the server then checks that it matches the
+/// connection's; DESIGN.md section 4). Everything else is kept.
+pub(crate) fn with_agent(meta: Option<Meta>, agent: &str) -> Meta {
+    let mut meta = meta.unwrap_or_default();
+    let namespace = meta
+        .entry(NAMESPACE.to_owned())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !namespace.is_object() {
+        *namespace = Value::Object(Map::new());
+    }
+    if let Value::Object(namespace) = namespace {
+        namespace
+            .entry("agent".to_owned())
+            .or_insert_with(|| Value::String(agent.to_owned()));
+    }
+    meta
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn agent_is_injected_next_to_user_metadata() {
+        let meta = with_agent(
+            Some(object(
+                json!({"other": 1, "sandboxagent.dev": {"variant": "fast"}}),
+            )),
+            "mock",
+        );
+        assert_eq!(
+            Value::Object(meta),
+            json!({"other": 1, "sandboxagent.dev": {"variant": "fast", "agent": "mock"}})
+        );
+        let meta = with_agent(None, "mock");
+        assert_eq!(
+            Value::Object(meta),
+            json!({"sandboxagent.dev": {"agent": "mock"}})
+        );
+        let kept = with_agent(
+            Some(sandbox_meta(object(json!({"agent": "codex"})))),
+            "mock",
+        );
+        assert_eq!(kept[NAMESPACE]["agent"], "codex");
+        let fixed = with_agent(Some(object(json!({"sandboxagent.dev": 5}))), "mock");
+        assert_eq!(fixed[NAMESPACE]["agent"], "mock");
+    }
+
+    #[test]
+    fn namespace_surfaces_as_typed_fields() {
+        let meta = object(json!({"sandboxagent.dev": {
+            "agent": "mock", "createdAt": "2026-01-01T00:00:00.000Z", "updatedAt": "2026-01-01T00:00:01.000Z",
+            "ended": false, "eventCount": 4, "title": "T", "model": "mock-smart", "mode": "plan", "ticket": "ENG-42"
+        }}));
+        let typed = session_meta(Some(&meta));
+        let Some(typed) = typed else {
+            panic!("typed metadata");
+        };
+        assert_eq!(typed.agent, "mock");
+        assert_eq!(typed.title.as_deref(), Some("T"));
+        assert_eq!(typed.event_count, 4);
+        assert_eq!(typed.extra.get("ticket"), Some(&json!("ENG-42")));
+        assert!(session_meta(Some(&object(json!({"sandboxagent.dev": {"title": "x"}})))).is_none());
+        assert!(session_meta(None).is_none());
+    }
+}

@@ -1,0 +1,303 @@
+//! [`ClientOptions`]: which agent, which server (or an embedded one), and
+//! how the client behaves.
+
+use crate::error::Error;
+use crate::events::{PermissionDecision, PermissionHandler};
+use agent_client_protocol::v1::schema::RequestPermissionRequest;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default limit for an embedded server to become ready (DESIGN.md
+/// section 8).
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Default time an embedded server gets between SIGTERM and SIGKILL.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// How the client reaches a server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Server mode when a base URL is set, embedded mode otherwise.
+    #[default]
+    Auto,
+    /// Talk to the server at the base URL; without one,
+    /// [`connect`](crate::SandboxAgentClient::connect) fails with
+    /// [`Error::InvalidOptions`].
+    Server,
+    /// Start a private `sandbox-agent server` (a child process on a free
+    /// loopback port with a random token); a base URL is an
+    /// [`Error::InvalidOptions`].
+    Embedded,
+}
+
+/// Where an embedded server's log output (its stderr) goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ServerLogs {
+    /// Kept in memory (the last 200 lines) and shown in start-up errors.
+    #[default]
+    Capture,
+    /// Written to this process's stderr.
+    Inherit,
+}
+
+/// Everything [`SandboxAgentClient::connect`](crate::SandboxAgentClient::connect)
+/// needs. Build with [`ClientOptions::new`] and the builder methods.
+///
+/// ```
+/// use sandbox_agent_sdk::{ClientOptions, Mode};
+/// use std::time::Duration;
+///
+/// // Embedded: start a private server (the default without a base URL).
+/// let embedded = ClientOptions::new("mock").startup_timeout(Duration::from_secs(30));
+/// // Server mode: a running server, with its token.
+/// let remote = ClientOptions::new("codex")
+///     .base_url("http://10.0.0.5:2468")
+///     .token("secret")
+///     .mode(Mode::Server);
+/// # let _ = (embedded, remote);
+/// ```
+#[derive(Clone)]
+pub struct ClientOptions {
+    pub(crate) agent: String,
+    pub(crate) base_url: Option<String>,
+    pub(crate) token: Option<String>,
+    pub(crate) mode: Mode,
+    pub(crate) auto_connect: bool,
+    pub(crate) client_name: String,
+    pub(crate) client_version: String,
+    pub(crate) request_timeout: Option<Duration>,
+    pub(crate) permission_handler: Option<PermissionHandler>,
+    pub(crate) embedded: EmbeddedSettings,
+}
+
+/// Settings of embedded mode.
+#[derive(Debug, Clone)]
+pub(crate) struct EmbeddedSettings {
+    /// The binary; `None`: look it up (see [`ClientOptions::binary`]).
+    pub(crate) binary: Option<PathBuf>,
+    pub(crate) startup_timeout: Duration,
+    pub(crate) shutdown_grace: Duration,
+    /// Extra `sandbox-agent server` arguments.
+    pub(crate) args: Vec<OsString>,
+    /// Extra environment variables of the server.
+    pub(crate) env: Vec<(OsString, OsString)>,
+    pub(crate) logs: ServerLogs,
+}
+
+impl ClientOptions {
+    /// Options for the agent with id `agent` (for example `mock`, `codex`,
+    /// `claude`): it is named in `initialize` and every `session/new`
+    /// (`_meta["sandboxagent.dev"].agent`). Defaults: [`Mode::Auto`] with no
+    /// base URL (embedded mode), auto-connect on, no request timeout, no
+    /// permission handler.
+    pub fn new(agent: impl Into<String>) -> ClientOptions {
+        ClientOptions {
+            agent: agent.into(),
+            base_url: None,
+            token: None,
+            mode: Mode::Auto,
+            auto_connect: true,
+            client_name: env!("CARGO_PKG_NAME").to_owned(),
+            client_version: env!("CARGO_PKG_VERSION").to_owned(),
+            request_timeout: None,
+            permission_handler: None,
+            embedded: EmbeddedSettings {
+                binary: None,
+                startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+                shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+                args: Vec::new(),
+                env: Vec::new(),
+                logs: ServerLogs::Capture,
+            },
+        }
+    }
+
+    /// Base URL of a running server, e.g. `http://127.0.0.1:2468` (a path
+    /// prefix such as `https://host/sandbox/` is kept). Selects server mode
+    /// under [`Mode::Auto`].
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = Some(url.into());
+        self
+    }
+
+    /// Bearer token of a running server (`--token`). Ignored in embedded
+    /// mode, which makes its own.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Forces server or embedded mode (default [`Mode::Auto`]).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Whether [`connect`](crate::SandboxAgentClient::connect) also opens the
+    /// connection to the agent (sends `initialize`). Default `true`; with
+    /// `false`, call [`open`](crate::SandboxAgentClient::open) yourself.
+    pub fn auto_connect(mut self, auto_connect: bool) -> Self {
+        self.auto_connect = auto_connect;
+        self
+    }
+
+    /// `clientInfo` sent in `initialize`. Default: this crate's name and
+    /// version.
+    pub fn client_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.client_name = name.into();
+        self.client_version = version.into();
+        self
+    }
+
+    /// Limit on one request's HTTP exchange. Default `None`: a prompt turn
+    /// may run for many minutes. See `acp-http-client`'s
+    /// `TransportOptions::request_timeout`.
+    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Answers every permission request of the agent
+    /// (`session/request_permission`) with `handler`'s decision. The
+    /// handler wins over the event stream: with one set, permission
+    /// requests are not delivered as [`Event::PermissionRequest`](crate::Event::PermissionRequest).
+    /// It runs on a task of its own, so it may call the client.
+    ///
+    /// ```
+    /// use sandbox_agent_sdk::{ClientOptions, PermissionDecision};
+    /// let options = ClientOptions::new("mock")
+    ///     .permission_handler(|_request| async { PermissionDecision::Allow });
+    /// # let _ = options;
+    /// ```
+    pub fn permission_handler<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(RequestPermissionRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = PermissionDecision> + Send + 'static,
+    {
+        self.permission_handler = Some(Arc::new(move |request| Box::pin(handler(request))));
+        self
+    }
+
+    /// Embedded mode: the `sandbox-agent` binary to start. Default: the
+    /// first that exists of `$SANDBOX_AGENT_BIN`, `sandbox-agent` next to
+    /// the current executable (and one directory up when that is a cargo
+    /// `deps` or `examples` directory), then `sandbox-agent` on `PATH`.
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.embedded.binary = Some(path.into());
+        self
+    }
+
+    /// Embedded mode: how long the server may take to print its listening
+    /// line and answer `GET /v2/health`. Default 15 s.
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.embedded.startup_timeout = timeout;
+        self
+    }
+
+    /// Embedded mode: time between SIGTERM and SIGKILL when the server is
+    /// stopped (drop or [`dispose`](crate::SandboxAgentClient::dispose)).
+    /// Default 5 s. The server gets 40 % of it to stop its agents
+    /// (`--shutdown-grace-ms`).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.embedded.shutdown_grace = grace;
+        self
+    }
+
+    /// Embedded mode: an extra `sandbox-agent server` argument (for example
+    /// `--agent-command`). Repeat for several.
+    pub fn server_arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.embedded.args.push(arg.into());
+        self
+    }
+
+    /// Embedded mode: an extra environment variable of the server (for
+    /// example `SANDBOX_AGENT_DATA_DIR` or an agent's API key).
+    pub fn server_env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.embedded.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Embedded mode: where the server's logs go. Default
+    /// [`ServerLogs::Capture`].
+    pub fn server_logs(mut self, logs: ServerLogs) -> Self {
+        self.embedded.logs = logs;
+        self
+    }
+
+    /// The agent id.
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// The base URL of a running server, when one is set; `None` means
+    /// embedded mode (unless [`Mode::Server`] is forced, which then fails).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] when the mode and the base URL disagree or
+    /// the agent id is empty.
+    pub(crate) fn resolve_mode(&self) -> Result<Option<&str>, Error> {
+        if self.agent.trim().is_empty() {
+            return Err(Error::InvalidOptions("the agent id is empty".to_owned()));
+        }
+        match (self.mode, self.base_url.as_deref()) {
+            (Mode::Auto, url) => Ok(url),
+            (Mode::Server, Some(url)) => Ok(Some(url)),
+            (Mode::Server, None) => Err(Error::InvalidOptions(
+                "server mode needs a base URL (ClientOptions::base_url)".to_owned(),
+            )),
+            (Mode::Embedded, None) => Ok(None),
+            (Mode::Embedded, Some(url)) => Err(Error::InvalidOptions(format!(
+                "embedded mode starts its own server, but a base URL ({url}) was given"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("agent", &self.agent)
+            .field("base_url", &self.base_url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("mode", &self.mode)
+            .field("auto_connect", &self.auto_connect)
+            .field("client_name", &self.client_name)
+            .field("request_timeout", &self.request_timeout)
+            .field("permission_handler", &self.permission_handler.is_some())
+            .field("embedded", &self.embedded)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_resolve_or_refuse() {
+        let auto = ClientOptions::new("mock");
+        assert!(matches!(auto.resolve_mode(), Ok(None)));
+        let auto = auto.base_url("http://h:1");
+        assert!(matches!(auto.resolve_mode(), Ok(Some("http://h:1"))));
+        assert!(matches!(
+            auto.clone().mode(Mode::Embedded).resolve_mode(),
+            Err(Error::InvalidOptions(_))
+        ));
+        assert!(matches!(
+            ClientOptions::new("mock").mode(Mode::Server).resolve_mode(),
+            Err(Error::InvalidOptions(_))
+        ));
+        assert!(matches!(
+            ClientOptions::new(" ").resolve_mode(),
+            Err(Error::InvalidOptions(_))
+        ));
+    }
+
+    #[test]
+    fn debug_hides_the_token() {
+        let options = ClientOptions::new("mock").token("very-secret");
+        assert!(!format!("{options:?}").contains("very-secret"));
+    }
+}

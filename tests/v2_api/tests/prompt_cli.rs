@@ -1,0 +1,385 @@
+//! `sandbox-agent prompt`, end to end: the real binary with an embedded
+//! server (or `--url` to a running one), piped stdin and a pseudo-terminal
+//! (`script`), checking stdout (only the agent's text), stderr (tool calls,
+//! permission questions, errors), the exit status, and that no server
+//! process is left behind.
+
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use v2_api_tests::TestServer;
+use v2_api_tests::server::sandbox_agent_command;
+
+/// Bound on one `prompt` run (it starts a server and an agent).
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The mock agent's reply to `hello`, as printed.
+const HELLO_REPLY: &str = "Hello from the mock agent. You said: hello\n";
+
+/// What one run printed.
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// A marker put in the environment of a run (the embedded server inherits
+/// it), so the test can find any process of that run left in `/proc`.
+fn marker(name: &str) -> String {
+    format!("PROMPT_CLI_TEST={name}-{}", std::process::id())
+}
+
+/// Runs `sandbox-agent prompt <args>` with `stdin` piped in (`None`: stdin
+/// closed at once) and the environment `marker`.
+async fn prompt(args: &[&str], stdin: Option<&str>, marker: &str) -> Run {
+    let mut command = tokio::process::Command::from(sandbox_agent_command());
+    let (key, value) = marker.split_once('=').unwrap_or((marker, ""));
+    command
+        .arg("prompt")
+        .args(args)
+        .env(key, value)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("spawn sandbox-agent prompt");
+    let mut pipe = child.stdin.take().expect("stdin is piped");
+    if let Some(text) = stdin {
+        pipe.write_all(text.as_bytes()).await.expect("write stdin");
+    }
+    drop(pipe);
+    let output = match tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output()).await {
+        Ok(output) => output.expect("run sandbox-agent prompt"),
+        Err(_) => panic!("sandbox-agent prompt {args:?} did not finish within {RUN_TIMEOUT:?}"),
+    };
+    Run {
+        status: output.status,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Processes whose environment holds `marker` (the embedded server and its
+/// agents inherit the prompt's environment).
+fn processes_with(marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|b| *b == 0)
+                    .any(|var| var == marker.as_bytes())
+            }) && v2_api_tests::procfs::pid_is_alive(*pid)
+        })
+        .collect()
+}
+
+/// Asserts that no process of the run marked `marker` remains (bounded
+/// wait: the last ones may still be exiting).
+async fn assert_nothing_left(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let described: Vec<String> = left
+                .iter()
+                .map(|pid| format!("{pid}: {}", v2_api_tests::procfs::cmdline(*pid)))
+                .collect();
+            for pid in &left {
+                if let Some(process) = v2_api_tests::procfs::process_ref(*pid) {
+                    v2_api_tests::procfs::signal(&process, nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+            panic!("processes left behind by the prompt run: {described:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_plain_turn_prints_the_reply_on_stdout_and_exits_0() {
+    let marker = marker("plain");
+    let run = prompt(&["hello"], None, &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, HELLO_REPLY, "{run:?}");
+    assert!(!run.stderr.contains("sandbox-agent:"), "no error: {run:?}");
+    assert!(
+        !run.stderr.contains('\u{1b}'),
+        "no spinner off a terminal: {run:?}"
+    );
+    assert_nothing_left(&marker).await;
+}
+
+#[tokio::test]
+async fn tool_calls_are_shown_on_stderr() {
+    let marker = marker("tool");
+    let run = prompt(
+        &["--agent", "mock", "please", "use", "a", "tool"],
+        None,
+        &marker,
+    )
+    .await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(
+        run.stdout,
+        "Hello from the mock agent. You said: please use a tool\n"
+    );
+    assert!(
+        run.stderr.contains(
+            "[tool] Reading the mock file (in progress)\n[tool] Reading the mock file (completed)"
+        ),
+        "{run:?}"
+    );
+    assert_nothing_left(&marker).await;
+}
+
+#[tokio::test]
+async fn permission_with_yes_allows_and_with_deny_denies() {
+    let marker = marker("flags");
+    let run = prompt(&["--yes", "ask permission"], None, &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert!(run.stdout.starts_with("Permission granted."), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("[permission] Write to mock.txt: allowed (--yes)"),
+        "{run:?}"
+    );
+    assert!(
+        run.stderr.contains("[tool] Write to mock.txt (completed)"),
+        "{run:?}"
+    );
+
+    let run = prompt(&["--deny", "ask permission"], Some("y\n"), &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert!(run.stdout.starts_with("Permission denied."), "{run:?}");
+    assert!(run.stderr.contains("denied (--deny)"), "{run:?}");
+    assert!(
+        run.stderr.contains("[tool] Write to mock.txt (failed)"),
+        "{run:?}"
+    );
+    assert_nothing_left(&marker).await;
+}
+
+#[tokio::test]
+async fn permission_answers_come_from_piped_stdin() {
+    let marker = marker("piped");
+    let run = prompt(&["ask permission"], Some("y\n"), &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert!(run.stdout.starts_with("Permission granted."), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("[permission] Write to mock.txt\n  1) Allow once\n  2) Reject once\n"),
+        "{run:?}"
+    );
+
+    let run = prompt(&["ask permission"], Some("2\n"), &marker).await;
+    assert!(run.stdout.starts_with("Permission denied."), "{run:?}");
+
+    // Closed stdin: denied, and the message says why.
+    let run = prompt(&["ask permission"], None, &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert!(run.stdout.starts_with("Permission denied."), "{run:?}");
+    assert!(
+        run.stderr.contains("no answer (stdin is closed): denying"),
+        "{run:?}"
+    );
+
+    // An answer that means nothing: denied, not guessed.
+    let run = prompt(&["ask permission"], Some("maybe\n"), &marker).await;
+    assert!(run.stdout.starts_with("Permission denied."), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("unrecognised answer \"maybe\": denying"),
+        "{run:?}"
+    );
+    assert_nothing_left(&marker).await;
+}
+
+#[tokio::test]
+async fn a_crashing_agent_exits_non_zero_with_a_clear_message() {
+    let marker = marker("crash");
+    let run = prompt(&["!crash"], None, &marker).await;
+    assert!(!run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, "Crashing...\n", "{run:?}");
+    assert!(
+        run.stderr
+            .contains("sandbox-agent: the turn failed: agent process exited (exit code 3)"),
+        "{run:?}"
+    );
+    assert!(
+        run.stderr
+            .contains("agent stderr: mock agent: crashing on request"),
+        "{run:?}"
+    );
+    assert_nothing_left(&marker).await;
+}
+
+#[tokio::test]
+async fn ctrl_c_cancels_the_turn_and_exits_non_zero() {
+    let marker = marker("interrupt");
+    let mut command = tokio::process::Command::from(sandbox_agent_command());
+    let (key, value) = marker.split_once('=').unwrap_or_default();
+    let child = command
+        .args(["prompt", "!stall"])
+        .env(key, value)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let pid = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .expect("pid");
+    // SIGINT once the turn runs (the mock agent process exists).
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    while !processes_with(&marker)
+        .iter()
+        .any(|p| v2_api_tests::procfs::cmdline(*p).contains("mock-agent"))
+    {
+        assert!(Instant::now() < deadline, "the turn never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let output = tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("exits after Ctrl-C")
+        .expect("output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("cancelling the turn"), "{stderr}");
+    assert!(stderr.contains("sandbox-agent: interrupted"), "{stderr}");
+    assert_nothing_left(&marker).await;
+}
+
+#[tokio::test]
+async fn url_and_token_reach_a_running_server() {
+    let server = TestServer::start(&["--token", "cli-secret"]).await;
+    let marker = marker("url");
+    let run = prompt(
+        &["--url", server.base_url(), "--token", "cli-secret", "hello"],
+        None,
+        &marker,
+    )
+    .await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, HELLO_REPLY);
+
+    let run = prompt(
+        &["--url", server.base_url(), "--token", "wrong", "hello"],
+        None,
+        &marker,
+    )
+    .await;
+    assert!(!run.status.success(), "{run:?}");
+    assert!(run.stderr.contains("refused the token"), "{run:?}");
+    assert!(run.stdout.is_empty(), "{run:?}");
+
+    let run = prompt(&["--url", "http://127.0.0.1:9", "hello"], None, &marker).await;
+    assert!(!run.status.success(), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("cannot reach the server at http://127.0.0.1:9"),
+        "{run:?}"
+    );
+
+    let run = prompt(&["--agent", "nope", "hello"], None, &marker).await;
+    assert!(!run.status.success(), "{run:?}");
+    assert!(
+        run.stderr.contains("cannot connect to agent \"nope\""),
+        "{run:?}"
+    );
+    assert!(
+        run.stderr.contains("unknown") || run.stderr.contains("404"),
+        "{run:?}"
+    );
+    assert_nothing_left(&marker).await;
+}
+
+/// The same in a pseudo-terminal, through util-linux `script`: the spinner
+/// runs before the first token, and the permission question is answered
+/// on the terminal.
+#[tokio::test]
+async fn in_a_pseudo_terminal_with_spinner_and_question() {
+    if !Path::new("/usr/bin/script").is_file() && !Path::new("/bin/script").is_file() {
+        eprintln!("skipped: `script` (util-linux) is not installed");
+        return;
+    }
+    let bin = v2_api_tests::server::sandbox_agent_bin();
+    let marker = marker("pty");
+    let quoted = v2_api_tests::shell_quote(&bin.to_string_lossy());
+    let run_in_pty = async |prompt_text: &str, typed: Option<&str>| {
+        let mut command = tokio::process::Command::new("script");
+        let (key, value) = marker.split_once('=').unwrap_or_default();
+        command
+            .args([
+                "-qec",
+                &format!("{quoted} prompt '{prompt_text}'"),
+                "/dev/null",
+            ])
+            .env(key, value)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("spawn script");
+        let mut stdin = child.stdin.take().expect("stdin");
+        if let Some(typed) = typed {
+            // The terminal keeps typed input until the question reads it;
+            // Enter sends CR. stdin stays open until the run ends (EOF
+            // would end `script`'s session early).
+            let _ = stdin.write_all(typed.as_bytes()).await;
+        }
+        let output = tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output())
+            .await
+            .expect("script finishes")
+            .expect("script output");
+        drop(stdin);
+        (
+            output.status,
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+
+    let (status, screen) = run_in_pty("hello", None).await;
+    assert!(status.success(), "{screen}");
+    assert!(
+        screen.contains("Hello from the mock agent. You said: hello"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("\u{1b}[2K"),
+        "the spinner line is drawn and cleared: {screen:?}"
+    );
+    assert!(screen.contains("waiting for mock"), "{screen:?}");
+
+    let (status, screen) = run_in_pty("ask permission", Some("y\r")).await;
+    assert!(status.success(), "{screen}");
+    assert!(screen.contains("Allow? [y/n or 1-2]: "), "{screen:?}");
+    assert!(screen.contains("Permission granted."), "{screen:?}");
+    assert_nothing_left(&marker).await;
+}
