@@ -188,6 +188,11 @@ pub struct ServerArgs {
         default_value_t = 2_000
     )]
     pub terminate_grace_ms: u64,
+    /// Threads of the async runtime. 1 (the default) runs everything on one
+    /// thread: the server relays I/O, and on a small machine one thread
+    /// avoids cross-thread wake-ups on every message (research/benchmarks.md).
+    #[arg(long, env = "SANDBOX_AGENT_WORKER_THREADS", default_value_t = 1)]
+    pub worker_threads: usize,
     /// Add or override an agent: NAME=COMMAND [ARGS...] (shell-word split). Repeatable.
     #[arg(long = "agent-command", value_name = "NAME=CMD")]
     pub agent_commands: Vec<String>,

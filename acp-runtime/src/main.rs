@@ -5,10 +5,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime_for(&cli.command).enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("sandbox-agent: cannot start the async runtime: {error}");
@@ -58,6 +55,23 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The async runtime each command runs on. The server uses
+/// `--worker-threads` (one thread by default); the mock agent keeps tokio's
+/// default multi-threaded runtime; the client-side commands need one thread.
+fn runtime_for(command: &Command) -> tokio::runtime::Builder {
+    let threads = match command {
+        Command::Server(args) => args.worker_threads,
+        Command::MockAgent(_) => return tokio::runtime::Builder::new_multi_thread(),
+        _ => 1,
+    };
+    if threads <= 1 {
+        return tokio::runtime::Builder::new_current_thread();
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(threads);
+    builder
 }
 
 /// Logs to stderr; the level comes from `RUST_LOG` (default `info`).
