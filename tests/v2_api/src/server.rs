@@ -233,6 +233,12 @@ impl TestServer {
         self.api.clone()
     }
 
+    /// The server's private data dir (`SANDBOX_AGENT_DATA_DIR`; a
+    /// `--data-dir` argument overrides it).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.pid
