@@ -167,7 +167,7 @@ struct Spinner {
 impl Spinner {
     fn start(agent: &str, what: &str) -> Self {
         if !std::io::stderr().is_terminal() {
-            eprintln!("{agent}: installing {what}");
+            // Plain lines: the installer's own steps say what happens.
             return Self {
                 bar: None,
                 agent: agent.to_owned(),

@@ -623,8 +623,12 @@ async fn npm_install(
     let status = status.map_err(|e| format!("cannot wait for npm: {e}"))?;
     if !status.success() {
         let tail: Vec<String> = tail.into_inner().into();
+        let exit = match status.code() {
+            Some(code) => format!("code {code}"),
+            None => status.to_string(),
+        };
         return Err(format!(
-            "npm install {spec} exited with {status}; npm said:\n{}",
+            "npm exited with {exit}; npm said:\n{}",
             tail.join("\n")
         ));
     }
