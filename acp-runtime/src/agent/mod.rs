@@ -158,7 +158,9 @@ impl Agents {
     /// The running process of `agent`, started and initialized first if needed.
     ///
     /// # Errors
-    /// [`StartError`] when the agent is unknown, cannot be started, or rejects `initialize`.
+    /// [`StartError`] when the agent is unknown, is not installed and the
+    /// server requires preinstalled agents, cannot be installed or started,
+    /// or rejects `initialize`.
     pub async fn ensure_running(
         &self,
         runtime: &Arc<Runtime>,
@@ -200,7 +202,10 @@ impl Agents {
             Launch::Install(_) => {
                 let installation = match self.installer.installed(spec) {
                     Some(installation) => installation,
-                    None if self.require_preinstall => return Err(StartError::NotInstalled),
+                    None if self.require_preinstall => {
+                        tracing::warn!(agent = %spec.id, "agent not installed; not installing it on first use (--require-preinstall)");
+                        return Err(StartError::NotInstalled);
+                    }
                     None => {
                         tracing::info!(agent = %spec.id, "agent not installed yet; installing it on first use");
                         let progress = Arc::new(LogProgress {
