@@ -250,6 +250,20 @@ impl TestServer {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
+    /// The server's stderr once `ready(log)` holds, waiting up to `timeout`
+    /// (a reader thread copies the pipe, so a line written just before an
+    /// HTTP answer may arrive a moment after it). Returns the log either way.
+    pub async fn log_when(&self, ready: impl Fn(&str) -> bool, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let log = self.stderr_text();
+            if ready(&log) || Instant::now() >= deadline {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Everything the server wrote to stdout after the start-up line, once
     /// stdout is closed (normally: the server exited). `None` if stdout is
     /// still open after `timeout`.

@@ -25,6 +25,9 @@ use v2_api_tests::{Api, MOCK, REQUEST_TIMEOUT, TestServer, assert_problem, procf
 
 const BUILT_IN: [&str; 5] = ["claude", "codex", "gemini", "mock", "opencode"];
 
+/// How long a log line may trail the HTTP answer it belongs to.
+const LOG_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// `POST /v2/agents/{agent}/install` with the usual request bound.
 async fn install(server: &TestServer, agent: &str, body: Option<&Value>) -> v2_api_tests::Reply {
     install_within(server, agent, body, REQUEST_TIMEOUT).await
@@ -170,7 +173,9 @@ async fn a_release_archive_installs_lazily_on_first_initialize() {
         [".lock", "1.2.3", "current.json"]
     );
 
-    let log = server.stderr_text();
+    let log = server
+        .log_when(|log| log.contains("agent installed"), LOG_TIMEOUT)
+        .await;
     assert!(
         log.contains("installing agent"),
         "install start is logged:\n{log}"
@@ -288,7 +293,12 @@ async fn broken_archives_fail_cleanly_and_the_server_keeps_serving() {
             && !server.data_dir().join("escaped").exists(),
         "nothing was written outside the install folder"
     );
-    let log = server.stderr_text();
+    let log = server
+        .log_when(
+            |log| log.matches("agent install failed").count() >= cases.len(),
+            LOG_TIMEOUT,
+        )
+        .await;
     assert!(
         log.matches("agent install failed").count() >= cases.len(),
         "every failure is in the log:\n{log}"
@@ -322,10 +332,10 @@ async fn entries_with_nothing_for_this_platform_are_409() {
     let reply = install(&server, "python", None).await;
     let doc = assert_problem(&reply, 409, "not-installable");
     assert!(problem_text(&doc).contains("uvx"), "{doc}");
-    assert!(
-        server.stderr_text().contains("agent install failed"),
-        "logged"
-    );
+    let log = server
+        .log_when(|log| log.contains("agent install failed"), LOG_TIMEOUT)
+        .await;
+    assert!(log.contains("agent install failed"), "logged:\n{log}");
     mock_still_serves(&server).await;
 }
 
@@ -354,7 +364,12 @@ async fn npm_failures_are_502_with_npm_output() {
         [".lock"],
         "the staging folder is removed"
     );
-    let log = server.stderr_text();
+    let log = server
+        .log_when(
+            |log| log.contains("agent install failed") && log.contains("E404"),
+            LOG_TIMEOUT,
+        )
+        .await;
     assert!(
         log.contains("agent install failed") && log.contains("E404"),
         "{log}"
@@ -397,7 +412,9 @@ async fn agents_that_exit_at_once_are_502_and_others_keep_working() {
     let reply = install(&server, MOCK, None).await;
     reply.assert_status(200);
     assert_eq!(reply.json()["source"], "builtin", "{reply:?}");
-    let log = server.stderr_text();
+    let log = server
+        .log_when(|log| log.contains("agent process exited"), LOG_TIMEOUT)
+        .await;
     assert!(log.contains("agent process exited"), "{log}");
     mock_still_serves(&server).await;
 }
