@@ -19,12 +19,103 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Send one prompt to an agent and stream the reply (starts a server when no --url).
+    Prompt(crate::prompt::PromptArgs),
     /// Serve ACP agents over HTTP at /v2/rpc.
     Server(Box<ServerArgs>),
     /// List or install agents (works on the data dir; no server needed).
     Agents(AgentsArgs),
+    /// Speak ACP on stdio (for editors) and forward it to a runtime over HTTP.
+    Bridge(crate::bridge::BridgeArgs),
     /// Run the built-in mock ACP agent on stdin/stdout.
     MockAgent(MockAgentArgs),
+    /// Measure the runtime against the raw stdio limit of the mock agent.
+    Bench(BenchArgs),
+}
+
+/// `sandbox-agent bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Measure a running server (host:port or http://host:port) instead of starting one.
+    #[arg(long, value_name = "URL", conflicts_with = "embedded")]
+    pub url: Option<String>,
+    /// Start a local server for the run (the default).
+    #[arg(long)]
+    pub embedded: bool,
+    /// Bearer token for --url.
+    #[arg(long, env = "SANDBOX_AGENT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Connections of the concurrent roundtrip run.
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
+    /// Seconds each timed loop runs.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Scenarios to run (comma-separated); all by default.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub scenario: Vec<crate::bench::Scenario>,
+    /// Updates the stream scenario's prompt emits.
+    #[arg(long, default_value_t = 100_000)]
+    pub stream_updates: u64,
+    /// Bytes of text per streamed update.
+    #[arg(long, default_value_t = 16)]
+    pub stream_bytes: usize,
+    /// Events in the ring for the replay scenario.
+    #[arg(long, default_value_t = 2048)]
+    pub replay_events: u64,
+    /// Connections (each with an open stream) of the connections scenario.
+    #[arg(long, default_value_t = 1000)]
+    pub idle_connections: usize,
+    /// Server starts measured by the startup scenario.
+    #[arg(long, default_value_t = 10)]
+    pub startup_runs: usize,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl BenchArgs {
+    /// Validates the arguments.
+    ///
+    /// # Errors
+    /// A message for the user.
+    pub fn into_options(self) -> Result<crate::bench::BenchOptions, String> {
+        let url = match &self.url {
+            None => None,
+            Some(url) => {
+                let host = url
+                    .trim_start_matches("http://")
+                    .trim_end_matches('/')
+                    .trim_end_matches("/v2/rpc");
+                let address = std::net::ToSocketAddrs::to_socket_addrs(host)
+                    .map_err(|e| format!("cannot resolve {url}: {e}"))?
+                    .next()
+                    .ok_or_else(|| format!("cannot resolve {url}"))?;
+                Some(address)
+            }
+        };
+        if !(self.duration > 0.0 && self.duration.is_finite()) {
+            return Err("--duration must be a positive number of seconds".to_owned());
+        }
+        Ok(crate::bench::BenchOptions {
+            url,
+            token: self.token,
+            connections: self.connections.max(1),
+            duration: Duration::from_secs_f64(self.duration),
+            scenarios: if self.scenario.is_empty() {
+                crate::bench::Scenario::ALL.to_vec()
+            } else {
+                self.scenario
+            },
+            stream_updates: self.stream_updates.max(1),
+            stream_bytes: self.stream_bytes.max(1),
+            replay_events: self.replay_events.max(1),
+            idle_connections: self.idle_connections.max(1),
+            startup_runs: self.startup_runs.max(1),
+            program: std::env::current_exe()
+                .map_err(|e| format!("cannot locate this executable: {e}"))?,
+        })
+    }
 }
 
 /// Where agents come from and where they are installed; shared by `server`

@@ -253,6 +253,11 @@ impl Connection {
         })
     }
 
+    /// Sequence number of the newest event (0 before the first).
+    pub fn newest_event_id(&self) -> u64 {
+        self.state.lock().next_seq - 1
+    }
+
     /// Whether a live stream is attached.
     pub fn has_stream(&self) -> bool {
         self.state.lock().stream.is_some()

@@ -23,9 +23,12 @@
 //! - [`error`]: the error enum every HTTP failure is made of.
 //! - [`config`], [`cli`]: settings and the command line.
 //! - [`mock_agent`]: the built-in deterministic ACP agent (`sandbox-agent mock-agent`).
+//! - [`bench`]: `sandbox-agent bench`, the load generator and its report.
 
 pub mod agent;
 pub mod agents_command;
+pub mod bench;
+pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod connection;
@@ -35,6 +38,7 @@ pub mod ext;
 pub mod hints;
 pub mod http;
 pub mod mock_agent;
+pub mod prompt;
 pub mod protocol;
 pub mod registry;
 pub mod runtime;

@@ -29,9 +29,29 @@ fn main() -> ExitCode {
                 init_logging("error");
                 acp_runtime::agents_command::run(args).await
             }
+            Command::Prompt(args) => acp_runtime::prompt::run(args).await,
+            Command::Bridge(args) => acp_runtime::bridge::run(args).await,
             Command::MockAgent(args) => acp_runtime::mock_agent::run(args)
                 .await
                 .map_err(|e| e.to_string()),
+            Command::Bench(args) => {
+                let json = args.json;
+                let options = args.into_options()?;
+                let report = acp_runtime::bench::run(options)
+                    .await
+                    .map_err(|e| format!("bench failed: {e}"))?;
+                if json {
+                    let checks = report.checks();
+                    let value = serde_json::json!({ "report": report, "checks": checks });
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&value).unwrap_or_default()
+                    );
+                } else {
+                    print!("{}", report.render());
+                }
+                Ok(())
+            }
         }
     });
     // Do not wait for blocking reads of stdin and the like.

@@ -13,6 +13,11 @@ use std::borrow::Cow;
 
 /// Request and response header that carries the connection id (DESIGN.md section 3).
 pub const CONNECTION_ID_HEADER: &str = "x-acp-connection-id";
+/// Response header of a POST answered 200 on an open connection: the newest
+/// SSE event id of the connection when the answer was released. Every event
+/// the agent wrote before its answer has an id at or below it, so a client
+/// can hold the answer until its stream got that far.
+pub const LAST_EVENT_ID_HEADER: &str = "x-acp-last-event-id";
 /// A header that is not part of the contract; a request carrying it gets 400.
 pub const FORBIDDEN_AGENT_HEADER: &str = "x-acp-agent";
 // The `_meta` namespace and the `_sandboxagent/*` names live in `ext-methods`.

@@ -54,6 +54,9 @@ pub enum Reply {
         body: Bytes,
         /// The new connection's id.
         connection_id: Option<Arc<str>>,
+        /// Newest event id of the connection when an agent's answer was
+        /// released (sent as `x-acp-last-event-id`).
+        last_event_id: Option<u64>,
     },
     /// `202`, empty body: a notification or an answer to an agent request.
     Accepted,
@@ -64,6 +67,7 @@ impl Reply {
         Self::Json {
             body: Bytes::from(body),
             connection_id: None,
+            last_event_id: None,
         }
     }
 }
@@ -175,6 +179,7 @@ impl Runtime {
         Ok(Reply::Json {
             body: Bytes::from(protocol::response_line(client_id, Some(&result), None)),
             connection_id: Some(connection.id.clone()),
+            last_event_id: None,
         })
     }
 
@@ -319,7 +324,11 @@ impl Runtime {
         };
         tokio::select! {
             waited = waiter.wait(timeout) => match waited {
-                Waited::Answer(body) => Ok(Reply::Json { body, connection_id: None }),
+                Waited::Answer(body) => Ok(Reply::Json {
+                    body,
+                    connection_id: None,
+                    last_event_id: Some(connection.newest_event_id()),
+                }),
                 Waited::TimedOut => Err(Error::Timeout {
                     method: method.to_owned(),
                     timeout: timeout.unwrap_or_default(),

@@ -3,7 +3,7 @@
 use super::headers::{accepts, is_json_content, last_event_id};
 use super::{Body, empty, full, sse};
 use crate::error::Error;
-use crate::protocol::CONNECTION_ID_HEADER;
+use crate::protocol::{CONNECTION_ID_HEADER, LAST_EVENT_ID_HEADER};
 use crate::runtime::{Reply, Runtime};
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
@@ -54,12 +54,18 @@ pub async fn post(
         Reply::Json {
             body,
             connection_id,
+            last_event_id,
         } => {
             let mut response = full(StatusCode::OK, APPLICATION_JSON, body);
             if let Some(id) = connection_id
                 && let Ok(value) = HeaderValue::from_str(&id)
             {
                 response.headers_mut().insert(CONNECTION_ID_HEADER, value);
+            }
+            if let Some(seq) = last_event_id {
+                response
+                    .headers_mut()
+                    .insert(LAST_EVENT_ID_HEADER, HeaderValue::from(seq));
             }
             Ok(response)
         }

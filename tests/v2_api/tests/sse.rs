@@ -456,3 +456,40 @@ async fn response_of_a_dropped_post_arrives_on_the_stream() {
         "the response comes after every chunk of its turn"
     );
 }
+
+#[tokio::test]
+async fn post_answers_name_the_newest_event_id_of_their_connection() {
+    // `x-acp-last-event-id` on a prompt's answer is at least the id of the
+    // turn's last update: a client can hold the answer until its stream
+    // got that far.
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize(MOCK).await;
+    let session = server.new_session(&conn).await;
+    let mut stream = server.open_stream(&conn, None).await;
+    let reply = server
+        .post(
+            Some(&conn),
+            &acp::request(7, "session/prompt", acp::prompt_params(&session, "hi")),
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+    let named: u64 = reply
+        .headers
+        .get("x-acp-last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no x-acp-last-event-id: {:?}", reply.headers));
+    let events = stream
+        .collect_until(|e| e.agent_text() == Some("hi"), EVENT_TIMEOUT)
+        .await;
+    let last = events.last().and_then(|e| e.id).expect("numbered update");
+    assert_eq!(named, last, "the answer names the turn's last update");
+    // initialize answers (no stream yet) carry none.
+    let init = server
+        .post(
+            None,
+            &acp::request(1, "initialize", acp::initialize_params(MOCK)),
+        )
+        .await;
+    assert!(init.headers.get("x-acp-last-event-id").is_none());
+}

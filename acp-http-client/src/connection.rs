@@ -1,0 +1,705 @@
+//! One ACP-over-HTTP connection: a POST per outgoing message, one merged
+//! and de-duplicated stream of incoming messages, the connection id, close.
+
+use crate::backoff::ReconnectPolicy;
+use crate::error::{Error, Problem};
+use crate::in_flight::InFlight;
+use crate::options::{Direction, EnvelopeObserver, TransportOptions};
+use crate::protocol::{self, APPLICATION_JSON, INITIALIZE, Kind, LAST_EVENT_ID_HEADER};
+use crate::sse;
+use futures::StreamExt;
+use futures::channel::mpsc;
+use parking_lot::Mutex;
+use reqwest::Url;
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// How long a DELETE may take when no request timeout is configured.
+const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the POST of a notification or response may take when no request
+/// timeout is configured: the server acknowledges those at once (202)
+/// without waiting for the agent, and closing a transport waits for them.
+const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest an answer waits for the event stream to deliver the events the
+/// server released before it.
+const STREAM_CATCH_UP: Duration = Duration::from_secs(30);
+
+/// Most bytes of an error body read to find a problem document.
+const MAX_PROBLEM_BYTES: usize = 64 * 1024;
+
+/// A handle to one ACP-over-HTTP connection; cheap to clone, all clones
+/// share the connection.
+///
+/// Created with [`HttpConnection::new`], which also returns the
+/// connection's [`Incoming`] stream. Send the `initialize` request first:
+/// its response names the connection id, after which the event stream is
+/// opened. Messages sent before that response arrived wait for it.
+///
+/// Needs a Tokio runtime. When the last handle is dropped without
+/// [`close`](Self::close), the connection is closed in the background (if a
+/// runtime is still there).
+#[derive(Clone)]
+pub struct HttpConnection {
+    owner: Arc<Owner>,
+}
+
+/// Every incoming JSON-RPC message of one connection, in arrival order:
+/// responses from POST bodies and everything from the event stream, each
+/// response once (see the crate docs). Each item is one JSON-RPC message as
+/// raw JSON text.
+///
+/// Ends after [`HttpConnection::close`], or after an `Err` item when the
+/// event stream is gone for good ([`Error::StreamLost`], or
+/// [`Error::Http`] with 404 when the server no longer knows the
+/// connection). Unbounded: read it.
+#[derive(Debug)]
+pub struct Incoming {
+    rx: mpsc::UnboundedReceiver<Result<String, Error>>,
+}
+
+impl Incoming {
+    /// The next incoming message; `None` once the stream ended.
+    pub async fn recv(&mut self) -> Option<Result<String, Error>> {
+        self.rx.next().await
+    }
+}
+
+impl futures::Stream for Incoming {
+    type Item = Result<String, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_next_unpin(cx)
+    }
+}
+
+impl HttpConnection {
+    /// A connection to the endpoint `options` describe, and its incoming
+    /// stream. Nothing is sent yet.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] when the token is not a valid header value
+    /// or the HTTP client cannot be built.
+    pub fn new(options: TransportOptions) -> Result<(HttpConnection, Incoming), Error> {
+        let mut builder = reqwest::Client::builder();
+        if let Some(timeout) = options.connect_timeout {
+            builder = builder.connect_timeout(timeout);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| Error::InvalidOptions(format!("cannot build the HTTP client: {e}")))?;
+        let mut headers = options.headers.clone();
+        if let Some(token) = &options.token {
+            let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                Error::InvalidOptions("the token is not a valid header value".to_owned())
+            })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        let (tx, rx) = mpsc::unbounded();
+        let shared = Arc::new(Shared {
+            http,
+            endpoint: options.endpoint(),
+            connection_id_header: options.connection_id_header,
+            headers,
+            request_timeout: options.request_timeout,
+            stream_idle_timeout: options.stream_idle_timeout,
+            reconnect: options.reconnect,
+            observer: options.observer,
+            state: watch::Sender::new(IdState::default()),
+            in_flight: Mutex::new(InFlight::default()),
+            incoming: tx,
+            closed: CancellationToken::new(),
+            stream_position: watch::Sender::new(0),
+            close_started: AtomicBool::new(false),
+        });
+        let connection = HttpConnection {
+            owner: Arc::new(Owner { shared }),
+        };
+        Ok((connection, Incoming { rx }))
+    }
+
+    /// POSTs one JSON-RPC message (a request, a notification, or the answer
+    /// to a request from the agent) and waits for the HTTP exchange.
+    ///
+    /// A request's response arrives on [`Incoming`], whether it came in the
+    /// 200 body or later on the event stream. A message other than
+    /// `initialize` sent before the connection id is known waits for the
+    /// `initialize` response.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidMessage`]: `message` is not one JSON object.
+    /// - [`Error::Http`]: the server answered non-2xx (with its problem
+    ///   document).
+    /// - [`Error::Request`]: the exchange failed. If the request may have
+    ///   reached the server (anything but a connect failure) its response
+    ///   can still arrive on [`Incoming`].
+    /// - [`Error::NotConnected`]: not `initialize`, no connection id, and no
+    ///   `initialize` under way.
+    /// - [`Error::Closed`]: the connection was closed.
+    pub async fn send(&self, message: String) -> Result<(), Error> {
+        let shared = &self.owner.shared;
+        let prepared = shared.prepare(message).map_err(|f| f.error)?;
+        shared.execute(prepared).await.map_err(|f| f.error)
+    }
+
+    /// The connection id the server named in the `initialize` response;
+    /// `None` before that.
+    pub fn connection_id(&self) -> Option<String> {
+        self.owner.shared.connection_id()
+    }
+
+    /// Whether [`close`](Self::close) was called (or all handles dropped).
+    pub fn is_closed(&self) -> bool {
+        self.owner.shared.closed.is_cancelled()
+    }
+
+    /// Closes the connection: stops the event stream, sends DELETE (if a
+    /// connection id is known) and ends [`Incoming`]. Idempotent: later
+    /// calls return `Ok(())` at once. Sessions on the server live on
+    /// (DESIGN section 3, DELETE).
+    ///
+    /// # Errors
+    /// [`Error::Http`] or [`Error::Request`] when the DELETE failed; the
+    /// connection is closed on this side regardless.
+    pub async fn close(&self) -> Result<(), Error> {
+        self.owner.shared.close().await
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.owner.shared
+    }
+}
+
+impl std::fmt::Debug for HttpConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpConnection")
+            .field("endpoint", &self.owner.shared.endpoint.as_str())
+            .field("connection_id", &self.connection_id())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+/// Held by user handles only (not by the transport's own tasks), so that
+/// dropping the last handle closes the connection.
+struct Owner {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if self.shared.close_started.load(Ordering::Acquire) {
+            return;
+        }
+        let shared = Arc::clone(&self.shared);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(error) = shared.close().await {
+                        tracing::debug!(%error, "closing a dropped connection failed");
+                    }
+                });
+            }
+            Err(_) => shared.close_locally(),
+        }
+    }
+}
+
+/// State shared by the handles, the POST tasks and the event-stream task.
+pub(crate) struct Shared {
+    /// HTTP client (and its connection pool) for every request.
+    pub(crate) http: reqwest::Client,
+    /// The endpoint URL (POST, GET and DELETE all go here).
+    pub(crate) endpoint: Url,
+    /// Name of the connection-id header.
+    pub(crate) connection_id_header: HeaderName,
+    /// `Authorization` and the caller's extra headers, on every request.
+    pub(crate) headers: HeaderMap,
+    /// Limit on one POST exchange; `None`: no limit.
+    request_timeout: Option<Duration>,
+    /// Silence on the event stream after which it is reopened.
+    pub(crate) stream_idle_timeout: Option<Duration>,
+    /// Event-stream reconnect timing.
+    pub(crate) reconnect: ReconnectPolicy,
+    /// The caller's envelope hook.
+    observer: Option<EnvelopeObserver>,
+    /// The connection id once known, and how many `initialize` POSTs that
+    /// could name it are under way; sends without an id wait on this.
+    state: watch::Sender<IdState>,
+    /// Our requests waiting for their response (exactly-once delivery).
+    in_flight: Mutex<InFlight>,
+    /// Feeds [`Incoming`].
+    incoming: mpsc::UnboundedSender<Result<String, Error>>,
+    /// Cancelled by close: stops the event stream and waiting sends.
+    pub(crate) closed: CancellationToken,
+    /// Set by the first close, so DELETE is sent once.
+    close_started: AtomicBool,
+    /// Id of the newest event the stream delivered; POST answers that name a
+    /// newer one (`x-acp-last-event-id`) wait for it.
+    stream_position: watch::Sender<u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct IdState {
+    id: Option<ConnectionId>,
+    pending_initializes: usize,
+}
+
+/// The connection id, as sent (header value) and as shown (text).
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionId {
+    pub(crate) header: HeaderValue,
+    pub(crate) text: String,
+}
+
+/// An outgoing message that was checked and recorded (in submission order)
+/// and is ready to be POSTed.
+pub(crate) struct Prepared {
+    message: String,
+    kind: Kind,
+    /// Present for an `initialize` sent while no connection id is known.
+    initialize: Option<InitializeGuard>,
+}
+
+impl Prepared {
+    /// Whether this message is a request (its POST waits for the agent).
+    pub(crate) fn is_request(&self) -> bool {
+        matches!(self.kind, Kind::Request { .. })
+    }
+}
+
+/// Why a POST failed, and whether that released a request.
+#[derive(Debug)]
+pub(crate) struct PostFailure {
+    pub(crate) error: Error,
+    /// The raw id text of a request that the server will never answer (it
+    /// was not sent, or the server refused it); it is no longer in flight,
+    /// so whoever waits for it must be answered here.
+    pub(crate) released: Option<String>,
+    /// The method of the failed message, for logs.
+    pub(crate) method: Option<String>,
+}
+
+/// Counts one `initialize` POST under way in [`IdState`]; settles the count
+/// (and records the connection id) when finished or dropped.
+struct InitializeGuard {
+    shared: Option<Arc<Shared>>,
+}
+
+impl InitializeGuard {
+    fn finish(mut self, header: Option<&HeaderValue>) {
+        if let Some(shared) = self.shared.take() {
+            shared.settle_initialize(header);
+        }
+    }
+}
+
+impl Drop for InitializeGuard {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            shared.settle_initialize(None);
+        }
+    }
+}
+
+impl Shared {
+    pub(crate) fn connection_id(&self) -> Option<String> {
+        self.state.borrow().id.as_ref().map(|id| id.text.clone())
+    }
+
+    /// Checks and records one outgoing message. Synchronous so that
+    /// callers can keep submission order (a pipelined `initialize` is
+    /// counted before the messages that must wait for it).
+    pub(crate) fn prepare(self: &Arc<Self>, message: String) -> Result<Prepared, PostFailure> {
+        let kind = protocol::classify(&message).map_err(|e| PostFailure {
+            error: Error::InvalidMessage(e.to_string()),
+            released: None,
+            method: None,
+        })?;
+        if self.closed.is_cancelled() {
+            return Err(PostFailure {
+                error: Error::Closed,
+                released: kind.request_id().map(str::to_owned),
+                method: kind.method().map(str::to_owned),
+            });
+        }
+        if let Some(id) = kind.request_id() {
+            self.in_flight.lock().insert(id);
+        }
+        let initialize = (kind.method() == Some(INITIALIZE) && self.state.borrow().id.is_none())
+            .then(|| {
+                self.state
+                    .send_modify(|state| state.pending_initializes += 1);
+                InitializeGuard {
+                    shared: Some(Arc::clone(self)),
+                }
+            });
+        self.observe(Direction::Outgoing, &message);
+        Ok(Prepared {
+            message,
+            kind,
+            initialize,
+        })
+    }
+
+    /// POSTs a prepared message and handles the answer: the connection id
+    /// of an `initialize`, a 200 body into [`Incoming`], a problem into an
+    /// error.
+    pub(crate) async fn execute(self: &Arc<Self>, prepared: Prepared) -> Result<(), PostFailure> {
+        let Prepared {
+            message,
+            kind,
+            initialize,
+        } = prepared;
+        let is_initialize = kind.method() == Some(INITIALIZE);
+        let connection_id = match self.connection_id_for(is_initialize).await {
+            Ok(id) => id,
+            Err(error) => return Err(self.release(&kind, error)),
+        };
+
+        let mut request = self
+            .http
+            .post(self.endpoint.clone())
+            .headers(self.headers.clone())
+            .header(CONTENT_TYPE, APPLICATION_JSON)
+            .header(ACCEPT, APPLICATION_JSON)
+            .body(message);
+        if let Some(id) = &connection_id {
+            request = request.header(&self.connection_id_header, id.header.clone());
+        }
+        let timeout = match kind {
+            Kind::Request { .. } => self.request_timeout,
+            _ => Some(self.request_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT)),
+        };
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        // Without a connection id there is no event stream that could carry
+        // a late answer.
+        let answer_can_come_later = connection_id.is_some();
+
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(error) => return Err(self.network_failure(&kind, error, answer_can_come_later)),
+        };
+        let status = response.status();
+        if let Some(guard) = initialize {
+            guard.finish(response.headers().get(&self.connection_id_header));
+        }
+        if !status.is_success() {
+            let problem = read_problem(response).await;
+            return Err(self.release(&kind, Error::Http { status, problem }));
+        }
+        let stream_must_reach = response
+            .headers()
+            .get(LAST_EVENT_ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let body = match response.bytes().await {
+            Ok(body) => body,
+            Err(error) => return Err(self.network_failure(&kind, error, answer_can_come_later)),
+        };
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        if let Some(event_id) = stream_must_reach {
+            self.wait_for_stream(event_id).await;
+        }
+        self.deliver(String::from_utf8_lossy(&body).into_owned());
+        Ok(())
+    }
+
+    /// Waits until the event stream delivered event `event_id`, so an answer
+    /// never overtakes the updates the agent wrote before it. Gives up when
+    /// the connection closes or after [`STREAM_CATCH_UP`] (the stream is then
+    /// down; the answer is delivered rather than held forever).
+    async fn wait_for_stream(&self, event_id: u64) {
+        let mut position = self.stream_position.subscribe();
+        tokio::select! {
+            _ = position.wait_for(|delivered| *delivered >= event_id) => {}
+            () = self.closed.cancelled() => {}
+            () = tokio::time::sleep(STREAM_CATCH_UP) => {
+                tracing::debug!(event_id, "event stream did not catch up; delivering the answer anyway");
+            }
+        }
+    }
+
+    /// Records that the event stream delivered event `event_id`.
+    pub(crate) fn stream_delivered(&self, event_id: u64) {
+        self.stream_position.send_if_modified(|position| {
+            let newer = event_id > *position;
+            if newer {
+                *position = event_id;
+            }
+            newer
+        });
+    }
+
+    /// Delivers one incoming message (a POST body or an SSE event's data),
+    /// dropping a response whose request is no longer in flight.
+    pub(crate) fn deliver(&self, message: String) {
+        if let Ok(Kind::Response { id }) = protocol::classify(&message)
+            && !self.in_flight.lock().take(&id)
+        {
+            tracing::debug!(id, "dropping a duplicate response");
+            return;
+        }
+        self.push(message);
+    }
+
+    /// Delivers a message without the duplicate check (an answer made up
+    /// for a released request).
+    pub(crate) fn push(&self, message: String) {
+        self.observe(Direction::Incoming, &message);
+        if self.incoming.unbounded_send(Ok(message)).is_err() {
+            tracing::debug!("incoming stream closed; message dropped");
+        }
+    }
+
+    /// Ends [`Incoming`] with `error` (the event stream is gone for good).
+    pub(crate) fn fail(&self, error: Error) {
+        tracing::warn!(%error, "event stream ended");
+        let _ = self.incoming.unbounded_send(Err(error));
+        self.incoming.close_channel();
+    }
+
+    pub(crate) async fn close(&self) -> Result<(), Error> {
+        if self.close_started.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.closed.cancel();
+        let id = self.state.borrow().id.clone();
+        let result = match id {
+            Some(id) => self.delete(&id).await,
+            None => Ok(()),
+        };
+        self.incoming.close_channel();
+        result
+    }
+
+    /// Close without I/O (no runtime to send DELETE on).
+    fn close_locally(&self) {
+        self.close_started.store(true, Ordering::Release);
+        self.closed.cancel();
+        self.incoming.close_channel();
+    }
+
+    async fn delete(&self, id: &ConnectionId) -> Result<(), Error> {
+        let response = self
+            .http
+            .delete(self.endpoint.clone())
+            .headers(self.headers.clone())
+            .header(&self.connection_id_header, id.header.clone())
+            .timeout(self.request_timeout.unwrap_or(DEFAULT_CLOSE_TIMEOUT))
+            .send()
+            .await?;
+        let status = response.status();
+        if status.is_success() {
+            tracing::debug!(connection = id.text, "connection closed");
+            Ok(())
+        } else {
+            let problem = read_problem(response).await;
+            Err(Error::Http { status, problem })
+        }
+    }
+
+    /// Waits until the connection id is known, unless this is an
+    /// `initialize` (which goes without one when none is known yet).
+    async fn connection_id_for(&self, is_initialize: bool) -> Result<Option<ConnectionId>, Error> {
+        let mut state = self.state.subscribe();
+        loop {
+            {
+                let current = state.borrow_and_update();
+                if let Some(id) = &current.id {
+                    return Ok(Some(id.clone()));
+                }
+                if is_initialize {
+                    return Ok(None);
+                }
+                if current.pending_initializes == 0 {
+                    return Err(Error::NotConnected);
+                }
+            }
+            tokio::select! {
+                changed = state.changed() => {
+                    if changed.is_err() {
+                        return Err(Error::Closed);
+                    }
+                }
+                () = self.closed.cancelled() => return Err(Error::Closed),
+            }
+        }
+    }
+
+    /// One `initialize` POST finished; `header` is the connection id it
+    /// named, if any. The first id opens the event stream.
+    fn settle_initialize(self: &Arc<Self>, header: Option<&HeaderValue>) {
+        let named = header.and_then(|value| match value.to_str() {
+            Ok(text) if !text.trim().is_empty() => Some(ConnectionId {
+                header: value.clone(),
+                text: text.trim().to_owned(),
+            }),
+            _ => {
+                tracing::warn!("ignoring a connection id that is not visible ASCII");
+                None
+            }
+        });
+        let mut opened = None;
+        self.state.send_modify(|state| {
+            state.pending_initializes = state.pending_initializes.saturating_sub(1);
+            if state.id.is_none()
+                && let Some(id) = named
+            {
+                state.id = Some(id.clone());
+                opened = Some(id);
+            }
+        });
+        let Some(id) = opened else { return };
+        tracing::debug!(connection = id.text, "connection opened");
+        if self.closed.is_cancelled() {
+            // Closed while the initialize was under way: the server just
+            // made a connection nobody will use.
+            let shared = Arc::clone(self);
+            tokio::spawn(async move {
+                let _ = shared.delete(&id).await;
+            });
+        } else {
+            sse::spawn(Arc::clone(self), id);
+        }
+    }
+
+    /// A failure after which the server will not answer `kind`'s request
+    /// (if it is one): take it out of flight and report it released.
+    fn release(&self, kind: &Kind, error: Error) -> PostFailure {
+        let released = kind
+            .request_id()
+            .filter(|id| self.in_flight.lock().take(id))
+            .map(str::to_owned);
+        PostFailure {
+            error,
+            released,
+            method: kind.method().map(str::to_owned),
+        }
+    }
+
+    /// A POST that failed on the network. If it never reached the server
+    /// (connect failure), or reached it before any event stream existed,
+    /// the request is released. Otherwise the server still has it and
+    /// will put the answer on the event stream (DESIGN section 3: a POST's
+    /// caller that went away does not cancel the request).
+    fn network_failure(
+        &self,
+        kind: &Kind,
+        error: reqwest::Error,
+        answer_can_come_later: bool,
+    ) -> PostFailure {
+        if error.is_connect() || !answer_can_come_later {
+            self.release(kind, Error::Request(error))
+        } else {
+            PostFailure {
+                error: Error::Request(error),
+                released: None,
+                method: kind.method().map(str::to_owned),
+            }
+        }
+    }
+
+    fn observe(&self, direction: Direction, message: &str) {
+        if let Some(observer) = &self.observer {
+            observer(direction, message);
+        }
+    }
+}
+
+/// Reads at most [`MAX_PROBLEM_BYTES`] of an error body and parses it as a
+/// problem document (RFC 9457).
+pub(crate) async fn read_problem(mut response: reqwest::Response) -> Option<Box<Problem>> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_PROBLEM_BYTES {
+            return None;
+        }
+    }
+    Problem::parse(std::str::from_utf8(&body).ok()?).map(Box::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    const REQUEST: &str = r#"{"jsonrpc":"2.0","id":7,"method":"x"}"#;
+    const RESPONSE: &str = r#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
+    const NOTIFICATION: &str = r#"{"jsonrpc":"2.0","method":"n"}"#;
+
+    fn drain(incoming: &mut Incoming) -> Vec<String> {
+        let mut messages = Vec::new();
+        while let Some(Some(Ok(message))) = incoming.recv().now_or_never() {
+            messages.push(message);
+        }
+        messages
+    }
+
+    #[test]
+    fn a_response_arriving_twice_is_delivered_once() -> Result<(), Error> {
+        let (connection, mut incoming) =
+            HttpConnection::new(TransportOptions::new("http://127.0.0.1:9")?)?;
+        let shared = connection.shared();
+        // Recorded as in flight; never sent (no runtime needed).
+        drop(shared.prepare(REQUEST.to_owned()).map_err(|f| f.error)?);
+
+        shared.deliver(RESPONSE.to_owned()); // in the POST body
+        shared.deliver(RESPONSE.to_owned()); // and again on the stream
+        shared.deliver(r#"{"jsonrpc":"2.0","id":8,"result":{}}"#.to_owned()); // never asked
+        shared.deliver(NOTIFICATION.to_owned());
+        shared.deliver(NOTIFICATION.to_owned()); // notifications are not de-duplicated
+
+        assert_eq!(drain(&mut incoming), [RESPONSE, NOTIFICATION, NOTIFICATION]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_released_request_no_longer_takes_a_late_response() -> Result<(), Error> {
+        let (connection, mut incoming) =
+            HttpConnection::new(TransportOptions::new("http://127.0.0.1:9")?)?;
+        let shared = connection.shared();
+        let prepared = shared.prepare(REQUEST.to_owned()).map_err(|f| f.error)?;
+        // As after a 504: the request is answered locally...
+        let failure = shared.release(&prepared.kind, Error::NotConnected);
+        assert_eq!(failure.released.as_deref(), Some("7"));
+        // ...so the agent's late answer on the stream is a duplicate.
+        shared.deliver(RESPONSE.to_owned());
+        assert!(drain(&mut incoming).is_empty());
+        // Released once only.
+        assert_eq!(
+            shared.release(&prepared.kind, Error::NotConnected).released,
+            None
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn sends_after_close_fail_and_release_their_request() -> Result<(), Error> {
+        let (connection, _incoming) =
+            HttpConnection::new(TransportOptions::new("http://127.0.0.1:9")?)?;
+        connection.shared().close_locally();
+        match connection.shared().prepare(REQUEST.to_owned()) {
+            Err(PostFailure {
+                error: Error::Closed,
+                released: Some(id),
+                ..
+            }) => assert_eq!(id, "7"),
+            Err(other) => panic!("unexpected failure {other:?}"),
+            Ok(_) => panic!("a send after close was accepted"),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,153 @@
+//! The crate's error type and the RFC 9457 problem document.
+
+use reqwest::StatusCode;
+use serde::{Deserialize, Serialize};
+
+/// Everything that can go wrong in this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The server answered with a non-2xx status. `problem` is the
+    /// `application/problem+json` body (RFC 9457) when there was one that
+    /// parsed.
+    #[error("HTTP {status}{}", problem_suffix(.problem.as_deref()))]
+    Http {
+        /// The HTTP status code.
+        status: StatusCode,
+        /// The problem document, if the body was one (boxed: it is large
+        /// and rare).
+        problem: Option<Box<Problem>>,
+    },
+    /// The HTTP exchange itself failed: connect, TLS, timeout, a body cut
+    /// off. `reqwest::Error::is_connect()` tells whether the request left
+    /// this machine at all.
+    #[error("HTTP request failed: {0}")]
+    Request(#[from] reqwest::Error),
+    /// The event stream was not valid SSE (bad UTF-8 or framing).
+    #[error("invalid event stream: {0}")]
+    EventStream(String),
+    /// No bytes (not even a heartbeat comment) arrived on the event stream
+    /// for this long; the stream is treated as dead and reopened.
+    #[error("event stream idle for {0:?}")]
+    StreamIdle(std::time::Duration),
+    /// The event stream could not be reopened: `attempts` consecutive
+    /// attempts failed (see [`ReconnectPolicy`](crate::ReconnectPolicy));
+    /// `last` is the last attempt's error.
+    #[error("event stream lost after {attempts} failed reconnect attempts: {last}")]
+    StreamLost {
+        /// Consecutive failed attempts.
+        attempts: u32,
+        /// The error of the last attempt.
+        last: Box<Error>,
+    },
+    /// A message other than `initialize` was sent while no connection id is
+    /// known and no `initialize` is under way to get one.
+    #[error("not connected: send `initialize` first (no connection id yet)")]
+    NotConnected,
+    /// The connection was closed with `close()` (or all handles dropped).
+    #[error("connection closed")]
+    Closed,
+    /// An outgoing message is not one JSON object.
+    #[error("invalid JSON-RPC message: {0}")]
+    InvalidMessage(String),
+    /// The [`TransportOptions`](crate::TransportOptions) cannot work (a
+    /// base URL that is not absolute http(s), a token that is not a valid
+    /// header value, a client that cannot be built).
+    #[error("invalid transport options: {0}")]
+    InvalidOptions(String),
+}
+
+impl Error {
+    /// The HTTP status, for [`Error::Http`].
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            Error::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The problem document, for [`Error::Http`] with one.
+    pub fn problem(&self) -> Option<&Problem> {
+        match self {
+            Error::Http { problem, .. } => problem.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+fn problem_suffix(problem: Option<&Problem>) -> String {
+    let Some(problem) = problem else {
+        return String::new();
+    };
+    match (&problem.title, &problem.detail) {
+        (Some(title), Some(detail)) => format!(": {title}: {detail}"),
+        (Some(text), None) | (None, Some(text)) => format!(": {text}"),
+        (None, None) => format!(": {}", problem.problem_type),
+    }
+}
+
+/// An RFC 9457 problem details document (`application/problem+json`).
+///
+/// The five members the RFC defines are typed; any extension member is
+/// kept in `extensions`, so the document round-trips.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    /// A URI reference naming the problem type. RFC 9457 section 3.1.1:
+    /// `"about:blank"` when absent.
+    #[serde(rename = "type", default = "about_blank")]
+    pub problem_type: String,
+    /// A short, human-readable summary of the problem type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The HTTP status code the server generated for this occurrence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// A human-readable explanation of this occurrence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// A URI reference identifying this occurrence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// Every other member of the document.
+    #[serde(flatten)]
+    pub extensions: serde_json::Map<String, serde_json::Value>,
+}
+
+fn about_blank() -> String {
+    "about:blank".to_owned()
+}
+
+impl Problem {
+    /// Parses a problem document; `None` if `body` is not a JSON object of
+    /// that shape.
+    pub fn parse(body: &str) -> Option<Problem> {
+        serde_json::from_str(body).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problem_keeps_extension_members_and_defaults_the_type() {
+        let problem = Problem::parse(
+            r#"{"title":"Not Found","status":404,"detail":"d","knownAgents":["mock"]}"#,
+        );
+        let Some(problem) = problem else {
+            panic!("a problem document");
+        };
+        assert_eq!(problem.problem_type, "about:blank");
+        assert_eq!(problem.status, Some(404));
+        assert_eq!(
+            problem.extensions.get("knownAgents"),
+            Some(&serde_json::json!(["mock"]))
+        );
+        let error = Error::Http {
+            status: StatusCode::NOT_FOUND,
+            problem: Some(Box::new(problem)),
+        };
+        assert_eq!(error.to_string(), "HTTP 404 Not Found: Not Found: d");
+        assert!(Problem::parse("[1]").is_none());
+    }
+}

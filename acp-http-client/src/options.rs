@@ -1,0 +1,198 @@
+//! What a connection needs to know about the server: [`TransportOptions`].
+
+use crate::backoff::ReconnectPolicy;
+use crate::error::Error;
+use crate::protocol::{DEFAULT_CONNECTION_ID_HEADER, DEFAULT_PATH};
+use reqwest::Url;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which way a message went, for the [`EnvelopeObserver`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// A message this client sent (POST body), before it is sent.
+    Outgoing,
+    /// A message delivered to the caller (a 200 body, an SSE event, or an
+    /// error response this crate made up for a failed request), after
+    /// duplicates were dropped.
+    Incoming,
+}
+
+/// A hook called with every raw JSON-RPC message sent and delivered, for
+/// logging and inspectors. It runs on the transport's tasks: keep it quick
+/// and do not block.
+pub type EnvelopeObserver = Arc<dyn Fn(Direction, &str) + Send + Sync>;
+
+/// How to reach one ACP-over-HTTP endpoint.
+///
+/// Built with [`TransportOptions::new`] and the builder methods; every
+/// setting has a default that matches `DESIGN.md` section 3.
+#[derive(Clone)]
+pub struct TransportOptions {
+    pub(crate) base_url: Url,
+    pub(crate) path: String,
+    pub(crate) connection_id_header: HeaderName,
+    pub(crate) token: Option<String>,
+    pub(crate) headers: HeaderMap,
+    pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) request_timeout: Option<Duration>,
+    pub(crate) stream_idle_timeout: Option<Duration>,
+    pub(crate) reconnect: ReconnectPolicy,
+    pub(crate) observer: Option<EnvelopeObserver>,
+}
+
+impl TransportOptions {
+    /// Options for the server at `base_url` (for example
+    /// `http://127.0.0.1:2468`; a path prefix such as
+    /// `https://host/sandbox/` is kept and the endpoint path is appended to
+    /// it).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] if `base_url` is not an absolute `http` or
+    /// `https` URL.
+    pub fn new(base_url: &str) -> Result<TransportOptions, Error> {
+        let base_url = Url::parse(base_url)
+            .map_err(|e| Error::InvalidOptions(format!("base URL {base_url:?}: {e}")))?;
+        if !matches!(base_url.scheme(), "http" | "https") {
+            return Err(Error::InvalidOptions(format!(
+                "base URL {base_url}: the scheme must be http or https"
+            )));
+        }
+        Ok(TransportOptions {
+            base_url,
+            path: DEFAULT_PATH.to_owned(),
+            connection_id_header: HeaderName::from_static(DEFAULT_CONNECTION_ID_HEADER),
+            token: None,
+            headers: HeaderMap::new(),
+            connect_timeout: Some(Duration::from_secs(10)),
+            request_timeout: None,
+            stream_idle_timeout: Some(Duration::from_secs(60)),
+            reconnect: ReconnectPolicy::default(),
+            observer: None,
+        })
+    }
+
+    /// Path of the endpoint under the base URL. Default `/v2/rpc`.
+    pub fn path(mut self, path: impl Into<String>) -> Self {
+        self.path = path.into();
+        self
+    }
+
+    /// Name of the header that carries the connection id (sent on every
+    /// request after the `initialize` response named it). Default
+    /// `x-acp-connection-id`.
+    pub fn connection_id_header(mut self, name: HeaderName) -> Self {
+        self.connection_id_header = name;
+        self
+    }
+
+    /// Bearer token: every request carries `Authorization: Bearer <token>`.
+    /// Default none. The token is never logged.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// An extra header sent on every request (POST, GET and DELETE). Adding
+    /// a name twice sends both values.
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.append(name, value);
+        self
+    }
+
+    /// Limit on establishing a TCP (and TLS) connection. Default 10 s;
+    /// `None` waits as long as the OS does.
+    pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Limit on one whole POST exchange (request sent, response read).
+    /// Default `None`: a `session/prompt` can run for many minutes. A POST
+    /// that times out leaves its request in flight; the server delivers the
+    /// answer on the event stream instead. When it is `None`, POSTs of
+    /// notifications and responses (answered at once with 202) still get
+    /// 30 s and DELETE gets 10 s.
+    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// How long the event stream may be silent (no event, no heartbeat
+    /// comment) before it is treated as dead and reopened with
+    /// `Last-Event-ID`. Catches half-open TCP connections. Default 60 s;
+    /// keep it above the server's heartbeat interval (sandbox-agent: 15 s).
+    /// `None` waits forever.
+    pub fn stream_idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.stream_idle_timeout = timeout;
+        self
+    }
+
+    /// How the event stream is reopened after it drops. Default
+    /// [`ReconnectPolicy::default`].
+    pub fn reconnect(mut self, policy: ReconnectPolicy) -> Self {
+        self.reconnect = policy;
+        self
+    }
+
+    /// A hook called with every raw message sent and delivered (see
+    /// [`EnvelopeObserver`]).
+    pub fn observer(mut self, observer: impl Fn(Direction, &str) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// The endpoint URL: the base URL with [`path`](Self::path) appended to
+    /// its own path.
+    pub fn endpoint(&self) -> Url {
+        let mut url = self.base_url.clone();
+        let joined = format!(
+            "{}/{}",
+            url.path().trim_end_matches('/'),
+            self.path.trim_start_matches('/')
+        );
+        url.set_path(&joined);
+        url
+    }
+}
+
+impl fmt::Debug for TransportOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TransportOptions")
+            .field("endpoint", &self.endpoint().as_str())
+            .field("connection_id_header", &self.connection_id_header)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("stream_idle_timeout", &self.stream_idle_timeout)
+            .field("reconnect", &self.reconnect)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_appends_the_path_to_any_prefix() -> Result<(), Error> {
+        let options = TransportOptions::new("http://127.0.0.1:2468")?;
+        assert_eq!(options.endpoint().as_str(), "http://127.0.0.1:2468/v2/rpc");
+        let options = TransportOptions::new("https://host/sandbox/")?.path("rpc");
+        assert_eq!(options.endpoint().as_str(), "https://host/sandbox/rpc");
+        assert!(TransportOptions::new("ftp://host").is_err());
+        assert!(TransportOptions::new("not a url").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn debug_output_hides_the_token() -> Result<(), Error> {
+        let options = TransportOptions::new("http://h")?.token("secret-token");
+        assert!(!format!("{options:?}").contains("secret-token"));
+        Ok(())
+    }
+}

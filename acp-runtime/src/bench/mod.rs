@@ -1,0 +1,197 @@
+//! `sandbox-agent bench`: measures the runtime against the raw stdio limit of
+//! the mock agent, in the style of `redis-benchmark` (issue 7).
+//!
+//! - [`client`]: the load generator's HTTP client, SSE counter and stdio driver.
+//! - [`scenarios`]: one function per scenario.
+//! - [`report`]: the table, the ratios against the targets, `--json`.
+//!
+//! Every scenario runs against one server: a local one the bench starts
+//! (`--embedded`, the default) or `--url`. Ratios are taken within one run,
+//! because this kind of machine is shared and noisy.
+
+pub mod client;
+pub mod report;
+pub mod scenarios;
+
+use client::BenchError;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
+use tokio::process::{Child, Command};
+
+/// The scenarios, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// `_mock/echo` through `/v2/rpc` at 1 and N connections.
+    Roundtrip,
+    /// The same requests straight to a mock agent over stdio.
+    Stdio,
+    /// One prompt emitting M updates: SSE versus raw stdio.
+    Stream,
+    /// Resume with `Last-Event-ID` against a full ring.
+    Replay,
+    /// N idle connections with open streams: memory and liveness.
+    Connections,
+    /// Process start to `/v2/health` answering 200.
+    Startup,
+}
+
+impl Scenario {
+    /// Every scenario.
+    pub const ALL: [Scenario; 6] = [
+        Scenario::Roundtrip,
+        Scenario::Stdio,
+        Scenario::Stream,
+        Scenario::Replay,
+        Scenario::Connections,
+        Scenario::Startup,
+    ];
+}
+
+/// What to run and how hard.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Server to measure; `None`: start one (embedded).
+    pub url: Option<SocketAddr>,
+    /// Bearer token for `url`.
+    pub token: Option<String>,
+    /// Connections of the concurrent roundtrip scenario.
+    pub connections: usize,
+    /// How long each timed loop runs.
+    pub duration: Duration,
+    /// Which scenarios.
+    pub scenarios: Vec<Scenario>,
+    /// Updates the stream scenario's prompt emits.
+    pub stream_updates: u64,
+    /// Bytes of text per update.
+    pub stream_bytes: usize,
+    /// Events in the ring for the replay scenario.
+    pub replay_events: u64,
+    /// Connections of the connections scenario.
+    pub idle_connections: usize,
+    /// Server starts measured by the startup scenario.
+    pub startup_runs: usize,
+    /// The `sandbox-agent` executable (for the embedded server, stdio, startup).
+    pub program: PathBuf,
+}
+
+/// A server under test: its address and, when local, its pid.
+#[derive(Debug)]
+pub struct Target {
+    /// Where it listens.
+    pub address: SocketAddr,
+    /// Its pid, when the bench started it (for RSS).
+    pub pid: Option<u32>,
+    /// Bearer token.
+    pub token: Option<String>,
+    child: Option<Child>,
+}
+
+impl Target {
+    /// Starts `program server` on a free loopback port and waits for its
+    /// listening line.
+    ///
+    /// # Errors
+    /// When it does not start.
+    pub async fn start(program: &std::path::Path, extra: &[&str]) -> Result<Self, BenchError> {
+        let mut child = Command::new(program)
+            .args(["server", "--host", "127.0.0.1", "--port", "0", "--no-token"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| BenchError::Unexpected("server stdout not piped".into()))?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .map_err(|_| BenchError::Unexpected("server did not start within 20 s".into()))??
+            .ok_or_else(|| BenchError::Unexpected("server exited before listening".into()))?;
+        let address = line
+            .rsplit("http://")
+            .next()
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| BenchError::Unexpected(format!("unexpected start line {line:?}")))?;
+        Ok(Self {
+            address,
+            pid: child.id(),
+            token: None,
+            child: Some(child),
+        })
+    }
+
+    /// A server started elsewhere.
+    pub fn remote(address: SocketAddr, token: Option<String>) -> Self {
+        Self {
+            address,
+            pid: None,
+            token,
+            child: None,
+        }
+    }
+
+    /// Resident set size of the server in bytes, when it is local.
+    pub fn rss(&self) -> Option<u64> {
+        rss_bytes(self.pid?)
+    }
+
+    /// Stops a server the bench started (SIGTERM, then waits).
+    pub async fn stop(mut self) {
+        if let (Some(mut child), Some(pid)) = (self.child.take(), self.pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            if tokio::time::timeout(Duration::from_secs(10), child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.kill().await;
+            }
+        }
+    }
+}
+
+/// `VmRSS` of a process, in bytes (Linux `/proc/<pid>/status`).
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Runs the chosen scenarios and returns the report.
+///
+/// # Errors
+/// When the server cannot be started or reached.
+pub async fn run(options: BenchOptions) -> Result<report::Report, BenchError> {
+    let target = match options.url {
+        Some(address) => Target::remote(address, options.token.clone()),
+        None => Target::start(&options.program, &[]).await?,
+    };
+    let mut report = report::Report::new(&options, target.pid.is_some());
+    for scenario in &options.scenarios {
+        let outcome = match scenario {
+            Scenario::Roundtrip => scenarios::roundtrip(&target, &options).await,
+            Scenario::Stdio => scenarios::stdio(&options).await,
+            Scenario::Stream => scenarios::stream(&target, &options).await,
+            Scenario::Replay => scenarios::replay(&target, &options).await,
+            Scenario::Connections => scenarios::connections(&target, &options).await,
+            Scenario::Startup => scenarios::startup(&options).await,
+        };
+        match outcome {
+            Ok(results) => report.results.extend(results),
+            Err(error) => report.failures.push(format!("{scenario:?}: {error}")),
+        }
+    }
+    target.stop().await;
+    Ok(report)
+}

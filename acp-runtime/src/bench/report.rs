@@ -1,0 +1,312 @@
+//! Results, the target ratios of issue 7, and their presentation (a table,
+//! or JSON with `--json`).
+
+use super::BenchOptions;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Latencies {
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Slowest.
+    pub max_us: f64,
+}
+
+impl Latencies {
+    /// Percentiles of `samples` (sorted in place); `None` when empty.
+    pub fn of(samples: &mut [Duration]) -> Option<Self> {
+        if samples.is_empty() {
+            return None;
+        }
+        samples.sort_unstable();
+        let at = |q: f64| {
+            let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
+            samples[index.min(samples.len() - 1)].as_secs_f64() * 1e6
+        };
+        Some(Self {
+            p50_us: at(0.50),
+            p90_us: at(0.90),
+            p99_us: at(0.99),
+            max_us: at(1.0),
+        })
+    }
+}
+
+/// What one scenario measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioResult {
+    /// Scenario and variant, e.g. `roundtrip (16 connections)`.
+    pub name: String,
+    /// Requests (or events) completed.
+    pub count: u64,
+    /// Wall time of the measured part, in seconds.
+    pub seconds: f64,
+    /// Requests per second, for request scenarios.
+    pub requests_per_sec: Option<f64>,
+    /// Events per second, for streaming scenarios.
+    pub events_per_sec: Option<f64>,
+    /// Latency percentiles, for request scenarios.
+    pub latency: Option<Latencies>,
+    /// Failed requests or missing events.
+    pub errors: u64,
+    /// Server RSS before, in bytes (local servers only).
+    pub rss_before: Option<u64>,
+    /// Server RSS after, in bytes (local servers only).
+    pub rss_after: Option<u64>,
+    /// RSS growth per connection, in bytes.
+    pub per_connection_bytes: Option<u64>,
+    /// How the numbers were taken.
+    pub notes: Vec<String>,
+}
+
+impl ScenarioResult {
+    /// A request scenario: `latencies` are per request.
+    pub fn timed(name: &str, elapsed: Duration, mut latencies: Vec<Duration>, errors: u64) -> Self {
+        let count = latencies.len() as u64;
+        Self {
+            name: name.to_owned(),
+            count,
+            seconds: elapsed.as_secs_f64(),
+            requests_per_sec: Some(count as f64 / elapsed.as_secs_f64().max(1e-9)),
+            events_per_sec: None,
+            latency: Latencies::of(&mut latencies),
+            errors,
+            rss_before: None,
+            rss_after: None,
+            per_connection_bytes: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// A streaming scenario: `events` arrived within `elapsed`.
+    pub fn events(name: &str, elapsed: Duration, events: u64, errors: u64) -> Self {
+        Self {
+            name: name.to_owned(),
+            count: events,
+            seconds: elapsed.as_secs_f64(),
+            requests_per_sec: None,
+            events_per_sec: Some(events as f64 / elapsed.as_secs_f64().max(1e-9)),
+            latency: None,
+            errors,
+            rss_before: None,
+            rss_after: None,
+            per_connection_bytes: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// Adds a note.
+    pub fn note(&mut self, note: String) {
+        self.notes.push(note);
+    }
+}
+
+/// One target of issue 7 and whether this run met it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What is compared.
+    pub name: String,
+    /// The measured value (a ratio or an absolute number).
+    pub value: f64,
+    /// The bound, e.g. `<= 1.3`.
+    pub target: String,
+    /// Whether the bound holds.
+    pub pass: bool,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// What ran.
+    pub scenarios: Vec<String>,
+    /// Whether the server was started by the bench.
+    pub embedded: bool,
+    /// Measured results, in order.
+    pub results: Vec<ScenarioResult>,
+    /// Scenarios that could not run, with why.
+    pub failures: Vec<String>,
+}
+
+impl Report {
+    /// An empty report for `options`.
+    pub fn new(options: &BenchOptions, embedded: bool) -> Self {
+        Self {
+            scenarios: options
+                .scenarios
+                .iter()
+                .map(|s| format!("{s:?}").to_lowercase())
+                .collect(),
+            embedded,
+            results: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    fn find(&self, prefix: &str) -> Option<&ScenarioResult> {
+        self.results.iter().find(|r| r.name.starts_with(prefix))
+    }
+
+    /// The issue's targets, for the results present.
+    pub fn checks(&self) -> Vec<Check> {
+        let mut checks = Vec::new();
+        let mut push = |name: &str, value: f64, target: &str, pass: bool| {
+            checks.push(Check {
+                name: name.to_owned(),
+                value,
+                target: target.to_owned(),
+                pass,
+            });
+        };
+        let p50 = |r: &ScenarioResult| r.latency.map(|l| l.p50_us);
+        if let (Some(http), Some(stdio)) = (
+            self.find("roundtrip (1 ").and_then(p50),
+            self.find("stdio (1 ").and_then(p50),
+        ) {
+            let ratio = http / stdio;
+            push(
+                "roundtrip p50 / stdio p50 (1 in flight)",
+                ratio,
+                "<= 1.3",
+                ratio <= 1.3,
+            );
+        }
+        let rps = |r: &ScenarioResult| r.requests_per_sec;
+        if let (Some(http), Some(stdio)) = (
+            self.results
+                .iter()
+                .find(|r| r.name.starts_with("roundtrip (") && !r.name.starts_with("roundtrip (1 "))
+                .and_then(rps),
+            self.find("stdio (16").and_then(rps),
+        ) {
+            let ratio = http / stdio;
+            push(
+                "roundtrip throughput (N conns) / stdio pipelined",
+                ratio,
+                ">= 0.6",
+                ratio >= 0.6,
+            );
+        }
+        let eps = |r: &ScenarioResult| r.events_per_sec;
+        if let Some(sse) = self.find("stream (SSE)").and_then(eps) {
+            if let Some(stdio) = self.find("stream (stdio)").and_then(eps) {
+                let ratio = sse / stdio;
+                push(
+                    "stream updates/s SSE / stdio",
+                    ratio,
+                    ">= 0.8",
+                    ratio >= 0.8,
+                );
+            }
+            push(
+                "stream updates/s over SSE",
+                sse,
+                ">= 100000",
+                sse >= 100_000.0,
+            );
+        }
+        if let Some(replay) = self.find("replay").and_then(|r| r.latency) {
+            let ms = replay.p50_us / 1e3;
+            push("replay p50 (ms)", ms, "<= 10", ms <= 10.0);
+        }
+        if let Some(rss) = self.find("startup").and_then(|r| r.rss_after) {
+            let mb = rss as f64 / 1e6;
+            push("idle server RSS (MB)", mb, "<= 15", mb <= 15.0);
+        }
+        if let Some(bytes) = self
+            .find("connections")
+            .and_then(|r| r.per_connection_bytes)
+        {
+            let kb = bytes as f64 / 1024.0;
+            push(
+                "RSS per idle connection with a stream (KiB)",
+                kb,
+                "<= 64",
+                kb <= 64.0,
+            );
+        }
+        if let Some(startup) = self.find("startup").and_then(|r| r.latency) {
+            let ms = startup.p50_us / 1e3;
+            push("startup p50 (ms)", ms, "<= 30", ms <= 30.0);
+        }
+        checks
+    }
+
+    /// The human-readable table and the checks.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<28} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>10} {:>10}",
+            "scenario",
+            "count",
+            "req/s",
+            "events/s",
+            "p50 µs",
+            "p90 µs",
+            "p99 µs",
+            "max µs",
+            "errors",
+            "RSS before",
+            "RSS after"
+        );
+        let number = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
+        let mib = |v: Option<u64>| {
+            v.map_or_else(
+                || "-".to_owned(),
+                |v| format!("{:.1} MiB", v as f64 / 1048576.0),
+            )
+        };
+        for r in &self.results {
+            let _ = writeln!(
+                out,
+                "{:<28} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>10} {:>10}",
+                r.name,
+                r.count,
+                number(r.requests_per_sec),
+                number(r.events_per_sec),
+                number(r.latency.map(|l| l.p50_us)),
+                number(r.latency.map(|l| l.p90_us)),
+                number(r.latency.map(|l| l.p99_us)),
+                number(r.latency.map(|l| l.max_us)),
+                r.errors,
+                mib(r.rss_before),
+                mib(r.rss_after),
+            );
+        }
+        for r in &self.results {
+            for note in &r.notes {
+                let _ = writeln!(out, "  {}: {note}", r.name);
+            }
+            if let Some(bytes) = r.per_connection_bytes {
+                let _ = writeln!(
+                    out,
+                    "  {}: {:.1} KiB per connection",
+                    r.name,
+                    bytes as f64 / 1024.0
+                );
+            }
+        }
+        let _ = writeln!(out, "\ntargets (issue 7):");
+        for check in self.checks() {
+            let _ = writeln!(
+                out,
+                "  {:<50} {:>12.3} {:<10} {}",
+                check.name,
+                check.value,
+                check.target,
+                if check.pass { "PASS" } else { "FAIL" }
+            );
+        }
+        for failure in &self.failures {
+            let _ = writeln!(out, "  failed: {failure}");
+        }
+        out
+    }
+}
