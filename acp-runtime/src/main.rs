@@ -15,11 +15,16 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Server(args) => {
-                init_logging();
+                init_logging("info");
                 let config = args.into_config()?;
                 acp_runtime::server::run(config)
                     .await
                     .map_err(|e| format!("server failed: {e}"))
+            }
+            Command::Agents(args) => {
+                // The spinner shows progress; the log only has what went wrong.
+                init_logging("error");
+                acp_runtime::agents_command::run(args).await
             }
             Command::Prompt(args) => acp_runtime::prompt::run(args).await,
             Command::Bridge(args) => acp_runtime::bridge::run(args).await,
@@ -74,10 +79,10 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
     builder
 }
 
-/// Logs to stderr; the level comes from `RUST_LOG` (default `info`).
-fn init_logging() {
+/// Logs to stderr; the level comes from `RUST_LOG` (else `default`).
+fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -20,6 +20,8 @@
 //!   session updates, the mock agent's expected reply).
 //! - [`ext`]: the `_sandboxagent/*` names, `_meta["sandboxagent.dev"]`
 //!   readers, JSON-RPC result / error checks (DESIGN sections 5 and 6).
+//! - [`agents`]: agents files, release archives, a loopback file server,
+//!   and the install endpoint (DESIGN section 7).
 //! - [`procfs`]: process-tree helpers over `/proc` (descendants, liveness,
 //!   command lines, resident memory).
 //!
@@ -29,6 +31,7 @@
 //! [`STARTUP_TIMEOUT`], [`REQUEST_TIMEOUT`], [`EVENT_TIMEOUT`]).
 
 pub mod acp;
+pub mod agents;
 pub mod api;
 pub mod ext;
 pub mod problem;
