@@ -18,14 +18,18 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Server(args) => {
-                init_logging();
+                init_logging("info");
                 let config = args.into_config()?;
                 acp_runtime::server::run(config)
                     .await
                     .map_err(|e| format!("server failed: {e}"))
             }
             Command::Prompt(args) => acp_runtime::prompt::run(args).await,
-            Command::Bridge(args) => acp_runtime::bridge::run(args).await,
+            Command::Bridge(args) => {
+                // stdout is the ACP channel: logs go to stderr only.
+                init_logging("warn");
+                acp_runtime::bridge::run(args).await
+            }
             Command::MockAgent(args) => acp_runtime::mock_agent::run(args)
                 .await
                 .map_err(|e| e.to_string()),
@@ -60,10 +64,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr; the level comes from `RUST_LOG` (default `info`).
-fn init_logging() {
+/// Logs to stderr; the level comes from `RUST_LOG` (default `default`).
+fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
