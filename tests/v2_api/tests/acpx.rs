@@ -5,7 +5,7 @@
 //!
 //! `acpx` is pinned in `tests/npm/package.json` (lock file next to it) and
 //! installed into `tests/npm/node_modules` by `.ci/run` with
-//! `npm ci --prefix tests/npm`. `ACPX_BIN` points the test at another copy.
+//! `npm install --prefix tests/npm`. `ACPX_BIN` points the test at another copy.
 //! Without either the test fails and says how to install it; it never
 //! downloads anything itself.
 
@@ -37,7 +37,7 @@ fn acpx_bin() -> PathBuf {
     };
     assert!(
         bin.is_file(),
-        "acpx not found at {}: install it with `npm ci --prefix tests/npm` from the workspace \
+        "acpx not found at {}: install it with `npm install --prefix tests/npm` from the workspace \
          root (Node.js and npm needed; .ci/run does this), or set ACPX_BIN",
         bin.display()
     );
