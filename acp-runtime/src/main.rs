@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr; the level comes from `RUST_LOG` (default `default`).
+/// Logs to stderr; the level comes from `RUST_LOG`, `default` when unset.
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));

@@ -29,6 +29,9 @@ pub enum EditorLine {
         /// The request's raw id and method; `None` for notifications and
         /// responses.
         request: Option<RequestInfo>,
+        /// The method of a request or notification (`None` for an answer
+        /// to the agent), for logs.
+        method: Option<String>,
     },
     /// Write this line (a JSON-RPC error response) back to the editor;
     /// nothing goes to the runtime.
@@ -74,7 +77,12 @@ pub fn read_editor_line(line: &[u8], agent: &str) -> EditorLine {
         }
         _ => text.to_owned(),
     };
-    EditorLine::Forward { body, request }
+    let method = envelope.method.as_deref().map(str::to_owned);
+    EditorLine::Forward {
+        body,
+        request,
+        method,
+    }
 }
 
 /// The answer to a line [`Envelope::parse`] refused: `-32700` when it is
@@ -152,20 +160,28 @@ pub fn error_line_for(id: &str, error: &RpcError) -> String {
     }
 }
 
-/// The raw id of `message` when it is a response (to a request of the
-/// editor), so the bridge knows the request is answered.
-pub fn response_id(message: &str) -> Option<String> {
-    match Envelope::parse(message.as_bytes(), false) {
-        Ok((envelope, Kind::Response)) => envelope.id.map(|id| id.get().to_owned()),
-        _ => None,
-    }
+/// What a message from the runtime is, as far as the bridge cares.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RuntimeMessage {
+    /// A response to a request of the editor; the raw id text.
+    Response(String),
+    /// A notification; its method.
+    Notification(String),
+    /// Anything else (an agent request, or text that does not parse).
+    Other,
 }
 
-/// The method of `message` when it is a notification.
-pub fn notification_method(message: &str) -> Option<String> {
+/// Classifies one message from the runtime (parsed once, members raw).
+pub fn read_runtime_message(message: &str) -> RuntimeMessage {
     match Envelope::parse(message.as_bytes(), false) {
-        Ok((envelope, Kind::Notification)) => Some(envelope.method().to_owned()),
-        _ => None,
+        Ok((envelope, Kind::Response)) => match envelope.id {
+            Some(id) => RuntimeMessage::Response(id.get().to_owned()),
+            None => RuntimeMessage::Other,
+        },
+        Ok((envelope, Kind::Notification)) => {
+            RuntimeMessage::Notification(envelope.method().to_owned())
+        }
+        _ => RuntimeMessage::Other,
     }
 }
 
@@ -176,7 +192,7 @@ mod tests {
 
     fn forwarded(line: &str) -> (Value, Option<RequestInfo>) {
         match read_editor_line(line.as_bytes(), "mock") {
-            EditorLine::Forward { body, request } => {
+            EditorLine::Forward { body, request, .. } => {
                 (serde_json::from_str(&body).unwrap_or(Value::Null), request)
             }
             other => panic!("not forwarded: {other:?}"),
@@ -229,7 +245,7 @@ mod tests {
     #[test]
     fn ids_keep_their_exact_text() {
         let line = r#"{"jsonrpc":"2.0","id":9007199254740993,"method":"initialize","params":{}}"#;
-        let EditorLine::Forward { body, request } = read_editor_line(line.as_bytes(), "mock")
+        let EditorLine::Forward { body, request, .. } = read_editor_line(line.as_bytes(), "mock")
         else {
             panic!("not forwarded");
         };
@@ -290,17 +306,17 @@ mod tests {
     #[test]
     fn responses_and_notifications_are_recognised() {
         assert_eq!(
-            response_id(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#).as_deref(),
-            Some(r#""a""#)
+            read_runtime_message(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#),
+            RuntimeMessage::Response(r#""a""#.into())
         );
         assert_eq!(
-            response_id(r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#),
-            None
+            read_runtime_message(r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#),
+            RuntimeMessage::Other,
+            "an agent request"
         );
         assert_eq!(
-            notification_method(r#"{"jsonrpc":"2.0","method":"session/update","params":{}}"#)
-                .as_deref(),
-            Some("session/update")
+            read_runtime_message(r#"{"jsonrpc":"2.0","method":"session/update","params":{}}"#),
+            RuntimeMessage::Notification("session/update".into())
         );
         let line = error_line_for("9007199254740993", &RpcError::new(-1, "m"));
         assert!(line.contains(r#""id":9007199254740993"#), "{line}");

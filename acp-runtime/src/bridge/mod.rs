@@ -44,7 +44,7 @@ use acp_http_client::{HttpConnection, Incoming, ReconnectPolicy, SendError, Tran
 use clap::Args;
 use diagnose::Target;
 use futures::{Stream, StreamExt};
-use message::{EditorLine, RequestInfo};
+use message::{EditorLine, RequestInfo, RuntimeMessage};
 use std::collections::HashMap;
 use std::time::Duration;
 use stdio::EditorOut;
@@ -354,11 +354,11 @@ impl Bridge {
         match message::read_editor_line(&line, &self.target.agent) {
             EditorLine::Blank => {}
             EditorLine::Reject(answer) => self.out.send(answer),
-            EditorLine::Forward { body, request } => {
-                let method = request
-                    .as_ref()
-                    .map(|r| r.method.clone())
-                    .or_else(|| message::notification_method(&body));
+            EditorLine::Forward {
+                body,
+                request,
+                method,
+            } => {
                 let post = self.connection.submit(body);
                 let is_request = request.is_some();
                 if let Some(request) = &request {
@@ -382,15 +382,19 @@ impl Bridge {
 
     /// One message from the runtime, for the editor.
     fn on_runtime_message(&mut self, message: String) {
-        if let Some(id) = message::response_id(&message) {
-            self.answered(&id);
-        } else if message::notification_method(&message).as_deref()
-            == Some(ext_methods::notification::STREAM_GAP)
-        {
-            tracing::warn!(
-                gap = message,
-                "the runtime's replay buffer no longer held some events; the editor missed them"
-            );
+        match message::read_runtime_message(&message) {
+            RuntimeMessage::Response(id) => {
+                self.answered(&id);
+            }
+            RuntimeMessage::Notification(method)
+                if method == ext_methods::notification::STREAM_GAP =>
+            {
+                tracing::warn!(
+                    gap = message,
+                    "the runtime's replay buffer no longer held some events; the editor missed them"
+                );
+            }
+            _ => {}
         }
         self.out.send(message);
     }
