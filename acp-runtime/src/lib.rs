@@ -24,6 +24,8 @@
 //! - [`config`], [`cli`]: settings and the command line.
 //! - [`mock_agent`]: the built-in deterministic ACP agent (`sandbox-agent mock-agent`).
 //! - [`bench`]: `sandbox-agent bench`, the load generator and its report.
+//! - [`bridge`]: `sandbox-agent bridge`, ACP on stdio for editors, relayed to
+//!   a runtime over HTTP with `acp-http-client`.
 
 pub mod agent;
 pub mod agents_command;

@@ -27,7 +27,11 @@ fn main() -> ExitCode {
                 acp_runtime::agents_command::run(args).await
             }
             Command::Prompt(args) => acp_runtime::prompt::run(args).await,
-            Command::Bridge(args) => acp_runtime::bridge::run(args).await,
+            Command::Bridge(args) => {
+                // stdout is the ACP channel: logs go to stderr only.
+                init_logging("warn");
+                acp_runtime::bridge::run(args).await
+            }
             Command::MockAgent(args) => acp_runtime::mock_agent::run(args)
                 .await
                 .map_err(|e| e.to_string()),
