@@ -143,10 +143,40 @@ impl HttpConnection {
     /// - [`Error::NotConnected`]: not `initialize`, no connection id, and no
     ///   `initialize` under way.
     /// - [`Error::Closed`]: the connection was closed.
+    ///
+    /// The message is recorded when the returned future is first polled;
+    /// callers that run several sends concurrently and need them recorded
+    /// in call order (a pipelined `initialize` first) use
+    /// [`submit`](Self::submit).
     pub async fn send(&self, message: String) -> Result<(), Error> {
         let shared = &self.owner.shared;
         let prepared = shared.prepare(message).map_err(|f| f.error)?;
         shared.execute(prepared).await.map_err(|f| f.error)
+    }
+
+    /// Records one JSON-RPC message now and returns the future that POSTs
+    /// it; the raw layer for relays that answer failed requests themselves.
+    ///
+    /// Unlike [`send`](Self::send), the message is checked and recorded
+    /// before this returns, so messages are ordered by `submit` calls even
+    /// when the returned futures run on separate tasks (a message that must
+    /// wait for a pipelined `initialize` finds it counted). The future owns
+    /// what it needs (`'static`); dropping it unpolled sends nothing.
+    ///
+    /// # Errors
+    /// The future fails with a [`SendError`]: the [`Error`] as for
+    /// [`send`](Self::send), and [`SendError::released`] naming the
+    /// request that will never be answered on [`Incoming`].
+    pub fn submit(
+        &self,
+        message: String,
+    ) -> impl Future<Output = Result<(), SendError>> + Send + 'static {
+        let shared = Arc::clone(&self.owner.shared);
+        let prepared = shared.prepare(message);
+        async move {
+            let prepared = prepared.map_err(SendError::from)?;
+            shared.execute(prepared).await.map_err(SendError::from)
+        }
     }
 
     /// The connection id the server named in the `initialize` response;
@@ -285,6 +315,35 @@ pub(crate) struct PostFailure {
     pub(crate) released: Option<String>,
     /// The method of the failed message, for logs.
     pub(crate) method: Option<String>,
+}
+
+/// A message submitted with [`HttpConnection::submit`] could not be
+/// delivered.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct SendError {
+    /// What went wrong.
+    #[source]
+    pub error: Error,
+    /// Raw JSON text of the id of a request the server will never answer:
+    /// it was not sent (connect failure, connection closed, no `initialize`
+    /// yet), the server refused it (non-2xx), or it broke before any event
+    /// stream existed that could carry a late answer. No response for it
+    /// will arrive on [`Incoming`], so whoever waits for it must be
+    /// answered by the caller. `None` for notifications and responses, and
+    /// for a request whose POST broke after it reached the server: the
+    /// server then delivers the answer on the event stream (DESIGN section
+    /// 3), and it arrives on [`Incoming`] as usual.
+    pub released: Option<String>,
+}
+
+impl From<PostFailure> for SendError {
+    fn from(failure: PostFailure) -> Self {
+        SendError {
+            error: failure.error,
+            released: failure.released,
+        }
+    }
 }
 
 /// Counts one `initialize` POST under way in [`IdState`]; settles the count

@@ -110,7 +110,7 @@ mod sse;
 mod transport;
 
 pub use backoff::ReconnectPolicy;
-pub use connection::{HttpConnection, Incoming};
+pub use connection::{HttpConnection, Incoming, SendError};
 pub use error::{Error, Problem};
 pub use options::{Direction, EnvelopeObserver, TransportOptions};
 pub use protocol::{DEFAULT_CONNECTION_ID_HEADER, DEFAULT_PATH, LAST_EVENT_ID_HEADER};

@@ -88,6 +88,69 @@ async fn a_message_before_initialize_is_not_connected() {
 }
 
 #[tokio::test]
+async fn submitted_messages_keep_call_order_across_tasks() {
+    let server = TestServer::start(&[]).await;
+    let (connection, mut incoming) = connect(options(&server));
+
+    // Recorded in call order; the session/new future runs first, on its own
+    // task, and still finds the initialize counted and waits for it.
+    let init = connection.submit(request(1, "initialize", initialize_params(MOCK)).to_string());
+    let new = connection.submit(request(2, "session/new", new_session_params(MOCK)).to_string());
+    let new = tokio::spawn(new);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let init = tokio::spawn(init);
+    let init = v2_api_tests::join_within(init, STEP).await;
+    let new = v2_api_tests::join_within(new, STEP).await;
+    assert!(init.is_ok() && new.is_ok(), "{init:?} {new:?}");
+    let (answer, _) = until_response(&mut incoming, 2).await;
+    assert!(answer["result"]["sessionId"].is_string(), "{answer}");
+    let _ = connection.close().await;
+}
+
+#[tokio::test]
+async fn submit_names_the_requests_that_will_never_be_answered() {
+    let server = TestServer::start(&[]).await;
+
+    // No initialize yet: not sent, released.
+    let (connection, _incoming) = connect(options(&server));
+    let early = connection.submit(request(7, "session/new", new_session_params(MOCK)).to_string());
+    let failure = within(STEP, "submit", early).await.err();
+    assert!(
+        matches!(
+            &failure,
+            Some(acp_http_client::SendError { error: Error::NotConnected, released: Some(id) }) if id == "7"
+        ),
+        "{failure:?}"
+    );
+
+    // Refused by the server (404 unknown agent): released, with the problem.
+    let unknown =
+        connection.submit(request("a", "initialize", initialize_params("nope")).to_string());
+    let failure = within(STEP, "submit", unknown).await.err();
+    let Some(failure) = failure else {
+        panic!("initialize of an unknown agent succeeded");
+    };
+    assert_eq!(failure.released.as_deref(), Some(r#""a""#));
+    assert_eq!(failure.error.status().map(|s| s.as_u16()), Some(404));
+
+    // A notification has nothing to release.
+    let (closed, _incoming) = connect(options(&server));
+    let _ = closed.close().await;
+    let note = closed.submit(json!({"jsonrpc": "2.0", "method": "x"}).to_string());
+    let failure = within(STEP, "submit", note).await.err();
+    assert!(
+        matches!(
+            &failure,
+            Some(acp_http_client::SendError {
+                error: Error::Closed,
+                released: None
+            })
+        ),
+        "{failure:?}"
+    );
+}
+
+#[tokio::test]
 async fn problem_documents_come_back_with_their_status() {
     let server = TestServer::start(&[]).await;
     let (connection, _incoming) = connect(options(&server));

@@ -1,8 +1,10 @@
 //! The `sandbox-agent` command line.
-use crate::config::{AgentSpec, ServerConfig};
+use crate::agent::catalog;
+use crate::config::{AgentSpec, ServerConfig, default_data_dir};
 use clap::{Args, Parser, Subcommand};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// `sandbox-agent`: run ACP agents inside a sandbox and drive them over HTTP.
@@ -21,6 +23,8 @@ pub enum Command {
     Prompt(crate::prompt::PromptArgs),
     /// Serve ACP agents over HTTP at /v2/rpc.
     Server(Box<ServerArgs>),
+    /// List or install agents (works on the data dir; no server needed).
+    Agents(AgentsArgs),
     /// Speak ACP on stdio (for editors) and forward it to a runtime over HTTP.
     Bridge(crate::bridge::BridgeArgs),
     /// Run the built-in mock ACP agent on stdin/stdout.
@@ -114,6 +118,91 @@ impl BenchArgs {
     }
 }
 
+/// Where agents come from and where they are installed; shared by `server`
+/// and `agents`.
+#[derive(Debug, Clone, Args)]
+pub struct CatalogArgs {
+    /// Data dir: installed agents (agents/<id>/<version>) and agent homes
+    /// (homes/<id>). Default: $XDG_DATA_HOME/sandbox-agent or
+    /// ~/.local/share/sandbox-agent.
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_DATA_DIR",
+        value_name = "DIR",
+        global = true
+    )]
+    pub data_dir: Option<PathBuf>,
+    /// A manifest of more agents (the ACP registry's format); its entries
+    /// replace built-in ones with the same id.
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_AGENTS_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    pub agents_file: Option<PathBuf>,
+    /// Add or override an agent: NAME=COMMAND [ARGS...] (shell-word split). Repeatable.
+    #[arg(long = "agent-command", value_name = "NAME=CMD", global = true)]
+    pub agent_commands: Vec<String>,
+}
+
+impl CatalogArgs {
+    /// The known agents (built-ins, the agents file, `--agent-command`).
+    ///
+    /// # Errors
+    /// A message naming the file and entry, or the bad `--agent-command`.
+    pub fn agents(&self) -> Result<BTreeMap<String, AgentSpec>, String> {
+        catalog::load(self.agents_file.as_deref(), &self.agent_commands)
+    }
+
+    /// `--data-dir`, else the XDG default.
+    ///
+    /// # Errors
+    /// When neither is available (no `HOME`, no `XDG_DATA_HOME`).
+    pub fn data_dir(&self) -> Result<PathBuf, String> {
+        self.data_dir
+            .clone()
+            .or_else(default_data_dir)
+            .ok_or_else(|| {
+                "no data dir: set --data-dir (or SANDBOX_AGENT_DATA_DIR), XDG_DATA_HOME or HOME"
+                    .to_owned()
+            })
+    }
+}
+
+/// `sandbox-agent agents …`.
+#[derive(Debug, Clone, Args)]
+pub struct AgentsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: AgentsCommand,
+    /// Agent sources and the data dir.
+    #[command(flatten)]
+    pub catalog: CatalogArgs,
+}
+
+/// The `agents` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AgentsCommand {
+    /// List the known agents: source, installed version, program.
+    List {
+        /// Print the same JSON as GET /v2/agents.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Install an agent into the data dir (a no-op when it is there).
+    Install {
+        /// Agent id (`sandbox-agent agents list` shows them).
+        name: String,
+        /// Another version than the manifest's (npm agents; "latest" allowed).
+        #[arg(long, value_name = "V")]
+        version: Option<String>,
+        /// Install again even when that version is installed.
+        #[arg(long)]
+        reinstall: bool,
+    },
+}
+
 /// `sandbox-agent server`. Every option also reads an environment variable.
 #[derive(Debug, Clone, Args)]
 pub struct ServerArgs {
@@ -188,16 +277,29 @@ pub struct ServerArgs {
         default_value_t = 2_000
     )]
     pub terminate_grace_ms: u64,
-    /// Add or override an agent: NAME=COMMAND [ARGS...] (shell-word split). Repeatable.
-    #[arg(long = "agent-command", value_name = "NAME=CMD")]
-    pub agent_commands: Vec<String>,
+    /// Threads of the async runtime. 1 (the default) runs everything on one
+    /// thread: the server relays I/O, and on a small machine one thread
+    /// avoids cross-thread wake-ups on every message (research/benchmarks.md).
+    #[arg(long, env = "SANDBOX_AGENT_WORKER_THREADS", default_value_t = 1)]
+    pub worker_threads: usize,
+    /// Agent sources and the data dir.
+    #[command(flatten)]
+    pub catalog: CatalogArgs,
+    /// Never install an agent on first use: `initialize` for one that is not
+    /// installed fails with 409 agent-not-installed.
+    #[arg(long, env = "SANDBOX_AGENT_REQUIRE_PREINSTALL")]
+    pub require_preinstall: bool,
+    /// Longest an agent install may take, in milliseconds.
+    #[arg(long, env = "SANDBOX_AGENT_INSTALL_TIMEOUT_MS", default_value_t = 15 * 60 * 1000)]
+    pub install_timeout_ms: u64,
 }
 
 impl ServerArgs {
     /// Validates the arguments into a [`ServerConfig`].
     ///
     /// # Errors
-    /// A message for the user: no auth choice, a bad `--agent-command`, a zero limit.
+    /// A message for the user: no auth choice, a bad `--agent-command` or
+    /// agents file, no data dir, a zero limit.
     pub fn into_config(self) -> Result<ServerConfig, String> {
         if self.token.is_none() && !self.no_token {
             return Err(
@@ -213,15 +315,11 @@ impl ServerArgs {
                     .to_owned(),
             );
         }
-        let mut agents = BTreeMap::new();
-        let mock = AgentSpec::builtin_mock()
-            .map_err(|e| format!("cannot locate this executable for the mock agent: {e}"))?;
-        agents.insert(mock.id.clone(), mock);
-        for value in &self.agent_commands {
-            let spec = AgentSpec::from_command_arg(value)?;
-            agents.insert(spec.id.clone(), spec);
-        }
-        let mut config = ServerConfig::new(SocketAddr::new(self.host, self.port), agents);
+        let agents = self.catalog.agents()?;
+        let data_dir = self.catalog.data_dir()?;
+        let mut config = ServerConfig::new(SocketAddr::new(self.host, self.port), agents, data_dir);
+        config.require_preinstall = self.require_preinstall;
+        config.install_timeout = Duration::from_millis(self.install_timeout_ms.max(1));
         config.token = self.token;
         config.request_timeout = Duration::from_millis(self.request_timeout_ms);
         config.prompt_timeout = self.prompt_timeout_ms.map(Duration::from_millis);

@@ -1,5 +1,6 @@
 //! Server configuration: validated settings and the agents the server knows.
 
+use crate::agent::manifest::{ManifestEntry, check_agent_id};
 pub use ext_methods::AgentSource;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -7,18 +8,18 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How to start one agent: the command line and extra environment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One known agent: its id, how to obtain and start it, and its environment.
+#[derive(Debug, Clone, PartialEq)]
 pub struct AgentSpec {
     /// Agent id, as named in `_meta["sandboxagent.dev"].agent`.
     pub id: String,
     /// Human-readable name.
     pub name: String,
-    /// Program to run.
-    pub program: PathBuf,
-    /// Arguments after the program.
-    pub args: Vec<String>,
-    /// Extra environment variables for the agent process.
+    /// What runs: a fixed command, or a manifest distribution installed into
+    /// the data dir first.
+    pub launch: Launch,
+    /// Environment for the agent process on top of the server's own; values
+    /// may use `${AGENT_HOME}` (see [`crate::agent::manifest`]).
     pub env: Vec<(String, String)>,
     /// Client capabilities the runtime declares to this agent in its own
     /// `initialize` (DESIGN.md section 4; default: none, the agent works on its
@@ -26,6 +27,22 @@ pub struct AgentSpec {
     pub client_capabilities: serde_json::Value,
     /// Where the agent comes from.
     pub source: AgentSource,
+}
+
+/// How an agent's program is found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Launch {
+    /// A program run as it is: the mock agent, `--agent-command`, a manifest
+    /// `local` distribution.
+    Command {
+        /// Program: a path, or a name looked up on `PATH`.
+        program: PathBuf,
+        /// Arguments after the program.
+        args: Vec<String>,
+    },
+    /// A manifest entry with an `npx` or `binary` distribution: installed into
+    /// the data dir by [`crate::agent::install`], then run from there.
+    Install(Box<ManifestEntry>),
 }
 
 impl AgentSpec {
@@ -37,26 +54,75 @@ impl AgentSpec {
         Ok(Self {
             id: "mock".to_owned(),
             name: "Mock agent (built in)".to_owned(),
-            program: std::env::current_exe()?,
-            args: vec!["mock-agent".to_owned()],
+            launch: Launch::Command {
+                program: std::env::current_exe()?,
+                args: vec!["mock-agent".to_owned()],
+            },
             env: Vec::new(),
             client_capabilities: serde_json::json!({}),
             source: AgentSource::Builtin,
         })
     }
 
-    /// Whether the program can be started: an existing executable file, or a
-    /// bare name found on `PATH`.
+    /// An agent from a manifest entry: a `local` distribution runs its
+    /// command (source `fallback`); anything else is installed first (source
+    /// `registry`).
+    pub fn from_manifest(entry: ManifestEntry) -> Self {
+        let mut env: Vec<(String, String)> = entry.env.clone().into_iter().collect();
+        let client_capabilities = entry
+            .client_capabilities
+            .clone()
+            .unwrap_or_else(|| serde_json::json!({}));
+        let (launch, source) = match &entry.distribution.local {
+            Some(local) => {
+                env.extend(local.env.clone());
+                (
+                    Launch::Command {
+                        program: PathBuf::from(&local.command),
+                        args: local.args.clone(),
+                    },
+                    AgentSource::Fallback,
+                )
+            }
+            None => (
+                Launch::Install(Box::new(entry.clone())),
+                AgentSource::Registry,
+            ),
+        };
+        Self {
+            id: entry.id.clone(),
+            name: entry.display_name().to_owned(),
+            launch,
+            env,
+            client_capabilities,
+            source,
+        }
+    }
+
+    /// The fixed program of a [`Launch::Command`] agent.
+    pub fn command_program(&self) -> Option<&Path> {
+        match &self.launch {
+            Launch::Command { program, .. } => Some(program),
+            Launch::Install(_) => None,
+        }
+    }
+
+    /// Whether a [`Launch::Command`] program can be started: an existing
+    /// executable file, or a bare name found on `PATH`. `false` for agents
+    /// that are installed (the installer knows whether they are).
     pub fn is_runnable(&self) -> bool {
+        let Some(program) = self.command_program() else {
+            return false;
+        };
         let executable = |path: &Path| {
             path.metadata()
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         };
-        if self.program.components().count() > 1 {
-            return executable(&self.program);
+        if program.components().count() > 1 {
+            return executable(program);
         }
         std::env::var_os("PATH").is_some_and(|paths| {
-            std::env::split_paths(&paths).any(|dir| executable(&dir.join(&self.program)))
+            std::env::split_paths(&paths).any(|dir| executable(&dir.join(program)))
         })
     }
 
@@ -70,15 +136,7 @@ impl AgentSpec {
             .split_once('=')
             .ok_or_else(|| format!("expected NAME=COMMAND [ARGS...], got {value:?}"))?;
         let id = id.trim();
-        if id.is_empty()
-            || !id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(format!(
-                "agent name {id:?} must be non-empty and use only letters, digits, '-', '_', '.'"
-            ));
-        }
+        check_agent_id(id)?;
         let mut words = shell_words::split(command)
             .map_err(|e| format!("cannot split the command of agent {id:?}: {e}"))?
             .into_iter();
@@ -88,13 +146,30 @@ impl AgentSpec {
         Ok(Self {
             id: id.to_owned(),
             name: id.to_owned(),
-            program: PathBuf::from(program),
-            args: words.collect(),
+            launch: Launch::Command {
+                program: PathBuf::from(program),
+                args: words.collect(),
+            },
             env: Vec::new(),
             client_capabilities: serde_json::json!({}),
             source: AgentSource::Fallback,
         })
     }
+}
+
+/// The data dir when neither `--data-dir` nor `SANDBOX_AGENT_DATA_DIR` is
+/// given: `$XDG_DATA_HOME/sandbox-agent`, else
+/// `$HOME/.local/share/sandbox-agent` (XDG Base Directory specification);
+/// `None` when neither variable is set to an absolute path.
+pub fn default_data_dir() -> Option<PathBuf> {
+    let absolute = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|path| path.is_absolute())
+    };
+    absolute("XDG_DATA_HOME")
+        .or_else(|| absolute("HOME").map(|home| home.join(".local").join("share")))
+        .map(|base| base.join("sandbox-agent"))
 }
 
 /// Validated server settings. Built from the command line in [`crate::cli`].
@@ -137,13 +212,22 @@ pub struct ServerConfig {
     pub terminate_grace: Duration,
     /// Known agents by id.
     pub agents: BTreeMap<String, AgentSpec>,
+    /// Where agents are installed (`agents/<id>/<version>/`) and keep their
+    /// homes (`homes/<id>/`).
+    pub data_dir: PathBuf,
+    /// Refuse to install agents lazily on their first `initialize` (409
+    /// `agent-not-installed` instead).
+    pub require_preinstall: bool,
+    /// Longest an install (npm, or download and unpack) may take.
+    pub install_timeout: Duration,
 }
 
 impl ServerConfig {
     /// Defaults from DESIGN.md: 120 s request timeout, no prompt timeout, 2048
     /// events of replay, 15 s heartbeat, 16 MiB bodies, 64 MiB agent lines;
-    /// event logs of 10,000 events / 16 MiB per session, 1000 ended sessions kept.
-    pub fn new(listen: SocketAddr, agents: BTreeMap<String, AgentSpec>) -> Self {
+    /// event logs of 10,000 events / 16 MiB per session, 1000 ended sessions
+    /// kept; lazy installs of at most 15 minutes into `data_dir`.
+    pub fn new(listen: SocketAddr, agents: BTreeMap<String, AgentSpec>, data_dir: PathBuf) -> Self {
         Self {
             listen,
             token: None,
@@ -163,6 +247,9 @@ impl ServerConfig {
             ended_sessions: 1000,
             terminate_grace: Duration::from_secs(2),
             agents,
+            data_dir,
+            require_preinstall: false,
+            install_timeout: Duration::from_secs(15 * 60),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The runtime's error type. Each variant maps to one HTTP status and one
 //! problem type in [`crate::http::problem`], the only place that mapping lives.
 
+use crate::agent::install::InstallError;
 use std::time::Duration;
 
 /// Errors a `/v2` request can end with. Method-level failures are not here:
@@ -83,6 +84,22 @@ pub enum Error {
         /// What went wrong, with the head of its stderr when there is one.
         reason: String,
     },
+    /// The agent is not installed and the server runs with
+    /// `--require-preinstall`.
+    #[error(
+        "agent {agent:?} is not installed and this server requires preinstalled agents (--require-preinstall); install it first: sandbox-agent agents install {agent} (or POST /v2/agents/{agent}/install)"
+    )]
+    AgentNotInstalled {
+        /// Agent id.
+        agent: String,
+    },
+    /// The agent has nothing this runtime can install here (no distribution
+    /// for this platform, a command agent whose program is missing).
+    #[error("{0}")]
+    NotInstallable(String),
+    /// Installing the agent failed (npm, download, checksum, archive, disk).
+    #[error("{0}")]
+    InstallFailed(String),
     /// `--max-connections` reached.
     #[error("too many open connections (limit {limit}); close one or retry later")]
     TooManyConnections {
@@ -100,4 +117,17 @@ pub enum Error {
         /// The timeout that elapsed.
         timeout: Duration,
     },
+}
+
+impl Error {
+    /// The HTTP error for a failed install of `agent`.
+    pub fn from_install(agent: &str, error: InstallError) -> Self {
+        match error {
+            InstallError::NotInstallable(message) => Self::NotInstallable(message),
+            InstallError::InvalidVersion(message) => {
+                Self::InvalidRequest(format!("agent {agent:?}: {message}"))
+            }
+            InstallError::Failed(message) => Self::InstallFailed(message),
+        }
+    }
 }

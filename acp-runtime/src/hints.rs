@@ -146,19 +146,14 @@ pub fn from_request(method: &str, params: Option<&RawValue>) -> Hints {
     hints
 }
 
-/// Hints in one `session/update` line, or `None` when it carries none. Cheap
-/// for the common chunk updates: the line is only parsed when it names one
-/// of the update kinds that carry hints.
-pub fn from_update_line(line: &[u8]) -> Option<Hints> {
-    const KINDS: [&[u8]; 3] = [
-        b"session_info_update",
-        b"current_mode_update",
-        b"config_option_update",
-    ];
-    if !KINDS
-        .iter()
-        .any(|kind| memchr::memmem::find(line, kind).is_some())
-    {
+/// Hints in one `session/update` line whose update kind (`sessionUpdate`)
+/// is `kind`, or `None` when it carries none. Free for the common chunk
+/// updates: the line is only parsed for the kinds that carry hints.
+pub fn from_update(kind: &str, line: &[u8]) -> Option<Hints> {
+    if !matches!(
+        kind,
+        "session_info_update" | "current_mode_update" | "config_option_update"
+    ) {
         return None;
     }
     #[derive(Deserialize)]
@@ -287,32 +282,30 @@ mod tests {
 
     #[test]
     fn chunk_updates_are_skipped_without_parsing() {
-        let line = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}"#;
-        assert_eq!(from_update_line(line), None);
+        // Not even valid JSON: proves the line is not parsed.
+        assert_eq!(from_update("agent_message_chunk", b"{"), None);
     }
 
     #[test]
     fn title_mode_and_model_updates() {
         let title = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"session_info_update","title":"Fix the bug"}}}"#;
         assert_eq!(
-            from_update_line(title).and_then(|h| h.title),
+            from_update("session_info_update", title).and_then(|h| h.title),
             Some(Some("Fix the bug".to_owned()))
         );
         let mode = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"current_mode_update","currentModeId":"plan"}}}"#;
         assert_eq!(
-            from_update_line(mode).and_then(|h| h.mode).as_deref(),
+            from_update("current_mode_update", mode)
+                .and_then(|h| h.mode)
+                .as_deref(),
             Some("plan")
         );
         let model = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"config_option_update","configOptions":[{"id":"model","name":"Model","category":"model","type":"select","currentValue":"smart","options":[{"value":"smart","name":"Smart"}]}]}}}"#;
         assert_eq!(
-            from_update_line(model).and_then(|h| h.model).as_deref(),
+            from_update("config_option_update", model)
+                .and_then(|h| h.model)
+                .as_deref(),
             Some("smart")
         );
-    }
-
-    #[test]
-    fn text_mentioning_a_kind_is_not_a_hint() {
-        let line = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"current_mode_update"}}}}"#;
-        assert_eq!(from_update_line(line), None);
     }
 }

@@ -16,14 +16,19 @@
 //! - [`event_log`]: each session's recorded ACP traffic.
 //! - [`ext`]: the `_sandboxagent/*` methods (a jsonrpsee `RpcModule`).
 //! - [`hints`]: title / model / mode read from ACP messages.
-//! - [`agent`]: agent processes, stdio framing, id rewriting and routing.
+//! - [`agent`]: the agent manifest and catalog, installs into the data dir,
+//!   agent processes, stdio framing, id rewriting and routing.
+//! - [`agents_command`]: `sandbox-agent agents list|install`.
 //! - [`protocol`]: wire constants and JSON-RPC envelope parsing (no I/O).
 //! - [`error`]: the error enum every HTTP failure is made of.
 //! - [`config`], [`cli`]: settings and the command line.
 //! - [`mock_agent`]: the built-in deterministic ACP agent (`sandbox-agent mock-agent`).
 //! - [`bench`]: `sandbox-agent bench`, the load generator and its report.
+//! - [`bridge`]: `sandbox-agent bridge`, ACP on stdio for editors, relayed to
+//!   a runtime over HTTP with `acp-http-client`.
 
 pub mod agent;
+pub mod agents_command;
 pub mod bench;
 pub mod bridge;
 pub mod cli;

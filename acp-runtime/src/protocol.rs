@@ -187,6 +187,46 @@ impl<'a> Envelope<'a> {
     pub fn session_id(&self) -> Option<String> {
         self.params.and_then(session_id_of)
     }
+
+    /// `params.sessionId` and `params.update.sessionUpdate` in one pass over
+    /// params (the hot path of `session/update`).
+    pub fn subject(&self) -> Subject {
+        #[derive(Deserialize)]
+        struct Params<'a> {
+            #[serde(rename = "sessionId", borrow)]
+            session_id: Option<Cow<'a, str>>,
+            #[serde(borrow)]
+            update: Option<Update<'a>>,
+        }
+        #[derive(Deserialize)]
+        struct Update<'a> {
+            #[serde(rename = "sessionUpdate", borrow)]
+            kind: Option<Cow<'a, str>>,
+        }
+        let Some(params) = self.params else {
+            return Subject::default();
+        };
+        match serde_json::from_str::<Params<'_>>(params.get()) {
+            Ok(params) => Subject {
+                session_id: params.session_id.map(Cow::into_owned),
+                update_kind: params.update.and_then(|u| u.kind).map(Cow::into_owned),
+            },
+            // `update` of another shape: still route by the session id.
+            Err(_) => Subject {
+                session_id: session_id_of(params),
+                update_kind: None,
+            },
+        }
+    }
+}
+
+/// Who a notification is about.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Subject {
+    /// `params.sessionId`.
+    pub session_id: Option<String>,
+    /// `params.update.sessionUpdate` (the kind of a `session/update`).
+    pub update_kind: Option<String>,
 }
 
 /// `params.requestId` of a `$/cancel_request`, as raw JSON.

@@ -3,6 +3,7 @@
 //! notifications to the connection's agent, and relaying the client's answers
 //! to agent requests (DESIGN.md sections 3 and 4).
 
+use crate::agent::install::Installer;
 use crate::agent::router::{AgentProcess, Effect};
 use crate::agent::{Agents, StartError};
 use crate::config::ServerConfig;
@@ -92,6 +93,11 @@ impl Runtime {
                 &config.agents,
                 config.max_line_bytes,
                 config.request_timeout,
+                Arc::new(Installer::new(
+                    config.data_dir.clone(),
+                    config.install_timeout,
+                )),
+                config.require_preinstall,
             ),
             ext: ExtMethods::new(runtime.clone()),
             shutdown: CancellationToken::new(),
@@ -139,8 +145,9 @@ impl Runtime {
         }
     }
 
-    /// `initialize` without a connection: start the agent if needed, open a
-    /// connection, answer from the agent's cached `initialize` result.
+    /// `initialize` without a connection: install (DESIGN.md section 7) and
+    /// start the agent if needed, open a connection, answer from the agent's
+    /// cached `initialize` result.
     async fn initialize(self: &Arc<Self>, envelope: &Envelope<'_>) -> Result<Reply, Error> {
         let client_id = envelope.id.unwrap_or(RawValue::NULL);
         let agent = protocol::meta_agent(envelope.params).ok_or(Error::MissingAgent {
@@ -190,6 +197,10 @@ impl Runtime {
                 reason,
             })),
             Err(StartError::Rejected(error)) => Err(Ok(error)),
+            Err(StartError::NotInstalled) => Err(Err(Error::AgentNotInstalled {
+                agent: agent.to_owned(),
+            })),
+            Err(StartError::Install(error)) => Err(Err(Error::from_install(agent, error))),
         }
     }
 

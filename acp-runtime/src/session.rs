@@ -110,6 +110,17 @@ impl Session {
         state.log.record(direction, message);
     }
 
+    /// Records a message and pushes `line` (the same message) to every
+    /// attached connection, under one lock and without copying the list.
+    pub fn record_and_deliver(&self, direction: Direction, message: Bytes) {
+        let mut state = self.state.lock();
+        state.updated_at = SystemTime::now();
+        for connection in &state.attached {
+            connection.push(&message);
+        }
+        state.log.record(direction, message);
+    }
+
     /// Records a message and returns the attached connections, under one lock.
     pub fn record_and_targets(&self, direction: Direction, message: Bytes) -> Vec<Arc<Connection>> {
         let mut state = self.state.lock();

@@ -305,6 +305,41 @@ pub struct AgentListResult {
     pub agents: Vec<AgentInfo>,
 }
 
+/// Body of `POST /v2/agents/{agent}/install` (optional; `{}` when empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentInstallParams {
+    /// Install again even when that version is already installed.
+    #[serde(default)]
+    pub reinstall: bool,
+    /// A version other than the manifest's (npm packages only; `latest` is
+    /// allowed). It stays the agent's active version until another install
+    /// names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// Answer of `POST /v2/agents/{agent}/install`: what is installed now and
+/// whether this call installed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentInstallResult {
+    /// Agent id.
+    pub agent: String,
+    /// The installed version (absent for a command agent of unknown version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Where the agent comes from.
+    pub source: AgentSource,
+    /// The program that is run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Nothing was installed: it was already there (or needs no install).
+    pub already_installed: bool,
+    /// How long the call took, in milliseconds.
+    pub duration_ms: u64,
+}
+
 /// Which side sent a recorded message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,26 +1,39 @@
-//! Agent processes: one per agent id, shared by every connection bound to it
-//! (DESIGN.md section 4).
+//! Agents: which exist, installing them, and their processes (one per agent
+//! id, shared by every connection bound to it; DESIGN.md sections 4 and 7).
 //!
+//! - [`manifest`]: the manifest format (the public ACP registry's shape) and
+//!   the built-in manifest.
+//! - [`catalog`]: built-ins + `--agents-file` + `--agent-command`, merged.
+//! - [`install`]: installs into the data dir (npm, release archives), locks.
+//! - [`archive`]: safe unpacking of tar.gz / zip downloads.
 //! - [`process`]: spawning, stdin writer, stderr capture, signals.
 //! - [`framing`]: stdout line framing with a maximum line length.
 //! - [`router`]: id rewriting, the pending tables, and routing of every agent
 //!   message to the right connection.
 //!
-//! A process is started on first use, initialized once by the runtime, and
+//! A process is started on first use (after a lazy install, unless the server
+//! requires preinstalled agents), initialized once by the runtime, and
 //! replaced on the next use after it exits.
 
+pub mod archive;
+pub mod catalog;
 pub mod framing;
+pub mod install;
+pub mod manifest;
 pub mod process;
 pub mod router;
 
-use crate::config::AgentSpec;
+use crate::config::{AgentSpec, Launch};
+use crate::error::Error;
 use crate::hints::Hints;
 use crate::runtime::Runtime;
-use ext_methods::{AgentInfo, ModelInfo};
+use ext_methods::{AgentInfo, AgentInstallResult, AgentSource, ModelInfo};
 use framing::Line;
 use futures::StreamExt;
+use install::{InstallError, InstallOptions, Installer, LogProgress, Progress};
 use nix::sys::signal::Signal;
 use parking_lot::{Mutex, RwLock};
+use process::LaunchCommand;
 use router::{AgentProcess, ExitInfo};
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
@@ -45,6 +58,10 @@ pub enum StartError {
     Failed(String),
     /// Answered the runtime's `initialize` with this JSON-RPC error object.
     Rejected(Box<RawValue>),
+    /// Not installed, and the server requires preinstalled agents.
+    NotInstalled,
+    /// The lazy install failed.
+    Install(InstallError),
 }
 
 /// All configured agents and their current processes.
@@ -54,6 +71,10 @@ pub struct Agents {
     generation: AtomicU64,
     max_line_bytes: usize,
     start_timeout: Duration,
+    /// Installs agents into the data dir (lazily, or on request).
+    installer: Arc<Installer>,
+    /// `--require-preinstall`: never install on first use.
+    require_preinstall: bool,
 }
 
 #[derive(Debug)]
@@ -78,11 +99,13 @@ struct Reported {
 }
 
 impl Agents {
-    /// Agents from `specs`; nothing is started yet.
+    /// Agents from `specs`, installed by `installer`; nothing is started yet.
     pub fn new(
         specs: &BTreeMap<String, AgentSpec>,
         max_line_bytes: usize,
         start_timeout: Duration,
+        installer: Arc<Installer>,
+        require_preinstall: bool,
     ) -> Self {
         let slots = specs
             .iter()
@@ -105,7 +128,14 @@ impl Agents {
             generation: AtomicU64::new(0),
             max_line_bytes,
             start_timeout,
+            installer,
+            require_preinstall,
         }
+    }
+
+    /// The installer (and so the data dir) these agents use.
+    pub fn installer(&self) -> &Arc<Installer> {
+        &self.installer
     }
 
     /// Whether `agent` is configured.
@@ -128,7 +158,9 @@ impl Agents {
     /// The running process of `agent`, started and initialized first if needed.
     ///
     /// # Errors
-    /// [`StartError`] when the agent is unknown, cannot be started, or rejects `initialize`.
+    /// [`StartError`] when the agent is unknown, is not installed and the
+    /// server requires preinstalled agents, cannot be installed or started,
+    /// or rejects `initialize`.
     pub async fn ensure_running(
         &self,
         runtime: &Arc<Runtime>,
@@ -149,9 +181,118 @@ impl Agents {
             Err(StartError::Rejected(error)) => {
                 *slot.last_error.lock() = Some(format!("initialize rejected: {}", error.get()))
             }
+            Err(StartError::Install(error)) => {
+                *slot.last_error.lock() = Some(format!("install failed: {error}"))
+            }
+            Err(StartError::NotInstalled) => {
+                *slot.last_error.lock() =
+                    Some("not installed (the server requires preinstalled agents)".to_owned())
+            }
             Err(StartError::Unknown) => {}
         }
         outcome
+    }
+
+    /// What to run for `spec`: its fixed command, or its installed version
+    /// (installed now if it is missing, unless preinstalling is required),
+    /// with the manifest's environment expanded.
+    async fn launch_command(&self, spec: &AgentSpec) -> Result<LaunchCommand, StartError> {
+        let (program, args, extra_env) = match &spec.launch {
+            Launch::Command { program, args } => (program.clone(), args.clone(), Vec::new()),
+            Launch::Install(_) => {
+                let installation = match self.installer.installed(spec) {
+                    Some(installation) => installation,
+                    None if self.require_preinstall => {
+                        tracing::warn!(agent = %spec.id, "agent not installed; not installing it on first use (--require-preinstall)");
+                        return Err(StartError::NotInstalled);
+                    }
+                    None => {
+                        tracing::info!(agent = %spec.id, "agent not installed yet; installing it on first use");
+                        let progress = Arc::new(LogProgress {
+                            agent: spec.id.clone(),
+                        });
+                        self.installer
+                            .install(spec, InstallOptions::default(), progress)
+                            .await
+                            .map_err(StartError::Install)?
+                            .installation
+                    }
+                };
+                (installation.program, installation.args, installation.env)
+            }
+        };
+        let mut env = spec.env.clone();
+        env.extend(extra_env);
+        let env = self.installer.expand_env(&spec.id, &env).map_err(|error| {
+            StartError::Failed(format!(
+                "cannot create the agent home {}: {error}",
+                self.installer.agent_home(&spec.id).display()
+            ))
+        })?;
+        Ok(LaunchCommand { program, args, env })
+    }
+
+    /// Installs `agent` (`POST /v2/agents/{agent}/install`). A command agent
+    /// (the mock, `--agent-command`, a `local` distribution) needs no
+    /// install: the answer describes it with `alreadyInstalled: true`.
+    ///
+    /// # Errors
+    /// 404 `unknown-agent`, 400 for an unusable version, 409
+    /// `not-installable` (nothing for this platform, a command that is not
+    /// there), 502 `install-failed`.
+    pub async fn install(
+        &self,
+        agent: &str,
+        options: InstallOptions,
+        progress: Arc<dyn Progress>,
+    ) -> Result<AgentInstallResult, Error> {
+        let slot = self.slots.get(agent).ok_or_else(|| Error::UnknownAgent {
+            agent: agent.to_owned(),
+            known: self.known_ids(),
+        })?;
+        let spec = &slot.spec;
+        if let Launch::Command { program, .. } = &spec.launch {
+            if !spec.is_runnable() {
+                tracing::warn!(agent, program = %program.display(), "cannot install a command agent whose program is missing");
+                return Err(Error::NotInstallable(format!(
+                    "agent {agent:?} runs the command {}, which is not there; the runtime installs only manifest agents with an npx or binary distribution",
+                    program.display()
+                )));
+            }
+            let version = match spec.source {
+                AgentSource::Builtin => Some(env!("CARGO_PKG_VERSION").to_owned()),
+                _ => self.running_version(slot),
+            };
+            return Ok(AgentInstallResult {
+                agent: agent.to_owned(),
+                version,
+                source: spec.source,
+                path: Some(program.display().to_string()),
+                already_installed: true,
+                duration_ms: 0,
+            });
+        }
+        let outcome = self
+            .installer
+            .install(spec, options, progress)
+            .await
+            .map_err(|error| Error::from_install(agent, error))?;
+        Ok(AgentInstallResult {
+            agent: agent.to_owned(),
+            version: Some(outcome.installation.version),
+            source: spec.source,
+            path: Some(outcome.installation.program.display().to_string()),
+            already_installed: outcome.already_installed,
+            duration_ms: u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// `agentInfo.version` of the running process, if any.
+    fn running_version(&self, slot: &AgentSlot) -> Option<String> {
+        let current = slot.current.read().clone().filter(|p| p.is_alive())?;
+        let raw = current.initialize_result.lock().clone()?;
+        let result: serde_json::Value = serde_json::from_str(raw.get()).ok()?;
+        result["agentInfo"]["version"].as_str().map(str::to_owned)
     }
 
     async fn start(
@@ -160,8 +301,9 @@ impl Agents {
         slot: &AgentSlot,
     ) -> Result<Arc<AgentProcess>, StartError> {
         let spec = &slot.spec;
-        let spawned = process::spawn(spec, self.max_line_bytes).map_err(|error| {
-            StartError::Failed(format!("cannot run {}: {error}", spec.program.display()))
+        let command = self.launch_command(spec).await?;
+        let spawned = process::spawn(&spec.id, &command, self.max_line_bytes).map_err(|error| {
+            StartError::Failed(format!("cannot run {}: {error}", command.program.display()))
         })?;
         let pid = spawned.child.id().unwrap_or(0);
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
@@ -268,17 +410,33 @@ impl Agents {
                 let agent_info = field("agentInfo");
                 let reported = slot.reported.lock();
                 let spec = &slot.spec;
+                let running_version = agent_info
+                    .as_ref()
+                    .and_then(|i| i.get("version"))
+                    .and_then(|v| v.as_str())
+                    .map(str::to_owned);
+                let (installed, version, path) = match &spec.launch {
+                    Launch::Command { program, .. } => (
+                        spec.source == AgentSource::Builtin || spec.is_runnable(),
+                        running_version,
+                        Some(program.display().to_string()),
+                    ),
+                    Launch::Install(_) => match self.installer.installed(spec) {
+                        Some(installation) => (
+                            true,
+                            Some(installation.version),
+                            Some(installation.program.display().to_string()),
+                        ),
+                        None => (false, None, None),
+                    },
+                };
                 AgentInfo {
                     id: spec.id.clone(),
                     name: spec.name.clone(),
-                    installed: spec.is_runnable(),
-                    version: agent_info
-                        .as_ref()
-                        .and_then(|i| i.get("version"))
-                        .and_then(|v| v.as_str())
-                        .map(str::to_owned),
+                    installed,
+                    version,
                     source: spec.source,
-                    path: Some(spec.program.display().to_string()),
+                    path,
                     running: current.is_some(),
                     pid: current.as_ref().map(|p| p.pid),
                     restarts: slot.starts.load(Ordering::Relaxed).saturating_sub(1),

@@ -8,7 +8,6 @@
 //! the stream.
 
 use super::framing::{Line, LineDecoder};
-use crate::config::AgentSpec;
 use bytes::Bytes;
 use ext_methods::StderrExcerpt;
 use futures::StreamExt;
@@ -32,6 +31,18 @@ const STDERR_MAX_LINE: usize = 8 * 1024;
 /// Lines queued for an agent's stdin before senders wait.
 const STDIN_QUEUE: usize = 1024;
 
+/// A resolved agent command line: what [`spawn`] runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchCommand {
+    /// Program: a path, or a name looked up on `PATH`.
+    pub program: std::path::PathBuf,
+    /// Arguments after the program.
+    pub args: Vec<String>,
+    /// Variables set on top of the server's own environment, which the agent
+    /// inherits (so credentials such as `OPENAI_API_KEY` pass through).
+    pub env: Vec<(String, String)>,
+}
+
 /// A started agent process: its pid (and process group) and its stdio.
 pub struct Spawned {
     /// The child; it leads its own process group.
@@ -44,15 +55,19 @@ pub struct Spawned {
     pub stderr: Arc<Mutex<StderrCapture>>,
 }
 
-/// Starts `spec` in its own process group with piped stdio.
+/// Starts agent `agent` with `launch` in its own process group with piped stdio.
 ///
 /// # Errors
 /// The spawn error (program not found, not executable, …).
-pub fn spawn(spec: &AgentSpec, max_line_bytes: usize) -> std::io::Result<Spawned> {
-    let mut command = Command::new(&spec.program);
+pub fn spawn(
+    agent: &str,
+    launch: &LaunchCommand,
+    max_line_bytes: usize,
+) -> std::io::Result<Spawned> {
+    let mut command = Command::new(&launch.program);
     command
-        .args(&spec.args)
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .args(&launch.args)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -68,7 +83,7 @@ pub fn spawn(spec: &AgentSpec, max_line_bytes: usize) -> std::io::Result<Spawned
     let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
     tokio::spawn(write_stdin(stdin, stdin_rx));
     let capture = Arc::new(Mutex::new(StderrCapture::default()));
-    tokio::spawn(read_stderr(spec.id.clone(), stderr, capture.clone()));
+    tokio::spawn(read_stderr(agent.to_owned(), stderr, capture.clone()));
     Ok(Spawned {
         child,
         stdin: stdin_tx,

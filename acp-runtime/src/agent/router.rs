@@ -459,7 +459,8 @@ impl AgentProcess {
             self.on_agent_cancel(runtime, envelope, line);
             return;
         }
-        let Some(session_id) = envelope.session_id() else {
+        let subject = envelope.subject();
+        let Some(session_id) = subject.session_id else {
             for connection in runtime.connections.of_agent(&self.agent) {
                 connection.push(line);
             }
@@ -468,15 +469,12 @@ impl AgentProcess {
         match self.live_session(runtime, &session_id) {
             Some(session) => {
                 if envelope.method() == method::SESSION_UPDATE
-                    && let Some(hints) = hints::from_update_line(line)
+                    && let Some(kind) = &subject.update_kind
+                    && let Some(hints) = hints::from_update(kind, line)
                 {
                     self.take_hints(runtime, &session, &hints);
                 }
-                let targets = session
-                    .record_and_targets(Direction::AgentToClient, Bytes::copy_from_slice(line));
-                for connection in targets {
-                    connection.push(line);
-                }
+                session.record_and_deliver(Direction::AgentToClient, Bytes::copy_from_slice(line));
             }
             None => self.hold(session_id.into(), line, None),
         }

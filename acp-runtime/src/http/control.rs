@@ -1,14 +1,21 @@
 //! The control plane (DESIGN.md section 6): plain HTTP + JSON views of the
-//! session inventory, the event logs and the agents.
+//! session inventory, the event logs and the agents, and agent installs.
 
+use super::headers::is_json_content;
 use super::{Body, full};
+use crate::agent::install::{InstallOptions, LogProgress};
 use crate::error::Error;
 use crate::runtime::Runtime;
 use bytes::Bytes;
-use ext_methods::AgentListResult;
-use http::{Method, StatusCode};
+use ext_methods::{AgentInstallParams, AgentListResult};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
 use serde::Serialize;
 use std::sync::Arc;
+
+/// Largest body of `POST /v2/agents/{agent}/install`, in bytes.
+const INSTALL_BODY_LIMIT: usize = 64 * 1024;
 
 /// Events per page of `GET /v2/sessions/{id}/events` when `limit` is not given.
 const DEFAULT_EVENTS_LIMIT: usize = 100;
@@ -102,4 +109,60 @@ fn agents(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
     json(&AgentListResult {
         agents: runtime.agents.infos(),
     })
+}
+
+/// The agent id of an install path, `/v2/agents/{agent}/install`.
+pub fn install_target(path: &str) -> Option<&str> {
+    let agent = path.strip_prefix("/v2/agents/")?.strip_suffix("/install")?;
+    (!agent.is_empty() && !agent.contains('/')).then_some(agent)
+}
+
+/// `POST /v2/agents/{agent}/install` with an optional JSON body
+/// `{"reinstall": bool, "version": "x"}` → `AgentInstallResult`. Installing
+/// what is already there answers at once with `alreadyInstalled: true`.
+///
+/// # Errors
+/// 400 (bad body or version), 404 `unknown-agent`, 409 `not-installable`,
+/// 413, 415, 502 `install-failed` (npm's output or the download error in
+/// `detail`).
+pub async fn install(
+    runtime: &Arc<Runtime>,
+    agent: &str,
+    request: Request<Incoming>,
+) -> Result<http::Response<Body>, Error> {
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, INSTALL_BODY_LIMIT).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+            return Err(Error::PayloadTooLarge {
+                limit: INSTALL_BODY_LIMIT,
+            });
+        }
+        Err(error) => {
+            return Err(Error::InvalidRequest(format!(
+                "cannot read the request body: {error}"
+            )));
+        }
+    };
+    let params = if body.iter().all(u8::is_ascii_whitespace) {
+        AgentInstallParams::default()
+    } else {
+        if !is_json_content(&parts.headers) {
+            return Err(Error::UnsupportedMediaType);
+        }
+        serde_json::from_slice::<AgentInstallParams>(&body).map_err(|error| {
+            Error::InvalidRequest(format!(
+                "install options must be {{\"reinstall\": bool, \"version\": string}}: {error}"
+            ))
+        })?
+    };
+    let options = InstallOptions {
+        reinstall: params.reinstall,
+        version: params.version,
+    };
+    let progress = Arc::new(LogProgress {
+        agent: agent.to_owned(),
+    });
+    let result = runtime.agents.install(agent, options, progress).await?;
+    json(&result)
 }

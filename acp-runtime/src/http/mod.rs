@@ -3,7 +3,8 @@
 //! - [`rpc`]: `POST` / `GET` / `DELETE` on `/v2/rpc`.
 //! - [`sse`]: the SSE body of `GET /v2/rpc`.
 //! - [`headers`]: bearer auth, `Accept`, `Content-Type`, `Last-Event-ID`.
-//! - [`control`]: `/v2/sessions…` and `/v2/agents` (the control plane).
+//! - [`control`]: `/v2/sessions…`, `/v2/agents` and
+//!   `/v2/agents/{agent}/install` (the control plane).
 //! - [`problem`]: [`Error`] → `application/problem+json`, in one place.
 
 pub mod control;
@@ -114,8 +115,17 @@ async fn route(
                 _ => Err(Error::MethodNotAllowed("GET, POST, DELETE")),
             }
         }
-        _ => control::route(runtime, request.method(), path, request.uri().query())
-            .unwrap_or_else(|| Err(Error::NotFound(path.to_owned()))),
+        _ => {
+            if let Some(agent) = control::install_target(path) {
+                let agent = agent.to_owned();
+                return match *request.method() {
+                    Method::POST => control::install(runtime, &agent, request).await,
+                    _ => Err(Error::MethodNotAllowed("POST")),
+                };
+            }
+            control::route(runtime, request.method(), path, request.uri().query())
+                .unwrap_or_else(|| Err(Error::NotFound(path.to_owned())))
+        }
     }
 }
 

@@ -28,11 +28,13 @@ impl Error {
             | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
-            Self::StreamConflict => StatusCode::CONFLICT,
+            Self::StreamConflict | Self::AgentNotInstalled { .. } | Self::NotInstallable(_) => {
+                StatusCode::CONFLICT
+            }
             Self::Gone => StatusCode::GONE,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::AgentStartFailed { .. } => StatusCode::BAD_GATEWAY,
+            Self::AgentStartFailed { .. } | Self::InstallFailed(_) => StatusCode::BAD_GATEWAY,
             Self::TooManyConnections { .. } | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -58,6 +60,9 @@ impl Error {
             Self::PayloadTooLarge { .. } => "payload-too-large",
             Self::UnsupportedMediaType => "unsupported-media-type",
             Self::AgentStartFailed { .. } => "agent-start-failed",
+            Self::AgentNotInstalled { .. } => "agent-not-installed",
+            Self::NotInstallable(_) => "not-installable",
+            Self::InstallFailed(_) => "install-failed",
             Self::TooManyConnections { .. } => "too-many-connections",
             Self::ShuttingDown => "shutting-down",
             Self::Timeout { .. } => "timeout",

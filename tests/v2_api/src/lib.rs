@@ -20,8 +20,14 @@
 //!   session updates, the mock agent's expected reply).
 //! - [`ext`]: the `_sandboxagent/*` names, `_meta["sandboxagent.dev"]`
 //!   readers, JSON-RPC result / error checks (DESIGN sections 5 and 6).
+//! - [`agents`]: agents files, release archives, a loopback file server,
+//!   and the install endpoint (DESIGN section 7).
 //! - [`procfs`]: process-tree helpers over `/proc` (descendants, liveness,
 //!   command lines, resident memory).
+//! - [`bridge`]: [`BridgeProcess`], `sandbox-agent bridge` driven through
+//!   its stdio, as an editor drives it.
+//! - [`proxy`]: [`CutProxy`], a loopback TCP proxy that logs request heads
+//!   and cuts connections on demand.
 //!
 //! # Timeouts
 //! Every wait in the harness is bounded, so no test can hang; the bounds are
@@ -29,17 +35,22 @@
 //! [`STARTUP_TIMEOUT`], [`REQUEST_TIMEOUT`], [`EVENT_TIMEOUT`]).
 
 pub mod acp;
+pub mod agents;
 pub mod api;
+pub mod bridge;
 pub mod ext;
 pub mod problem;
 pub mod procfs;
+pub mod proxy;
 pub mod server;
 pub mod sse;
 
 use std::time::Duration;
 
 pub use api::{Api, Reply};
+pub use bridge::BridgeProcess;
 pub use problem::assert_problem;
+pub use proxy::CutProxy;
 pub use server::{TestServer, mock_agent_command, shell_quote};
 pub use sse::{SseEvent, SseStream};
 

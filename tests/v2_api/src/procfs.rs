@@ -110,6 +110,22 @@ pub fn cmdline(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// The environment of `pid` (`/proc/<pid>/environ`), as `NAME=value`
+/// pairs; empty when the process is gone.
+pub fn environ(pid: u32) -> Vec<(String, String)> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|raw| {
+            raw.split(|b| *b == 0)
+                .filter_map(|part| {
+                    let text = String::from_utf8_lossy(part);
+                    text.split_once('=')
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Resident set size of `pid` in bytes (`VmRSS` of `/proc/<pid>/status`).
 pub fn rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

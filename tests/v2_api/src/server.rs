@@ -233,6 +233,12 @@ impl TestServer {
         self.api.clone()
     }
 
+    /// The server's private data dir (`SANDBOX_AGENT_DATA_DIR`; a
+    /// `--data-dir` argument overrides it).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.pid
@@ -242,6 +248,20 @@ impl TestServer {
     pub fn stderr_text(&self) -> String {
         let bytes = self.stderr.lock().map(|b| b.clone()).unwrap_or_default();
         String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The server's stderr once `ready(log)` holds, waiting up to `timeout`
+    /// (a reader thread copies the pipe, so a line written just before an
+    /// HTTP answer may arrive a moment after it). Returns the log either way.
+    pub async fn log_when(&self, ready: impl Fn(&str) -> bool, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let log = self.stderr_text();
+            if ready(&log) || Instant::now() >= deadline {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Everything the server wrote to stdout after the start-up line, once

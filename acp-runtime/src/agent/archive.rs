@@ -1,0 +1,510 @@
+//! Unpacking a downloaded release archive into an install folder, safely.
+//!
+//! The rules, for tar and zip alike: every entry path is relative and has no
+//! `..` (an absolute or escaping path fails the whole archive rather than being
+//! skipped); a symlink must be relative and stay inside the folder; nothing is
+//! written through a symlink or into a parent that resolves outside the folder;
+//! device files and FIFOs are skipped. After unpacking, every symlink in the
+//! folder is resolved once more and must land inside it. Formats follow the
+//! registry's list (`.tar.gz`, `.tgz`, `.zip`, or a bare executable), plus
+//! plain `.tar`; `.tar.bz2` and `.tar.xz` are refused with a clear message.
+
+use flate2::read::GzDecoder;
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::{Component, Path, PathBuf};
+
+/// How an archive is packed, judged by the URL's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `.tar.gz` / `.tgz`.
+    TarGz,
+    /// `.tar`.
+    Tar,
+    /// `.zip`.
+    Zip,
+    /// Anything else: the download is the executable itself.
+    Bare,
+}
+
+/// The format of the archive at `url_path` (a URL's path, without query).
+///
+/// # Errors
+/// For compressions this runtime does not unpack (`.tar.bz2`, `.tbz2`,
+/// `.tar.xz`, `.txz`, `.tar.zst`) and installer formats (`.dmg`, `.pkg`,
+/// `.deb`, `.rpm`, `.msi`).
+pub fn format_of(url_path: &str) -> Result<Format, String> {
+    let lower = url_path.to_ascii_lowercase();
+    let ends = |suffixes: &[&str]| suffixes.iter().any(|s| lower.ends_with(s));
+    if ends(&[".tar.gz", ".tgz"]) {
+        Ok(Format::TarGz)
+    } else if ends(&[".tar"]) {
+        Ok(Format::Tar)
+    } else if ends(&[".zip"]) {
+        Ok(Format::Zip)
+    } else if ends(&[
+        ".tar.bz2",
+        ".tbz2",
+        ".tar.xz",
+        ".txz",
+        ".tar.zst",
+        ".dmg",
+        ".pkg",
+        ".deb",
+        ".rpm",
+        ".msi",
+        ".appimage",
+    ]) {
+        Err(format!(
+            "archive format of {url_path:?} is not supported (use .tar.gz, .tgz, .tar, .zip or a bare executable)"
+        ))
+    } else {
+        Ok(Format::Bare)
+    }
+}
+
+/// Unpacks `archive` (of `format`) into the existing, empty folder `dest`. A
+/// [`Format::Bare`] download is copied to `dest/<bare_name>`.
+///
+/// # Errors
+/// A message naming the offending entry: unsafe path or link, a corrupt or
+/// truncated archive, an I/O failure.
+pub fn unpack(format: Format, archive: &Path, dest: &Path, bare_name: &Path) -> Result<(), String> {
+    let open = || File::open(archive).map_err(|e| format!("cannot open the download: {e}"));
+    match format {
+        Format::TarGz => unpack_tar(GzDecoder::new(BufReader::new(open()?)), dest)?,
+        Format::Tar => unpack_tar(BufReader::new(open()?), dest)?,
+        Format::Zip => unpack_zip(open()?, dest)?,
+        Format::Bare => {
+            let target = dest.join(bare_name);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            }
+            std::fs::copy(archive, &target)
+                .map_err(|e| format!("cannot copy the download into place: {e}"))?;
+        }
+    }
+    check_symlinks_inside(dest)
+}
+
+/// A relative path with no `..`, no root and no prefix, with `.` parts removed.
+///
+/// # Errors
+/// When `path` is absolute or climbs out with `..`.
+pub fn safe_relative(path: &Path) -> Result<PathBuf, String> {
+    let mut clean = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => clean.push(part),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                return Err(format!("path {} climbs out with ..", path.display()));
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!("path {} is absolute", path.display()));
+            }
+        }
+    }
+    if clean.as_os_str().is_empty() {
+        return Err(format!(
+            "path {:?} names nothing",
+            path.display().to_string()
+        ));
+    }
+    Ok(clean)
+}
+
+/// Checks that a symlink at `entry` (relative to the folder) pointing at
+/// `target` stays inside the folder when read lexically.
+fn check_link_target(entry: &Path, target: &Path) -> Result<(), String> {
+    if target.is_absolute() {
+        return Err(format!(
+            "symlink {} points to the absolute path {}",
+            entry.display(),
+            target.display()
+        ));
+    }
+    let mut depth = entry.components().count().saturating_sub(1);
+    for component in target.components() {
+        match component {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir => {
+                depth = depth.checked_sub(1).ok_or_else(|| {
+                    format!(
+                        "symlink {} points outside the install folder ({})",
+                        entry.display(),
+                        target.display()
+                    )
+                })?;
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "symlink {} has an absolute target",
+                    entry.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), String> {
+    use tar::EntryType;
+    let mut archive = tar::Archive::new(reader);
+    archive.set_preserve_permissions(false);
+    archive.set_unpack_xattrs(false);
+    archive.set_overwrite(true);
+    let entries = archive
+        .entries()
+        .map_err(|e| format!("not a readable tar archive: {e}"))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| format!("corrupt tar archive: {e}"))?;
+        let raw_path = entry
+            .path()
+            .map_err(|e| format!("tar entry with an unreadable path: {e}"))?
+            .into_owned();
+        let path = safe_relative(&raw_path).map_err(|e| format!("unsafe tar entry: {e}"))?;
+        match entry.header().entry_type() {
+            EntryType::Regular | EntryType::Continuous | EntryType::Directory => {}
+            EntryType::Symlink => {
+                let target = entry
+                    .link_name()
+                    .map_err(|e| format!("tar symlink {} unreadable: {e}", path.display()))?
+                    .ok_or_else(|| format!("tar symlink {} has no target", path.display()))?;
+                check_link_target(&path, &target).map_err(|e| format!("unsafe tar entry: {e}"))?;
+            }
+            EntryType::Link => {
+                let target = entry
+                    .link_name()
+                    .map_err(|e| format!("tar hard link {} unreadable: {e}", path.display()))?
+                    .ok_or_else(|| format!("tar hard link {} has no target", path.display()))?;
+                safe_relative(&target)
+                    .map_err(|e| format!("unsafe tar entry: hard link {}: {e}", path.display()))?;
+            }
+            // Devices, FIFOs, and metadata records are not part of an agent.
+            _ => continue,
+        }
+        let unpacked = entry
+            .unpack_in(dest)
+            .map_err(|e| format!("cannot unpack {}: {e}", path.display()))?;
+        if !unpacked {
+            return Err(format!("unsafe tar entry {} was refused", path.display()));
+        }
+    }
+    Ok(())
+}
+
+fn unpack_zip(file: File, dest: &Path) -> Result<(), String> {
+    let mut archive = zip::ZipArchive::new(BufReader::new(file))
+        .map_err(|e| format!("not a readable zip archive: {e}"))?;
+    let root = dest
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", dest.display()))?;
+    for index in 0..archive.len() {
+        let mut entry = archive
+            .by_index(index)
+            .map_err(|e| format!("corrupt zip archive: {e}"))?;
+        let path =
+            safe_relative(Path::new(entry.name())).map_err(|e| format!("unsafe zip entry: {e}"))?;
+        let target = root.join(&path);
+        if entry.is_dir() {
+            create_dir_inside(&root, &target)?;
+            continue;
+        }
+        let parent = target.parent().unwrap_or(&root);
+        create_dir_inside(&root, parent)?;
+        // Never write through something already there (a symlink above all).
+        if target.symlink_metadata().is_ok() {
+            std::fs::remove_file(&target)
+                .map_err(|e| format!("cannot replace {}: {e}", path.display()))?;
+        }
+        if entry.is_symlink() {
+            let mut link = String::new();
+            entry
+                .by_ref()
+                .take(4096)
+                .read_to_string(&mut link)
+                .map_err(|e| format!("zip symlink {} unreadable: {e}", path.display()))?;
+            check_link_target(&path, Path::new(&link))
+                .map_err(|e| format!("unsafe zip entry: {e}"))?;
+            std::os::unix::fs::symlink(&link, &target)
+                .map_err(|e| format!("cannot create symlink {}: {e}", path.display()))?;
+            continue;
+        }
+        let mut out =
+            File::create(&target).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        io::copy(&mut entry, &mut out)
+            .map_err(|e| format!("cannot unpack {}: {e}", path.display()))?;
+        if let Some(mode) = entry.unix_mode() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode & 0o777))
+                .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates `dir` (under `root`, canonical) and checks it resolves inside `root`.
+fn create_dir_inside(root: &Path, dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let resolved = dir
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", dir.display()))?;
+    if resolved.starts_with(root) {
+        Ok(())
+    } else {
+        Err(format!(
+            "unsafe archive: {} resolves outside the install folder",
+            dir.display()
+        ))
+    }
+}
+
+/// Every symlink under `dest` must resolve to something inside `dest`.
+fn check_symlinks_inside(dest: &Path) -> Result<(), String> {
+    let root = dest
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", dest.display()))?;
+    let mut pending = vec![root.clone()];
+    while let Some(dir) = pending.pop() {
+        let entries =
+            std::fs::read_dir(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+            let path = entry.path();
+            let kind = entry
+                .file_type()
+                .map_err(|e| format!("cannot inspect {}: {e}", path.display()))?;
+            let shown = path.strip_prefix(&root).unwrap_or(&path).display();
+            if kind.is_symlink() {
+                match path.canonicalize() {
+                    Ok(resolved) if resolved.starts_with(&root) => {}
+                    Ok(_) => {
+                        return Err(format!(
+                            "unsafe archive: symlink {shown} resolves outside the install folder"
+                        ));
+                    }
+                    Err(_) => {
+                        return Err(format!(
+                            "unsafe archive: symlink {shown} points to nothing inside the install folder"
+                        ));
+                    }
+                }
+            } else if kind.is_dir() {
+                pending.push(path);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new() -> Self {
+            let path = std::env::temp_dir().join(format!("archive-test-{}", uuid::Uuid::new_v4()));
+            std::fs::create_dir_all(path.join("dest")).expect("temp dir");
+            Self(path)
+        }
+        fn dest(&self) -> PathBuf {
+            self.0.join("dest")
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A tar entry with raw header fields, so unsafe paths can be written.
+    fn raw_entry(
+        builder: &mut tar::Builder<Vec<u8>>,
+        kind: tar::EntryType,
+        path: &str,
+        link: Option<&str>,
+        data: &[u8],
+    ) {
+        let mut header = tar::Header::new_gnu();
+        let name = &mut header.as_old_mut().name;
+        name[..path.len()].copy_from_slice(path.as_bytes());
+        if let Some(link) = link {
+            let linkname = &mut header.as_old_mut().linkname;
+            linkname[..link.len()].copy_from_slice(link.as_bytes());
+        }
+        header.set_entry_type(kind);
+        header.set_mode(0o755);
+        header.set_size(data.len() as u64);
+        header.set_cksum();
+        builder.append(&header, data).expect("append");
+    }
+
+    fn tar_gz(dir: &TempDir, build: impl FnOnce(&mut tar::Builder<Vec<u8>>)) -> PathBuf {
+        let mut builder = tar::Builder::new(Vec::new());
+        build(&mut builder);
+        let tar = builder.into_inner().expect("tar bytes");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&tar).expect("gzip");
+        let path = dir.0.join("a.tar.gz");
+        std::fs::write(&path, gz.finish().expect("gzip")).expect("write archive");
+        path
+    }
+
+    fn unpack_tar_gz(dir: &TempDir, archive: &Path) -> Result<(), String> {
+        unpack(Format::TarGz, archive, &dir.dest(), Path::new("x"))
+    }
+
+    #[test]
+    fn formats_follow_the_url() {
+        assert_eq!(format_of("/r/agent-linux.tar.gz"), Ok(Format::TarGz));
+        assert_eq!(format_of("/r/agent.TGZ"), Ok(Format::TarGz));
+        assert_eq!(format_of("/r/agent.zip"), Ok(Format::Zip));
+        assert_eq!(format_of("/r/agent.tar"), Ok(Format::Tar));
+        assert_eq!(format_of("/r/agent"), Ok(Format::Bare));
+        assert!(format_of("/r/agent.tar.bz2").is_err());
+        assert!(format_of("/r/agent.dmg").is_err());
+    }
+
+    #[test]
+    fn a_good_tar_gz_unpacks_with_its_links_and_modes() {
+        let dir = TempDir::new();
+        let archive = tar_gz(&dir, |b| {
+            raw_entry(b, tar::EntryType::Directory, "pkg/", None, b"");
+            raw_entry(
+                b,
+                tar::EntryType::Regular,
+                "pkg/bin/agent",
+                None,
+                b"#!/bin/sh\n",
+            );
+            raw_entry(
+                b,
+                tar::EntryType::Symlink,
+                "pkg/run",
+                Some("bin/agent"),
+                b"",
+            );
+            raw_entry(
+                b,
+                tar::EntryType::Symlink,
+                "pkg/bin/up",
+                Some("../run"),
+                b"",
+            );
+        });
+        unpack_tar_gz(&dir, &archive).expect("unpack");
+        let agent = dir.dest().join("pkg/bin/agent");
+        assert_eq!(std::fs::read(&agent).expect("agent"), b"#!/bin/sh\n");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&agent)
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_ne!(mode & 0o100, 0, "mode {mode:o}");
+        assert_eq!(
+            std::fs::read(dir.dest().join("pkg/bin/up")).expect("link"),
+            b"#!/bin/sh\n"
+        );
+    }
+
+    #[test]
+    fn unsafe_tar_entries_fail_the_archive() {
+        let cases: [(tar::EntryType, &str, Option<&str>, &str); 5] = [
+            (tar::EntryType::Regular, "../evil", None, "climbs out"),
+            (tar::EntryType::Regular, "/etc/evil", None, "absolute"),
+            (tar::EntryType::Symlink, "link", Some("/etc"), "absolute"),
+            (
+                tar::EntryType::Symlink,
+                "a/link",
+                Some("../../etc"),
+                "outside",
+            ),
+            (
+                tar::EntryType::Link,
+                "hard",
+                Some("../etc/passwd"),
+                "climbs out",
+            ),
+        ];
+        for (kind, path, link, needle) in cases {
+            let dir = TempDir::new();
+            let archive = tar_gz(&dir, |b| raw_entry(b, kind, path, link, b"x"));
+            let error = unpack_tar_gz(&dir, &archive).expect_err(path);
+            assert!(error.contains(needle), "{path}: {error}");
+            assert!(!dir.0.join("evil").exists());
+        }
+    }
+
+    #[test]
+    fn a_symlink_that_escapes_through_another_symlink_is_caught() {
+        let dir = TempDir::new();
+        // `up` is `.`, so `x/..`-style resolution through it would leave the folder.
+        let archive = tar_gz(&dir, |b| {
+            raw_entry(b, tar::EntryType::Symlink, "up", Some("."), b"");
+            raw_entry(b, tar::EntryType::Symlink, "escape", Some("up/.."), b"");
+        });
+        let error = unpack_tar_gz(&dir, &archive).expect_err("escape");
+        assert!(error.contains("escape"), "{error}");
+    }
+
+    #[test]
+    fn garbage_is_not_a_tar_gz() {
+        let dir = TempDir::new();
+        let archive = dir.0.join("bad.tar.gz");
+        std::fs::write(&archive, b"this is not an archive").expect("write");
+        let error = unpack_tar_gz(&dir, &archive).expect_err("garbage");
+        assert!(error.contains("tar"), "{error}");
+    }
+
+    fn zip_with(dir: &TempDir, build: impl FnOnce(&mut zip::ZipWriter<std::fs::File>)) -> PathBuf {
+        let path = dir.0.join("a.zip");
+        let file = std::fs::File::create(&path).expect("zip file");
+        let mut writer = zip::ZipWriter::new(file);
+        build(&mut writer);
+        writer.finish().expect("finish zip");
+        path
+    }
+
+    #[test]
+    fn zip_archives_unpack_and_refuse_escapes() {
+        let options = || {
+            zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Stored)
+                .unix_permissions(0o755)
+        };
+        let dir = TempDir::new();
+        let archive = zip_with(&dir, |w| {
+            w.start_file("bin/agent", options()).expect("file");
+            w.write_all(b"agent").expect("data");
+            w.add_symlink("agent-link", "bin/agent", options())
+                .expect("link");
+        });
+        unpack(Format::Zip, &archive, &dir.dest(), Path::new("x")).expect("unpack zip");
+        assert_eq!(
+            std::fs::read(dir.dest().join("agent-link")).expect("link"),
+            b"agent"
+        );
+
+        let dir = TempDir::new();
+        let archive = zip_with(&dir, |w| {
+            w.add_symlink("escape", "../../etc", options())
+                .expect("link");
+        });
+        let error = unpack(Format::Zip, &archive, &dir.dest(), Path::new("x")).expect_err("escape");
+        assert!(error.contains("outside"), "{error}");
+    }
+
+    #[test]
+    fn a_bare_download_is_the_program() {
+        let dir = TempDir::new();
+        let archive = dir.0.join("download");
+        std::fs::write(&archive, b"#!/bin/sh\n").expect("write");
+        unpack(Format::Bare, &archive, &dir.dest(), Path::new("bin/agent")).expect("bare");
+        assert!(dir.dest().join("bin/agent").is_file());
+    }
+}

@@ -1,0 +1,181 @@
+//! A loopback TCP proxy in front of a server, for drop-and-resume tests.
+//!
+//! It forwards bytes both ways untouched, notes the head of every HTTP
+//! request it sees (verb, connection id, `Last-Event-ID`), and can cut
+//! every open TCP connection on demand (both sides see the connection
+//! close) or refuse new ones. The same idea as the `CutProxy` of
+//! `acp-http-client`'s tests, with the request log the bridge tests need.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::CONNECTION_ID_HEADER;
+
+/// The head of one HTTP request that went through the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    /// `GET`, `POST`, `DELETE`, ….
+    pub method: String,
+    /// The `x-acp-connection-id` header, if any.
+    pub connection_id: Option<String>,
+    /// The `Last-Event-ID` header, if any.
+    pub last_event_id: Option<String>,
+}
+
+/// A proxy to one upstream address; cheap to clone.
+#[derive(Clone)]
+pub struct CutProxy {
+    addr: SocketAddr,
+    state: Arc<State>,
+}
+
+struct State {
+    upstream: String,
+    /// Forwarding tasks of the connections accepted so far.
+    connections: Mutex<Vec<JoinHandle<()>>>,
+    /// Every request head seen, in order.
+    heads: Mutex<Vec<RequestHead>>,
+    /// While set, new connections are closed as soon as they arrive.
+    refuse: AtomicBool,
+}
+
+impl CutProxy {
+    /// Starts a proxy on `127.0.0.1:0` forwarding to `upstream`
+    /// (`127.0.0.1:PORT`).
+    ///
+    /// # Panics
+    /// If the listener cannot be bound.
+    pub async fn start(upstream: &str) -> CutProxy {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let addr = listener.local_addr().expect("the proxy's address");
+        let state = Arc::new(State {
+            upstream: upstream.to_owned(),
+            connections: Mutex::new(Vec::new()),
+            heads: Mutex::new(Vec::new()),
+            refuse: AtomicBool::new(false),
+        });
+        let accept_state = Arc::clone(&state);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                if accept_state.refuse.load(Ordering::Relaxed) {
+                    drop(client);
+                    continue;
+                }
+                let task = tokio::spawn(forward(Arc::clone(&accept_state), client));
+                if let Ok(mut connections) = accept_state.connections.lock() {
+                    connections.retain(|task| !task.is_finished());
+                    connections.push(task);
+                }
+            }
+        });
+        CutProxy { addr, state }
+    }
+
+    /// `http://127.0.0.1:PORT` of the proxy.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Drops every connection open now; returns how many were open.
+    pub fn cut(&self) -> usize {
+        let tasks: Vec<_> = match self.state.connections.lock() {
+            Ok(mut connections) => connections.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        let open = tasks.iter().filter(|task| !task.is_finished()).count();
+        for task in tasks {
+            task.abort();
+        }
+        open
+    }
+
+    /// Closes (or stops closing) every connection accepted from now on.
+    pub fn refuse(&self, refuse: bool) {
+        self.state.refuse.store(refuse, Ordering::Relaxed);
+    }
+
+    /// The request heads seen so far.
+    pub fn heads(&self) -> Vec<RequestHead> {
+        self.state
+            .heads
+            .lock()
+            .map(|heads| heads.clone())
+            .unwrap_or_default()
+    }
+
+    /// The first connection id any request carried.
+    pub fn connection_id(&self) -> Option<String> {
+        self.heads().into_iter().find_map(|head| head.connection_id)
+    }
+}
+
+async fn forward(state: Arc<State>, mut client: TcpStream) {
+    let Ok(mut server) = TcpStream::connect(&state.upstream).await else {
+        return;
+    };
+    let (mut client_read, mut client_write) = client.split();
+    let (mut server_read, mut server_write) = server.split();
+    let upstream = async {
+        let mut buf = vec![0_u8; 64 * 1024];
+        loop {
+            let n = match client_read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            record_heads(&state, &buf[..n]);
+            if server_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = server_write.shutdown().await;
+    };
+    let downstream = async {
+        let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+        let _ = client_write.shutdown().await;
+    };
+    tokio::join!(upstream, downstream);
+}
+
+/// Notes each request head in `bytes` (a head arrives in one read on
+/// loopback; bodies are skipped because they do not start with a verb
+/// followed by a path).
+fn record_heads(state: &State, bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    let mut lines = text.split("\r\n");
+    while let Some(line) = lines.next() {
+        let Some((method, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        if !matches!(method, "GET" | "POST" | "DELETE" | "PUT" | "HEAD") || !rest.starts_with('/') {
+            continue;
+        }
+        let mut head = RequestHead {
+            method: method.to_owned(),
+            connection_id: None,
+            last_event_id: None,
+        };
+        for header in lines.by_ref() {
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':') {
+                let name = name.trim();
+                if name.eq_ignore_ascii_case(CONNECTION_ID_HEADER) {
+                    head.connection_id = Some(value.trim().to_owned());
+                } else if name.eq_ignore_ascii_case("last-event-id") {
+                    head.last_event_id = Some(value.trim().to_owned());
+                }
+            }
+        }
+        if let Ok(mut heads) = state.heads.lock() {
+            heads.push(head);
+        }
+    }
+}
