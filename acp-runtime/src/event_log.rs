@@ -45,11 +45,11 @@ impl EventLog {
         }
     }
 
-    /// Records one JSON-RPC message (`message`: one JSON object).
-    pub fn record(&mut self, direction: Direction, message: Bytes) {
+    /// Records one JSON-RPC message (`message`: one JSON object) seen at `at`.
+    pub fn record(&mut self, at: SystemTime, direction: Direction, message: Bytes) {
         self.bytes += message.len();
         self.entries.push_back(Entry {
-            at: SystemTime::now(),
+            at,
             direction,
             message,
         });
@@ -119,6 +119,7 @@ mod tests {
         let mut log = log(100);
         for i in 0..5 {
             log.record(
+                SystemTime::now(),
                 Direction::AgentToClient,
                 Bytes::from(format!("{{\"n\":{i}}}")),
             );
@@ -139,7 +140,11 @@ mod tests {
     fn dropped_events_show_as_an_offset_gap() {
         let mut log = log(3);
         for _ in 0..7 {
-            log.record(Direction::ClientToAgent, Bytes::from_static(b"{}"));
+            log.record(
+                SystemTime::now(),
+                Direction::ClientToAgent,
+                Bytes::from_static(b"{}"),
+            );
         }
         assert_eq!(log.count(), 7);
         let page = log.page(0, 10);
@@ -159,8 +164,16 @@ mod tests {
             events: 100,
             bytes: 4,
         });
-        log.record(Direction::AgentToClient, Bytes::from_static(b"{\"a\":1}"));
-        log.record(Direction::AgentToClient, Bytes::from_static(b"{\"b\":2}"));
+        log.record(
+            SystemTime::now(),
+            Direction::AgentToClient,
+            Bytes::from_static(b"{\"a\":1}"),
+        );
+        log.record(
+            SystemTime::now(),
+            Direction::AgentToClient,
+            Bytes::from_static(b"{\"b\":2}"),
+        );
         assert_eq!(offsets(&log.page(0, 10)), [1]);
     }
 }

@@ -7,6 +7,7 @@
 //! and params are never re-serialized. Only the `id` of a request is rewritten
 //! on its way to an agent (DESIGN.md section 4).
 
+use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -137,14 +138,7 @@ impl<'a> Envelope<'a> {
     /// # Errors
     /// [`EnvelopeError`] naming what is wrong.
     pub fn parse(bytes: &'a [u8], strict: bool) -> Result<(Self, Kind), EnvelopeError> {
-        let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-        if first != Some(&b'{') {
-            return Err(EnvelopeError::NotJson(match first {
-                Some(b'[') => "batches (arrays) are not supported".to_owned(),
-                None => "empty body".to_owned(),
-                Some(_) => "expected an object".to_owned(),
-            }));
-        }
+        expect_object(bytes)?;
         let envelope: Envelope<'a> =
             serde_json::from_slice(bytes).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
         if strict && envelope.jsonrpc.as_deref() != Some("2.0") {
@@ -165,17 +159,12 @@ impl<'a> Envelope<'a> {
     }
 
     fn kind(&self) -> Result<Kind, EnvelopeError> {
-        match (
+        classify(
             self.method.is_some(),
             self.id.is_some(),
             self.result.is_some(),
             self.error.is_some(),
-        ) {
-            (true, true, false, false) => Ok(Kind::Request),
-            (true, false, false, false) => Ok(Kind::Notification),
-            (false, true, true, false) | (false, true, false, true) => Ok(Kind::Response),
-            _ => Err(EnvelopeError::Shape),
-        }
+        )
     }
 
     /// The method name, or `""` for a response.
@@ -187,46 +176,271 @@ impl<'a> Envelope<'a> {
     pub fn session_id(&self) -> Option<String> {
         self.params.and_then(session_id_of)
     }
+}
 
-    /// `params.sessionId` and `params.update.sessionUpdate` in one pass over
-    /// params (the hot path of `session/update`).
-    pub fn subject(&self) -> Subject {
-        #[derive(Deserialize)]
-        struct Params<'a> {
-            #[serde(rename = "sessionId", borrow)]
-            session_id: Option<Cow<'a, str>>,
-            #[serde(borrow)]
-            update: Option<Update<'a>>,
-        }
-        #[derive(Deserialize)]
-        struct Update<'a> {
-            #[serde(rename = "sessionUpdate", borrow)]
-            kind: Option<Cow<'a, str>>,
-        }
-        let Some(params) = self.params else {
-            return Subject::default();
-        };
-        match serde_json::from_str::<Params<'_>>(params.get()) {
-            Ok(params) => Subject {
-                session_id: params.session_id.map(Cow::into_owned),
-                update_kind: params.update.and_then(|u| u.kind).map(Cow::into_owned),
-            },
-            // `update` of another shape: still route by the session id.
-            Err(_) => Subject {
-                session_id: session_id_of(params),
-                update_kind: None,
-            },
-        }
+/// Which JSON-RPC object has these members (JSON-RPC 2.0 sections 4 and 5).
+fn classify(method: bool, id: bool, result: bool, error: bool) -> Result<Kind, EnvelopeError> {
+    match (method, id, result, error) {
+        (true, true, false, false) => Ok(Kind::Request),
+        (true, false, false, false) => Ok(Kind::Notification),
+        (false, true, true, false) | (false, true, false, true) => Ok(Kind::Response),
+        _ => Err(EnvelopeError::Shape),
     }
 }
 
-/// Who a notification is about.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Subject {
-    /// `params.sessionId`.
-    pub session_id: Option<String>,
+/// Leading bytes check shared by both envelope parsers: one JSON object.
+fn expect_object(bytes: &[u8]) -> Result<(), EnvelopeError> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        Some(b'[') => Err(EnvelopeError::NotJson(
+            "batches (arrays) are not supported".to_owned(),
+        )),
+        None => Err(EnvelopeError::NotJson("empty body".to_owned())),
+        Some(_) => Err(EnvelopeError::NotJson("expected an object".to_owned())),
+    }
+}
+
+/// One line of agent output, parsed in a single pass into what routing
+/// needs, borrowed from the line: the raw `id`, `result` and `error` (a
+/// response is relayed with only its id rewritten) and a peek into `params`
+/// (session id, update kind, cancelled request id). Notifications and agent
+/// requests are relayed as the agent's own bytes, so their params are never
+/// kept. This is the hot path of streaming (issue 7).
+#[derive(Debug, Deserialize)]
+pub struct AgentMessage<'a> {
+    /// `"id"` as written, including an explicit `null`.
+    #[serde(default, borrow, deserialize_with = "present")]
+    pub id: Option<&'a RawValue>,
+    /// `"method"`.
+    #[serde(default, borrow)]
+    pub method: Option<Cow<'a, str>>,
+    /// What routing reads from `"params"`.
+    #[serde(default, borrow)]
+    pub params: Option<ParamsPeek<'a>>,
+    /// `"result"` as written.
+    #[serde(default, borrow, deserialize_with = "present")]
+    pub result: Option<&'a RawValue>,
+    /// `"error"` as written.
+    #[serde(default, borrow, deserialize_with = "present")]
+    pub error: Option<&'a RawValue>,
+}
+
+impl<'a> AgentMessage<'a> {
+    /// Parses one agent stdout line (`"jsonrpc"` is not required).
+    ///
+    /// # Errors
+    /// [`EnvelopeError`] naming what is wrong.
+    pub fn parse(line: &'a [u8]) -> Result<(Self, Kind), EnvelopeError> {
+        expect_object(line)?;
+        let message: AgentMessage<'a> =
+            serde_json::from_slice(line).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
+        let kind = classify(
+            message.method.is_some(),
+            message.id.is_some(),
+            message.result.is_some(),
+            message.error.is_some(),
+        )?;
+        if let Some(id) = message.id
+            && !is_valid_id(id)
+        {
+            return Err(EnvelopeError::Id);
+        }
+        Ok((message, kind))
+    }
+
+    /// The method name, or `""` for a response.
+    pub fn method(&self) -> &str {
+        self.method.as_deref().unwrap_or("")
+    }
+
+    /// `params.sessionId`, when it is a string.
+    pub fn session_id(&self) -> Option<&str> {
+        self.params.as_ref()?.session_id.as_deref()
+    }
+
     /// `params.update.sessionUpdate` (the kind of a `session/update`).
-    pub update_kind: Option<String>,
+    pub fn update_kind(&self) -> Option<&str> {
+        self.params.as_ref()?.update_kind.as_deref()
+    }
+
+    /// `params.requestId` of a `$/cancel_request`, as raw JSON.
+    pub fn cancelled_request_id(&self) -> Option<&'a RawValue> {
+        self.params.as_ref()?.request_id
+    }
+}
+
+/// The members of an agent message's `params` that routing reads. Params of
+/// another shape (an array, a number) or members of another type give an
+/// empty peek rather than an error: the message is still relayed.
+#[derive(Debug, Default)]
+pub struct ParamsPeek<'a> {
+    /// `sessionId`, when a string.
+    pub session_id: Option<Cow<'a, str>>,
+    /// `update.sessionUpdate`, when a string.
+    pub update_kind: Option<Cow<'a, str>>,
+    /// `requestId` as written.
+    pub request_id: Option<&'a RawValue>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ParamsPeek<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Lenient(|map: &mut dyn ErasedMap<'de>| {
+            let mut peek = ParamsPeek::default();
+            while let Some(key) = map.key()? {
+                match &*key {
+                    "sessionId" => peek.session_id = map.loose_str()?,
+                    "update" => peek.update_kind = map.update_kind()?,
+                    "requestId" => peek.request_id = Some(map.raw()?),
+                    _ => map.skip()?,
+                }
+            }
+            Ok(peek)
+        }))
+    }
+}
+
+/// The map operations the lenient visitors need, object-safe so one closure
+/// type serves every map access.
+trait ErasedMap<'de> {
+    fn key(&mut self) -> Result<Option<Cow<'de, str>>, String>;
+    fn loose_str(&mut self) -> Result<Option<Cow<'de, str>>, String>;
+    fn update_kind(&mut self) -> Result<Option<Cow<'de, str>>, String>;
+    fn raw(&mut self) -> Result<&'de RawValue, String>;
+    fn skip(&mut self) -> Result<(), String>;
+}
+
+impl<'de, A: MapAccess<'de>> ErasedMap<'de> for A {
+    fn key(&mut self) -> Result<Option<Cow<'de, str>>, String> {
+        self.next_key::<Cow<'de, str>>().map_err(|e| e.to_string())
+    }
+    fn loose_str(&mut self) -> Result<Option<Cow<'de, str>>, String> {
+        self.next_value::<LooseStr<'de>>()
+            .map(|s| s.0)
+            .map_err(|e| e.to_string())
+    }
+    fn update_kind(&mut self) -> Result<Option<Cow<'de, str>>, String> {
+        self.next_value::<UpdateKind<'de>>()
+            .map(|u| u.0)
+            .map_err(|e| e.to_string())
+    }
+    fn raw(&mut self) -> Result<&'de RawValue, String> {
+        self.next_value::<&'de RawValue>()
+            .map_err(|e| e.to_string())
+    }
+    fn skip(&mut self) -> Result<(), String> {
+        self.next_value::<IgnoredAny>()
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A visitor that reads maps with `read` and turns every other JSON value
+/// into `T::default()` (consuming it).
+struct Lenient<F>(F);
+
+impl<'de, T, F> Visitor<'de> for Lenient<F>
+where
+    T: Default,
+    F: FnOnce(&mut dyn ErasedMap<'de>) -> Result<T, String>,
+{
+    type Value = T;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+        (self.0)(&mut map).map_err(serde::de::Error::custom)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(T::default())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<T, E> {
+        Ok(T::default())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<T, E> {
+        Ok(T::default())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<T, E> {
+        Ok(T::default())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<T, E> {
+        Ok(T::default())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<T, E> {
+        Ok(T::default())
+    }
+    fn visit_unit<E>(self) -> Result<T, E> {
+        Ok(T::default())
+    }
+}
+
+/// Any JSON value; `Some` when it is a string.
+struct LooseStr<'a>(Option<Cow<'a, str>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for LooseStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrVisitor;
+        impl<'de> Visitor<'de> for StrVisitor {
+            type Value = LooseStr<'de>;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+                Ok(LooseStr(Some(Cow::Borrowed(s))))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(LooseStr(Some(Cow::Owned(s.to_owned()))))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(LooseStr(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(LooseStr(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(LooseStr(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(LooseStr(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(LooseStr(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(LooseStr(None))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(LooseStr(None))
+            }
+        }
+        deserializer.deserialize_any(StrVisitor)
+    }
+}
+
+/// `update.sessionUpdate` of a `session/update`, leniently.
+#[derive(Default)]
+struct UpdateKind<'a>(Option<Cow<'a, str>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for UpdateKind<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Lenient(|map: &mut dyn ErasedMap<'de>| {
+            let mut kind = None;
+            while let Some(key) = map.key()? {
+                if key == "sessionUpdate" {
+                    kind = map.loose_str()?;
+                } else {
+                    map.skip()?;
+                }
+            }
+            Ok(UpdateKind(kind))
+        }))
+    }
 }
 
 /// `params.requestId` of a `$/cancel_request`, as raw JSON.
@@ -523,6 +737,49 @@ mod tests {
         let params =
             RawValue::from_string(r#"{"_meta":{"sandboxagent.dev":{}}}"#.to_owned()).expect("raw");
         assert_eq!(meta_agent(Some(&params)), None);
+    }
+
+    #[test]
+    fn agent_message_peeks_into_params_in_one_pass() {
+        let line = br#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"content":{"text":"x"},"sessionUpdate":"agent_message_chunk"},"sessionId":"s-1"}}"#;
+        let (message, kind) = AgentMessage::parse(line).expect("parse");
+        assert_eq!(kind, Kind::Notification);
+        assert_eq!(message.session_id(), Some("s-1"));
+        assert_eq!(message.update_kind(), Some("agent_message_chunk"));
+        assert!(matches!(
+            message.params.as_ref().and_then(|p| p.session_id.as_ref()),
+            Some(Cow::Borrowed(_))
+        ));
+        let (cancel, _) =
+            AgentMessage::parse(br#"{"method":"$/cancel_request","params":{"requestId":"r 1"}}"#)
+                .expect("parse");
+        assert_eq!(
+            cancel.cancelled_request_id().map(RawValue::get),
+            Some(r#""r 1""#)
+        );
+    }
+
+    #[test]
+    fn agent_message_params_of_other_shapes_are_relayed_not_rejected() {
+        for line in [
+            &br#"{"method":"x","params":[1,{"sessionId":"s"}]}"#[..],
+            br#"{"method":"x","params":{"sessionId":5,"update":"text"}}"#,
+            br#"{"method":"x","params":{"sessionId":{"a":[]},"update":{"sessionUpdate":7}}}"#,
+            br#"{"method":"x","params":null}"#,
+            br#"{"method":"x","params":"str"}"#,
+        ] {
+            let (message, kind) = AgentMessage::parse(line).expect("lenient");
+            assert_eq!(kind, Kind::Notification);
+            assert_eq!(message.session_id(), None);
+            assert_eq!(message.update_kind(), None);
+        }
+        let (escaped, _) =
+            AgentMessage::parse(br#"{"method":"x","params":{"sessionId":"a\u0062"}}"#)
+                .expect("parse");
+        assert_eq!(escaped.session_id(), Some("ab"));
+        assert!(AgentMessage::parse(b"[1]").is_err());
+        assert!(AgentMessage::parse(br#"{"id":1}"#).is_err());
+        assert!(AgentMessage::parse(br#"{"method":"x","params":{"sessionId":"s""#).is_err());
     }
 
     #[test]

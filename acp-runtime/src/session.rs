@@ -106,26 +106,29 @@ impl Session {
     /// Records one ACP message of this session in its event log.
     pub fn record(&self, direction: Direction, message: Bytes) {
         let mut state = self.state.lock();
-        state.updated_at = SystemTime::now();
-        state.log.record(direction, message);
+        let now = SystemTime::now();
+        state.updated_at = now;
+        state.log.record(now, direction, message);
     }
 
     /// Records a message and pushes `line` (the same message) to every
     /// attached connection, under one lock and without copying the list.
     pub fn record_and_deliver(&self, direction: Direction, message: Bytes) {
         let mut state = self.state.lock();
-        state.updated_at = SystemTime::now();
+        let now = SystemTime::now();
+        state.updated_at = now;
         for connection in &state.attached {
             connection.push(&message);
         }
-        state.log.record(direction, message);
+        state.log.record(now, direction, message);
     }
 
     /// Records a message and returns the attached connections, under one lock.
     pub fn record_and_targets(&self, direction: Direction, message: Bytes) -> Vec<Arc<Connection>> {
         let mut state = self.state.lock();
-        state.updated_at = SystemTime::now();
-        state.log.record(direction, message);
+        let now = SystemTime::now();
+        state.updated_at = now;
+        state.log.record(now, direction, message);
         state.attached.clone()
     }
 

@@ -15,7 +15,7 @@
 use super::process::StderrCapture;
 use crate::connection::Connection;
 use crate::hints;
-use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
+use crate::protocol::{self, AgentMessage, Kind, RpcError, code, method};
 use crate::runtime::Runtime;
 use crate::session::Session;
 use bytes::Bytes;
@@ -277,7 +277,7 @@ impl AgentProcess {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        let (envelope, kind) = match Envelope::parse(line, false) {
+        let (message, kind) = match AgentMessage::parse(line) {
             Ok(parsed) => parsed,
             Err(error) => {
                 self.report_unparsed(runtime, &String::from_utf8_lossy(line), &error.to_string());
@@ -296,9 +296,9 @@ impl AgentProcess {
             line
         };
         match kind {
-            Kind::Response => self.on_response(runtime, &envelope),
-            Kind::Notification => self.on_notification(runtime, &envelope, line),
-            Kind::Request => self.on_agent_request(runtime, &envelope, line),
+            Kind::Response => self.on_response(runtime, &message),
+            Kind::Notification => self.on_notification(runtime, &message, line),
+            Kind::Request => self.on_agent_request(runtime, &message, line),
         }
     }
 
@@ -318,7 +318,7 @@ impl AgentProcess {
         }
     }
 
-    fn on_response(&self, runtime: &Runtime, envelope: &Envelope<'_>) {
+    fn on_response(&self, runtime: &Runtime, envelope: &AgentMessage<'_>) {
         let id = envelope.id.and_then(|id| id.get().parse::<i64>().ok());
         let Some(pending) = id.and_then(|id| self.pending.lock().remove(&id)) else {
             tracing::warn!(agent = %self.agent, id = ?envelope.id.map(RawValue::get), "agent answered an unknown request id; dropped");
@@ -454,22 +454,21 @@ impl AgentProcess {
         }
     }
 
-    fn on_notification(&self, runtime: &Runtime, envelope: &Envelope<'_>, line: &[u8]) {
+    fn on_notification(&self, runtime: &Runtime, envelope: &AgentMessage<'_>, line: &[u8]) {
         if envelope.method() == method::CANCEL_REQUEST {
             self.on_agent_cancel(runtime, envelope, line);
             return;
         }
-        let subject = envelope.subject();
-        let Some(session_id) = subject.session_id else {
+        let Some(session_id) = envelope.session_id() else {
             for connection in runtime.connections.of_agent(&self.agent) {
                 connection.push(line);
             }
             return;
         };
-        match self.live_session(runtime, &session_id) {
+        match self.live_session(runtime, session_id) {
             Some(session) => {
                 if envelope.method() == method::SESSION_UPDATE
-                    && let Some(kind) = &subject.update_kind
+                    && let Some(kind) = envelope.update_kind()
                     && let Some(hints) = hints::from_update(kind, line)
                 {
                     self.take_hints(runtime, &session, &hints);
@@ -482,8 +481,8 @@ impl AgentProcess {
 
     /// The agent withdraws one of its requests: only the connections that got
     /// it hear about it, and a later answer is dropped.
-    fn on_agent_cancel(&self, runtime: &Runtime, envelope: &Envelope<'_>, line: &[u8]) {
-        let Some(request_id) = protocol::cancelled_request_id(envelope.params) else {
+    fn on_agent_cancel(&self, runtime: &Runtime, envelope: &AgentMessage<'_>, line: &[u8]) {
+        let Some(request_id) = envelope.cancelled_request_id() else {
             return;
         };
         let Some(session) = self.take_agent_request(request_id.get()) else {
@@ -516,7 +515,7 @@ impl AgentProcess {
             })
     }
 
-    fn on_agent_request(&self, runtime: &Runtime, envelope: &Envelope<'_>, line: &[u8]) {
+    fn on_agent_request(&self, runtime: &Runtime, envelope: &AgentMessage<'_>, line: &[u8]) {
         let Some(raw_id) = envelope.id.map(|id| Box::<str>::from(id.get())) else {
             return;
         };
@@ -586,7 +585,7 @@ impl AgentProcess {
 
     /// Answers an agent request with "method not found" on the client's behalf
     /// (DESIGN.md section 4: capabilities the client did not declare).
-    fn answer_method_not_found(&self, envelope: &Envelope<'_>, method: &str) {
+    fn answer_method_not_found(&self, envelope: &AgentMessage<'_>, method: &str) {
         let Some(id) = envelope.id else { return };
         let error = RpcError::new(
             code::METHOD_NOT_FOUND,
@@ -675,7 +674,7 @@ impl AgentProcess {
             }
         }
         for line in refused {
-            if let Ok((envelope, _)) = Envelope::parse(&line, false) {
+            if let Ok((envelope, _)) = AgentMessage::parse(&line) {
                 if let Some(id) = envelope.id {
                     self.take_agent_request(id.get());
                 }
