@@ -4,7 +4,7 @@
 //! JSON-RPC messages with POST, reads what the agent sends on an SSE stream
 //! (`GET /v2/rpc`, resumable with `Last-Event-ID`) and closes with DELETE. One
 //! agent process per agent id serves every connection bound to it. The full
-//! contract is `DESIGN.md` section 3–4 and `research/contract.md`.
+//! contract is `DESIGN.md` sections 3–7 and `research/contract.md`.
 //!
 //! # Layout
 //! - [`server`]: bind, accept loop, idle reaping, graceful shutdown.
@@ -26,6 +26,7 @@
 //! - [`bench`]: `sandbox-agent bench`, the load generator and its report.
 //! - [`bridge`]: `sandbox-agent bridge`, ACP on stdio for editors, relayed to
 //!   a runtime over HTTP with `acp-http-client`.
+//! - [`prompt`]: `sandbox-agent prompt`, the quick start, built on `sandbox-agent-sdk`.
 
 pub mod agent;
 pub mod agents_command;

@@ -161,16 +161,9 @@ impl Runtime {
                 limit: self.config.max_connections,
             });
         }
-        let process = match self.ready_agent(&agent).await {
+        let process = match self.ready_agent(&agent, client_id).await? {
             Ok(process) => process,
-            Err(Ok(error)) => {
-                return Ok(Reply::json(protocol::response_line(
-                    client_id,
-                    None,
-                    Some(&error),
-                )));
-            }
-            Err(Err(error)) => return Err(error),
+            Err(rejected) => return Ok(rejected),
         };
         let capabilities = ClientCapabilities::from_initialize_params(envelope.params);
         let connection = self.connections.open(agent.as_str().into(), capabilities)?;
@@ -183,24 +176,33 @@ impl Runtime {
         })
     }
 
-    /// The running process of `agent`. `Err(Ok(error))`: the agent answered
-    /// `initialize` with this JSON-RPC error object.
+    /// The running process of `agent`, started if needed. `Ok(Err(reply))`:
+    /// the agent answered `initialize` with a JSON-RPC error, which is the
+    /// answer to the client's request `client_id` (a 200, DESIGN.md section 3).
+    ///
+    /// # Errors
+    /// The problem when the agent is unknown, not installed or cannot start.
     async fn ready_agent(
         self: &Arc<Self>,
         agent: &str,
-    ) -> Result<Arc<AgentProcess>, Result<Box<RawValue>, Error>> {
+        client_id: &RawValue,
+    ) -> Result<Result<Arc<AgentProcess>, Reply>, Error> {
         match self.agents.ensure_running(self, agent).await {
-            Ok(process) => Ok(process),
-            Err(StartError::Unknown) => Err(Err(self.unknown_agent(agent.to_owned()))),
-            Err(StartError::Failed(reason)) => Err(Err(Error::AgentStartFailed {
+            Ok(process) => Ok(Ok(process)),
+            Err(StartError::Rejected(error)) => Ok(Err(Reply::json(protocol::response_line(
+                client_id,
+                None,
+                Some(&error),
+            )))),
+            Err(StartError::Unknown) => Err(self.unknown_agent(agent.to_owned())),
+            Err(StartError::Failed(reason)) => Err(Error::AgentStartFailed {
                 agent: agent.to_owned(),
                 reason,
-            })),
-            Err(StartError::Rejected(error)) => Err(Ok(error)),
-            Err(StartError::NotInstalled) => Err(Err(Error::AgentNotInstalled {
+            }),
+            Err(StartError::NotInstalled) => Err(Error::AgentNotInstalled {
                 agent: agent.to_owned(),
-            })),
-            Err(StartError::Install(error)) => Err(Err(Error::from_install(agent, error))),
+            }),
+            Err(StartError::Install(error)) => Err(Error::from_install(agent, error)),
         }
     }
 
@@ -256,16 +258,9 @@ impl Runtime {
             )));
         }
         let effect = self.effect_of(connection, envelope, body)?;
-        let process = match self.ready_agent(&connection.agent).await {
+        let process = match self.ready_agent(&connection.agent, client_id).await? {
             Ok(process) => process,
-            Err(Ok(error)) => {
-                return Ok(Reply::json(protocol::response_line(
-                    client_id,
-                    None,
-                    Some(&error),
-                )));
-            }
-            Err(Err(error)) => return Err(error),
+            Err(rejected) => return Ok(rejected),
         };
         if method == method::INITIALIZE {
             let result = self.initialize_result(&process);

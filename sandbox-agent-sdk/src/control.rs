@@ -5,7 +5,7 @@ use crate::error::Error;
 use crate::meta::SessionEntry;
 use acp_http_client::Problem;
 use agent_client_protocol::v1::schema::SessionInfo;
-use ext_methods::{AgentInfo, AgentListResult, AgentSource, SessionEventsPage};
+use ext_methods::{AgentInfo, AgentListResult, SessionEventsPage};
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
@@ -25,38 +25,12 @@ pub struct Health {
 }
 
 /// Options of [`install_agent`](crate::SandboxAgentClient::install_agent)
-/// (body of `POST /v2/agents/{agent}/install`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InstallOptions {
-    /// Install again even when the version is already there.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub reinstall: bool,
-    /// A version other than the manifest's (npm agents; `latest` and
-    /// ranges allowed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-}
-
+/// (body of `POST /v2/agents/{agent}/install`): the wire type from
+/// `ext-methods`, under the SDK's name.
+pub use ext_methods::AgentInstallParams as InstallOptions;
 /// Answer of `POST /v2/agents/{agent}/install`: what is installed now and
-/// whether this call installed it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InstallResult {
-    /// Agent id.
-    pub agent: String,
-    /// The installed version, when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-    /// Where the agent comes from.
-    pub source: AgentSource,
-    /// The program that is run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    /// Nothing was installed: it was already there (or needs no install).
-    pub already_installed: bool,
-    /// How long the call took, in milliseconds.
-    pub duration_ms: u64,
-}
+/// whether this call installed it (the wire type from `ext-methods`).
+pub use ext_methods::AgentInstallResult as InstallResult;
 
 /// `{"sessions": [...]}` of `GET /v2/sessions`.
 #[derive(Deserialize)]
