@@ -309,8 +309,9 @@ pub struct AgentListResult {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentInstallParams {
-    /// Install again even when that version is already installed.
-    #[serde(default)]
+    /// Install again even when that version is already installed. Left out
+    /// of the body when `false` (the server's default).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reinstall: bool,
     /// A version other than the manifest's (npm packages only; `latest` is
     /// allowed). It stays the agent's active version until another install
