@@ -8,6 +8,8 @@
 //! folder is resolved once more and must land inside it. Formats follow the
 //! registry's list (`.tar.gz`, `.tgz`, `.zip`, or a bare executable), plus
 //! plain `.tar`; `.tar.bz2` and `.tar.xz` are refused with a clear message.
+//! An archive is untrusted: [`Limits`] caps what it may unpack to (total bytes
+//! and entry count), so a decompression bomb fails instead of filling the disk.
 
 use flate2::read::GzDecoder;
 use std::fs::File;
@@ -25,6 +27,71 @@ pub enum Format {
     Zip,
     /// Anything else: the download is the executable itself.
     Bare,
+}
+
+/// Caps on what one archive may unpack to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Total bytes of file content, summed over every entry.
+    pub max_bytes: u64,
+    /// Number of entries (files, folders and links).
+    pub max_entries: usize,
+}
+
+impl Limits {
+    /// What an agent release plausibly needs, with room to spare: 4 GiB and
+    /// 200,000 entries (the largest ACP agent archives today are a few hundred
+    /// MiB with a few thousand entries).
+    pub const DEFAULT: Limits = Limits {
+        max_bytes: 4 << 30,
+        max_entries: 200_000,
+    };
+}
+
+/// Counts what an archive unpacks against its [`Limits`].
+struct Budget {
+    limits: Limits,
+    bytes: u64,
+    entries: usize,
+}
+
+impl Budget {
+    fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            bytes: 0,
+            entries: 0,
+        }
+    }
+
+    /// Counts one entry of `size` bytes.
+    fn take(&mut self, size: u64) -> Result<(), String> {
+        self.entries += 1;
+        if self.entries > self.limits.max_entries {
+            return Err(format!(
+                "the archive has more than {} entries",
+                self.limits.max_entries
+            ));
+        }
+        self.take_bytes(size)
+    }
+
+    /// Counts `size` more bytes of the current entry.
+    fn take_bytes(&mut self, size: u64) -> Result<(), String> {
+        self.bytes = self.bytes.saturating_add(size);
+        if self.bytes > self.limits.max_bytes {
+            return Err(format!(
+                "the archive unpacks to more than {} bytes",
+                self.limits.max_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes still allowed.
+    fn remaining(&self) -> u64 {
+        self.limits.max_bytes - self.bytes
+    }
 }
 
 /// The format of the archive at `url_path` (a URL's path, without query).
@@ -68,13 +135,21 @@ pub fn format_of(url_path: &str) -> Result<Format, String> {
 ///
 /// # Errors
 /// A message naming the offending entry: unsafe path or link, a corrupt or
-/// truncated archive, an I/O failure.
-pub fn unpack(format: Format, archive: &Path, dest: &Path, bare_name: &Path) -> Result<(), String> {
+/// truncated archive, more than `limits` allow, an I/O failure. What was
+/// unpacked before the error stays in `dest`; the caller discards the folder.
+pub fn unpack(
+    format: Format,
+    archive: &Path,
+    dest: &Path,
+    bare_name: &Path,
+    limits: Limits,
+) -> Result<(), String> {
     let open = || File::open(archive).map_err(|e| format!("cannot open the download: {e}"));
+    let mut budget = Budget::new(limits);
     match format {
-        Format::TarGz => unpack_tar(GzDecoder::new(BufReader::new(open()?)), dest)?,
-        Format::Tar => unpack_tar(BufReader::new(open()?), dest)?,
-        Format::Zip => unpack_zip(open()?, dest)?,
+        Format::TarGz => unpack_tar(GzDecoder::new(BufReader::new(open()?)), dest, &mut budget)?,
+        Format::Tar => unpack_tar(BufReader::new(open()?), dest, &mut budget)?,
+        Format::Zip => unpack_zip(open()?, dest, &mut budget)?,
         Format::Bare => {
             let target = dest.join(bare_name);
             if let Some(parent) = target.parent() {
@@ -150,7 +225,7 @@ fn check_link_target(entry: &Path, target: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), String> {
+fn unpack_tar(reader: impl Read, dest: &Path, budget: &mut Budget) -> Result<(), String> {
     use tar::EntryType;
     let mut archive = tar::Archive::new(reader);
     archive.set_preserve_permissions(false);
@@ -166,6 +241,8 @@ fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), String> {
             .map_err(|e| format!("tar entry with an unreadable path: {e}"))?
             .into_owned();
         let path = safe_relative(&raw_path).map_err(|e| format!("unsafe tar entry: {e}"))?;
+        // The header's size is exactly what `unpack_in` writes for a file.
+        budget.take(entry.header().size().unwrap_or(0))?;
         match entry.header().entry_type() {
             EntryType::Regular | EntryType::Continuous | EntryType::Directory => {}
             EntryType::Symlink => {
@@ -196,7 +273,7 @@ fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn unpack_zip(file: File, dest: &Path) -> Result<(), String> {
+fn unpack_zip(file: File, dest: &Path, budget: &mut Budget) -> Result<(), String> {
     let mut archive = zip::ZipArchive::new(BufReader::new(file))
         .map_err(|e| format!("not a readable zip archive: {e}"))?;
     let root = dest
@@ -208,6 +285,8 @@ fn unpack_zip(file: File, dest: &Path) -> Result<(), String> {
             .map_err(|e| format!("corrupt zip archive: {e}"))?;
         let path =
             safe_relative(Path::new(entry.name())).map_err(|e| format!("unsafe zip entry: {e}"))?;
+        // The declared size can lie; the copy below is capped independently.
+        budget.take(0)?;
         let target = root.join(&path);
         if entry.is_dir() {
             create_dir_inside(&root, &target)?;
@@ -235,8 +314,13 @@ fn unpack_zip(file: File, dest: &Path) -> Result<(), String> {
         }
         let mut out =
             File::create(&target).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        io::copy(&mut entry, &mut out)
-            .map_err(|e| format!("cannot unpack {}: {e}", path.display()))?;
+        let allowed = budget.remaining();
+        let written = io::copy(
+            &mut entry.by_ref().take(allowed.saturating_add(1)),
+            &mut out,
+        )
+        .map_err(|e| format!("cannot unpack {}: {e}", path.display()))?;
+        budget.take_bytes(written)?;
         if let Some(mode) = entry.unix_mode() {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode & 0o777))
@@ -356,7 +440,13 @@ mod tests {
     }
 
     fn unpack_tar_gz(dir: &TempDir, archive: &Path) -> Result<(), String> {
-        unpack(Format::TarGz, archive, &dir.dest(), Path::new("x"))
+        unpack(
+            Format::TarGz,
+            archive,
+            &dir.dest(),
+            Path::new("x"),
+            Limits::DEFAULT,
+        )
     }
 
     #[test]
@@ -484,7 +574,14 @@ mod tests {
             w.add_symlink("agent-link", "bin/agent", options())
                 .expect("link");
         });
-        unpack(Format::Zip, &archive, &dir.dest(), Path::new("x")).expect("unpack zip");
+        unpack(
+            Format::Zip,
+            &archive,
+            &dir.dest(),
+            Path::new("x"),
+            Limits::DEFAULT,
+        )
+        .expect("unpack zip");
         assert_eq!(
             std::fs::read(dir.dest().join("agent-link")).expect("link"),
             b"agent"
@@ -495,8 +592,62 @@ mod tests {
             w.add_symlink("escape", "../../etc", options())
                 .expect("link");
         });
-        let error = unpack(Format::Zip, &archive, &dir.dest(), Path::new("x")).expect_err("escape");
+        let error = unpack(
+            Format::Zip,
+            &archive,
+            &dir.dest(),
+            Path::new("x"),
+            Limits::DEFAULT,
+        )
+        .expect_err("escape");
         assert!(error.contains("outside"), "{error}");
+    }
+
+    #[test]
+    fn archives_that_unpack_past_the_limits_fail() {
+        let small = Limits {
+            max_bytes: 1000,
+            max_entries: 3,
+        };
+        // A compressed bomb: 4 KB of zeros gzip to a few dozen bytes.
+        let dir = TempDir::new();
+        let archive = tar_gz(&dir, |b| {
+            raw_entry(b, tar::EntryType::Regular, "zeros", None, &[0; 4096]);
+        });
+        let error =
+            unpack(Format::TarGz, &archive, &dir.dest(), Path::new("x"), small).expect_err("bomb");
+        assert!(error.contains("more than 1000 bytes"), "{error}");
+        assert!(!dir.dest().join("zeros").exists());
+
+        let dir = TempDir::new();
+        let archive = tar_gz(&dir, |b| {
+            for name in ["a", "b", "c", "d"] {
+                raw_entry(b, tar::EntryType::Regular, name, None, b"x");
+            }
+        });
+        let error = unpack(Format::TarGz, &archive, &dir.dest(), Path::new("x"), small)
+            .expect_err("entries");
+        assert!(error.contains("more than 3 entries"), "{error}");
+
+        let dir = TempDir::new();
+        let archive = zip_with(&dir, |w| {
+            let options = zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Deflated);
+            w.start_file("zeros", options).expect("file");
+            w.write_all(&[0; 4096]).expect("data");
+        });
+        let error = unpack(Format::Zip, &archive, &dir.dest(), Path::new("x"), small)
+            .expect_err("zip bomb");
+        assert!(error.contains("more than 1000 bytes"), "{error}");
+        let written = std::fs::metadata(dir.dest().join("zeros")).map_or(0, |m| m.len());
+        assert!(written <= 1001, "wrote {written} bytes");
+
+        // Within the limits, the same shapes unpack.
+        let dir = TempDir::new();
+        let archive = tar_gz(&dir, |b| {
+            raw_entry(b, tar::EntryType::Regular, "zeros", None, &[0; 1000]);
+        });
+        unpack(Format::TarGz, &archive, &dir.dest(), Path::new("x"), small).expect("fits");
     }
 
     #[test]
@@ -504,7 +655,14 @@ mod tests {
         let dir = TempDir::new();
         let archive = dir.0.join("download");
         std::fs::write(&archive, b"#!/bin/sh\n").expect("write");
-        unpack(Format::Bare, &archive, &dir.dest(), Path::new("bin/agent")).expect("bare");
+        unpack(
+            Format::Bare,
+            &archive,
+            &dir.dest(),
+            Path::new("bin/agent"),
+            Limits::DEFAULT,
+        )
+        .expect("bare");
         assert!(dir.dest().join("bin/agent").is_file());
     }
 }

@@ -56,6 +56,9 @@ const OLD_PREFIX: &str = ".old-";
 const OUTPUT_TAIL_LINES: usize = 25;
 /// Longest npm output line kept, in bytes.
 const OUTPUT_MAX_LINE: usize = 1024;
+/// Largest archive download accepted, in bytes (2 GiB): an untrusted server
+/// must not fill the disk. Agent releases today are a few hundred MiB at most.
+const MAX_DOWNLOAD_BYTES: u64 = 2 << 30;
 /// How often download progress is reported.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
@@ -423,9 +426,11 @@ impl Installer {
             staging.dir.clone(),
             program.clone(),
         );
-        tokio::task::spawn_blocking(move || archive::unpack(format, &download, &dir, &bare))
-            .await
-            .map_err(|e| format!("the unpack task failed: {e}"))??;
+        tokio::task::spawn_blocking(move || {
+            archive::unpack(format, &download, &dir, &bare, archive::Limits::DEFAULT)
+        })
+        .await
+        .map_err(|e| format!("the unpack task failed: {e}"))??;
         make_executable(&staging.dir.join(&program))
             .map_err(|e| format!("the archive has no program {} ({e})", program.display()))?;
         Ok(program)
@@ -450,6 +455,13 @@ impl Installer {
             return Err(format!("downloading {url} failed: HTTP {status}"));
         }
         let total = response.content_length();
+        if let Some(total) = total.filter(|&total| total > MAX_DOWNLOAD_BYTES) {
+            return Err(format!(
+                "{url} is {}, more than the {} an agent download may be",
+                mib(total),
+                mib(MAX_DOWNLOAD_BYTES)
+            ));
+        }
         let mut file = tokio::fs::File::create(path)
             .await
             .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
@@ -466,6 +478,12 @@ impl Installer {
                 .await
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             received += chunk.len() as u64;
+            if received > MAX_DOWNLOAD_BYTES {
+                return Err(format!(
+                    "{url} is more than the {} an agent download may be",
+                    mib(MAX_DOWNLOAD_BYTES)
+                ));
+            }
             if reported.elapsed() >= PROGRESS_EVERY {
                 reported = Instant::now();
                 progress.step(&match total {
