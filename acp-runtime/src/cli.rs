@@ -251,6 +251,18 @@ pub struct ServerArgs {
     /// Most open connections (503 past it).
     #[arg(long, env = "SANDBOX_AGENT_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
+    /// Longest a client may take to send a request's headers, and then its
+    /// body, in milliseconds (408 past it for a body).
+    #[arg(long, env = "SANDBOX_AGENT_READ_TIMEOUT_MS", default_value_t = 30_000)]
+    pub read_timeout_ms: u64,
+    /// Most TCP connections served at once; past it a new one gets 503 and is
+    /// closed. Capped by the open-file limit, less room for agent processes.
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_MAX_HTTP_CONNECTIONS",
+        default_value_t = 16_384
+    )]
+    pub max_http_connections: usize,
     /// Close connections idle (no stream, no request) this long, in milliseconds.
     #[arg(long, env = "SANDBOX_AGENT_IDLE_TIMEOUT_MS", default_value_t = 15 * 60 * 1000)]
     pub idle_timeout_ms: u64,
@@ -309,9 +321,13 @@ impl ServerArgs {
         if self.token.as_deref() == Some("") {
             return Err("--token must not be empty".to_owned());
         }
-        if self.replay_buffer == 0 || self.max_connections == 0 || self.max_line_bytes == 0 {
+        if self.replay_buffer == 0
+            || self.max_connections == 0
+            || self.max_line_bytes == 0
+            || self.max_http_connections == 0
+        {
             return Err(
-                "--replay-buffer, --max-connections and --max-line-bytes must be at least 1"
+                "--replay-buffer, --max-connections, --max-http-connections and --max-line-bytes must be at least 1"
                     .to_owned(),
             );
         }
@@ -329,6 +345,8 @@ impl ServerArgs {
         config.max_body_bytes = self.max_body_bytes;
         config.max_line_bytes = self.max_line_bytes;
         config.max_connections = self.max_connections;
+        config.max_http_connections = self.max_http_connections;
+        config.read_timeout = Duration::from_millis(self.read_timeout_ms.max(1));
         config.idle_timeout = Duration::from_millis(self.idle_timeout_ms);
         config.cors_allow_origins = self.cors_allow_origin;
         config.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
@@ -346,7 +364,11 @@ pub struct MockAgentArgs {
     /// Exit with this code before reading anything (an agent that dies at once).
     #[arg(long, value_name = "CODE")]
     pub exit_at_start: Option<i32>,
-    /// Announce each new session with a `session_info_update` before answering `session/new`.
+    /// Announce each new session with a `session/update` before answering `session/new`.
     #[arg(long)]
     pub announce_session_early: bool,
+    /// Session ids are this text followed by a UUID. ACP session ids are
+    /// arbitrary strings; this makes ones with `/`, spaces or non-ASCII text.
+    #[arg(long, value_name = "TEXT", default_value = "mock-")]
+    pub session_id_prefix: String,
 }

@@ -195,6 +195,10 @@ pub struct ServerConfig {
     pub max_line_bytes: usize,
     /// Most open connections at once (503 past it).
     pub max_connections: usize,
+    /// Most TCP connections served at once (the rest get 503 and are closed).
+    pub max_http_connections: usize,
+    /// Longest a client may take to send a request's headers, and then its body.
+    pub read_timeout: Duration,
     /// A connection with no stream and no request for this long is closed.
     pub idle_timeout: Duration,
     /// Origins allowed by CORS; empty: CORS off.
@@ -239,6 +243,8 @@ impl ServerConfig {
             max_body_bytes: 16 * 1024 * 1024,
             max_line_bytes: 64 * 1024 * 1024,
             max_connections: 4096,
+            max_http_connections: 16_384,
+            read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(15 * 60),
             cors_allow_origins: Vec::new(),
             shutdown_grace: Duration::from_secs(5),

@@ -67,6 +67,12 @@ pub enum Error {
     /// `/v1/*` was removed.
     #[error("v1 API removed; use /v2")]
     Gone,
+    /// The client did not send the whole body in time (`--read-timeout-ms`).
+    #[error("the request body did not arrive within {} ms", timeout.as_millis())]
+    RequestTimeout {
+        /// The read timeout.
+        timeout: Duration,
+    },
     /// The body is over the limit.
     #[error("request body larger than {limit} bytes")]
     PayloadTooLarge {
@@ -104,6 +110,13 @@ pub enum Error {
     #[error("too many open connections (limit {limit}); close one or retry later")]
     TooManyConnections {
         /// The limit.
+        limit: usize,
+    },
+    /// `--max-http-connections` TCP connections are served already; this one
+    /// gets the answer and is closed.
+    #[error("too many HTTP connections (limit {limit}); retry later")]
+    TooManyHttpConnections {
+        /// The limit in effect.
         limit: usize,
     },
     /// The server is shutting down.

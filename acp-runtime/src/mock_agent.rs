@@ -515,6 +515,8 @@ struct MockAgent {
     /// `--announce-session-early`: `session/new` sends a `session_info_update`
     /// for the new session before its answer.
     announce_session_early: bool,
+    /// `--session-id-prefix`: what every session id starts with.
+    session_id_prefix: String,
     /// Every session this process knows, shared by handlers and turn tasks.
     /// Never held across an `.await`.
     sessions: Mutex<Sessions>,
@@ -586,6 +588,7 @@ impl MockAgent {
     ) -> Self {
         Self {
             announce_session_early: args.announce_session_early,
+            session_id_prefix: args.session_id_prefix.clone(),
             sessions: Mutex::default(),
             stdout,
             crash,
@@ -736,7 +739,11 @@ impl MockAgent {
 
     /// Stores a session under a new id (`mock-<uuid>`) and returns the id.
     fn add_session(&self, mut session: Session) -> SessionId {
-        let session_id = SessionId::new(format!("mock-{}", uuid::Uuid::new_v4()));
+        let session_id = SessionId::new(format!(
+            "{}{}",
+            self.session_id_prefix,
+            uuid::Uuid::new_v4()
+        ));
         let mut sessions = self.sessions.lock();
         sessions.created += 1;
         session.created = sessions.created;

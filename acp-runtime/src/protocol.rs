@@ -127,7 +127,18 @@ pub enum EnvelopeError {
     /// `params` is not an object or an array.
     #[error("\"params\" must be an object or an array")]
     Params,
+    /// Valid JSON grammar that an agent cannot decode: a lone UTF-16
+    /// surrogate escape, or nesting deeper than [`MAX_DEPTH`].
+    #[error("{0}")]
+    Undecodable(String),
 }
+
+/// Deepest nesting of arrays and objects a client message may have, counting
+/// the message object itself: the most `serde_json` parses under its default
+/// recursion limit of 128, and the Rust ACP agents (and the
+/// `agent-client-protocol` crate) parse with it. Deeper JSON is valid grammar,
+/// but such an agent could not even read the request's id to answer it.
+pub const MAX_DEPTH: usize = 127;
 
 impl<'a> Envelope<'a> {
     /// Parses one JSON-RPC object from `bytes`.
@@ -154,6 +165,9 @@ impl<'a> Envelope<'a> {
             && !matches!(params.get().as_bytes().first(), Some(b'{' | b'['))
         {
             return Err(EnvelopeError::Params);
+        }
+        if strict {
+            check_decodable(bytes)?;
         }
         Ok((envelope, kind))
     }
@@ -186,6 +200,83 @@ fn classify(method: bool, id: bool, result: bool, error: bool) -> Result<Kind, E
         (false, true, true, false) | (false, true, false, true) => Ok(Kind::Response),
         _ => Err(EnvelopeError::Shape),
     }
+}
+
+/// Rejects what a JSON parser lets through but a strict agent cannot decode,
+/// in one pass over `bytes`, which must already be valid JSON:
+/// - a `\uD800`–`\uDFFF` escape that is not a high surrogate followed by a
+///   low one (RFC 8259 section 8.2: such a string is not Unicode; `serde_json`
+///   and so every Rust agent refuse the whole message, and answer with an
+///   `id: null` error that cannot be routed back, leaving the request hanging);
+/// - arrays and objects nested deeper than [`MAX_DEPTH`].
+///
+/// # Errors
+/// [`EnvelopeError::Undecodable`] naming the byte offset.
+pub fn check_decodable(bytes: &[u8]) -> Result<(), EnvelopeError> {
+    let mut depth = 0usize;
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'"' => at = string_end(bytes, at + 1)?,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(EnvelopeError::Undecodable(format!(
+                        "JSON nested deeper than {MAX_DEPTH} levels (at byte {at})"
+                    )));
+                }
+                at += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                at += 1;
+            }
+            _ => at += 1,
+        }
+    }
+    Ok(())
+}
+
+/// The offset just past the string whose contents start at `at`, checking its
+/// `\u` escapes pair up. Plain runs are skipped with `memchr`.
+fn string_end(bytes: &[u8], mut at: usize) -> Result<usize, EnvelopeError> {
+    let lone = |at: usize| {
+        EnvelopeError::Undecodable(format!(
+            "a string holds a lone UTF-16 surrogate escape at byte {at}; JSON text must be Unicode (RFC 8259 section 8.2)"
+        ))
+    };
+    loop {
+        let Some(offset) = memchr::memchr2(b'"', b'\\', &bytes[at..]) else {
+            return Ok(bytes.len());
+        };
+        at += offset;
+        if bytes[at] == b'"' {
+            return Ok(at + 1);
+        }
+        if bytes.get(at + 1) != Some(&b'u') {
+            at += 2;
+            continue;
+        }
+        match hex_unit(bytes, at + 2) {
+            Some(0xD800..=0xDBFF) => {
+                let low = (bytes.get(at + 6..at + 8) == Some(b"\\u"))
+                    .then(|| hex_unit(bytes, at + 8))
+                    .flatten();
+                if !matches!(low, Some(0xDC00..=0xDFFF)) {
+                    return Err(lone(at));
+                }
+                at += 12;
+            }
+            Some(0xDC00..=0xDFFF) => return Err(lone(at)),
+            _ => at += 6,
+        }
+    }
+}
+
+/// The four hex digits at `at` as a UTF-16 code unit.
+fn hex_unit(bytes: &[u8], at: usize) -> Option<u16> {
+    let digits = std::str::from_utf8(bytes.get(at..at + 4)?).ok()?;
+    u16::from_str_radix(digits, 16).ok()
 }
 
 /// Leading bytes check shared by both envelope parsers: one JSON object.
@@ -651,6 +742,50 @@ mod tests {
         let (_, kind) = Envelope::parse(br#"{"jsonrpc":"2.0","id":"a","result":null}"#, true)
             .expect("response");
         assert_eq!(kind, Kind::Response);
+    }
+
+    /// A request whose params hold `value` (raw JSON).
+    fn request_with(value: &str) -> String {
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","params":{{"v":{value}}}}}"#)
+    }
+
+    #[test]
+    fn what_serde_json_cannot_decode_is_refused_and_the_rest_passes() {
+        let cases = [
+            (r#""emoji cut in half: \ud83d""#, false),
+            (r#""\ud83d\ude00 whole emoji""#, true),
+            (r#""low half alone \uDE00""#, false),
+            (r#""high then text \ud83dx""#, false),
+            (r#""high then other escape \ud83d\n""#, false),
+            (r#""escaped backslash then u: \\ud83d""#, true),
+            (r#""\u00e9 and \uFFFF""#, true),
+            (r#"["\"quoted\" {[", "]}"]"#, true),
+        ];
+        for (value, decodable) in cases {
+            let body = request_with(value);
+            let serde_ok = serde_json::from_str::<serde_json::Value>(&body).is_ok();
+            assert_eq!(
+                serde_ok, decodable,
+                "serde_json and the case disagree: {body}"
+            );
+            let parsed = Envelope::parse(body.as_bytes(), true);
+            assert_eq!(parsed.is_ok(), decodable, "{body}: {parsed:?}");
+            if let Err(error) = parsed {
+                assert!(error.to_string().contains("surrogate"), "{error}");
+            }
+        }
+        // The request object and params take two levels; `v` the rest.
+        for depth in [MAX_DEPTH - 3, MAX_DEPTH - 2, MAX_DEPTH - 1, MAX_DEPTH] {
+            let body = request_with(&format!("{}{}", "[".repeat(depth), "]".repeat(depth)));
+            let serde_ok = serde_json::from_str::<serde_json::Value>(&body).is_ok();
+            let parsed = Envelope::parse(body.as_bytes(), true);
+            assert_eq!(parsed.is_ok(), serde_ok, "depth {depth}: {parsed:?}");
+        }
+        let deep = request_with(&format!("{}{}", "[".repeat(200), "]".repeat(200)));
+        let error = Envelope::parse(deep.as_bytes(), true).expect_err("too deep");
+        assert!(error.to_string().contains("nested deeper"), "{error}");
+        // Agent lines are relayed, not judged.
+        assert!(Envelope::parse(request_with(r#""\ud83d""#).as_bytes(), false).is_ok());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! the HTTP connections drain.
 
 use crate::config::ServerConfig;
+use crate::error::Error;
 use crate::http;
 use crate::runtime::Runtime;
 use hyper::server::conn::http1;
@@ -17,10 +18,18 @@ use hyper_util::server::graceful::GracefulShutdown;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
 /// How long open HTTP connections get to finish after agents stopped.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Open files kept free of HTTP connections: agent pipes, installs, logs.
+const RESERVED_FILES: u64 = 512;
+/// Most open files asked for when raising the soft limit.
+const MAX_OPEN_FILES: u64 = 1 << 20;
+/// How long a refused connection gets to take its 503.
+const REFUSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Runs a server until SIGINT or SIGTERM.
 ///
@@ -43,7 +52,10 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
         shutdown.cancel();
     });
     tokio::spawn(reap_idle(runtime.clone()));
-    tracing::info!(%address, auth = runtime.config.token.is_some(), "listening");
+    let http_limit = http_connection_limit(runtime.config.max_http_connections);
+    let permits = Arc::new(Semaphore::new(http_limit));
+    let read_timeout = runtime.config.read_timeout;
+    tracing::info!(%address, auth = runtime.config.token.is_some(), http_limit, "listening");
     {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "sandbox-agent listening on http://{address}")?;
@@ -54,18 +66,23 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((socket, _peer)) => {
+                    let Ok(permit) = permits.clone().try_acquire_owned() else {
+                        tokio::spawn(refuse(socket, http_limit));
+                        continue;
+                    };
                     let _ = socket.set_nodelay(true);
                     let runtime = runtime.clone();
                     let service = service_fn(move |request| http::handle(runtime.clone(), request));
                     let connection = http1::Builder::new()
                         .timer(TokioTimer::new())
-                        .header_read_timeout(Duration::from_secs(30))
+                        .header_read_timeout(read_timeout)
                         .serve_connection(TokioIo::new(socket), service);
                     let connection = graceful.watch(connection);
                     tokio::spawn(async move {
                         if let Err(error) = connection.await {
                             tracing::debug!(%error, "HTTP connection ended with an error");
                         }
+                        drop(permit);
                     });
                 }
                 Err(error) => {
@@ -90,6 +107,59 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The number of TCP connections served at once: `configured`, but no more
+/// than the open-file limit allows with [`RESERVED_FILES`] left over. Raises
+/// the soft open-file limit to the hard one first (the usual soft default of
+/// 1024 would otherwise cap a server meant for thousands of streams).
+fn http_connection_limit(configured: usize) -> usize {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return configured;
+    };
+    let wanted = hard.min(MAX_OPEN_FILES);
+    let files = if soft < wanted && setrlimit(Resource::RLIMIT_NOFILE, wanted, hard).is_ok() {
+        wanted
+    } else {
+        soft
+    };
+    let room = usize::try_from(files.saturating_sub(RESERVED_FILES)).unwrap_or(usize::MAX);
+    let limit = configured.min(room.max(16));
+    if limit < configured {
+        tracing::warn!(
+            configured,
+            limit,
+            open_files = files,
+            "--max-http-connections lowered to fit the open-file limit"
+        );
+    }
+    limit
+}
+
+/// Answers a connection over the limit with a 503 problem and closes it,
+/// without reading its request.
+async fn refuse(mut socket: TcpStream, limit: usize) {
+    // At most one warning a second: a flood must not flood the log too.
+    static LAST_WARNING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    if LAST_WARNING.swap(now, std::sync::atomic::Ordering::Relaxed) != now {
+        tracing::warn!(limit, "HTTP connections refused: too many open");
+    }
+    let body = crate::http::problem::document(&Error::TooManyHttpConnections { limit });
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {}\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        crate::http::problem::PROBLEM_JSON,
+        body.len()
+    );
+    let answer = async {
+        socket.write_all(head.as_bytes()).await?;
+        socket.write_all(&body).await?;
+        socket.shutdown().await
+    };
+    let _ = tokio::time::timeout(REFUSE_TIMEOUT, answer).await;
 }
 
 async fn reap_idle(runtime: Arc<Runtime>) {

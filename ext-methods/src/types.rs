@@ -228,7 +228,8 @@ pub struct SessionEnded {
 pub struct AgentUnparsed {
     /// The agent id.
     pub agent: String,
-    /// The line as written (for an over-long line: its first KiB and `…`).
+    /// The line as written; a line over 1 KiB is cut to its first KiB
+    /// followed by `…` (and `error` gives its length).
     pub raw: String,
     /// Why it is not a JSON-RPC message.
     pub error: String,

@@ -9,8 +9,9 @@
 use bytes::{Buf, Bytes, BytesMut};
 use tokio_util::codec::Decoder;
 
-/// Bytes of an over-long line kept for the report.
-const PREFIX_BYTES: usize = 1024;
+/// Bytes of an unusable line kept for its `_sandboxagent/agent/unparsed`
+/// report (an over-long line here, an unparsable one in the router).
+pub const PREFIX_BYTES: usize = 1024;
 
 /// One line of agent output.
 #[derive(Debug, PartialEq, Eq)]

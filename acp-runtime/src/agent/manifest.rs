@@ -408,17 +408,32 @@ fn check_package_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// Checks a version spec handed to npm (`1.2.3`, `latest`, `^1.2`): no
-/// whitespace, not empty, not an option.
+/// Checks a version spec handed to npm as `<package>@<spec>`: a registry
+/// version (`1.2.3`, `1.2.3-beta.1`), a dist-tag (`latest`, `next`) or a
+/// range without spaces (`^1.2`, `~1.2.3`, `>=1.2`, `1.x`, `*`).
+///
+/// npm also takes `file:`, `git+https:`, `npm:` aliases, tarball URLs and
+/// `user/repo` in that place; any of those would install (and run the
+/// install scripts of) code from somewhere other than the registry package
+/// the manifest names, so anything with `:`, `/`, `@`, `#` or whitespace is
+/// refused: only letters, digits and `. + - _ ^ ~ < > = * |` pass, starting
+/// with a letter, a digit or a range operator.
+///
+/// # Errors
+/// A message naming the version and what is allowed.
 pub fn check_version_spec(version: &str) -> Result<(), String> {
     let valid = !version.is_empty()
         && version.len() <= 100
-        && !version.starts_with('-')
-        && !version.chars().any(|c| c.is_whitespace() || c.is_control());
+        && version.starts_with(|c: char| c.is_ascii_alphanumeric() || "^~<>=*".contains(c))
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".+-_^~<>=*|".contains(c));
     if valid {
         Ok(())
     } else {
-        Err(format!("version {version:?} is not a usable version"))
+        Err(format!(
+            "version {version:?} is not a registry version, dist-tag or range (letters, digits and . + - _ ^ ~ < > = * | only)"
+        ))
     }
 }
 
@@ -496,6 +511,42 @@ mod tests {
             ("opencode-ai", Some("latest"))
         );
         assert_eq!(split_package_spec("opencode-ai"), ("opencode-ai", None));
+    }
+
+    #[test]
+    fn version_specs_name_registry_versions_only() {
+        for good in [
+            "1.2.3",
+            "0.16.0-beta.1+build.5",
+            "latest",
+            "next",
+            "^1.2",
+            "~1.2.3",
+            ">=1.2",
+            "<2",
+            "1.x",
+            "*",
+            "1||2",
+        ] {
+            assert_eq!(check_version_spec(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "file:/tmp/evil.tgz",
+            "git+https://example.com/x.git",
+            "https://example.com/x.tgz",
+            "npm:other-package@1.0.0",
+            "github:user/repo",
+            "user/repo",
+            "../x",
+            "1.2.3 || evil",
+            "--registry=http://evil",
+            "-1",
+            "1.0#main",
+            "1.0\n",
+        ] {
+            assert!(check_version_spec(bad).is_err(), "{bad:?} must be refused");
+        }
     }
 
     #[test]

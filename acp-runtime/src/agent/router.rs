@@ -12,6 +12,7 @@
 //! written before a response is in the connection's ring before the response
 //! is released.
 
+use super::framing::PREFIX_BYTES;
 use super::process::StderrCapture;
 use crate::connection::Connection;
 use crate::hints;
@@ -280,7 +281,19 @@ impl AgentProcess {
         let (message, kind) = match AgentMessage::parse(line) {
             Ok(parsed) => parsed,
             Err(error) => {
-                self.report_unparsed(runtime, &String::from_utf8_lossy(line), &error.to_string());
+                // The report goes to every connection of the agent: a long
+                // line is cut to its first KiB, as an over-long one is.
+                if line.len() > PREFIX_BYTES {
+                    let raw = format!("{}…", String::from_utf8_lossy(&line[..PREFIX_BYTES]));
+                    let error = format!("{error} (line of {} bytes, cut)", line.len());
+                    self.report_unparsed(runtime, &raw, &error);
+                } else {
+                    self.report_unparsed(
+                        runtime,
+                        &String::from_utf8_lossy(line),
+                        &error.to_string(),
+                    );
+                }
                 return;
             }
         };

@@ -2,14 +2,13 @@
 //! session inventory, the event logs and the agents, and agent installs.
 
 use super::headers::is_json_content;
-use super::{Body, full};
+use super::{Body, full, read_body};
 use crate::agent::install::{InstallOptions, LogProgress};
 use crate::error::Error;
 use crate::runtime::Runtime;
 use bytes::Bytes;
 use ext_methods::{AgentInstallParams, AgentListResult};
 use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde::Serialize;
 use std::sync::Arc;
@@ -36,12 +35,40 @@ pub fn route(
         .collect();
     let handled = match segments.as_slice() {
         ["sessions"] => get_only(method, || sessions(runtime)),
-        ["sessions", id] => get_only(method, || session(runtime, id)),
-        ["sessions", id, "events"] => get_only(method, || events(runtime, id, query)),
+        ["sessions", id] => get_only(method, || session(runtime, &decode_segment(id)?)),
+        ["sessions", id, "events"] => {
+            get_only(method, || events(runtime, &decode_segment(id)?, query))
+        }
         ["agents"] => get_only(method, || agents(runtime)),
         _ => return None,
     };
     Some(handled)
+}
+
+/// One path segment, percent-decoded (RFC 3986 section 2.1): ACP session ids
+/// are arbitrary strings, so a client escapes `/`, spaces and the like.
+///
+/// # Errors
+/// 400 when a `%` is not followed by two hex digits or the bytes are not UTF-8.
+pub fn decode_segment(segment: &str) -> Result<String, Error> {
+    let bytes = segment.as_bytes();
+    let malformed = bytes.iter().enumerate().any(|(at, &byte)| {
+        byte == b'%'
+            && !bytes
+                .get(at + 1..at + 3)
+                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    if malformed {
+        return Err(Error::InvalidRequest(format!(
+            "path segment {segment:?} has a % not followed by two hex digits"
+        )));
+    }
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|_| {
+            Error::InvalidRequest(format!("path segment {segment:?} does not decode to UTF-8"))
+        })
 }
 
 fn get_only(
@@ -83,16 +110,24 @@ fn events(runtime: &Runtime, id: &str, query: Option<&str>) -> Result<http::Resp
         .ok_or_else(|| Error::UnknownSession(id.to_owned()))?;
     let mut offset = 0_u64;
     let mut limit = DEFAULT_EVENTS_LIMIT;
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let bad = || {
-            Error::InvalidRequest(format!(
-                "query parameter {key} must be a non-negative integer, got {value:?}"
-            ))
+    // `application/x-www-form-urlencoded` (WHATWG URL standard), as browsers
+    // and `reqwest` write queries; values are plain decimal digits.
+    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let number = || {
+            value
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| value.parse().ok())
+                .flatten()
+                .ok_or_else(|| {
+                    Error::InvalidRequest(format!(
+                        "query parameter {key} must be a non-negative integer, got {value:?}"
+                    ))
+                })
         };
-        match key {
-            "offset" => offset = value.parse().map_err(|_| bad())?,
-            "limit" => limit = value.parse().map_err(|_| bad())?,
+        match &*key {
+            "offset" => offset = number()?,
+            "limit" => limit = number()? as usize,
             _ => {}
         }
     }
@@ -111,7 +146,8 @@ fn agents(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
     })
 }
 
-/// The agent id of an install path, `/v2/agents/{agent}/install`.
+/// The agent id of an install path, `/v2/agents/{agent}/install`, still
+/// percent-encoded (see [`decode_segment`]).
 pub fn install_target(path: &str) -> Option<&str> {
     let agent = path.strip_prefix("/v2/agents/")?.strip_suffix("/install")?;
     (!agent.is_empty() && !agent.contains('/')).then_some(agent)
@@ -122,7 +158,7 @@ pub fn install_target(path: &str) -> Option<&str> {
 /// what is already there answers at once with `alreadyInstalled: true`.
 ///
 /// # Errors
-/// 400 (bad body or version), 404 `unknown-agent`, 409 `not-installable`,
+/// 400 (bad body or version), 404 `unknown-agent`, 408, 409 `not-installable`,
 /// 413, 415, 502 `install-failed` (npm's output or the download error in
 /// `detail`).
 pub async fn install(
@@ -131,30 +167,28 @@ pub async fn install(
     request: Request<Incoming>,
 ) -> Result<http::Response<Body>, Error> {
     let (parts, body) = request.into_parts();
-    let body = match Limited::new(body, INSTALL_BODY_LIMIT).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-            return Err(Error::PayloadTooLarge {
-                limit: INSTALL_BODY_LIMIT,
-            });
+    let body = read_body(
+        &parts.headers,
+        body,
+        INSTALL_BODY_LIMIT,
+        runtime.config.read_timeout,
+    )
+    .await?;
+    let params = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => AgentInstallParams::default(),
+        Some(first) => {
+            if !is_json_content(&parts.headers) {
+                return Err(Error::UnsupportedMediaType);
+            }
+            let shape =
+                "install options must be a JSON object {\"reinstall\": bool, \"version\": string}";
+            // serde would also take a struct from an array; the contract says object.
+            if *first != b'{' {
+                return Err(Error::InvalidRequest(shape.to_owned()));
+            }
+            serde_json::from_slice::<AgentInstallParams>(&body)
+                .map_err(|error| Error::InvalidRequest(format!("{shape}: {error}")))?
         }
-        Err(error) => {
-            return Err(Error::InvalidRequest(format!(
-                "cannot read the request body: {error}"
-            )));
-        }
-    };
-    let params = if body.iter().all(u8::is_ascii_whitespace) {
-        AgentInstallParams::default()
-    } else {
-        if !is_json_content(&parts.headers) {
-            return Err(Error::UnsupportedMediaType);
-        }
-        serde_json::from_slice::<AgentInstallParams>(&body).map_err(|error| {
-            Error::InvalidRequest(format!(
-                "install options must be {{\"reinstall\": bool, \"version\": string}}: {error}"
-            ))
-        })?
     };
     let options = InstallOptions {
         reinstall: params.reinstall,

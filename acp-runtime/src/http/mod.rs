@@ -22,7 +22,7 @@ use http::header::{
     ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, CONTENT_TYPE, ORIGIN, VARY,
 };
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper::body::Incoming;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -38,6 +38,37 @@ pub fn full(status: StatusCode, content_type: &'static str, body: Bytes) -> Resp
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
+}
+
+/// Reads a whole request body of at most `limit` bytes within `timeout`.
+///
+/// # Errors
+/// 413 past `limit` (judged from `Content-Length` first, then while reading),
+/// 408 when the body does not arrive within `timeout` (a client that sends
+/// headers and then nothing must not hold the connection forever), 400 when
+/// the body breaks off.
+pub async fn read_body(
+    headers: &http::HeaderMap,
+    body: Incoming,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, Error> {
+    let too_large = Error::PayloadTooLarge { limit };
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(too_large);
+    }
+    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+        Err(_) => Err(Error::RequestTimeout { timeout }),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(too_large),
+        Ok(Err(error)) => Err(Error::InvalidRequest(format!(
+            "cannot read the request body: {error}"
+        ))),
+    }
 }
 
 /// A response without a body.
@@ -117,7 +148,7 @@ async fn route(
         }
         _ => {
             if let Some(agent) = control::install_target(path) {
-                let agent = agent.to_owned();
+                let agent = control::decode_segment(agent)?;
                 return match *request.method() {
                     Method::POST => control::install(runtime, &agent, request).await,
                     _ => Err(Error::MethodNotAllowed("POST")),

@@ -3,7 +3,7 @@
 
 use super::{Body, full};
 use crate::error::Error;
-use http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use http::header::{ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderValue, Response, StatusCode};
 use serde::Serialize;
 
@@ -32,10 +32,13 @@ impl Error {
                 StatusCode::CONFLICT
             }
             Self::Gone => StatusCode::GONE,
+            Self::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::AgentStartFailed { .. } | Self::InstallFailed(_) => StatusCode::BAD_GATEWAY,
-            Self::TooManyConnections { .. } | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManyConnections { .. }
+            | Self::TooManyHttpConnections { .. }
+            | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -57,6 +60,7 @@ impl Error {
             Self::NotAcceptable(_) => "not-acceptable",
             Self::StreamConflict => "stream-conflict",
             Self::Gone => "gone",
+            Self::RequestTimeout { .. } => "request-timeout",
             Self::PayloadTooLarge { .. } => "payload-too-large",
             Self::UnsupportedMediaType => "unsupported-media-type",
             Self::AgentStartFailed { .. } => "agent-start-failed",
@@ -64,6 +68,7 @@ impl Error {
             Self::NotInstallable(_) => "not-installable",
             Self::InstallFailed(_) => "install-failed",
             Self::TooManyConnections { .. } => "too-many-connections",
+            Self::TooManyHttpConnections { .. } => "too-many-http-connections",
             Self::ShuttingDown => "shutting-down",
             Self::Timeout { .. } => "timeout",
         }
@@ -84,8 +89,8 @@ pub struct Problem {
     pub detail: String,
 }
 
-/// The problem response for `error`, with the headers its status calls for.
-pub fn response(error: &Error) -> Response<Body> {
+/// The problem document of `error`, serialized.
+pub fn document(error: &Error) -> Vec<u8> {
     let status = error.status();
     let problem = Problem {
         kind: format!("{TYPE_PREFIX}{}", error.kind()),
@@ -93,8 +98,12 @@ pub fn response(error: &Error) -> Response<Body> {
         status: status.as_u16(),
         detail: error.to_string(),
     };
-    let body = serde_json::to_vec(&problem).unwrap_or_default();
-    let mut response = full(status, PROBLEM_JSON, body.into());
+    serde_json::to_vec(&problem).unwrap_or_default()
+}
+
+/// The problem response for `error`, with the headers its status calls for.
+pub fn response(error: &Error) -> Response<Body> {
+    let mut response = full(error.status(), PROBLEM_JSON, document(error).into());
     let headers = response.headers_mut();
     match error {
         Error::Unauthorized => {
@@ -102,6 +111,10 @@ pub fn response(error: &Error) -> Response<Body> {
         }
         Error::MethodNotAllowed(allow) => {
             headers.insert(ALLOW, HeaderValue::from_static(allow));
+        }
+        Error::RequestTimeout { .. } => {
+            // RFC 9110 section 15.5.9: the server closes the connection.
+            headers.insert(CONNECTION, HeaderValue::from_static("close"));
         }
         Error::TooManyConnections { .. } | Error::ShuttingDown => {
             headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));

@@ -1,14 +1,12 @@
 //! `POST`, `GET` and `DELETE` on `/v2/rpc` (DESIGN.md section 3).
 
 use super::headers::{accepts, is_json_content, last_event_id};
-use super::{Body, empty, full, sse};
+use super::{Body, empty, full, read_body, sse};
 use crate::error::Error;
 use crate::protocol::{CONNECTION_ID_HEADER, LAST_EVENT_ID_HEADER};
 use crate::runtime::{Reply, Runtime};
-use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use std::sync::Arc;
 
@@ -18,7 +16,7 @@ const EVENT_STREAM: &str = "text/event-stream";
 /// `POST /v2/rpc`: one JSON-RPC message in, its response (200) or 202 out.
 ///
 /// # Errors
-/// 415, 406, 413, 400, 404, and the runtime's errors (502, 503, 504).
+/// 415, 406, 413, 408, 400, 404, and the runtime's errors (502, 503, 504).
 pub async fn post(
     runtime: &Arc<Runtime>,
     request: Request<Incoming>,
@@ -30,25 +28,13 @@ pub async fn post(
     if !accepts(&parts.headers, APPLICATION_JSON) {
         return Err(Error::NotAcceptable(APPLICATION_JSON));
     }
-    let limit = runtime.config.max_body_bytes;
-    let too_large = Error::PayloadTooLarge { limit };
-    let declared = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit as u64) {
-        return Err(too_large);
-    }
-    let body: Bytes = match Limited::new(body, limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => return Err(too_large),
-        Err(error) => {
-            return Err(Error::InvalidRequest(format!(
-                "cannot read the request body: {error}"
-            )));
-        }
-    };
+    let body = read_body(
+        &parts.headers,
+        body,
+        runtime.config.max_body_bytes,
+        runtime.config.read_timeout,
+    )
+    .await?;
     let connection_id = connection_id(&parts.headers)?;
     match runtime.handle_post(connection_id, body).await? {
         Reply::Json {
@@ -119,11 +105,15 @@ pub fn delete(
     Ok(empty(StatusCode::NO_CONTENT))
 }
 
+/// The connection id header, trimmed; an empty one counts as absent.
 fn connection_id(headers: &HeaderMap) -> Result<Option<&str>, Error> {
     match headers.get(CONNECTION_ID_HEADER) {
         None => Ok(None),
-        Some(value) => value.to_str().map(|v| Some(v.trim())).map_err(|_| {
-            Error::InvalidRequest(format!("{CONNECTION_ID_HEADER} must be visible ASCII"))
-        }),
+        Some(value) => value
+            .to_str()
+            .map(|v| Some(v.trim()).filter(|v| !v.is_empty()))
+            .map_err(|_| {
+                Error::InvalidRequest(format!("{CONNECTION_ID_HEADER} must be visible ASCII"))
+            }),
     }
 }

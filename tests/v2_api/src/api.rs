@@ -437,7 +437,11 @@ pub struct RawReply {
 }
 
 impl RawReply {
-    fn parse(raw: &[u8]) -> RawReply {
+    /// Splits a whole raw response into status, head and body.
+    ///
+    /// # Panics
+    /// When `raw` has no HTTP head.
+    pub fn parse(raw: &[u8]) -> RawReply {
         let split = raw
             .windows(4)
             .position(|w| w == b"\r\n\r\n")

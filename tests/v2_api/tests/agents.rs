@@ -453,6 +453,25 @@ async fn install_requests_are_checked() {
     let reply = Api::send(post(r#"{"version": "9.9.9"}"#, "application/json")).await;
     let doc = assert_problem(&reply, 400, "invalid-request");
     assert!(problem_text(&doc).contains("1.0.0"), "{doc}");
+    let reply = Api::send(post("[]", "application/json")).await;
+    let doc = assert_problem(&reply, 400, "invalid-request");
+    assert!(problem_text(&doc).contains("object"), "{doc}");
+    // npm would install these from somewhere else than the registry package
+    // the manifest names, running its install scripts: refused before npm runs.
+    for version in [
+        "file:/tmp/evil.tgz",
+        "git+https://example.com/evil.git",
+        "https://example.com/evil.tgz",
+        "npm:evil@1.0.0",
+        "user/repo",
+    ] {
+        let reply = install(&server, "codex", Some(&json!({ "version": version }))).await;
+        let doc = assert_problem(&reply, 400, "invalid-request");
+        assert!(
+            problem_text(&doc).contains("registry version"),
+            "{version}: {doc}"
+        );
+    }
     let reply = server.get("/v2/agents/packed/install").await;
     assert_problem(&reply, 405, "method-not-allowed");
     assert_eq!(reply.header("allow"), Some("POST"));

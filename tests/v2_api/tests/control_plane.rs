@@ -10,6 +10,7 @@ use v2_api_tests::ext::{
 };
 use v2_api_tests::{
     Api, EVENT_TIMEOUT, MOCK, REQUEST_TIMEOUT, TestServer, assert_problem, join_within,
+    mock_agent_command,
 };
 
 /// `GET /v2/sessions/{session}/events` with `query`; the page.
@@ -213,6 +214,49 @@ async fn session_events_page_with_offset_and_limit() {
     let beyond = events(&server, &session, "?offset=100000").await;
     assert!(events_of(&beyond).is_empty(), "{beyond}");
     assert_eq!(beyond["nextOffset"], count, "{beyond}");
+}
+
+#[tokio::test]
+async fn session_ids_are_percent_decoded_in_paths_and_queries_form_decoded() {
+    // ACP session ids are arbitrary strings; this agent's hold a space, a `/`,
+    // a `%` and non-ASCII text, so a client must percent-encode them.
+    let odd = mock_agent_command("odd", "--session-id-prefix 'team a/run 1 100% é '");
+    let server = TestServer::start(&["--agent-command", &odd]).await;
+    let conn = server.initialize("odd").await;
+    let session = server.new_session_for(&conn, "odd").await;
+    assert!(session.starts_with("team a/run 1 100% é "), "{session}");
+    let reply = server.prompt(&conn, &session, json!(1), "hi").await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+
+    let escaped = percent_encode(&session);
+    let entry = server.get_json(&format!("/v2/sessions/{escaped}")).await;
+    assert_eq!(entry["sessionId"], session.as_str(), "{entry}");
+    // `%31` is `1`: query values are form-decoded like any URL query.
+    let page = events(&server, &escaped, "?offset=0&limit=%31").await;
+    assert_eq!(offsets(&events_of(&page)), [0], "{page}");
+
+    let reply = server.get("/v2/sessions/bad%zzescape").await;
+    assert_problem(&reply, 400, "invalid-request");
+    let reply = server.get("/v2/sessions/not-utf8-%ff").await;
+    assert_problem(&reply, 400, "invalid-request");
+    for query in ["?limit=+5", "?offset=%2B1", "?limit=1e2"] {
+        let reply = server
+            .get(&format!("/v2/sessions/{escaped}/events{query}"))
+            .await;
+        assert_problem(&reply, 400, "invalid-request");
+    }
+}
+
+/// Every byte outside RFC 3986 `unreserved` as `%XX`.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
 }
 
 #[tokio::test]

@@ -225,6 +225,33 @@ async fn overlong_agent_line_is_reported_and_discarded() {
 }
 
 #[tokio::test]
+async fn a_long_unparsable_line_is_reported_cut_to_its_first_kib() {
+    // 100 KB is under the line limit, so the line is read whole; the report
+    // goes to every connection of the agent, so only its head is relayed.
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize(MOCK).await;
+    let session = server.new_session(&conn).await;
+    let mut stream = server.open_stream(&conn, None).await;
+    let reply = server
+        .prompt(&conn, &session, json!(1), "!huge 100000")
+        .await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+    let report = stream
+        .collect_until(|e| e.method() == Some(UNPARSED), EVENT_TIMEOUT)
+        .await;
+    let params = report.last().expect("a report").params();
+    let raw = params["raw"].as_str().expect("raw is a string");
+    assert!(raw.ends_with('…'), "{raw}");
+    assert!(
+        raw.len() <= 1024 + '…'.len_utf8(),
+        "raw is {} bytes",
+        raw.len()
+    );
+    let error = params["error"].as_str().expect("error is a string");
+    assert!(error.contains("100000 bytes"), "{error}");
+}
+
+#[tokio::test]
 async fn agent_stderr_never_reaches_the_stream() {
     let server = TestServer::start(&[]).await;
     let conn = server.initialize(MOCK).await;

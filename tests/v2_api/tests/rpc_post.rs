@@ -274,6 +274,31 @@ async fn invalid_envelopes_are_400_invalid_request() {
 }
 
 #[tokio::test]
+async fn json_an_agent_cannot_decode_is_400_and_leaves_no_request_behind() {
+    // Valid JSON grammar that serde_json (every Rust ACP agent) refuses: the
+    // agent would answer `id: null`, and the POST would wait forever.
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize(MOCK).await;
+    let session = server.new_session(&conn).await;
+    let lone_surrogate = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{{"sessionId":"{session}","prompt":[{{"type":"text","text":"emoji cut in half: \ud83d"}}]}}}}"#
+    );
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"_mock/echo","params":{{"_meta":{}1{}}}}}"#,
+        "[".repeat(130),
+        "]".repeat(130)
+    );
+    for (body, needle) in [(lone_surrogate, "surrogate"), (deep, "nested deeper")] {
+        let reply = Api::send(server.rpc_post(Some(&conn)).body(body)).await;
+        let doc = assert_problem(&reply, 400, "invalid-request");
+        assert!(problem_text(&doc).contains(needle), "{doc}");
+    }
+    // Id 7 is free, and a whole emoji goes through.
+    let reply = server.prompt(&conn, &session, json!(7), "\u{1F600}").await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+}
+
+#[tokio::test]
 async fn x_acp_agent_header_is_rejected() {
     let server = TestServer::start(&[]).await;
     let init = acp::request(0, "initialize", acp::initialize_params(MOCK));
