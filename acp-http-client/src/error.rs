@@ -10,7 +10,7 @@ pub enum Error {
     /// The server answered with a non-2xx status. `problem` is the
     /// `application/problem+json` body (RFC 9457) when there was one that
     /// parsed.
-    #[error("HTTP {status}{}", problem_suffix(.problem.as_deref()))]
+    #[error("HTTP {status}{}", problem_suffix(status, .problem.as_deref()))]
     Http {
         /// The HTTP status code.
         status: StatusCode,
@@ -75,11 +75,18 @@ impl Error {
     }
 }
 
-fn problem_suffix(problem: Option<&Problem>) -> String {
+/// `: title: detail` of a problem, leaving out a title that only repeats the
+/// status line's reason phrase (`HTTP 401 Unauthorized: missing token`, not
+/// `HTTP 401 Unauthorized: Unauthorized: missing token`).
+fn problem_suffix(status: &StatusCode, problem: Option<&Problem>) -> String {
     let Some(problem) = problem else {
         return String::new();
     };
-    match (&problem.title, &problem.detail) {
+    let title = problem
+        .title
+        .as_ref()
+        .filter(|title| status.canonical_reason() != Some(title.as_str()));
+    match (title, &problem.detail) {
         (Some(title), Some(detail)) => format!(": {title}: {detail}"),
         (Some(text), None) | (None, Some(text)) => format!(": {text}"),
         (None, None) => format!(": {}", problem.problem_type),
@@ -147,7 +154,12 @@ mod tests {
             status: StatusCode::NOT_FOUND,
             problem: Some(Box::new(problem)),
         };
-        assert_eq!(error.to_string(), "HTTP 404 Not Found: Not Found: d");
+        assert_eq!(error.to_string(), "HTTP 404 Not Found: d");
+        let titled = Error::Http {
+            status: StatusCode::CONFLICT,
+            problem: Problem::parse(r#"{"title":"Agent busy","detail":"d"}"#).map(Box::new),
+        };
+        assert_eq!(titled.to_string(), "HTTP 409 Conflict: Agent busy: d");
         assert!(Problem::parse("[1]").is_none());
     }
 }

@@ -93,11 +93,14 @@ pub enum Error {
     /// The agent is not installed and the server runs with
     /// `--require-preinstall`.
     #[error(
-        "agent {agent:?} is not installed and this server requires preinstalled agents (--require-preinstall); install it first: sandbox-agent agents install {agent} (or POST /v2/agents/{agent}/install)"
+        "agent {agent:?} is not installed and this server requires preinstalled agents (--require-preinstall); install it first: sandbox-agent agents install {agent}{install_args} (or POST /v2/agents/{agent}/install)"
     )]
     AgentNotInstalled {
         /// Agent id.
         agent: String,
+        /// What the install command needs to reach this server's data dir:
+        /// ` --data-dir PATH` when it is not the default, else empty.
+        install_args: String,
     },
     /// The agent has nothing this runtime can install here (no distribution
     /// for this platform, a command agent whose program is missing).

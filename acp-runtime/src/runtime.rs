@@ -201,6 +201,16 @@ impl Runtime {
             }),
             Err(StartError::NotInstalled) => Err(Error::AgentNotInstalled {
                 agent: agent.to_owned(),
+                install_args: if crate::config::default_data_dir().as_ref()
+                    == Some(&self.config.data_dir)
+                {
+                    String::new()
+                } else {
+                    format!(
+                        " --data-dir {}",
+                        shell_words::quote(&self.config.data_dir.to_string_lossy())
+                    )
+                },
             }),
             Err(StartError::Install(error)) => Err(Error::from_install(agent, error)),
         }

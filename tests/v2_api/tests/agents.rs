@@ -207,8 +207,11 @@ async fn require_preinstall_refuses_until_the_agent_is_installed() {
     let doc = assert_problem(&reply, 409, "agent-not-installed");
     assert!(reply.connection_id().is_none(), "{reply:?}");
     assert!(
-        problem_text(&doc).contains("sandbox-agent agents install packed"),
-        "the detail names the install command: {doc}"
+        problem_text(&doc).contains(&format!(
+            "sandbox-agent agents install packed --data-dir {}",
+            server.data_dir().display()
+        )),
+        "the detail names the install command for this server's data dir: {doc}"
     );
     assert_eq!(files.hits(), 0, "nothing was downloaded");
     let entry = agent_entry(&server, "packed").await;
