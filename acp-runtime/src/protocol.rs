@@ -208,7 +208,9 @@ fn classify(method: bool, id: bool, result: bool, error: bool) -> Result<Kind, E
 ///   low one (RFC 8259 section 8.2: such a string is not Unicode; `serde_json`
 ///   and so every Rust agent refuse the whole message, and answer with an
 ///   `id: null` error that cannot be routed back, leaving the request hanging);
-/// - arrays and objects nested deeper than [`MAX_DEPTH`].
+/// - arrays and objects nested deeper than [`MAX_DEPTH`];
+/// - a number too large for an `f64` (`1e400`, a 400-digit integer), which
+///   `serde_json` refuses as "number out of range".
 ///
 /// # Errors
 /// [`EnvelopeError::Undecodable`] naming the byte offset.
@@ -231,10 +233,32 @@ pub fn check_decodable(bytes: &[u8]) -> Result<(), EnvelopeError> {
                 depth = depth.saturating_sub(1);
                 at += 1;
             }
+            b'-' | b'0'..=b'9' => at = number_end(bytes, at)?,
             _ => at += 1,
         }
     }
     Ok(())
+}
+
+/// The offset just past the number starting at `at`, checking that it fits
+/// an `f64` (integers that fit `u64`/`i64` always do).
+fn number_end(bytes: &[u8], at: usize) -> Result<usize, EnvelopeError> {
+    let length = bytes[at..]
+        .iter()
+        .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+        .unwrap_or(bytes.len() - at);
+    let end = at + length;
+    let finite = std::str::from_utf8(&bytes[at..end])
+        .ok()
+        .and_then(|text| text.parse::<f64>().ok())
+        .is_some_and(f64::is_finite);
+    if finite {
+        Ok(end)
+    } else {
+        Err(EnvelopeError::Undecodable(format!(
+            "the number at byte {at} is out of range for a 64-bit float"
+        )))
+    }
 }
 
 /// The offset just past the string whose contents start at `at`, checking its
@@ -760,6 +784,13 @@ mod tests {
             (r#""escaped backslash then u: \\ud83d""#, true),
             (r#""\u00e9 and \uFFFF""#, true),
             (r#"["\"quoted\" {[", "]}"]"#, true),
+            ("1e400", false),
+            ("-1e309", false),
+            (&"9".repeat(400), false),
+            ("18446744073709551616", true),
+            ("-9223372036854775809", true),
+            ("1.5e-400", true),
+            ("[-0, 0.5, 1E+2, 12345678901234567890]", true),
         ];
         for (value, decodable) in cases {
             let body = request_with(value);
@@ -771,7 +802,11 @@ mod tests {
             let parsed = Envelope::parse(body.as_bytes(), true);
             assert_eq!(parsed.is_ok(), decodable, "{body}: {parsed:?}");
             if let Err(error) = parsed {
-                assert!(error.to_string().contains("surrogate"), "{error}");
+                let text = error.to_string();
+                assert!(
+                    text.contains("surrogate") || text.contains("out of range"),
+                    "{text}"
+                );
             }
         }
         // The request object and params take two levels; `v` the rest.

@@ -12,9 +12,20 @@
 //! and entry count), so a decompression bomb fails instead of filling the disk.
 
 use flate2::read::GzDecoder;
+use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
+
+/// Largest tar header record (GNU long name or long link, PAX extended
+/// header) accepted, in bytes. The `tar` crate reads these whole into memory
+/// before it yields the entry they describe, so without a bound a small
+/// compressed archive could claim gigabytes of memory. Real ones are a few
+/// hundred bytes.
+const MAX_TAR_RECORD_BYTES: u64 = 1 << 20;
+/// Tar header block and padding slack added to every read allowance.
+const TAR_BLOCK_SLACK: u64 = 2048;
 
 /// How an archive is packed, judged by the URL's path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,24 +236,57 @@ fn check_link_target(entry: &Path, target: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// A reader that fails once it has read more than its allowance, which the
+/// unpack loop sets before each step: header records may take
+/// [`MAX_TAR_RECORD_BYTES`], an entry's data its own (budgeted) size.
+struct Allowance<R> {
+    inner: R,
+    left: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Allowance<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.left.get();
+        if left == 0 && !buf.is_empty() {
+            return Err(io::Error::other(format!(
+                "a tar header record (GNU long name or PAX) is over {MAX_TAR_RECORD_BYTES} bytes"
+            )));
+        }
+        let most = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let read = self.inner.read(&mut buf[..most])?;
+        self.left.set(left - read as u64);
+        Ok(read)
+    }
+}
+
 fn unpack_tar(reader: impl Read, dest: &Path, budget: &mut Budget) -> Result<(), String> {
     use tar::EntryType;
+    let left = Rc::new(Cell::new(0));
+    let reader = Allowance {
+        inner: reader,
+        left: left.clone(),
+    };
     let mut archive = tar::Archive::new(reader);
     archive.set_preserve_permissions(false);
     archive.set_unpack_xattrs(false);
     archive.set_overwrite(true);
-    let entries = archive
+    let mut entries = archive
         .entries()
         .map_err(|e| format!("not a readable tar archive: {e}"))?;
-    for entry in entries {
+    loop {
+        // Room for the next header, its records and the end-of-archive blocks.
+        left.set(MAX_TAR_RECORD_BYTES + TAR_BLOCK_SLACK);
+        let Some(entry) = entries.next() else { break };
         let mut entry = entry.map_err(|e| format!("corrupt tar archive: {e}"))?;
         let raw_path = entry
             .path()
             .map_err(|e| format!("tar entry with an unreadable path: {e}"))?
             .into_owned();
         let path = safe_relative(&raw_path).map_err(|e| format!("unsafe tar entry: {e}"))?;
-        // The header's size is exactly what `unpack_in` writes for a file.
-        budget.take(entry.header().size().unwrap_or(0))?;
+        // `size()` is what follows in the archive and what `unpack_in`
+        // writes: the header's size, or a PAX `size` record's.
+        budget.take(entry.size())?;
+        left.set(entry.size().saturating_add(TAR_BLOCK_SLACK));
         match entry.header().entry_type() {
             EntryType::Regular | EntryType::Continuous | EntryType::Directory => {}
             EntryType::Symlink => {
@@ -260,8 +304,13 @@ fn unpack_tar(reader: impl Read, dest: &Path, budget: &mut Budget) -> Result<(),
                 safe_relative(&target)
                     .map_err(|e| format!("unsafe tar entry: hard link {}: {e}", path.display()))?;
             }
-            // Devices, FIFOs, and metadata records are not part of an agent.
-            _ => continue,
+            // Devices, FIFOs, and metadata records are not part of an agent;
+            // their data (if any) is read past, within the allowance.
+            _ => {
+                io::copy(&mut entry, &mut io::sink())
+                    .map_err(|e| format!("corrupt tar archive: {e}"))?;
+                continue;
+            }
         }
         let unpacked = entry
             .unpack_in(dest)
@@ -642,12 +691,64 @@ mod tests {
         let written = std::fs::metadata(dir.dest().join("zeros")).map_or(0, |m| m.len());
         assert!(written <= 1001, "wrote {written} bytes");
 
+        // A PAX `size` record larger than the header's size is what counts.
+        let dir = TempDir::new();
+        let mut builder = tar::Builder::new(Vec::new());
+        raw_entry(
+            &mut builder,
+            tar::EntryType::XHeader,
+            "pax",
+            None,
+            b"15 size=100000\n",
+        );
+        raw_entry(&mut builder, tar::EntryType::Regular, "big", None, b"");
+        let tar = builder.get_mut();
+        tar.extend_from_slice(&[b'x'; 100_000]);
+        tar.resize(tar.len().next_multiple_of(512), 0);
+        let archive = dir.0.join("pax.tar");
+        std::fs::write(&archive, builder.into_inner().expect("tar")).expect("write");
+        let error =
+            unpack(Format::Tar, &archive, &dir.dest(), Path::new("x"), small).expect_err("pax");
+        assert!(error.contains("more than 1000 bytes"), "{error}");
+        assert!(!dir.dest().join("big").exists());
+
+        // A long-name record is not read into memory past its bound.
+        let dir = TempDir::new();
+        let archive = tar_gz(&dir, |b| {
+            let name = vec![b'a'; (MAX_TAR_RECORD_BYTES as usize) * 2];
+            raw_entry(b, tar::EntryType::GNULongName, "././@LongLink", None, &name);
+            raw_entry(b, tar::EntryType::Regular, "short", None, b"x");
+        });
+        let error = unpack(
+            Format::TarGz,
+            &archive,
+            &dir.dest(),
+            Path::new("x"),
+            Limits::DEFAULT,
+        )
+        .expect_err("long name");
+        assert!(error.contains("header record"), "{error}");
+
         // Within the limits, the same shapes unpack.
         let dir = TempDir::new();
         let archive = tar_gz(&dir, |b| {
             raw_entry(b, tar::EntryType::Regular, "zeros", None, &[0; 1000]);
         });
         unpack(Format::TarGz, &archive, &dir.dest(), Path::new("x"), small).expect("fits");
+
+        // Long names (GNU long-name records, as `tar::Builder` writes them
+        // past 100 bytes) still unpack.
+        let dir = TempDir::new();
+        let long = format!("{}/agent", "deep".repeat(40));
+        let archive = tar_gz(&dir, |b| {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(2);
+            header.set_mode(0o644);
+            b.append_data(&mut header, &long, &b"hi"[..])
+                .expect("long name");
+        });
+        unpack(Format::TarGz, &archive, &dir.dest(), Path::new("x"), small).expect("long name");
+        assert_eq!(std::fs::read(dir.dest().join(&long)).expect("file"), b"hi");
     }
 
     #[test]

@@ -417,7 +417,9 @@ fn check_package_name(name: &str) -> Result<(), String> {
 /// install scripts of) code from somewhere other than the registry package
 /// the manifest names, so anything with `:`, `/`, `@`, `#` or whitespace is
 /// refused: only letters, digits and `. + - _ ^ ~ < > = * |` pass, starting
-/// with a letter, a digit or a range operator.
+/// with a letter, a digit or a range operator. npm also reads a spec ending
+/// in `.tgz`, `.tar.gz` or `.tar` as a local file, so those endings are
+/// refused too.
 ///
 /// # Errors
 /// A message naming the version and what is allowed.
@@ -427,7 +429,10 @@ pub fn check_version_spec(version: &str) -> Result<(), String> {
         && version.starts_with(|c: char| c.is_ascii_alphanumeric() || "^~<>=*".contains(c))
         && version
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || ".+-_^~<>=*|".contains(c));
+            .all(|c| c.is_ascii_alphanumeric() || ".+-_^~<>=*|".contains(c))
+        && ![".tgz", ".tar.gz", ".tar"]
+            .iter()
+            .any(|ending| version.to_ascii_lowercase().ends_with(ending));
     if valid {
         Ok(())
     } else {
@@ -544,6 +549,9 @@ mod tests {
             "-1",
             "1.0#main",
             "1.0\n",
+            "latest.tgz",
+            "1.0.0.tar",
+            "evil.TAR.GZ",
         ] {
             assert!(check_version_spec(bad).is_err(), "{bad:?} must be refused");
         }

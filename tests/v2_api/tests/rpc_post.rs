@@ -288,7 +288,12 @@ async fn json_an_agent_cannot_decode_is_400_and_leaves_no_request_behind() {
         "[".repeat(130),
         "]".repeat(130)
     );
-    for (body, needle) in [(lone_surrogate, "surrogate"), (deep, "nested deeper")] {
+    let huge = r#"{"jsonrpc":"2.0","id":7,"method":"_mock/echo","params":{"v":1e400}}"#.to_owned();
+    for (body, needle) in [
+        (lone_surrogate, "surrogate"),
+        (deep, "nested deeper"),
+        (huge, "out of range"),
+    ] {
         let reply = Api::send(server.rpc_post(Some(&conn)).body(body)).await;
         let doc = assert_problem(&reply, 400, "invalid-request");
         assert!(problem_text(&doc).contains(needle), "{doc}");
