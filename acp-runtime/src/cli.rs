@@ -304,6 +304,11 @@ pub struct ServerArgs {
     /// Longest an agent install may take, in milliseconds.
     #[arg(long, env = "SANDBOX_AGENT_INSTALL_TIMEOUT_MS", default_value_t = 15 * 60 * 1000)]
     pub install_timeout_ms: u64,
+    /// Shut down gracefully when stdin reaches end of file. A parent that
+    /// holds a pipe to the server's stdin stops it by closing the pipe, or by
+    /// dying in any way, SIGKILL included (the SDK's embedded mode does this).
+    #[arg(long)]
+    pub exit_on_stdin_eof: bool,
 }
 
 impl ServerArgs {
@@ -335,6 +340,7 @@ impl ServerArgs {
         let data_dir = self.catalog.data_dir()?;
         let mut config = ServerConfig::new(SocketAddr::new(self.host, self.port), agents, data_dir);
         config.require_preinstall = self.require_preinstall;
+        config.exit_on_stdin_eof = self.exit_on_stdin_eof;
         config.install_timeout = Duration::from_millis(self.install_timeout_ms.max(1));
         config.token = self.token;
         config.request_timeout = Duration::from_millis(self.request_timeout_ms);

@@ -224,6 +224,9 @@ pub struct ServerConfig {
     pub require_preinstall: bool,
     /// Longest an install (npm, or download and unpack) may take.
     pub install_timeout: Duration,
+    /// Shut down when stdin reaches end of file (the parent closed its pipe
+    /// or died).
+    pub exit_on_stdin_eof: bool,
 }
 
 impl ServerConfig {
@@ -256,6 +259,7 @@ impl ServerConfig {
             data_dir,
             require_preinstall: false,
             install_timeout: Duration::from_secs(15 * 60),
+            exit_on_stdin_eof: false,
         }
     }
 }

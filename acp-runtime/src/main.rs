@@ -84,6 +84,11 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
 }
 
 /// Logs to stderr; the level comes from `RUST_LOG` (else `default`).
+///
+/// A log line that cannot be written is dropped silently: by default
+/// tracing-subscriber reports the failure with `eprintln!`, which panics when
+/// stderr itself is the broken pipe (an embedded server whose parent died),
+/// and that panic would take down whatever task logged.
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
@@ -91,5 +96,6 @@ fn init_logging(default: &str) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .log_internal_errors(false)
         .init();
 }

@@ -52,6 +52,9 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
         shutdown.cancel();
     });
     tokio::spawn(reap_idle(runtime.clone()));
+    if runtime.config.exit_on_stdin_eof {
+        watch_stdin(runtime.shutdown.clone())?;
+    }
     let http_limit = http_connection_limit(runtime.config.max_http_connections);
     let permits = Arc::new(Semaphore::new(http_limit));
     let read_timeout = runtime.config.read_timeout;
@@ -160,6 +163,25 @@ async fn refuse(mut socket: TcpStream, limit: usize) {
         socket.shutdown().await
     };
     let _ = tokio::time::timeout(REFUSE_TIMEOUT, answer).await;
+}
+
+/// Cancels `shutdown` once stdin reaches end of file or fails. A plain thread,
+/// not `tokio::io::stdin`: its blocking read cannot be cancelled and would
+/// hold up the runtime's shutdown; a thread ends with the process.
+fn watch_stdin(shutdown: tokio_util::sync::CancellationToken) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("stdin-watch".to_owned())
+        .spawn(move || {
+            use std::io::Read;
+            let mut stdin = std::io::stdin().lock();
+            let mut buffer = [0_u8; 256];
+            while matches!(stdin.read(&mut buffer), Ok(read) if read > 0) {}
+            if !shutdown.is_cancelled() {
+                tracing::info!("stdin closed: shutting down");
+                shutdown.cancel();
+            }
+        })
+        .map(drop)
 }
 
 async fn reap_idle(runtime: Arc<Runtime>) {

@@ -12,9 +12,10 @@
 //! The server stays in the caller's process group: a Ctrl-C in a terminal
 //! reaches it too, so it stops even when the program that started it is
 //! killed by that signal. A program killed with SIGKILL (or aborting on
-//! panic) runs no destructor and leaves the server running: the usual
-//! remedy, `PR_SET_PDEATHSIG`, needs `unsafe` code in a `pre_exec` hook,
-//! which this crate does not use.
+//! panic) runs no destructor, so the server is also started with
+//! `--exit-on-stdin-eof` and a pipe on its stdin whose write end only this
+//! process holds: when the process dies in any way the kernel closes it and
+//! the server shuts down (no `PR_SET_PDEATHSIG`, which needs `unsafe`).
 
 use crate::error::Error;
 use crate::options::{EmbeddedSettings, ServerLogs};
@@ -97,6 +98,7 @@ impl EmbeddedServer {
         let mut command = Command::new(&binary);
         command
             .args(["server", "--host", "127.0.0.1", "--port", "0"])
+            .arg("--exit-on-stdin-eof")
             .arg("--shutdown-grace-ms")
             .arg(agent_grace_ms.to_string())
             .args(&settings.args);
@@ -106,7 +108,8 @@ impl EmbeddedServer {
         command
             .envs(settings.env.iter().map(|(k, v)| (k, v)))
             .env("SANDBOX_AGENT_TOKEN", &token)
-            .stdin(Stdio::null())
+            // Kept open inside `child` for the server's lifetime (see above).
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(match settings.logs {
                 ServerLogs::Capture => Stdio::piped(),

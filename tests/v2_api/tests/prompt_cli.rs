@@ -277,6 +277,40 @@ async fn ctrl_c_cancels_the_turn_and_exits_non_zero() {
 }
 
 #[tokio::test]
+async fn a_sigkilled_prompt_leaves_no_server_or_agent_behind() {
+    // SIGKILL runs no destructor: the embedded server must notice on its own
+    // (its stdin pipe closes with the process that held it).
+    let marker = marker("sigkill");
+    let mut command = tokio::process::Command::from(sandbox_agent_command());
+    let (key, value) = marker.split_once('=').unwrap_or_default();
+    let mut child = command
+        .args(["prompt", "!stall"])
+        .env(key, value)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    while !processes_with(&marker)
+        .iter()
+        .any(|p| v2_api_tests::procfs::cmdline(*p).contains("mock-agent"))
+    {
+        assert!(Instant::now() < deadline, "the turn never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let servers: Vec<u32> = processes_with(&marker)
+        .into_iter()
+        .filter(|p| v2_api_tests::procfs::cmdline(*p).contains(" server "))
+        .collect();
+    assert_eq!(servers.len(), 1, "one embedded server runs");
+    child.start_kill().expect("SIGKILL the prompt");
+    child.wait().await.expect("reap the prompt");
+    assert_nothing_left(&marker).await;
+}
+
+#[tokio::test]
 async fn url_and_token_reach_a_running_server() {
     let server = TestServer::start(&["--token", "cli-secret"]).await;
     let marker = marker("url");
