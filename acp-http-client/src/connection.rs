@@ -110,6 +110,7 @@ impl HttpConnection {
             headers,
             request_timeout: options.request_timeout,
             stream_idle_timeout: options.stream_idle_timeout,
+            max_message_bytes: options.max_message_bytes,
             reconnect: options.reconnect,
             observer: options.observer,
             state: watch::Sender::new(IdState::default()),
@@ -256,6 +257,8 @@ pub(crate) struct Shared {
     request_timeout: Option<Duration>,
     /// Silence on the event stream after which it is reopened.
     pub(crate) stream_idle_timeout: Option<Duration>,
+    /// Largest POST answer body and event-stream line, in bytes.
+    pub(crate) max_message_bytes: usize,
     /// Event-stream reconnect timing.
     pub(crate) reconnect: ReconnectPolicy,
     /// The caller's envelope hook.
@@ -461,17 +464,45 @@ impl Shared {
             .get(LAST_EVENT_ID_HEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
-        let body = match response.bytes().await {
-            Ok(body) => body,
-            Err(error) => return Err(self.network_failure(&kind, error, answer_can_come_later)),
-        };
+        let mut response = response;
+        let mut body = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > self.max_message_bytes {
+                        let error = Error::InvalidResponse(format!(
+                            "the body is over {} bytes",
+                            self.max_message_bytes
+                        ));
+                        return Err(self.release(&kind, error));
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    return Err(self.network_failure(&kind, error, answer_can_come_later));
+                }
+            }
+        }
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
+        let message = match String::from_utf8(body) {
+            Ok(text) if protocol::classify(&text).is_ok() => text,
+            Ok(text) => {
+                let head: String = text.chars().take(80).collect();
+                let error = Error::InvalidResponse(format!("{head:?}"));
+                return Err(self.release(&kind, error));
+            }
+            Err(_) => {
+                let error = Error::InvalidResponse("the body is not UTF-8".to_owned());
+                return Err(self.release(&kind, error));
+            }
+        };
         if let Some(event_id) = stream_must_reach {
             self.wait_for_stream(event_id).await;
         }
-        self.deliver(String::from_utf8_lossy(&body).into_owned());
+        self.deliver(message);
         Ok(())
     }
 
@@ -504,11 +535,17 @@ impl Shared {
     /// Delivers one incoming message (a POST body or an SSE event's data),
     /// dropping a response whose request is no longer in flight.
     pub(crate) fn deliver(&self, message: String) {
-        if let Ok(Kind::Response { id }) = protocol::classify(&message)
-            && !self.in_flight.lock().take(&id)
-        {
-            tracing::debug!(id, "dropping a duplicate response");
-            return;
+        match protocol::classify(&message) {
+            Err(error) => {
+                let head: String = message.chars().take(80).collect();
+                tracing::warn!(%error, head, "dropping an event that is not a JSON-RPC message");
+                return;
+            }
+            Ok(Kind::Response { id }) if !self.in_flight.lock().take(&id) => {
+                tracing::debug!(id, "dropping a duplicate response");
+                return;
+            }
+            Ok(_) => {}
         }
         self.push(message);
     }

@@ -47,6 +47,11 @@ pub enum Error {
     /// The connection was closed with `close()` (or all handles dropped).
     #[error("connection closed")]
     Closed,
+    /// The server answered a POST with `2xx` but a body that is not one
+    /// JSON-RPC message (not JSON, not an object, or over
+    /// [`max_message_bytes`](crate::TransportOptions::max_message_bytes)).
+    #[error("the server's answer is not a JSON-RPC message: {0}")]
+    InvalidResponse(String),
     /// An outgoing message is not one JSON object.
     #[error("invalid JSON-RPC message: {0}")]
     InvalidMessage(String),

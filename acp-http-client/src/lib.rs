@@ -112,6 +112,6 @@ mod transport;
 pub use backoff::ReconnectPolicy;
 pub use connection::{HttpConnection, Incoming, SendError};
 pub use error::{Error, Problem};
-pub use options::{Direction, EnvelopeObserver, TransportOptions};
+pub use options::{DEFAULT_MAX_MESSAGE_BYTES, Direction, EnvelopeObserver, TransportOptions};
 pub use protocol::{DEFAULT_CONNECTION_ID_HEADER, DEFAULT_PATH, LAST_EVENT_ID_HEADER};
 pub use transport::{HttpFailure, HttpTransport, TransportHandle, http_failure};

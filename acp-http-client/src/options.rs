@@ -20,6 +20,9 @@ pub enum Direction {
     Incoming,
 }
 
+/// Default of [`TransportOptions::max_message_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
 /// A hook called with every raw JSON-RPC message sent and delivered, for
 /// logging and inspectors. It runs on the transport's tasks: keep it quick
 /// and do not block.
@@ -39,6 +42,7 @@ pub struct TransportOptions {
     pub(crate) connect_timeout: Option<Duration>,
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) stream_idle_timeout: Option<Duration>,
+    pub(crate) max_message_bytes: usize,
     pub(crate) reconnect: ReconnectPolicy,
     pub(crate) observer: Option<EnvelopeObserver>,
 }
@@ -69,6 +73,7 @@ impl TransportOptions {
             connect_timeout: Some(Duration::from_secs(10)),
             request_timeout: None,
             stream_idle_timeout: Some(Duration::from_secs(60)),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             reconnect: ReconnectPolicy::default(),
             observer: None,
         })
@@ -130,6 +135,16 @@ impl TransportOptions {
         self
     }
 
+    /// Largest message accepted from the server, in bytes: a POST's answer
+    /// body, and one line of the event stream. Default 64 MiB (sandbox-agent's
+    /// own limit on an agent's line). A bigger answer fails its request with
+    /// [`Error::InvalidResponse`]; a bigger stream line drops the stream,
+    /// which is reopened. The server is not trusted with this client's memory.
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes.max(1);
+        self
+    }
+
     /// How the event stream is reopened after it drops. Default
     /// [`ReconnectPolicy::default`].
     pub fn reconnect(mut self, policy: ReconnectPolicy) -> Self {
@@ -167,6 +182,7 @@ impl fmt::Debug for TransportOptions {
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("max_message_bytes", &self.max_message_bytes)
             .field("stream_idle_timeout", &self.stream_idle_timeout)
             .field("reconnect", &self.reconnect)
             .field("observer", &self.observer.is_some())

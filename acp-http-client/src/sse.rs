@@ -138,7 +138,8 @@ async fn open(
 
 /// Reads events until the stream ends, breaks, or the connection closes.
 async fn read(shared: &Shared, response: reqwest::Response, ids: &mut EventIds) -> StreamEnd {
-    let mut events = idle_limited(response.bytes_stream(), shared.stream_idle_timeout)
+    let bytes = idle_limited(response.bytes_stream(), shared.stream_idle_timeout);
+    let mut events = whole_lines(bytes, shared.max_message_bytes)
         .eventsource()
         .boxed();
     loop {
@@ -197,10 +198,148 @@ fn idle_limited(
     })
 }
 
+/// The stream's bytes regrouped so every chunk ends at a line end (`\n`, or
+/// a `\r` that is not the last byte seen, since it may be half of `\r\n`).
+///
+/// The SSE parser re-reads its buffered partial event on every chunk, so a
+/// long line arriving in small pieces costs time quadratic in its length;
+/// with whole lines each byte is parsed once. A line over `max_line` bytes
+/// ends the stream with [`Error::EventStream`] instead of growing memory
+/// (the stream is then reopened with `Last-Event-ID`).
+fn whole_lines(
+    bytes: impl Stream<Item = Result<Bytes, Error>> + Send + 'static,
+    max_line: usize,
+) -> impl Stream<Item = Result<Bytes, Error>> + Send + 'static {
+    let state = (bytes.boxed(), bytes::BytesMut::new(), false);
+    futures::stream::unfold(state, move |(mut bytes, mut pending, done)| async move {
+        if done {
+            return None;
+        }
+        loop {
+            let chunk = match bytes.next().await {
+                Some(Ok(chunk)) => chunk,
+                Some(Err(error)) => return Some((Err(error), (bytes, pending, true))),
+                None if pending.is_empty() => return None,
+                None => {
+                    let rest = pending.split().freeze();
+                    return Some((Ok(rest), (bytes, pending, true)));
+                }
+            };
+            // Only the new bytes (and a held-back `\r`) can hold a line end.
+            let from = pending.len().saturating_sub(1);
+            pending.extend_from_slice(&chunk);
+            let searchable = pending.len() - usize::from(pending.last() == Some(&b'\r'));
+            if let Some(end) = pending
+                .get(from..searchable)
+                .and_then(|new| memchr::memrchr2(b'\n', b'\r', new))
+            {
+                let lines = pending.split_to(from + end + 1).freeze();
+                return Some((Ok(lines), (bytes, pending, false)));
+            }
+            if pending.len() > max_line {
+                let error = Error::EventStream(format!(
+                    "a line of the event stream is over {max_line} bytes"
+                ));
+                return Some((Err(error), (bytes, pending, true)));
+            }
+        }
+    })
+}
+
 fn event_error(error: EventStreamError<Error>) -> Error {
     match error {
         EventStreamError::Transport(error) => error,
         EventStreamError::Utf8(error) => Error::EventStream(error.to_string()),
         EventStreamError::Parser(error) => Error::EventStream(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `chunks` through [`whole_lines`] with `max_line`.
+    async fn regroup(chunks: &[&str], max_line: usize) -> Vec<Result<String, String>> {
+        let input: Vec<Result<Bytes, Error>> = chunks
+            .iter()
+            .map(|c| Ok(Bytes::copy_from_slice(c.as_bytes())))
+            .collect();
+        whole_lines(futures::stream::iter(input), max_line)
+            .map(|item| {
+                item.map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .map_err(|e| e.to_string())
+            })
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn chunks_are_regrouped_at_line_ends_without_losing_a_byte() {
+        let chunks = [
+            "da",
+            "ta: a",
+            "\n\nid: 2\r",
+            "\ndata: b\r",
+            "\r",
+            "data",
+            ": c\n",
+            "\n",
+            "tail",
+        ];
+        let out = regroup(&chunks, 1024).await;
+        let joined: String = out.iter().map(|r| r.clone().unwrap_or_default()).collect();
+        assert_eq!(joined, chunks.concat());
+        let (last, whole) = out.split_last().expect("output");
+        for chunk in whole {
+            let chunk = chunk.as_ref().expect("no error");
+            assert!(
+                chunk.ends_with('\n') || chunk.ends_with('\r'),
+                "{chunk:?} does not end at a line end"
+            );
+        }
+        assert_eq!(last.as_deref(), Ok("tail"), "the rest comes at the end");
+        // A `\r` that may be half of `\r\n` is held back.
+        assert!(
+            !out.iter().any(|c| c.as_deref() == Ok("\nid: 2\r")),
+            "{out:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_line_over_the_limit_ends_the_stream() {
+        let out = regroup(&["data: ", "0123456789", "0123456789", "\n\n"], 16).await;
+        assert_eq!(out.len(), 1, "{out:?}");
+        let error = out[0].clone().expect_err("over the limit");
+        assert!(error.contains("over 16 bytes"), "{error}");
+        // Many short lines are fine whatever their total.
+        let many = vec!["data: x\n\n"; 100];
+        let out = regroup(&many, 16).await;
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+    }
+
+    #[tokio::test]
+    async fn events_parse_the_same_after_regrouping() {
+        let chunks = [
+            "id: 1\r",
+            "\ndata: {\"a\"",
+            ":1}\r\n\r",
+            "\nid: 2\ndata: x\n\n",
+        ];
+        let input: Vec<Result<Bytes, Error>> = chunks
+            .iter()
+            .map(|c| Ok(Bytes::copy_from_slice(c.as_bytes())))
+            .collect();
+        let events: Vec<(String, String)> = whole_lines(futures::stream::iter(input), 1024)
+            .eventsource()
+            .map(|e| e.map(|e| (e.id, e.data)).expect("event"))
+            .collect()
+            .await;
+        assert_eq!(
+            events,
+            [
+                ("1".to_owned(), "{\"a\":1}".to_owned()),
+                ("2".to_owned(), "x".to_owned())
+            ]
+        );
     }
 }

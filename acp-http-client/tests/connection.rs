@@ -385,3 +385,52 @@ async fn an_answer_never_overtakes_the_updates_of_its_turn() {
     }
     let _ = connection.close().await;
 }
+
+/// A server that answers every request with `status 200` and `body`, then
+/// closes: stands in for a runtime that is not one (or a hostile one).
+async fn answering_with(body: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = [0_u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-acp-connection-id: c1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+            });
+        }
+    });
+    format!("http://{address}")
+}
+
+#[tokio::test]
+async fn answers_that_are_not_one_json_rpc_message_fail_the_request() {
+    let initialize = request(1, "initialize", initialize_params(MOCK));
+    let cases: [(Vec<u8>, &str); 3] = [
+        (b"<html><body>hello</body></html>".to_vec(), "<html>"),
+        (b"[1, 2]".to_vec(), "[1, 2]"),
+        (vec![b'{'; 2048], "over 1024 bytes"),
+    ];
+    for (body, needle) in cases {
+        let url = answering_with(body).await;
+        let options = TransportOptions::new(&url)
+            .expect("options")
+            .max_message_bytes(1024);
+        let (connection, _incoming) = connect(options);
+        match try_send(&connection, &initialize).await {
+            Err(Error::InvalidResponse(detail)) => {
+                assert!(detail.contains(needle), "{detail}");
+            }
+            other => panic!("expected InvalidResponse, got {other:?}"),
+        }
+    }
+}
