@@ -12,7 +12,7 @@ use agent_client_protocol::v1::schema::{
     ContentBlock, ContentChunk, InitializeRequest, NewSessionRequest, PromptRequest,
     SessionNotification, SessionUpdate, StopReason,
 };
-use common::{CutProxy, STEP, agent_meta, options_for, wait_until, within};
+use common::{CutProxy, STEP, agent_meta, gets, options_for, wait_until, within};
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::sync::Arc;
@@ -94,7 +94,7 @@ async fn a_stream_cut_mid_turn_resumes_without_lost_or_repeated_updates() {
         cut.is_some_and(|open| open >= 1),
         "the proxy cut live connections: {cut:?}"
     );
-    let gets = proxy.gets();
+    let gets = gets(&proxy);
     assert!(
         gets.len() >= 2 && gets[1..].iter().all(|get| get != "GET last-event-id=none"),
         "the stream was reopened with Last-Event-ID: {gets:?}"

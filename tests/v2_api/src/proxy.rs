@@ -3,15 +3,16 @@
 //! It forwards bytes both ways untouched, notes the head of every HTTP
 //! request it sees (verb, connection id, `Last-Event-ID`), and can cut
 //! every open TCP connection on demand (both sides see the connection
-//! close) or refuse new ones. The same idea as the `CutProxy` of
-//! `acp-http-client`'s tests, with the request log the bridge tests need.
+//! close), hold new ones before they reach the server, or refuse them.
+//! Used by the bridge tests here and by `acp-http-client`'s resume tests.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::CONNECTION_ID_HEADER;
@@ -42,6 +43,10 @@ struct State {
     heads: Mutex<Vec<RequestHead>>,
     /// While set, new connections are closed as soon as they arrive.
     refuse: AtomicBool,
+    /// While `true`, new connections wait before being forwarded.
+    hold: watch::Sender<bool>,
+    /// TCP connections accepted so far (refused ones included).
+    accepted: AtomicUsize,
 }
 
 impl CutProxy {
@@ -60,10 +65,13 @@ impl CutProxy {
             connections: Mutex::new(Vec::new()),
             heads: Mutex::new(Vec::new()),
             refuse: AtomicBool::new(false),
+            hold: watch::Sender::new(false),
+            accepted: AtomicUsize::new(0),
         });
         let accept_state = Arc::clone(&state);
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                accept_state.accepted.fetch_add(1, Ordering::Relaxed);
                 if accept_state.refuse.load(Ordering::Relaxed) {
                     drop(client);
                     continue;
@@ -101,6 +109,17 @@ impl CutProxy {
         self.state.refuse.store(refuse, Ordering::Relaxed);
     }
 
+    /// Holds (or releases) connections accepted from now on: they wait
+    /// before reaching the server.
+    pub fn hold(&self, hold: bool) {
+        self.state.hold.send_replace(hold);
+    }
+
+    /// TCP connections accepted so far, refused ones included.
+    pub fn accepted(&self) -> usize {
+        self.state.accepted.load(Ordering::Relaxed)
+    }
+
     /// The request heads seen so far.
     pub fn heads(&self) -> Vec<RequestHead> {
         self.state
@@ -117,6 +136,10 @@ impl CutProxy {
 }
 
 async fn forward(state: Arc<State>, mut client: TcpStream) {
+    let mut hold = state.hold.subscribe();
+    if hold.wait_for(|held| !*held).await.is_err() {
+        return;
+    }
     let Ok(mut server) = TcpStream::connect(&state.upstream).await else {
         return;
     };
