@@ -487,13 +487,15 @@ impl Shared {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
-        let message = match String::from_utf8(body) {
-            Ok(text) if protocol::classify(&text).is_ok() => text,
-            Ok(text) => {
-                let head: String = text.chars().take(80).collect();
-                let error = Error::InvalidResponse(format!("{head:?}"));
-                return Err(self.release(&kind, error));
-            }
+        let (message, incoming) = match String::from_utf8(body) {
+            Ok(text) => match protocol::classify(&text) {
+                Ok(incoming) => (text, incoming),
+                Err(_) => {
+                    let head: String = text.chars().take(80).collect();
+                    let error = Error::InvalidResponse(format!("{head:?}"));
+                    return Err(self.release(&kind, error));
+                }
+            },
             Err(_) => {
                 let error = Error::InvalidResponse("the body is not UTF-8".to_owned());
                 return Err(self.release(&kind, error));
@@ -502,7 +504,7 @@ impl Shared {
         if let Some(event_id) = stream_must_reach {
             self.wait_for_stream(event_id).await;
         }
-        self.deliver(message);
+        self.deliver_classified(message, incoming);
         Ok(())
     }
 
@@ -536,16 +538,21 @@ impl Shared {
     /// dropping a response whose request is no longer in flight.
     pub(crate) fn deliver(&self, message: String) {
         match protocol::classify(&message) {
+            Ok(kind) => self.deliver_classified(message, kind),
             Err(error) => {
                 let head: String = message.chars().take(80).collect();
                 tracing::warn!(%error, head, "dropping an event that is not a JSON-RPC message");
-                return;
             }
-            Ok(Kind::Response { id }) if !self.in_flight.lock().take(&id) => {
-                tracing::debug!(id, "dropping a duplicate response");
-                return;
-            }
-            Ok(_) => {}
+        }
+    }
+
+    /// [`deliver`](Self::deliver) for a message already classified as `kind`.
+    fn deliver_classified(&self, message: String, kind: Kind) {
+        if let Kind::Response { id } = &kind
+            && !self.in_flight.lock().take(id)
+        {
+            tracing::debug!(id, "dropping a duplicate response");
+            return;
         }
         self.push(message);
     }

@@ -365,7 +365,7 @@ impl ServerArgs {
 }
 
 /// Knobs of `sandbox-agent mock-agent` that make it misbehave from the start.
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct MockAgentArgs {
     /// Exit with this code before reading anything (an agent that dies at once).
     #[arg(long, value_name = "CODE")]
