@@ -1,49 +1,46 @@
-//! sandbox-agent runtime: ACP agents over HTTP.
+//! The sandbox-agent server: ACP agents over HTTP.
 //!
 //! A client opens a connection with `initialize` on `POST /v2/rpc`, sends
 //! JSON-RPC messages with POST, reads what the agent sends on an SSE stream
 //! (`GET /v2/rpc`, resumable with `Last-Event-ID`) and closes with DELETE. One
-//! agent process per agent id serves every connection bound to it. The full
-//! contract is `DESIGN.md` sections 3–7 and `research/contract.md`.
+//! agent process per agent id serves every connection bound to it. The wire
+//! contract, as built, is `research/contract.md`.
+//!
+//! This crate is the server and only the server; the `sandbox-agent` binary
+//! and its other commands live in the `sandbox-agent` crate.
 //!
 //! # Layout
-//! - [`server`]: bind, accept loop, idle reaping, graceful shutdown.
-//! - [`http`]: routing, auth, CORS, `/v2/rpc` handlers, SSE body, problem+json.
-//! - [`runtime`]: shared state and the JSON-RPC handling of one POST.
-//! - [`registry`]: open connections, the connection cap, idle reaping.
-//! - [`connection`]: one connection: replay ring, live stream slot, in-flight ids.
-//! - [`session`]: the server-wide session inventory: attachments, metadata, hints.
-//! - [`event_log`]: each session's recorded ACP traffic.
-//! - [`ext`]: the `_sandboxagent/*` methods (a jsonrpsee `RpcModule`).
-//! - [`hints`]: title / model / mode read from ACP messages.
-//! - [`agent`]: the agent manifest and catalog, installs into the data dir,
-//!   agent processes, stdio framing, id rewriting and routing.
-//! - [`agents_command`]: `sandbox-agent agents list|install`.
+//! A request travels `server` → `http` → `runtime` → `agent::router` → the
+//! agent's stdin; what the agent writes travels `agent::stdio` →
+//! `agent::router` → `session` / `connection` → `http::sse`.
+//!
+//! - [`server`]: bind, accept loop, idle reaping, graceful shutdown (public:
+//!   [`server::run`]).
+//! - `http`: routing, auth, CORS, `/v2/rpc` handlers, SSE body, problem+json,
+//!   the control plane.
+//! - `runtime`: shared state and the JSON-RPC handling of one POST.
+//! - `registry`: open connections, the connection cap, idle reaping.
+//! - `connection`: one connection: replay ring, live stream slot, in-flight ids.
+//! - `session`: the server-wide session inventory: attachments, metadata, hints.
+//! - `event_log`: each session's recorded ACP traffic.
+//! - `ext`: the `_sandboxagent/*` methods (a jsonrpsee `RpcModule`).
+//! - `hints`: title / model / mode read from ACP messages.
+//! - [`agent`]: the agent catalog and installer (public), agent processes,
+//!   their stdio loops and the routing table.
 //! - [`protocol`]: wire constants and JSON-RPC envelope parsing (no I/O).
-//! - [`error`]: the error enum every HTTP failure is made of.
-//! - [`config`], [`cli`]: settings and the command line.
-//! - [`mock_agent`]: the built-in deterministic ACP agent (`sandbox-agent mock-agent`).
-//! - [`bench`]: `sandbox-agent bench`, the load generator and its report.
-//! - [`bridge`]: `sandbox-agent bridge`, ACP on stdio for editors, relayed to
-//!   a runtime over HTTP with `acp-http-client`.
-//! - [`prompt`]: `sandbox-agent prompt`, the quick start, built on `sandbox-agent-sdk`.
+//! - `error`: the error enum every HTTP failure is made of.
+//! - [`config`]: validated settings and their defaults.
 
 pub mod agent;
-pub mod agents_command;
-pub mod bench;
-pub mod bridge;
-pub mod cli;
 pub mod config;
-pub mod connection;
-pub mod error;
-pub mod event_log;
-pub mod ext;
-pub mod hints;
-pub mod http;
-pub mod mock_agent;
-pub mod prompt;
+pub(crate) mod connection;
+pub(crate) mod error;
+pub(crate) mod event_log;
+pub(crate) mod ext;
+pub(crate) mod hints;
+pub(crate) mod http;
 pub mod protocol;
-pub mod registry;
-pub mod runtime;
+pub(crate) mod registry;
+pub(crate) mod runtime;
 pub mod server;
-pub mod session;
+pub(crate) mod session;

@@ -9,7 +9,7 @@
 //! is not JSON, `-32600` for JSON that is not a request, notification or
 //! response.
 
-use crate::protocol::{self, Envelope, EnvelopeError, Kind, RpcError, code, method};
+use acp_runtime::protocol::{self, Envelope, EnvelopeError, Kind, RpcError, code, method};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 

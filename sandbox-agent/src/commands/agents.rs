@@ -3,11 +3,11 @@
 //! needed; a server using the same data dir sees the result (installs are
 //! locked across processes).
 
-use crate::agent::Agents;
-use crate::agent::install::{InstallOptions, Installer, Progress};
-use crate::agent::manifest::Chosen;
 use crate::cli::{AgentsArgs, AgentsCommand};
-use crate::config::{AgentSpec, Launch};
+use acp_runtime::agent::Agents;
+use acp_runtime::agent::install::{InstallOptions, Installer, Progress};
+use acp_runtime::agent::manifest::Chosen;
+use acp_runtime::config::{AgentSpec, Launch};
 use ext_methods::{AgentInfo, AgentListResult, AgentSource};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{IsTerminal, Write};

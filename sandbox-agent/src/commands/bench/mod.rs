@@ -1,5 +1,5 @@
 //! `sandbox-agent bench`: measures the runtime against the raw stdio limit of
-//! the mock agent, in the style of `redis-benchmark` (issue 7).
+//! the mock agent, in the style of `redis-benchmark`.
 //!
 //! - [`client`]: the load generator's HTTP client, SSE counter and stdio driver.
 //! - [`scenarios`]: one function per scenario.
@@ -168,11 +168,35 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// Runs `sandbox-agent bench`: measures, then prints the report (a table,
+/// or `--json`).
+///
+/// # Errors
+/// Invalid arguments, or a server that cannot be started or reached.
+pub async fn run(args: crate::cli::BenchArgs) -> Result<(), String> {
+    let json = args.json;
+    let options = args.into_options()?;
+    let report = measure(options)
+        .await
+        .map_err(|e| format!("bench failed: {e}"))?;
+    if json {
+        let checks = report.checks();
+        let value = serde_json::json!({ "report": report, "checks": checks });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).unwrap_or_default()
+        );
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(())
+}
+
 /// Runs the chosen scenarios and returns the report.
 ///
 /// # Errors
 /// When the server cannot be started or reached.
-pub async fn run(options: BenchOptions) -> Result<report::Report, BenchError> {
+pub async fn measure(options: BenchOptions) -> Result<report::Report, BenchError> {
     let target = match options.url {
         Some(address) => Target::remote(address, options.token.clone()),
         None => Target::start(&options.program, &[]).await?,

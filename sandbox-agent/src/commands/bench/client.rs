@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use crate::protocol::CONNECTION_ID_HEADER;
+use acp_runtime::protocol::CONNECTION_ID_HEADER;
 
 /// Why a benchmark request failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,6 @@
 //! The `sandbox-agent` command line.
-use crate::agent::catalog;
-use crate::config::{AgentSpec, ServerConfig, default_data_dir};
+use acp_runtime::agent::catalog;
+use acp_runtime::config::{AgentSpec, ServerConfig, default_data_dir};
 use clap::{Args, Parser, Subcommand};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -20,13 +20,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Send one prompt to an agent and stream the reply (starts a server when no --url).
-    Prompt(crate::prompt::PromptArgs),
+    Prompt(crate::commands::prompt::PromptArgs),
     /// Serve ACP agents over HTTP at /v2/rpc.
     Server(Box<ServerArgs>),
     /// List or install agents (works on the data dir; no server needed).
     Agents(AgentsArgs),
     /// Speak ACP on stdio (for editors) and forward it to a runtime over HTTP.
-    Bridge(crate::bridge::BridgeArgs),
+    Bridge(crate::commands::bridge::BridgeArgs),
     /// Run the built-in mock ACP agent on stdin/stdout.
     MockAgent(MockAgentArgs),
     /// Measure the runtime against the raw stdio limit of the mock agent.
@@ -53,7 +53,7 @@ pub struct BenchArgs {
     pub duration: f64,
     /// Scenarios to run (comma-separated); all by default.
     #[arg(long, value_delimiter = ',', value_enum)]
-    pub scenario: Vec<crate::bench::Scenario>,
+    pub scenario: Vec<crate::commands::bench::Scenario>,
     /// Updates the stream scenario's prompt emits.
     #[arg(long, default_value_t = 100_000)]
     pub stream_updates: u64,
@@ -79,7 +79,7 @@ impl BenchArgs {
     ///
     /// # Errors
     /// A message for the user.
-    pub fn into_options(self) -> Result<crate::bench::BenchOptions, String> {
+    pub fn into_options(self) -> Result<crate::commands::bench::BenchOptions, String> {
         let url = match &self.url {
             None => None,
             Some(url) => {
@@ -97,13 +97,13 @@ impl BenchArgs {
         if !(self.duration > 0.0 && self.duration.is_finite()) {
             return Err("--duration must be a positive number of seconds".to_owned());
         }
-        Ok(crate::bench::BenchOptions {
+        Ok(crate::commands::bench::BenchOptions {
             url,
             token: self.token,
             connections: self.connections.max(1),
             duration: Duration::from_secs_f64(self.duration),
             scenarios: if self.scenario.is_empty() {
-                crate::bench::Scenario::ALL.to_vec()
+                crate::commands::bench::Scenario::ALL.to_vec()
             } else {
                 self.scenario
             },

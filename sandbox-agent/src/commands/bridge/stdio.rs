@@ -1,7 +1,7 @@
 //! The editor's side: newline-delimited JSON-RPC in, one message per line
 //! out, flushed.
 
-use crate::agent::framing::LineDecoder;
+use acp_runtime::agent::framing::LineDecoder;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;

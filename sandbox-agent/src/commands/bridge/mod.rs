@@ -38,9 +38,9 @@ pub mod diagnose;
 pub mod message;
 pub mod stdio;
 
-use crate::agent::framing::Line;
-use crate::protocol::RpcError;
 use acp_http_client::{HttpConnection, Incoming, ReconnectPolicy, SendError, TransportOptions};
+use acp_runtime::agent::framing::Line;
+use acp_runtime::protocol::RpcError;
 use clap::Args;
 use diagnose::Target;
 use futures::{Stream, StreamExt};
@@ -295,7 +295,7 @@ impl Bridge {
                     }
                     None => {
                         break End::Fatal(RpcError::new(
-                            crate::protocol::code::INTERNAL_ERROR,
+                            acp_runtime::protocol::code::INTERNAL_ERROR,
                             "the connection to the runtime ended",
                         ));
                     }
@@ -341,7 +341,7 @@ impl Bridge {
                 self.out.send(message::error_line(
                     None,
                     &RpcError::new(
-                        crate::protocol::code::INVALID_REQUEST,
+                        acp_runtime::protocol::code::INVALID_REQUEST,
                         format!(
                             "Invalid Request: a message of {length} bytes is over the bridge's \
                              limit of {MAX_LINE_BYTES} bytes"

@@ -1,6 +1,22 @@
-//! The `sandbox-agent` binary.
-use acp_runtime::cli::{Cli, Command};
+//! The `sandbox-agent` binary: parses the command line, picks the async
+//! runtime each command wants, and runs the command.
+//!
+//! # Layout
+//! - [`cli`]: the command line (clap): every subcommand's arguments.
+//! - [`commands`]: one module per subcommand — `server` (the runtime,
+//!   `acp_runtime`), `prompt` (the quick start, on `sandbox-agent-sdk`),
+//!   `bridge` (ACP on stdio for editors, on `acp-http-client`), `agents`
+//!   (list and install), `bench` (the load generator), `mock_agent` (the
+//!   built-in deterministic agent the server runs as `mock`).
+//!
+//! One executable on purpose: embedded mode (the SDK) and the `mock` agent
+//! re-run it.
+
+mod cli;
+mod commands;
+
 use clap::Parser;
+use cli::{Cli, Command};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -16,43 +32,23 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Server(args) => {
                 init_logging("info");
-                let config = args.into_config()?;
-                acp_runtime::server::run(config)
-                    .await
-                    .map_err(|e| format!("server failed: {e}"))
+                commands::server::run(*args).await
             }
             Command::Agents(args) => {
                 // The spinner shows progress; the log only has what went wrong.
                 init_logging("error");
-                acp_runtime::agents_command::run(args).await
+                commands::agents::run(args).await
             }
-            Command::Prompt(args) => acp_runtime::prompt::run(args).await,
+            Command::Prompt(args) => commands::prompt::run(args).await,
             Command::Bridge(args) => {
                 // stdout is the ACP channel: logs go to stderr only.
                 init_logging("warn");
-                acp_runtime::bridge::run(args).await
+                commands::bridge::run(args).await
             }
-            Command::MockAgent(args) => acp_runtime::mock_agent::run(args)
+            Command::MockAgent(args) => commands::mock_agent::run(args)
                 .await
                 .map_err(|e| e.to_string()),
-            Command::Bench(args) => {
-                let json = args.json;
-                let options = args.into_options()?;
-                let report = acp_runtime::bench::run(options)
-                    .await
-                    .map_err(|e| format!("bench failed: {e}"))?;
-                if json {
-                    let checks = report.checks();
-                    let value = serde_json::json!({ "report": report, "checks": checks });
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&value).unwrap_or_default()
-                    );
-                } else {
-                    print!("{}", report.render());
-                }
-                Ok(())
-            }
+            Command::Bench(args) => commands::bench::run(args).await,
         }
     });
     // Do not wait for blocking reads of stdin and the like.

@@ -7,8 +7,8 @@
 //! "problem": {..}}` for an HTTP answer, `{"transportError": ".."}`
 //! otherwise.
 
-use crate::protocol::{RpcError, code};
 use acp_http_client::{Error, Problem};
+use acp_runtime::protocol::{RpcError, code};
 use serde_json::{Map, Value, json};
 
 /// Who the bridge talks to, for the messages.
