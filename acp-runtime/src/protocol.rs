@@ -609,6 +609,20 @@ pub fn has_newline(bytes: &[u8]) -> bool {
     memchr::memchr2(b'\n', b'\r', bytes).is_some()
 }
 
+/// `json` as one line: borrowed when it has no CR or LF (the common case),
+/// else a copy with them flattened ([`flatten_newlines`]). Both directions
+/// need it: newline-delimited stdio toward the agent, SSE `data:` lines
+/// toward the client. Call it only on bytes that parsed as JSON.
+pub fn one_line(json: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if has_newline(json) {
+        let mut copy = json.to_vec();
+        flatten_newlines(&mut copy);
+        std::borrow::Cow::Owned(copy)
+    } else {
+        std::borrow::Cow::Borrowed(json)
+    }
+}
+
 #[derive(Serialize)]
 struct OutRequest<'a> {
     jsonrpc: &'static str,

@@ -4,7 +4,8 @@
 //! to agent requests (DESIGN.md sections 3 and 4).
 
 use crate::agent::install::Installer;
-use crate::agent::router::{AgentProcess, Effect};
+use crate::agent::process::AgentProcess;
+use crate::agent::router::{Effect, RouteTargets};
 use crate::agent::{Agents, StartError};
 use crate::config::ServerConfig;
 use crate::connection::{ClientCapabilities, Connection, ReplayLimits};
@@ -16,7 +17,6 @@ use crate::registry::Connections;
 use crate::session::{InventoryLimits, Session, Sessions};
 use agent_client_protocol::v1::schema::{ListSessionsRequest, ListSessionsResponse};
 use bytes::Bytes;
-use ext_methods::notification::SESSION_ENDED;
 use ext_methods::{
     Direction, EndReason, ListModelsResult, ModelsTarget, PREFIX as EXTENSION_PREFIX, SessionEnded,
     TerminateResult, TerminatedBy, capability,
@@ -33,9 +33,11 @@ pub struct Runtime {
     /// Settings from the command line.
     pub config: ServerConfig,
     /// Open client connections.
-    pub connections: Connections,
+    pub connections: Arc<Connections>,
     /// Every session seen, across agents and connections.
-    pub sessions: Sessions,
+    pub sessions: Arc<Sessions>,
+    /// The same two handles, as agent processes get them to route to.
+    routes: RouteTargets,
     /// Agent processes, one per agent id.
     pub agents: Agents,
     /// The `_sandboxagent/*` methods answered by the runtime itself.
@@ -70,6 +72,11 @@ impl Reply {
             last_event_id: None,
         }
     }
+
+    /// `200` with a JSON-RPC error answering request `client_id`.
+    fn error(client_id: &RawValue, error: &RpcError) -> Self {
+        Self::json(protocol::error_response_line(client_id, error))
+    }
 }
 
 impl Runtime {
@@ -86,9 +93,14 @@ impl Runtime {
             },
             ended_sessions: config.ended_sessions,
         };
+        let routes = RouteTargets {
+            sessions: Arc::new(Sessions::new(inventory)),
+            connections: Arc::new(Connections::new(config.max_connections, limits)),
+        };
         Arc::new_cyclic(|runtime| Self {
-            connections: Connections::new(config.max_connections, limits),
-            sessions: Sessions::new(inventory),
+            connections: routes.connections.clone(),
+            sessions: routes.sessions.clone(),
+            routes,
             agents: Agents::new(
                 &config.agents,
                 config.max_line_bytes,
@@ -116,12 +128,9 @@ impl Runtime {
         body: Bytes,
     ) -> Result<Reply, Error> {
         // Newline-delimited stdio needs the message on one line.
-        let body = if protocol::has_newline(&body) {
-            let mut copy = body.to_vec();
-            protocol::flatten_newlines(&mut copy);
-            Bytes::from(copy)
-        } else {
-            body
+        let body = match protocol::one_line(&body) {
+            std::borrow::Cow::Owned(copy) => Bytes::from(copy),
+            std::borrow::Cow::Borrowed(_) => body,
         };
         let (envelope, kind) = Envelope::parse(&body, true)
             .map_err(|error| Error::InvalidRequest(format!("invalid JSON-RPC message: {error}")))?;
@@ -187,7 +196,7 @@ impl Runtime {
         agent: &str,
         client_id: &RawValue,
     ) -> Result<Result<Arc<AgentProcess>, Reply>, Error> {
-        match self.agents.ensure_running(self, agent).await {
+        match self.agents.ensure_running(&self.routes, agent).await {
             Ok(process) => Ok(Ok(process)),
             Err(StartError::Rejected(error)) => Ok(Err(Reply::json(protocol::response_line(
                 client_id,
@@ -223,6 +232,9 @@ impl Runtime {
         }
     }
 
+    /// A request on an open connection: answered by the runtime (extension
+    /// methods, `session/list`, `initialize` again, a request on an ended
+    /// session) or forwarded to the connection's agent and its answer awaited.
     async fn request(
         self: &Arc<Self>,
         connection: &Arc<Connection>,
@@ -245,27 +257,11 @@ impl Runtime {
             return Ok(Reply::json(self.list_sessions(client_id, envelope.params)));
         }
         let session = envelope.session_id().map(Arc::<str>::from);
-        // Requests on an ended session fail at once. A session that ended
-        // with its agent process may be loaded again on a new process; one
-        // that was terminated is over for good.
-        if let Some(id) = &session
-            && let Some(ended) = self.sessions.get(id).filter(|s| s.is_ended())
-            && (ended.is_terminated()
-                || !matches!(
-                    method,
-                    method::SESSION_LOAD | method::SESSION_RESUME | method::SESSION_FORK
-                ))
+        if let Some(error) = session
+            .as_deref()
+            .and_then(|id| self.ended_session_error(id, method))
         {
-            let how = if ended.is_terminated() {
-                "was terminated"
-            } else {
-                "has ended"
-            };
-            let error = RpcError::new(code::RESOURCE_NOT_FOUND, format!("session {id} {how}"))
-                .with_data(serde_json::json!({ "sessionId": &**id, "ended": true }));
-            return Ok(Reply::json(protocol::error_response_line(
-                client_id, &error,
-            )));
+            return Ok(Reply::error(client_id, &error));
         }
         let effect = self.effect_of(connection, envelope, body)?;
         let process = match self.ready_agent(&connection.agent, client_id).await? {
@@ -285,20 +281,59 @@ impl Runtime {
                 code::INVALID_REQUEST,
                 "request id already in flight on this connection",
             );
-            return Ok(Reply::json(protocol::error_response_line(
-                client_id, &error,
-            )));
+            return Ok(Reply::error(client_id, &error));
         }
+        self.forward(&process, connection, envelope, body, effect, session)
+            .await
+    }
+
+    /// Requests on an ended session fail at once. A session that ended with
+    /// its agent process may be loaded again on a new process; one that was
+    /// terminated is over for good.
+    fn ended_session_error(&self, id: &str, method: &str) -> Option<RpcError> {
+        let ended = self.sessions.get(id).filter(|s| s.is_ended())?;
+        let revivable = matches!(
+            method,
+            method::SESSION_LOAD | method::SESSION_RESUME | method::SESSION_FORK
+        );
+        if revivable && !ended.is_terminated() {
+            return None;
+        }
+        let how = if ended.is_terminated() {
+            "was terminated"
+        } else {
+            "has ended"
+        };
+        Some(
+            RpcError::new(code::RESOURCE_NOT_FOUND, format!("session {id} {how}"))
+                .with_data(serde_json::json!({ "sessionId": id, "ended": true })),
+        )
+    }
+
+    /// Sends a request whose id the connection has claimed to `process`
+    /// (recorded in its session's event log first) and awaits the answer.
+    async fn forward(
+        &self,
+        process: &AgentProcess,
+        connection: &Arc<Connection>,
+        envelope: &Envelope<'_>,
+        body: &Bytes,
+        effect: Effect,
+        session: Option<Arc<str>>,
+    ) -> Result<Reply, Error> {
+        let client_id = envelope.id.unwrap_or(RawValue::NULL);
+        let method = envelope.method();
         if let Effect::AttachSession { session, .. } = &effect {
-            process.prepare_attach(self, connection, session);
+            process.router.prepare_attach(connection, session);
         }
         if let Some(session) = session
             .as_deref()
-            .and_then(|id| self.live_session(&process, id))
+            .and_then(|id| self.sessions.live(id, process.generation))
         {
             session.record(Direction::ClientToAgent, body.clone());
         }
-        let receiver = match process
+        let sent = process
+            .router
             .send_request(
                 connection,
                 client_id,
@@ -307,17 +342,34 @@ impl Runtime {
                 effect,
                 session,
             )
-            .await
-        {
-            Ok(receiver) => receiver,
+            .await;
+        match sent {
+            Ok(receiver) => {
+                self.await_answer(connection, client_id, method, receiver)
+                    .await
+            }
             Err(error) => {
                 connection.release_request_id(client_id.get());
                 let error = RpcError::new(code::INTERNAL_ERROR, error.to_string());
-                return Ok(Reply::json(protocol::error_response_line(
-                    client_id, &error,
-                )));
+                Ok(Reply::error(client_id, &error))
             }
-        };
+        }
+    }
+
+    /// Waits for the agent's answer to a forwarded request: bounded by the
+    /// request timeout (prompts only by `--prompt-timeout-ms`), cut short by
+    /// the connection closing. An answer that comes too late goes to the SSE
+    /// stream ([`ResponseWaiter`]).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] (504) when the timeout elapsed first.
+    async fn await_answer(
+        &self,
+        connection: &Arc<Connection>,
+        client_id: &RawValue,
+        method: &str,
+        receiver: oneshot::Receiver<Bytes>,
+    ) -> Result<Reply, Error> {
         let timeout = if method == method::SESSION_PROMPT {
             self.config.prompt_timeout
         } else {
@@ -340,12 +392,12 @@ impl Runtime {
                 }),
                 Waited::Lost => {
                     let error = RpcError::new(code::INTERNAL_ERROR, "the agent's answer was lost");
-                    Ok(Reply::json(protocol::error_response_line(client_id, &error)))
+                    Ok(Reply::error(client_id, &error))
                 }
             },
             () = connection.closed().cancelled() => {
                 let error = RpcError::new(code::INTERNAL_ERROR, "connection closed");
-                Ok(Reply::json(protocol::error_response_line(client_id, &error)))
+                Ok(Reply::error(client_id, &error))
             }
         }
     }
@@ -430,7 +482,7 @@ impl Runtime {
         if method == method::CANCEL_REQUEST {
             // The client names its own request id; the agent knows another one.
             let Some(agent_id) = protocol::cancelled_request_id(envelope.params)
-                .and_then(|id| process.agent_id_of(connection, id.get()))
+                .and_then(|id| process.router.agent_id_of(connection, id.get()))
             else {
                 return Ok(Reply::Accepted);
             };
@@ -438,29 +490,21 @@ impl Runtime {
                 method::CANCEL_REQUEST,
                 &serde_json::json!({ "requestId": agent_id }),
             );
-            if process.send_line(&line).await.is_err() {
+            if process.router.send_line(&line).await.is_err() {
                 tracing::debug!(connection = %connection.id, "cancel dropped: agent process exited");
             }
             return Ok(Reply::Accepted);
         }
         if let Some(session) = envelope
             .session_id()
-            .and_then(|id| self.live_session(&process, &id))
+            .and_then(|id| self.sessions.live(&id, process.generation))
         {
             session.record(Direction::ClientToAgent, Bytes::copy_from_slice(body));
         }
-        if process.send_line(body).await.is_err() {
+        if process.router.send_line(body).await.is_err() {
             tracing::debug!(connection = %connection.id, "notification dropped: agent process exited");
         }
         Ok(Reply::Accepted)
-    }
-
-    /// The session if it is live on `process` (sessions of an earlier process
-    /// of the same agent are not).
-    fn live_session(&self, process: &AgentProcess, id: &str) -> Option<Arc<Session>> {
-        self.sessions
-            .get(id)
-            .filter(|s| s.process_generation == process.generation)
     }
 
     /// The `initialize` result clients get: the agent's own, with the
@@ -547,32 +591,25 @@ impl Runtime {
     /// # Errors
     /// [`RpcError`] for an unknown session.
     pub async fn terminate_session(
-        self: &Arc<Self>,
+        &self,
         id: &str,
     ) -> Result<TerminateResult, RpcError> {
         let session = self.session_or_error(id)?;
-        let Some(attached) = session.end(EndReason::Terminated) else {
+        let ended = session.end_with_notice(&SessionEnded {
+            session_id: id.to_owned(),
+            reason: EndReason::Terminated,
+            terminated_by: TerminatedBy::Daemon,
+            message: Some("terminated on request".to_owned()),
+            exit_code: None,
+            stderr: None,
+        });
+        if !ended {
             return Ok(TerminateResult {
                 session_id: id.to_owned(),
                 already_ended: true,
             });
-        };
-        tracing::info!(session = id, "terminating session");
-        let notice = protocol::notification_line(
-            SESSION_ENDED,
-            &SessionEnded {
-                session_id: id.to_owned(),
-                reason: EndReason::Terminated,
-                terminated_by: TerminatedBy::Daemon,
-                message: Some("terminated on request".to_owned()),
-                exit_code: None,
-                stderr: None,
-            },
-        );
-        session.record(Direction::AgentToClient, Bytes::copy_from_slice(&notice));
-        for connection in attached {
-            connection.push(&notice);
         }
+        tracing::info!(session = id, "terminating session");
         if let Some(process) = self
             .agents
             .current(&session.agent)
@@ -583,13 +620,12 @@ impl Runtime {
                 &serde_json::json!({ "sessionId": id }),
             );
             session.record(Direction::ClientToAgent, Bytes::copy_from_slice(&cancel));
-            if process.send_line(&cancel).await.is_ok() {
-                let runtime = self.clone();
+            if process.router.send_line(&cancel).await.is_ok() {
                 let id = id.to_owned();
                 let grace = self.config.terminate_grace;
                 tokio::spawn(async move {
                     tokio::time::sleep(grace).await;
-                    let abandoned = process.abandon_prompts(&runtime, &id);
+                    let abandoned = process.router.abandon_prompts(&id);
                     if abandoned > 0 {
                         tracing::warn!(
                             session = id,
@@ -639,12 +675,14 @@ impl Runtime {
     ) -> Result<Reply, Error> {
         let raw_id = envelope.id.map(RawValue::get).unwrap_or("null");
         let current = self.agents.current(&connection.agent);
-        match current.as_ref().map(|p| (p, p.take_agent_request(raw_id))) {
+        match current.as_ref().map(|p| (p, p.router.take_agent_request(raw_id))) {
             Some((process, Some(session))) => {
-                if let Some(session) = session.and_then(|id| self.live_session(process, &id)) {
+                if let Some(session) =
+                    session.and_then(|id| self.sessions.live(&id, process.generation))
+                {
                     session.record(Direction::ClientToAgent, Bytes::copy_from_slice(body));
                 }
-                if process.send_line(body).await.is_err() {
+                if process.router.send_line(body).await.is_err() {
                     tracing::debug!(connection = %connection.id, "answer dropped: agent process exited");
                 }
             }

@@ -8,8 +8,11 @@ use crate::hints::Hints;
 use agent_client_protocol::v1::schema::SessionInfo;
 use bytes::Bytes;
 use dashmap::DashMap;
+use crate::protocol;
+use ext_methods::notification::SESSION_ENDED;
 use ext_methods::{
-    Direction, EndReason, ListModelsResult, ModelInfo, SessionEventsPage, SessionMeta,
+    Direction, EndReason, ListModelsResult, ModelInfo, SessionEnded, SessionEventsPage,
+    SessionMeta,
 };
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
@@ -90,6 +93,22 @@ impl Session {
             connection.detach_session(&self.id);
         }
         Some(attached)
+    }
+
+    /// Ends the session with `notice`'s reason and tells it: the
+    /// `_sandboxagent/session/ended` notification goes into the event log and
+    /// to every connection that was attached. Returns `false` (and sends
+    /// nothing) when the session had already ended.
+    pub fn end_with_notice(&self, notice: &SessionEnded) -> bool {
+        let Some(attached) = self.end(notice.reason) else {
+            return false;
+        };
+        let line = protocol::notification_line(SESSION_ENDED, notice);
+        self.record(Direction::AgentToClient, Bytes::copy_from_slice(&line));
+        for connection in attached {
+            connection.push(&line);
+        }
+        true
     }
 
     /// Whether the session ended.
@@ -329,6 +348,14 @@ impl Sessions {
         };
         self.forget_old_ended();
         session
+    }
+
+    /// The session if it is live on the agent process of `generation`: an
+    /// entry of an earlier process of the same agent counts as unknown (a
+    /// reload on the new process may revive it).
+    pub fn live(&self, id: &str, generation: u64) -> Option<Arc<Session>> {
+        self.get(id)
+            .filter(|session| session.process_generation == generation)
     }
 
     /// Live sessions hosted by this agent process generation.

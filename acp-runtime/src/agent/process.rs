@@ -1,33 +1,22 @@
-//! Starting an agent process and moving bytes to and from its stdio.
-//!
-//! stdin: one writer task fed by a bounded channel of complete lines; it
-//! flushes when the channel runs dry, so a burst costs few syscalls and a
-//! single message is not delayed. stdout: newline-delimited JSON-RPC with a
-//! maximum line length ([`LineDecoder`]); a longer line is discarded and reported.
-//! stderr: captured (first 20 and last 50 lines) and logged, never mixed into
-//! the stream.
+//! One running agent process: starting it in its own process group, its
+//! identity (agent id, generation, pid), its routing table ([`Router`]) and
+//! how it ended. The loops that move its bytes are in [`super::stdio`].
 
-use super::framing::{Line, LineDecoder};
+use super::framing::LineDecoder;
+use super::router::{ReportedHints, RouteTargets, Router};
+use super::stdio::{self, StderrCapture};
 use bytes::Bytes;
-use ext_methods::StderrExcerpt;
-use futures::StreamExt;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use parking_lot::Mutex;
-use std::collections::VecDeque;
+use serde_json::value::RawValue;
 use std::process::Stdio;
 use std::sync::Arc;
-use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
 
-/// Lines of stderr kept from the start of the process.
-const STDERR_HEAD: usize = 20;
-/// Lines of stderr kept from the end of the process.
-const STDERR_TAIL: usize = 50;
-/// Longest stderr line kept, in bytes.
-const STDERR_MAX_LINE: usize = 8 * 1024;
 /// Lines queued for an agent's stdin before senders wait.
 const STDIN_QUEUE: usize = 1024;
 
@@ -47,15 +36,17 @@ pub struct LaunchCommand {
 pub struct Spawned {
     /// The child; it leads its own process group.
     pub child: Child,
-    /// Lines for the agent's stdin (each must end with `\n`).
+    /// Lines for the agent's stdin (each must end with `\n`), written by
+    /// [`stdio::write_stdin`].
     pub stdin: mpsc::Sender<Bytes>,
-    /// The agent's stdout, split into lines.
+    /// The agent's stdout, split into lines (read by [`stdio::read_stdout`]).
     pub stdout: FramedRead<ChildStdout, LineDecoder>,
-    /// Captured stderr.
+    /// Captured stderr, filled by [`stdio::read_stderr`].
     pub stderr: Arc<Mutex<StderrCapture>>,
 }
 
-/// Starts agent `agent` with `launch` in its own process group with piped stdio.
+/// Starts agent `agent` with `launch` in its own process group with piped
+/// stdio, and the stdin writer and stderr reader tasks.
 ///
 /// # Errors
 /// The spawn error (program not found, not executable, …).
@@ -81,9 +72,9 @@ pub fn spawn(
         return Err(std::io::Error::other("agent stdio was not piped"));
     };
     let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
-    tokio::spawn(write_stdin(stdin, stdin_rx));
+    tokio::spawn(stdio::write_stdin(stdin, stdin_rx));
     let capture = Arc::new(Mutex::new(StderrCapture::default()));
-    tokio::spawn(read_stderr(agent.to_owned(), stderr, capture.clone()));
+    tokio::spawn(stdio::read_stderr(agent.to_owned(), stderr, capture.clone()));
     Ok(Spawned {
         child,
         stdin: stdin_tx,
@@ -92,71 +83,101 @@ pub fn spawn(
     })
 }
 
-async fn write_stdin(stdin: ChildStdin, mut lines: mpsc::Receiver<Bytes>) {
-    let mut writer = BufWriter::with_capacity(64 * 1024, stdin);
-    while let Some(line) = lines.recv().await {
-        if writer.write_all(&line).await.is_err() {
-            return;
-        }
-        // Keep writing while more is queued; flush once the queue is empty.
-        while let Ok(line) = lines.try_recv() {
-            if writer.write_all(&line).await.is_err() {
-                return;
-            }
-        }
-        if writer.flush().await.is_err() {
-            return;
-        }
+/// One running agent process, shared by the request handlers, its stdout
+/// loop and the supervisor.
+pub struct AgentProcess {
+    /// Agent id.
+    pub agent: Arc<str>,
+    /// Increases with every start of any agent; sessions carry the
+    /// generation of the process that hosts them.
+    pub generation: u64,
+    /// OS process id; also the process group id.
+    pub pid: u32,
+    /// Where its messages go and where answers come back.
+    pub(crate) router: Router,
+    /// The process's stderr excerpt.
+    pub(crate) stderr: Arc<Mutex<StderrCapture>>,
+    /// Cancelled once the process is gone and its pending requests failed.
+    pub(crate) exited: CancellationToken,
+    /// The agent's answer to the runtime's `initialize`.
+    pub(crate) initialize_result: Mutex<Option<Box<RawValue>>>,
+    /// How the process ended, once it did.
+    pub(crate) exit: Mutex<Option<ExitInfo>>,
+}
+
+impl std::fmt::Debug for AgentProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentProcess")
+            .field("agent", &self.agent)
+            .field("generation", &self.generation)
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
     }
 }
 
-async fn read_stderr(
-    agent: String,
-    stderr: tokio::process::ChildStderr,
-    capture: Arc<Mutex<StderrCapture>>,
-) {
-    let mut lines = FramedRead::new(stderr, LineDecoder::new(STDERR_MAX_LINE));
-    while let Some(Ok(line)) = lines.next().await {
-        let line = match line {
-            Line::Message(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Line::TooLong { length, .. } => format!("[stderr line of {length} bytes, discarded]"),
-        };
-        tracing::debug!(target: "agent_stderr", agent = %agent, "{line}");
-        capture.lock().push(line);
+impl AgentProcess {
+    /// The process `spawned` as generation `generation` of `agent`, routing
+    /// to `targets`.
+    pub(crate) fn new(
+        agent: Arc<str>,
+        generation: u64,
+        pid: u32,
+        stdin: mpsc::Sender<Bytes>,
+        stderr: Arc<Mutex<StderrCapture>>,
+        targets: RouteTargets,
+        reported: Arc<Mutex<ReportedHints>>,
+    ) -> Self {
+        let exited = CancellationToken::new();
+        Self {
+            router: Router::new(
+                agent.clone(),
+                generation,
+                stdin,
+                targets,
+                reported,
+                exited.clone(),
+            ),
+            agent,
+            generation,
+            pid,
+            stderr,
+            exited,
+            initialize_result: Mutex::new(None),
+            exit: Mutex::new(None),
+        }
+    }
+
+    /// Whether the process is still serving.
+    pub fn is_alive(&self) -> bool {
+        !self.exited.is_cancelled()
+    }
+
+    /// Records how the process ended and lets its router fail what was
+    /// pending and end its sessions.
+    pub(crate) fn finish(&self, exit: ExitInfo) {
+        *self.exit.lock() = Some(exit);
+        self.exited.cancel();
+        let stderr = self.stderr.lock().summary();
+        self.router.finish(exit, stderr);
     }
 }
 
-/// Head and tail of an agent's stderr.
-#[derive(Debug, Default)]
-pub struct StderrCapture {
-    head: Vec<String>,
-    tail: VecDeque<String>,
-    total: u64,
+/// How an agent process ended.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExitInfo {
+    /// Exit code, when it exited normally.
+    pub code: Option<i32>,
+    /// Signal number, when a signal ended it.
+    pub signal: Option<i32>,
 }
 
-impl StderrCapture {
-    fn push(&mut self, line: String) {
-        self.total += 1;
-        if self.head.len() < STDERR_HEAD {
-            self.head.push(line);
-            return;
-        }
-        if self.tail.len() == STDERR_TAIL {
-            self.tail.pop_front();
-        }
-        self.tail.push_back(line);
-    }
-
-    /// The `stderr` member of `_sandboxagent/session/ended`: the first 20 and
-    /// last 50 lines, whether lines in between were left out, and the count.
-    pub fn summary(&self) -> StderrExcerpt {
-        let kept = (self.head.len() + self.tail.len()) as u64;
-        StderrExcerpt {
-            head: (!self.head.is_empty()).then(|| self.head.join("\n")),
-            tail: (!self.tail.is_empty())
-                .then(|| self.tail.iter().cloned().collect::<Vec<_>>().join("\n")),
-            truncated: self.total > kept,
-            total_lines: Some(self.total),
+impl ExitInfo {
+    /// "exit code N", "signal N" or "unknown status".
+    pub fn describe(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "unknown status".to_owned(),
         }
     }
 }

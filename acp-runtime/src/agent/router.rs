@@ -1,27 +1,33 @@
-//! Routing between client connections and one agent process
-//! (DESIGN.md section 4).
+//! The routing table of one agent process (research/contract.md, "Routing:
+//! connections, sessions, one agent process").
 //!
 //! Toward the agent, every client request gets a fresh integer id from this
 //! process's counter; the pending table maps it back to the connection and the
 //! client's own id (kept as raw JSON, so it round-trips exactly). From the
-//! agent, one task reads stdout line by line and dispatches each message in
-//! order: notifications and agent requests go to the connections attached to
-//! their session; responses go back to the waiting POST, or to the
-//! connection's SSE stream when the POST is gone. Because that task handles
-//! lines strictly in the order the agent wrote them, every notification
-//! written before a response is in the connection's ring before the response
-//! is released.
+//! agent, the stdout loop ([`super::stdio`]) hands each line to
+//! [`Router::dispatch`] in order: notifications and agent requests go to the
+//! connections attached to their session; responses go back to the waiting
+//! POST, or to the connection's SSE stream when the POST is gone. Because
+//! lines are handled strictly in the order the agent wrote them, every
+//! notification written before a response is in the connection's ring before
+//! the response is released.
+//!
+//! A router reaches the rest of the server only through [`RouteTargets`]
+//! (the session inventory and the open connections) and its agent's
+//! [`ReportedHints`], so it can be built, and tested, without a server.
 
 use super::framing::PREFIX_BYTES;
-use super::process::StderrCapture;
+use super::process::ExitInfo;
 use crate::connection::Connection;
-use crate::hints;
+use crate::hints::{self, Hints};
 use crate::protocol::{self, AgentMessage, Kind, RpcError, code, method};
-use crate::runtime::Runtime;
-use crate::session::Session;
+use crate::registry::Connections;
+use crate::session::{Session, Sessions};
 use bytes::Bytes;
-use ext_methods::notification::{AGENT_UNPARSED, SESSION_ENDED};
-use ext_methods::{AgentUnparsed, Direction, EndReason, SessionEnded, TerminatedBy};
+use ext_methods::notification::AGENT_UNPARSED;
+use ext_methods::{
+    AgentUnparsed, Direction, EndReason, ModelInfo, SessionEnded, StderrExcerpt, TerminatedBy,
+};
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -34,11 +40,45 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-/// Messages held for sessions whose owner is not known yet (DESIGN.md
-/// section 3, edge rules): at most this many …
+/// Messages held for sessions whose owner is not known yet
+/// (research/contract.md, "Routing: connections, sessions, one agent
+/// process"): at most this many …
 const HELD_MAX: usize = 256;
 /// … and for at most this long.
 const HELD_TTL: Duration = Duration::from_secs(5);
+
+/// What a router delivers to outside its own process: the server-wide
+/// session inventory and the open connections. Every process of every agent
+/// gets a clone (two `Arc`s).
+#[derive(Debug, Clone)]
+pub struct RouteTargets {
+    /// Every session, across agents and connections.
+    pub sessions: Arc<Sessions>,
+    /// The open client connections.
+    pub connections: Arc<Connections>,
+}
+
+/// The models and modes an agent reported in any of its sessions (for
+/// `GET /v2/agents` and `_sandboxagent/session/list_models` on an agent).
+/// One per agent id, shared by its successive processes.
+#[derive(Debug, Default)]
+pub struct ReportedHints {
+    /// The newest model list the agent reported.
+    pub models: Option<Vec<ModelInfo>>,
+    /// The newest mode list (ACP `SessionMode` objects).
+    pub modes: Option<Vec<Value>>,
+}
+
+impl ReportedHints {
+    fn take(&mut self, hints: &Hints) {
+        if let Some(models) = &hints.models {
+            self.models = Some(models.clone());
+        }
+        if let Some(modes) = &hints.modes {
+            self.modes = Some(modes.clone());
+        }
+    }
+}
 
 /// What the runtime does when the agent answers a client request successfully.
 #[derive(Debug, Clone)]
@@ -57,7 +97,7 @@ pub enum Effect {
     },
     /// `session/set_mode`, `session/set_model`: what the request implies
     /// about the session once the agent accepted it.
-    SetHints(hints::Hints),
+    SetHints(Hints),
     /// `session/load`, `session/resume`: attach the requesting connection to
     /// `params.sessionId`.
     AttachSession {
@@ -68,20 +108,25 @@ pub enum Effect {
     },
 }
 
+/// A client's request waiting for the agent's answer, which goes back with
+/// the client's own id.
+struct ClientRequest {
+    connection: Arc<Connection>,
+    client_id: Box<RawValue>,
+    reply: oneshot::Sender<Bytes>,
+    effect: Effect,
+    /// `params.sessionId`: the answer goes to that session's event log.
+    session: Option<Arc<str>>,
+    /// A `session/prompt`, which terminate may answer on the agent's behalf.
+    prompt: bool,
+}
+
 /// A request waiting for the agent's answer.
 enum Pending {
-    /// A client's request: the answer goes back with the client's own id.
-    Client {
-        connection: Arc<Connection>,
-        client_id: Box<RawValue>,
-        reply: oneshot::Sender<Bytes>,
-        effect: Effect,
-        /// `params.sessionId`: the answer goes to that session's event log.
-        session: Option<Arc<str>>,
-        /// A `session/prompt`, which terminate may answer on the agent's behalf.
-        prompt: bool,
-    },
-    /// The runtime's own request (its `initialize`).
+    /// A client's request.
+    Client(ClientRequest),
+    /// The runtime's own request (its `initialize`): the raw result, or the
+    /// raw error object.
     Runtime(oneshot::Sender<Result<Box<RawValue>, Box<RawValue>>>),
 }
 
@@ -109,22 +154,28 @@ pub enum SendError {
     Exited,
 }
 
-/// One running agent process and its routing tables. Shared by the request
-/// handlers (client → agent) and the stdout reader task (agent → client).
-pub struct AgentProcess {
+/// The routing table of one agent process: requests in flight both ways,
+/// messages held for sessions not yet owned, and the handles to deliver to.
+/// Shared by the request handlers (client → agent) and the stdout loop
+/// (agent → client).
+pub struct Router {
     /// Agent id.
-    pub agent: Arc<str>,
-    /// Increases with every start of this agent id.
-    pub generation: u64,
-    /// OS process id; also the process group id.
-    pub pid: u32,
+    agent: Arc<str>,
+    /// The process generation; sessions it hosts carry the same number.
+    generation: u64,
     /// Complete lines for the agent's stdin.
     stdin: mpsc::Sender<Bytes>,
+    /// Where messages go.
+    targets: RouteTargets,
+    /// The agent's reported models and modes (agent-wide).
+    reported: Arc<Mutex<ReportedHints>>,
+    /// Cancelled when the process is gone; nothing more is sent then.
+    exited: CancellationToken,
     /// Source of the ids the runtime puts on requests to the agent.
     next_id: AtomicI64,
     /// Requests sent to the agent and not answered yet, by runtime id.
     pending: Mutex<HashMap<i64, Pending>>,
-    /// Agent requests not answered yet, by raw id, in arrival order.
+    /// Agent requests not answered yet, by arrival number: (raw id, request).
     agent_requests: Mutex<BTreeMap<u64, (Box<str>, AgentRequest)>>,
     /// Arrival counter for `agent_requests`.
     agent_request_seq: AtomicU64,
@@ -132,56 +183,61 @@ pub struct AgentProcess {
     held: Mutex<VecDeque<Held>>,
     /// The connection that sent this agent its most recent request.
     last_requester: Mutex<Weak<Connection>>,
-    /// The process's stderr excerpt.
-    pub(crate) stderr: Arc<Mutex<StderrCapture>>,
-    /// Cancelled once the process is gone and its pending requests failed.
-    pub(crate) exited: CancellationToken,
-    /// The agent's answer to the runtime's `initialize`.
-    pub(crate) initialize_result: Mutex<Option<Box<RawValue>>>,
-    /// How the process ended, once it did.
-    pub(crate) exit: Mutex<Option<ExitInfo>>,
 }
 
-impl std::fmt::Debug for AgentProcess {
+impl std::fmt::Debug for Router {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentProcess")
+        f.debug_struct("Router")
             .field("agent", &self.agent)
             .field("generation", &self.generation)
-            .field("pid", &self.pid)
             .finish_non_exhaustive()
     }
 }
 
-impl AgentProcess {
-    /// Routing state for a freshly spawned process.
+impl Router {
+    /// An empty table for process `generation` of `agent`, writing to
+    /// `stdin`; `exited` is cancelled when the process is gone.
     pub fn new(
         agent: Arc<str>,
         generation: u64,
-        pid: u32,
         stdin: mpsc::Sender<Bytes>,
-        stderr: Arc<Mutex<StderrCapture>>,
+        targets: RouteTargets,
+        reported: Arc<Mutex<ReportedHints>>,
+        exited: CancellationToken,
     ) -> Self {
         Self {
             agent,
             generation,
-            pid,
             stdin,
+            targets,
+            reported,
+            exited,
             next_id: AtomicI64::new(1),
             pending: Mutex::new(HashMap::new()),
             agent_requests: Mutex::new(BTreeMap::new()),
             agent_request_seq: AtomicU64::new(0),
             held: Mutex::new(VecDeque::new()),
             last_requester: Mutex::new(Weak::new()),
-            stderr,
-            exited: CancellationToken::new(),
-            initialize_result: Mutex::new(None),
-            exit: Mutex::new(None),
         }
     }
 
-    /// Whether the process is still serving.
-    pub fn is_alive(&self) -> bool {
-        !self.exited.is_cancelled()
+    /// Sends a request with a fresh agent-side id and files `pending` under
+    /// it: the one path for the client's requests and the runtime's own.
+    async fn submit(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        pending: Pending,
+    ) -> Result<(), SendError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut line = protocol::request_line(&protocol::agent_id(id), method, params);
+        line.push(b'\n');
+        self.pending.lock().insert(id, pending);
+        if self.stdin.send(Bytes::from(line)).await.is_err() || self.exited.is_cancelled() {
+            self.pending.lock().remove(&id);
+            return Err(SendError::Exited);
+        }
+        Ok(())
     }
 
     /// Sends a client's request with a fresh agent-side id. The receiver gets
@@ -199,26 +255,17 @@ impl AgentProcess {
         effect: Effect,
         session: Option<Arc<str>>,
     ) -> Result<oneshot::Receiver<Bytes>, SendError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut line = protocol::request_line(&protocol::agent_id(id), method, params);
-        line.push(b'\n');
         let (reply, receiver) = oneshot::channel();
-        self.pending.lock().insert(
-            id,
-            Pending::Client {
-                connection: connection.clone(),
-                client_id: client_id.to_owned(),
-                reply,
-                effect,
-                session,
-                prompt: method == method::SESSION_PROMPT,
-            },
-        );
         *self.last_requester.lock() = Arc::downgrade(connection);
-        if self.stdin.send(Bytes::from(line)).await.is_err() || !self.is_alive() {
-            self.pending.lock().remove(&id);
-            return Err(SendError::Exited);
-        }
+        let request = ClientRequest {
+            connection: connection.clone(),
+            client_id: client_id.to_owned(),
+            reply,
+            effect,
+            session,
+            prompt: method == method::SESSION_PROMPT,
+        };
+        self.submit(method, params, Pending::Client(request)).await?;
         Ok(receiver)
     }
 
@@ -229,14 +276,13 @@ impl AgentProcess {
         method: &str,
         params: &impl Serialize,
     ) -> Result<Box<RawValue>, Option<Box<RawValue>>> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let params = protocol::raw(params);
-        let mut line = protocol::request_line(&protocol::agent_id(id), method, Some(&params));
-        line.push(b'\n');
         let (reply, receiver) = oneshot::channel();
-        self.pending.lock().insert(id, Pending::Runtime(reply));
-        if self.stdin.send(Bytes::from(line)).await.is_err() {
-            self.pending.lock().remove(&id);
+        if self
+            .submit(method, Some(&params), Pending::Runtime(reply))
+            .await
+            .is_err()
+        {
             return Err(None);
         }
         match receiver.await {
@@ -261,6 +307,22 @@ impl AgentProcess {
             .map_err(|_| SendError::Exited)
     }
 
+    /// Answers a client's request with `line` (a JSON-RPC response carrying
+    /// the client's id): into the session's event log when there is one, then
+    /// to the waiting POST, or to the connection's SSE stream when the POST
+    /// is gone (or timed out), so nothing is lost.
+    fn settle(&self, request: ClientRequest, line: Vec<u8>, session: Option<&Session>) {
+        if let Some(session) = session {
+            session.record(Direction::AgentToClient, Bytes::copy_from_slice(&line));
+        }
+        request
+            .connection
+            .release_request_id(request.client_id.get());
+        if let Err(line) = request.reply.send(Bytes::from(line)) {
+            request.connection.push(&line);
+        }
+    }
+
     /// Takes agent request `raw_id` if it is still unanswered, returning its
     /// session; `None` when it was answered already or never existed (the
     /// caller drops the answer: exactly one answer reaches the agent).
@@ -274,7 +336,7 @@ impl AgentProcess {
     }
 
     /// Handles one line the agent wrote to stdout.
-    pub fn dispatch(&self, runtime: &Runtime, line: &[u8]) {
+    pub fn dispatch(&self, line: &[u8]) {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
@@ -284,39 +346,34 @@ impl AgentProcess {
                 // The report goes to every connection of the agent: a long
                 // line is cut to its first KiB, as an over-long one is.
                 if line.len() > PREFIX_BYTES {
-                    let raw = format!("{}…", String::from_utf8_lossy(&line[..PREFIX_BYTES]));
                     let error = format!("{error} (line of {} bytes, cut)", line.len());
-                    self.report_unparsed(runtime, &raw, &error);
+                    self.report_unparsed(&cut(&line[..PREFIX_BYTES]), &error);
                 } else {
-                    self.report_unparsed(
-                        runtime,
-                        &String::from_utf8_lossy(line),
-                        &error.to_string(),
-                    );
+                    self.report_unparsed(&String::from_utf8_lossy(line), &error.to_string());
                 }
                 return;
             }
         };
-        // Agent lines are one line, but a bare CR inside is JSON whitespace that
-        // would split an SSE `data:` line; flatten it in a copy.
-        let flattened;
-        let line = if protocol::has_newline(line) {
-            let mut copy = line.to_vec();
-            protocol::flatten_newlines(&mut copy);
-            flattened = copy;
-            &flattened[..]
-        } else {
-            line
-        };
+        // Agent lines are one line, but a bare CR inside is JSON whitespace
+        // that would split an SSE `data:` line.
+        let line = protocol::one_line(line);
         match kind {
-            Kind::Response => self.on_response(runtime, &message),
-            Kind::Notification => self.on_notification(runtime, &message, line),
-            Kind::Request => self.on_agent_request(runtime, &message, line),
+            Kind::Response => self.on_response(&message),
+            Kind::Notification => self.on_notification(&message, &line),
+            Kind::Request => self.on_agent_request(&message, &line),
         }
     }
 
-    /// Reports a line that is not a JSON-RPC object to every connection of this agent.
-    pub fn report_unparsed(&self, runtime: &Runtime, raw: &str, error: &str) {
+    /// Reports a line longer than `max` bytes (of which the framing kept
+    /// `prefix`) to every connection of this agent.
+    pub fn report_too_long(&self, prefix: &[u8], length: usize, max: usize) {
+        let error = format!("line of {length} bytes exceeds the maximum of {max} bytes; discarded");
+        self.report_unparsed(&cut(prefix), &error);
+    }
+
+    /// Reports a line that is not a JSON-RPC object to every connection of
+    /// this agent (`_sandboxagent/agent/unparsed`).
+    fn report_unparsed(&self, raw: &str, error: &str) {
         tracing::warn!(agent = %self.agent, error, "agent wrote a line that is not JSON-RPC");
         let notice = protocol::notification_line(
             AGENT_UNPARSED,
@@ -326,12 +383,12 @@ impl AgentProcess {
                 error: error.to_owned(),
             },
         );
-        for connection in runtime.connections.of_agent(&self.agent) {
+        for connection in self.targets.connections.of_agent(&self.agent) {
             connection.push(&notice);
         }
     }
 
-    fn on_response(&self, runtime: &Runtime, envelope: &AgentMessage<'_>) {
+    fn on_response(&self, envelope: &AgentMessage<'_>) {
         let id = envelope.id.and_then(|id| id.get().parse::<i64>().ok());
         let Some(pending) = id.and_then(|id| self.pending.lock().remove(&id)) else {
             tracing::warn!(agent = %self.agent, id = ?envelope.id.map(RawValue::get), "agent answered an unknown request id; dropped");
@@ -349,59 +406,49 @@ impl AgentProcess {
                 };
                 let _ = reply.send(outcome);
             }
-            Pending::Client {
-                connection,
-                client_id,
-                reply,
-                effect,
-                session,
-                ..
-            } => {
-                let mut result = envelope.result.map(Cow::Borrowed);
-                let session = match (envelope.result, effect) {
-                    (Some(raw), Effect::None) => {
-                        let session = session.and_then(|id| self.live_session(runtime, &id));
-                        if let Some(session) = &session
-                            && let Some(hints) = hints::from_result(raw)
-                        {
-                            self.take_hints(runtime, session, &hints);
-                        }
-                        session
-                    }
-                    (Some(raw), Effect::SetHints(mut implied)) => {
-                        let session = session.and_then(|id| self.live_session(runtime, &id));
-                        if let Some(session) = &session {
-                            if let Some(reported) = hints::from_result(raw) {
-                                implied.merge(reported);
-                            }
-                            self.take_hints(runtime, session, &implied);
-                        }
-                        session
-                    }
-                    (Some(raw), effect) => {
-                        let created = self.apply_effect(runtime, &connection, effect, raw);
-                        if let Some(session) = &created {
-                            result = Some(Cow::Owned(with_session_meta(raw, session)));
-                        }
-                        created
-                    }
-                    (None, Effect::AttachSession { session, .. }) => {
-                        // The load failed: undo the early attach (see `prepare_attach`).
-                        if let Some(session) = runtime.sessions.get(&session) {
-                            session.detach(&connection);
-                        }
-                        None
-                    }
-                    (None, _) => session.and_then(|id| self.live_session(runtime, &id)),
-                };
-                let line = protocol::response_line(&client_id, result.as_deref(), envelope.error);
-                if let Some(session) = session {
-                    session.record(Direction::AgentToClient, Bytes::copy_from_slice(&line));
-                }
-                connection.release_request_id(client_id.get());
-                deliver(&connection, reply, line);
-            }
+            Pending::Client(request) => self.answer_client(request, envelope),
         }
+    }
+
+    /// Relays the agent's answer to a client's request, after applying what
+    /// a successful answer implies (a new or attached session, hints).
+    fn answer_client(&self, mut request: ClientRequest, envelope: &AgentMessage<'_>) {
+        let effect = std::mem::replace(&mut request.effect, Effect::None);
+        let session_id = request.session.take();
+        let mut result = envelope.result.map(Cow::Borrowed);
+        let session = match (envelope.result, effect) {
+            (Some(raw), effect @ (Effect::None | Effect::SetHints(_))) => {
+                let session = session_id.and_then(|id| self.live_session(&id));
+                if let Some(session) = &session {
+                    let mut hints = match effect {
+                        Effect::SetHints(implied) => implied,
+                        _ => Hints::default(),
+                    };
+                    if let Some(reported) = hints::from_result(raw) {
+                        hints.merge(reported);
+                    }
+                    self.take_hints(session, &hints);
+                }
+                session
+            }
+            (Some(raw), effect) => {
+                let created = self.apply_effect(&request.connection, effect, raw);
+                if let Some(session) = &created {
+                    result = Some(Cow::Owned(with_session_meta(raw, session)));
+                }
+                created
+            }
+            (None, Effect::AttachSession { session, .. }) => {
+                // The load failed: undo the early attach (see `prepare_attach`).
+                if let Some(session) = self.targets.sessions.get(&session) {
+                    session.detach(&request.connection);
+                }
+                None
+            }
+            (None, _) => session_id.and_then(|id| self.live_session(&id)),
+        };
+        let line = protocol::response_line(&request.client_id, result.as_deref(), envelope.error);
+        self.settle(request, line, session.as_deref());
     }
 
     /// Registers and attaches the session a successful `session/new` /
@@ -409,7 +456,6 @@ impl AgentProcess {
     /// held for it. Returns the session.
     fn apply_effect(
         &self,
-        runtime: &Runtime,
         connection: &Arc<Connection>,
         effect: Effect,
         result: &RawValue,
@@ -429,7 +475,7 @@ impl AgentProcess {
             },
             Effect::AttachSession { session, cwd } => (session, cwd, Map::new(), None),
         };
-        let session = runtime.sessions.insert(
+        let session = self.targets.sessions.insert(
             &session_id,
             self.agent.clone(),
             self.generation,
@@ -439,7 +485,7 @@ impl AgentProcess {
         if let Some(request) = request {
             session.record(Direction::ClientToAgent, request);
         }
-        self.take_hints(runtime, &session, &hints::from_session_result(result));
+        self.take_hints(&session, &hints::from_session_result(result));
         if !connection.is_closed() {
             session.attach(connection);
             let delivered = self.flush_held(&session, connection);
@@ -448,43 +494,43 @@ impl AgentProcess {
         Some(session)
     }
 
-    fn take_hints(&self, runtime: &Runtime, session: &Session, hints: &hints::Hints) {
+    /// Applies hints to the session and remembers the agent-wide ones.
+    fn take_hints(&self, session: &Session, hints: &Hints) {
         if !hints.is_empty() {
             session.apply_hints(hints);
-            runtime.agents.report_hints(&self.agent, hints);
+            self.reported.lock().take(hints);
         }
     }
 
     /// Attaches `connection` to a known live session of this process before a
     /// `session/load` / `session/resume` is answered, so the history the agent
     /// replays during the load reaches it. Undone if the load fails.
-    pub fn prepare_attach(&self, runtime: &Runtime, connection: &Arc<Connection>, session: &str) {
-        if let Some(session) = runtime.sessions.get(session)
-            && session.process_generation == self.generation
+    pub fn prepare_attach(&self, connection: &Arc<Connection>, session: &str) {
+        if let Some(session) = self.live_session(session)
             && !session.is_ended()
         {
             session.attach(connection);
         }
     }
 
-    fn on_notification(&self, runtime: &Runtime, envelope: &AgentMessage<'_>, line: &[u8]) {
+    fn on_notification(&self, envelope: &AgentMessage<'_>, line: &[u8]) {
         if envelope.method() == method::CANCEL_REQUEST {
-            self.on_agent_cancel(runtime, envelope, line);
+            self.on_agent_cancel(envelope, line);
             return;
         }
         let Some(session_id) = envelope.session_id() else {
-            for connection in runtime.connections.of_agent(&self.agent) {
+            for connection in self.targets.connections.of_agent(&self.agent) {
                 connection.push(line);
             }
             return;
         };
-        match self.live_session(runtime, session_id) {
+        match self.live_session(session_id) {
             Some(session) => {
                 if envelope.method() == method::SESSION_UPDATE
                     && let Some(kind) = envelope.update_kind()
                     && let Some(hints) = hints::from_update(kind, line)
                 {
-                    self.take_hints(runtime, &session, &hints);
+                    self.take_hints(&session, &hints);
                 }
                 session.record_and_deliver(Direction::AgentToClient, Bytes::copy_from_slice(line));
             }
@@ -494,14 +540,14 @@ impl AgentProcess {
 
     /// The agent withdraws one of its requests: only the connections that got
     /// it hear about it, and a later answer is dropped.
-    fn on_agent_cancel(&self, runtime: &Runtime, envelope: &AgentMessage<'_>, line: &[u8]) {
+    fn on_agent_cancel(&self, envelope: &AgentMessage<'_>, line: &[u8]) {
         let Some(request_id) = envelope.cancelled_request_id() else {
             return;
         };
         let Some(session) = self.take_agent_request(request_id.get()) else {
             return;
         };
-        let targets = match session.and_then(|id| self.live_session(runtime, &id)) {
+        let targets = match session.and_then(|id| self.live_session(&id)) {
             Some(session) => {
                 session.record_and_targets(Direction::AgentToClient, Bytes::copy_from_slice(line))
             }
@@ -519,16 +565,17 @@ impl AgentProcess {
             .lock()
             .iter()
             .find_map(|(id, pending)| match pending {
-                Pending::Client {
-                    connection: c,
-                    client_id: cid,
-                    ..
-                } if std::ptr::eq(c.as_ref(), connection) && cid.get() == client_id => Some(*id),
+                Pending::Client(request)
+                    if std::ptr::eq(request.connection.as_ref(), connection)
+                        && request.client_id.get() == client_id =>
+                {
+                    Some(*id)
+                }
                 _ => None,
             })
     }
 
-    fn on_agent_request(&self, runtime: &Runtime, envelope: &AgentMessage<'_>, line: &[u8]) {
+    fn on_agent_request(&self, envelope: &AgentMessage<'_>, line: &[u8]) {
         let Some(raw_id) = envelope.id.map(|id| Box::<str>::from(id.get())) else {
             return;
         };
@@ -552,7 +599,7 @@ impl AgentProcess {
             return;
         };
         self.remember_agent_request(&raw_id, Some(session_id.clone()), method, line.clone());
-        let Some(session) = self.live_session(runtime, &session_id) else {
+        let Some(session) = self.live_session(&session_id) else {
             self.hold(session_id, &line, Some(raw_id));
             return;
         };
@@ -596,8 +643,10 @@ impl AgentProcess {
         );
     }
 
-    /// Answers an agent request with "method not found" on the client's behalf
-    /// (DESIGN.md section 4: capabilities the client did not declare).
+    /// Answers an agent request with "method not found" on the client's
+    /// behalf: no attached client declared the capability
+    /// (research/contract.md, "Routing: connections, sessions, one agent
+    /// process").
     fn answer_method_not_found(&self, envelope: &AgentMessage<'_>, method: &str) {
         let Some(id) = envelope.id else { return };
         let error = RpcError::new(
@@ -611,14 +660,9 @@ impl AgentProcess {
         }
     }
 
-    /// The session if it is hosted by this process (an entry from an earlier
-    /// process generation counts as unknown: a reload on a new process may
-    /// revive it).
-    fn live_session(&self, runtime: &Runtime, id: &str) -> Option<Arc<Session>> {
-        runtime
-            .sessions
-            .get(id)
-            .filter(|s| s.process_generation == self.generation)
+    /// The session if this process hosts it.
+    fn live_session(&self, id: &str) -> Option<Arc<Session>> {
+        self.targets.sessions.live(id, self.generation)
     }
 
     fn hold(&self, session: Arc<str>, line: &[u8], request_id: Option<Box<str>>) {
@@ -700,49 +744,37 @@ impl AgentProcess {
     /// reason `cancelled` on the agent's behalf (a terminated session whose
     /// agent did not end the turn); the agent's later answers are dropped.
     /// Returns how many.
-    pub fn abandon_prompts(&self, runtime: &Runtime, session_id: &str) -> usize {
+    pub fn abandon_prompts(&self, session_id: &str) -> usize {
         let abandoned: Vec<Pending> = {
             let mut pending = self.pending.lock();
             let ids: Vec<i64> = pending
                 .iter()
                 .filter(|(_, p)| {
-                    matches!(p, Pending::Client { prompt: true, session: Some(s), .. } if **s == *session_id)
+                    matches!(p, Pending::Client(request) if request.prompt && request.session.as_deref() == Some(session_id))
                 })
                 .map(|(id, _)| *id)
                 .collect();
             ids.iter().filter_map(|id| pending.remove(id)).collect()
         };
         let count = abandoned.len();
-        let session = self.live_session(runtime, session_id);
+        let session = self.live_session(session_id);
         for pending in abandoned {
-            if let Pending::Client {
-                connection,
-                client_id,
-                reply,
-                ..
-            } = pending
-            {
+            if let Pending::Client(request) = pending {
                 let line = protocol::result_response_line(
-                    &client_id,
+                    &request.client_id,
                     &serde_json::json!({ "stopReason": "cancelled" }),
                 );
-                if let Some(session) = &session {
-                    session.record(Direction::AgentToClient, Bytes::copy_from_slice(&line));
-                }
-                connection.release_request_id(client_id.get());
-                deliver(&connection, reply, line);
+                self.settle(request, line, session.as_deref());
             }
         }
         count
     }
 
-    /// Fails every pending request (the process is gone) and ends the live
-    /// sessions it hosted, telling their connections with
-    /// `_sandboxagent/session/ended`.
-    pub fn finish(&self, runtime: &Runtime, exit: ExitInfo) {
-        *self.exit.lock() = Some(exit);
-        self.exited.cancel();
-        let stderr = self.stderr.lock().summary();
+    /// The process is gone: fails every pending request with a JSON-RPC
+    /// error naming the exit and carrying the stderr excerpt, forgets agent
+    /// requests and held messages, and ends the live sessions it hosted,
+    /// telling their connections with `_sandboxagent/session/ended`.
+    pub fn finish(&self, exit: ExitInfo, stderr: StderrExcerpt) {
         let message = format!("agent process exited ({})", exit.describe());
         let error =
             RpcError::new(code::INTERNAL_ERROR, message.clone()).with_data(serde_json::json!({
@@ -754,18 +786,9 @@ impl AgentProcess {
         let pending: Vec<_> = self.pending.lock().drain().map(|(_, p)| p).collect();
         for pending in pending {
             match pending {
-                Pending::Client {
-                    connection,
-                    client_id,
-                    reply,
-                    ..
-                } => {
-                    connection.release_request_id(client_id.get());
-                    deliver(
-                        &connection,
-                        reply,
-                        protocol::error_response_line(&client_id, &error),
-                    );
+                Pending::Client(request) => {
+                    let line = protocol::error_response_line(&request.client_id, &error);
+                    self.settle(request, line, None);
                 }
                 // Dropping the sender tells the runtime's caller the process is gone.
                 Pending::Runtime(_) => {}
@@ -773,55 +796,31 @@ impl AgentProcess {
         }
         self.agent_requests.lock().clear();
         self.held.lock().clear();
-        for session in runtime
+        let reason = if exit.code == Some(0) {
+            EndReason::Completed
+        } else {
+            EndReason::Error
+        };
+        for session in self
+            .targets
             .sessions
             .live_of_process(&self.agent, self.generation)
         {
-            let reason = if exit.code == Some(0) {
-                EndReason::Completed
-            } else {
-                EndReason::Error
-            };
-            let Some(attached) = session.end(reason) else {
-                continue;
-            };
-            let notice = protocol::notification_line(
-                SESSION_ENDED,
-                &SessionEnded {
-                    session_id: session.id.to_string(),
-                    reason,
-                    terminated_by: TerminatedBy::Agent,
-                    message: Some(message.clone()),
-                    exit_code: exit.code,
-                    stderr: Some(stderr.clone()),
-                },
-            );
-            session.record(Direction::AgentToClient, Bytes::copy_from_slice(&notice));
-            for connection in attached {
-                connection.push(&notice);
-            }
+            session.end_with_notice(&SessionEnded {
+                session_id: session.id.to_string(),
+                reason,
+                terminated_by: TerminatedBy::Agent,
+                message: Some(message.clone()),
+                exit_code: exit.code,
+                stderr: Some(stderr.clone()),
+            });
         }
     }
 }
 
-/// How an agent process ended.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ExitInfo {
-    /// Exit code, when it exited normally.
-    pub code: Option<i32>,
-    /// Signal number, when a signal ended it.
-    pub signal: Option<i32>,
-}
-
-impl ExitInfo {
-    /// "exit code N", "signal N" or "unknown status".
-    pub fn describe(&self) -> String {
-        match (self.code, self.signal) {
-            (Some(code), _) => format!("exit code {code}"),
-            (None, Some(signal)) => format!("signal {signal}"),
-            (None, None) => "unknown status".to_owned(),
-        }
-    }
+/// The kept start of an unusable line, marked as cut.
+fn cut(prefix: &[u8]) -> String {
+    format!("{}…", String::from_utf8_lossy(prefix))
 }
 
 /// `result` with the session's `_meta["sandboxagent.dev"]` entry added.
@@ -837,13 +836,5 @@ fn with_session_meta(result: &RawValue, session: &Session) -> Box<RawValue> {
         protocol::raw(&value)
     } else {
         result.to_owned()
-    }
-}
-
-/// Hands a response to the waiting POST, or, when its HTTP caller is gone (or
-/// timed out), appends it to the connection's SSE stream so nothing is lost.
-fn deliver(connection: &Connection, reply: oneshot::Sender<Bytes>, line: Vec<u8>) {
-    if let Err(line) = reply.send(Bytes::from(line)) {
-        connection.push(&line);
     }
 }
