@@ -2,7 +2,7 @@
 //! and de-duplicated stream of incoming messages, the connection id, close.
 
 use crate::backoff::ReconnectPolicy;
-use crate::error::{Error, Problem};
+use crate::error::{Error, HttpFailure};
 use crate::in_flight::InFlight;
 use crate::options::{Direction, EnvelopeObserver, TransportOptions};
 use crate::protocol::{self, APPLICATION_JSON, INITIALIZE, Kind, LAST_EVENT_ID_HEADER};
@@ -30,9 +30,6 @@ const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest an answer waits for the event stream to deliver the events the
 /// server released before it.
 const STREAM_CATCH_UP: Duration = Duration::from_secs(30);
-
-/// Most bytes of an error body read to find a problem document.
-const MAX_PROBLEM_BYTES: usize = 64 * 1024;
 
 /// A handle to one ACP-over-HTTP connection; cheap to clone, all clones
 /// share the connection.
@@ -194,7 +191,7 @@ impl HttpConnection {
     /// Closes the connection: stops the event stream, sends DELETE (if a
     /// connection id is known) and ends [`Incoming`]. Idempotent: later
     /// calls return `Ok(())` at once. Sessions on the server live on
-    /// (DESIGN section 3, DELETE).
+    /// (research/contract.md, "Transport: /v2/rpc", DELETE).
     ///
     /// # Errors
     /// [`Error::Http`] or [`Error::Request`] when the DELETE failed; the
@@ -335,8 +332,9 @@ pub struct SendError {
     /// will arrive on [`Incoming`], so whoever waits for it must be
     /// answered by the caller. `None` for notifications and responses, and
     /// for a request whose POST broke after it reached the server: the
-    /// server then delivers the answer on the event stream (DESIGN section
-    /// 3), and it arrives on [`Incoming`] as usual.
+    /// server then delivers the answer on the event stream
+    /// (research/contract.md, "Transport: /v2/rpc"), and it arrives on
+    /// [`Incoming`] as usual.
     pub released: Option<String>,
 }
 
@@ -456,8 +454,8 @@ impl Shared {
             guard.finish(response.headers().get(&self.connection_id_header));
         }
         if !status.is_success() {
-            let problem = read_problem(response).await;
-            return Err(self.release(&kind, Error::Http { status, problem }));
+            let failure = HttpFailure::from_response(response).await;
+            return Err(self.release(&kind, Error::Http(failure)));
         }
         let stream_must_reach = response
             .headers()
@@ -603,13 +601,11 @@ impl Shared {
             .timeout(self.request_timeout.unwrap_or(DEFAULT_CLOSE_TIMEOUT))
             .send()
             .await?;
-        let status = response.status();
-        if status.is_success() {
+        if response.status().is_success() {
             tracing::debug!(connection = id.text, "connection closed");
             Ok(())
         } else {
-            let problem = read_problem(response).await;
-            Err(Error::Http { status, problem })
+            Err(Error::Http(HttpFailure::from_response(response).await))
         }
     }
 
@@ -695,8 +691,9 @@ impl Shared {
     /// A POST that failed on the network. If it never reached the server
     /// (connect failure), or reached it before any event stream existed,
     /// the request is released. Otherwise the server still has it and
-    /// will put the answer on the event stream (DESIGN section 3: a POST's
-    /// caller that went away does not cancel the request).
+    /// will put the answer on the event stream (a POST's caller that went
+    /// away does not cancel the request: research/contract.md,
+    /// "Transport: /v2/rpc").
     fn network_failure(
         &self,
         kind: &Kind,
@@ -719,19 +716,6 @@ impl Shared {
             observer(direction, message);
         }
     }
-}
-
-/// Reads at most [`MAX_PROBLEM_BYTES`] of an error body and parses it as a
-/// problem document (RFC 9457).
-pub(crate) async fn read_problem(mut response: reqwest::Response) -> Option<Box<Problem>> {
-    let mut body = Vec::new();
-    while let Ok(Some(chunk)) = response.chunk().await {
-        body.extend_from_slice(&chunk);
-        if body.len() > MAX_PROBLEM_BYTES {
-            return None;
-        }
-    }
-    Problem::parse(std::str::from_utf8(&body).ok()?).map(Box::new)
 }
 
 #[cfg(test)]

@@ -3,21 +3,17 @@
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 
+/// Most bytes of an error body read to find a problem document.
+const MAX_PROBLEM_BYTES: usize = 64 * 1024;
+
 /// Everything that can go wrong in this crate.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The server answered with a non-2xx status. `problem` is the
-    /// `application/problem+json` body (RFC 9457) when there was one that
-    /// parsed.
-    #[error("HTTP {status}{}", problem_suffix(status, .problem.as_deref()))]
-    Http {
-        /// The HTTP status code.
-        status: StatusCode,
-        /// The problem document, if the body was one (boxed: it is large
-        /// and rare).
-        problem: Option<Box<Problem>>,
-    },
+    /// The server answered with a non-2xx status (and perhaps an RFC 9457
+    /// problem document).
+    #[error("{0}")]
+    Http(HttpFailure),
     /// The HTTP exchange itself failed: connect, TLS, timeout, a body cut
     /// off. `reqwest::Error::is_connect()` tells whether the request left
     /// this machine at all.
@@ -66,7 +62,7 @@ impl Error {
     /// The HTTP status, for [`Error::Http`].
     pub fn status(&self) -> Option<StatusCode> {
         match self {
-            Error::Http { status, .. } => Some(*status),
+            Error::Http(failure) => Some(failure.status),
             _ => None,
         }
     }
@@ -74,10 +70,51 @@ impl Error {
     /// The problem document, for [`Error::Http`] with one.
     pub fn problem(&self) -> Option<&Problem> {
         match self {
-            Error::Http { problem, .. } => problem.as_deref(),
+            Error::Http(failure) => failure.problem.as_deref(),
             _ => None,
         }
     }
+}
+
+/// A non-2xx answer: its status and, when the body was one, its RFC 9457
+/// problem document. Displayed as `HTTP 404 Not Found: <title>: <detail>`.
+///
+/// The one shape of an HTTP failure for this crate and the crates on top of
+/// it: [`Error::Http`] holds one, and [`http_failure`](crate::http_failure)
+/// reads one back from the JSON-RPC error the typed layer made up for it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("HTTP {status}{}", problem_suffix(status, .problem.as_deref()))]
+pub struct HttpFailure {
+    /// The HTTP status code.
+    pub status: StatusCode,
+    /// The problem document, if the body was one (boxed: it is large and
+    /// rare).
+    pub problem: Option<Box<Problem>>,
+}
+
+impl HttpFailure {
+    /// The failure a non-2xx `response` stands for: its status, and its
+    /// body parsed as a problem document when the body is one of at most
+    /// 64 KiB (a longer body is not read to its end).
+    pub async fn from_response(response: reqwest::Response) -> HttpFailure {
+        HttpFailure {
+            status: response.status(),
+            problem: read_problem(response).await,
+        }
+    }
+}
+
+/// Reads at most [`MAX_PROBLEM_BYTES`] of an error body and parses it as a
+/// problem document.
+async fn read_problem(mut response: reqwest::Response) -> Option<Box<Problem>> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_PROBLEM_BYTES {
+            return None;
+        }
+    }
+    Problem::parse(std::str::from_utf8(&body).ok()?).map(Box::new)
 }
 
 /// `: title: detail` of a problem, leaving out a title that only repeats the
@@ -155,15 +192,15 @@ mod tests {
             problem.extensions.get("knownAgents"),
             Some(&serde_json::json!(["mock"]))
         );
-        let error = Error::Http {
+        let error = Error::Http(HttpFailure {
             status: StatusCode::NOT_FOUND,
             problem: Some(Box::new(problem)),
-        };
+        });
         assert_eq!(error.to_string(), "HTTP 404 Not Found: d");
-        let titled = Error::Http {
+        let titled = Error::Http(HttpFailure {
             status: StatusCode::CONFLICT,
             problem: Problem::parse(r#"{"title":"Agent busy","detail":"d"}"#).map(Box::new),
-        };
+        });
         assert_eq!(titled.to_string(), "HTTP 409 Conflict: Agent busy: d");
         assert!(Problem::parse("[1]").is_none());
     }

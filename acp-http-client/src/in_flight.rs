@@ -3,9 +3,10 @@
 //!
 //! A response can reach us twice: in a POST's 200 body and on the SSE
 //! stream (the server moves a response to the stream when the POST's
-//! caller went away or timed out; DESIGN section 3). The first arrival of a
-//! response whose id is in flight is delivered and takes the id out; a later
-//! one finds nothing and is a duplicate.
+//! caller went away or timed out; research/contract.md,
+//! "Transport: /v2/rpc"). The first arrival of a response whose id is in
+//! flight is delivered and takes the id out; a later one finds nothing and
+//! is a duplicate.
 
 use std::collections::HashMap;
 
@@ -14,8 +15,8 @@ use std::collections::HashMap;
 ///
 /// A multiset rather than a set because a caller may reuse an id while the
 /// first request is still waiting; the server then answers the second one
-/// at once with an error (DESIGN section 3, edge rules), and both answers
-/// must get through.
+/// at once with an error (research/contract.md, "Transport: /v2/rpc", edge
+/// rules), and both answers must get through.
 #[derive(Debug, Default)]
 pub struct InFlight {
     waiting: HashMap<String, usize>,

@@ -1,8 +1,9 @@
 //! ACP (Agent Client Protocol) over streamable HTTP, client side.
 //!
-//! The transport (sandbox-agent's `DESIGN.md` section 3, but nothing here is
-//! specific to it): `POST` each JSON-RPC message to one endpoint (a request
-//! gets its response as the 200 body, anything else 202); the first
+//! The transport (sandbox-agent's research/contract.md, "Transport: /v2/rpc",
+//! but nothing here is specific to it): `POST` each JSON-RPC message to one
+//! endpoint (a request gets its response as the 200 body, anything else
+//! 202); the first
 //! `initialize` response names the connection in a header that every later
 //! request carries; `GET` the same endpoint for a Server-Sent Events stream
 //! of everything else the agent sends (notifications, its own requests, late
@@ -24,7 +25,8 @@
 //! - `backoff`: [`ReconnectPolicy`] and the delay computation.
 //! - `in_flight`: the requests waiting for a response (exactly-once delivery).
 //! - `protocol`: wire constants and pure message / event-id classification.
-//! - `error`: [`Error`] and the RFC 9457 [`Problem`] document.
+//! - `error`: [`Error`], [`HttpFailure`] (a non-2xx answer) and the RFC 9457
+//!   [`Problem`] document.
 //!
 //! # Delivery rules
 //! - Each response is delivered once: a response can come in a POST body
@@ -111,7 +113,7 @@ mod transport;
 
 pub use backoff::ReconnectPolicy;
 pub use connection::{HttpConnection, Incoming, SendError};
-pub use error::{Error, Problem};
+pub use error::{Error, HttpFailure, Problem};
 pub use options::{DEFAULT_MAX_MESSAGE_BYTES, Direction, EnvelopeObserver, TransportOptions};
 pub use protocol::{DEFAULT_CONNECTION_ID_HEADER, DEFAULT_PATH, LAST_EVENT_ID_HEADER};
-pub use transport::{HttpFailure, HttpTransport, TransportHandle, http_failure};
+pub use transport::{HttpTransport, TransportHandle, http_failure};

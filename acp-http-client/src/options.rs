@@ -31,7 +31,8 @@ pub type EnvelopeObserver = Arc<dyn Fn(Direction, &str) + Send + Sync>;
 /// How to reach one ACP-over-HTTP endpoint.
 ///
 /// Built with [`TransportOptions::new`] and the builder methods; every
-/// setting has a default that matches `DESIGN.md` section 3.
+/// setting has a default that matches sandbox-agent's research/contract.md,
+/// "Transport: /v2/rpc".
 #[derive(Clone)]
 pub struct TransportOptions {
     pub(crate) base_url: Url,

@@ -152,9 +152,9 @@ impl EventIds {
     /// Judges the event whose parser-reported id is `id`, and moves the
     /// resume point for a fresh one.
     ///
-    /// Ids are compared as unsigned integers (DESIGN section 3: sequence
-    /// numbers increase by 1); an id that is not an integer cannot be
-    /// compared and counts as fresh.
+    /// Ids are compared as unsigned integers (research/contract.md,
+    /// "Transport: /v2/rpc": sequence numbers increase by 1); an id that is
+    /// not an integer cannot be compared and counts as fresh.
     pub fn classify(&mut self, id: &str) -> EventDisposition {
         if id.is_empty() || id == self.previous_in_stream {
             return EventDisposition::Unsequenced;

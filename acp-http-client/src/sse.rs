@@ -2,8 +2,8 @@
 //! connection id is known, reopened with `Last-Event-ID` when it drops.
 
 use crate::backoff::Backoff;
-use crate::connection::{ConnectionId, Shared, read_problem};
-use crate::error::Error;
+use crate::connection::{ConnectionId, Shared};
+use crate::error::{Error, HttpFailure};
 use crate::protocol::{EVENT_STREAM, EventDisposition, EventIds, LAST_EVENT_ID};
 use bytes::Bytes;
 use eventsource_stream::{EventStreamError, Eventsource};
@@ -48,7 +48,8 @@ async fn run(shared: &Shared, id: &ConnectionId) -> Result<(), Error> {
             Some(last) => Some(last.to_owned()),
             // After a drop, "0" asks for everything still buffered, and
             // lets the new stream take over from a half-open old one
-            // (DESIGN section 3: a GET with Last-Event-ID is a resume).
+            // (research/contract.md, "Transport: /v2/rpc": a GET with
+            // Last-Event-ID is a resume).
             None if reconnecting => Some("0".to_owned()),
             None => None,
         };
@@ -127,12 +128,10 @@ async fn open(
             .map_err(|_| Error::StreamIdle(limit))??,
         None => sent.await?,
     };
-    let status = response.status();
-    if status.is_success() {
+    if response.status().is_success() {
         Ok(response)
     } else {
-        let problem = read_problem(response).await;
-        Err(Error::Http { status, problem })
+        Err(Error::Http(HttpFailure::from_response(response).await))
     }
 }
 

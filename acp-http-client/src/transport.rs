@@ -3,7 +3,7 @@
 //! adapter (one JSON-RPC message per "line").
 
 use crate::connection::{HttpConnection, Incoming, PostFailure, Shared};
-use crate::error::{Error, Problem};
+use crate::error::{Error, HttpFailure};
 use crate::options::TransportOptions;
 use crate::protocol;
 use agent_client_protocol::{Agent, Channel, Client, ConnectTo, ConnectionDriver, Lines};
@@ -276,7 +276,7 @@ fn answer_failure(shared: &Shared, failure: PostFailure) {
 /// failed with `error`.
 fn error_object(error: &Error) -> serde_json::Value {
     let data = match error {
-        Error::Http { status, problem } => {
+        Error::Http(HttpFailure { status, problem }) => {
             let mut data = serde_json::Map::new();
             data.insert(DATA_HTTP_STATUS.to_owned(), status.as_u16().into());
             if let Some(problem) = problem
@@ -293,15 +293,6 @@ fn error_object(error: &Error) -> serde_json::Value {
         "message": error.to_string(),
         "data": data,
     })
-}
-
-/// The HTTP failure behind a request error of the typed layer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HttpFailure {
-    /// The HTTP status the server answered the request's POST with.
-    pub status: StatusCode,
-    /// Its problem document (RFC 9457), when the body was one.
-    pub problem: Option<Problem>,
 }
 
 /// The HTTP status and problem document of an error that [`HttpTransport`]
@@ -322,13 +313,15 @@ pub fn http_failure(error: &agent_client_protocol::Error) -> Option<HttpFailure>
         .and_then(|status| StatusCode::from_u16(status).ok())?;
     let problem = data
         .get(DATA_PROBLEM)
-        .and_then(|problem| serde_json::from_value(problem.clone()).ok());
+        .and_then(|problem| serde_json::from_value(problem.clone()).ok())
+        .map(Box::new);
     Some(HttpFailure { status, problem })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Problem;
 
     #[test]
     fn made_up_errors_carry_status_and_problem_and_read_back() {
@@ -340,10 +333,10 @@ mod tests {
             instance: None,
             extensions: serde_json::Map::new(),
         };
-        let error = Error::Http {
+        let error = Error::Http(HttpFailure {
             status: StatusCode::NOT_FOUND,
             problem: Some(Box::new(problem.clone())),
-        };
+        });
         let text = protocol::error_response("7", &error_object(&error));
         let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
         let acp: agent_client_protocol::Error = serde_json::from_value(value["error"].clone())
@@ -357,7 +350,7 @@ mod tests {
             http_failure(&acp),
             Some(HttpFailure {
                 status: StatusCode::NOT_FOUND,
-                problem: Some(problem)
+                problem: Some(Box::new(problem))
             })
         );
     }

@@ -3,7 +3,7 @@
 use crate::agent::manifest::{ManifestEntry, check_agent_id};
 pub use ext_methods::AgentSource;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,8 +22,9 @@ pub struct AgentSpec {
     /// may use `${AGENT_HOME}` (see [`crate::agent::manifest`]).
     pub env: Vec<(String, String)>,
     /// Client capabilities the runtime declares to this agent in its own
-    /// `initialize` (DESIGN.md section 4; default: none, the agent works on its
-    /// own files and terminals inside the sandbox).
+    /// `initialize` (default: none, the agent works on its own files and
+    /// terminals inside the sandbox; research/contract.md,
+    /// "Routing: connections, sessions, one agent process").
     pub client_capabilities: serde_json::Value,
     /// Where the agent comes from.
     pub source: AgentSource,
@@ -172,7 +173,51 @@ pub fn default_data_dir() -> Option<PathBuf> {
         .map(|base| base.join("sandbox-agent"))
 }
 
-/// Validated server settings. Built from the command line in [`crate::cli`].
+// The defaults of the server's settings, stated once: [`ServerConfig::new`]
+// starts from them and the `sandbox-agent server` options show them.
+
+/// Address the server listens on by default: loopback only.
+pub const DEFAULT_HOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+/// Port the server listens on by default.
+pub const DEFAULT_PORT: u16 = 2468;
+/// How long a POST waits for the agent's answer before 504, in milliseconds.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 120_000;
+/// Events kept per connection for `Last-Event-ID` replay.
+pub const DEFAULT_REPLAY_BUFFER_EVENTS: usize = 2048;
+/// Bytes kept per connection for replay (64 MiB).
+pub const DEFAULT_REPLAY_BUFFER_BYTES: usize = 64 * 1024 * 1024;
+/// Interval of SSE heartbeat comments, in milliseconds.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 15_000;
+/// Largest accepted request body, in bytes (16 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// Longest agent stdout line, in bytes (64 MiB).
+pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+/// Most open connections at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Most TCP connections served at once.
+pub const DEFAULT_MAX_HTTP_CONNECTIONS: usize = 16_384;
+/// Longest a client may take to send a request's headers, and then its
+/// body, in milliseconds.
+pub const DEFAULT_READ_TIMEOUT_MS: u64 = 30_000;
+/// How long a connection with no stream and no request is kept, in
+/// milliseconds (15 minutes).
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 15 * 60 * 1000;
+/// Time agents get between SIGTERM and SIGKILL at shutdown, in milliseconds.
+pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 5_000;
+/// Events kept per session in its event log.
+pub const DEFAULT_EVENT_LOG_EVENTS: usize = 10_000;
+/// Bytes kept per session in its event log (16 MiB).
+pub const DEFAULT_EVENT_LOG_BYTES: usize = 16 * 1024 * 1024;
+/// Ended sessions kept in the inventory.
+pub const DEFAULT_ENDED_SESSIONS: usize = 1000;
+/// How long a terminated session's agent gets to end its turn, in
+/// milliseconds.
+pub const DEFAULT_TERMINATE_GRACE_MS: u64 = 2_000;
+/// Longest an agent install may take, in milliseconds (15 minutes).
+pub const DEFAULT_INSTALL_TIMEOUT_MS: u64 = 15 * 60 * 1000;
+
+/// Validated server settings. The `sandbox-agent server` command builds
+/// them from its options.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Address to bind; port 0 picks a free port.
@@ -230,35 +275,38 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// Defaults from DESIGN.md: 120 s request timeout, no prompt timeout, 2048
-    /// events of replay, 15 s heartbeat, 16 MiB bodies, 64 MiB agent lines;
-    /// event logs of 10,000 events / 16 MiB per session, 1000 ended sessions
-    /// kept; lazy installs of at most 15 minutes into `data_dir`.
+    /// Defaults as research/contract.md states them: 120 s request timeout,
+    /// no prompt timeout, 2048 events of replay, 15 s heartbeat, 16 MiB
+    /// bodies ("Transport: /v2/rpc"); 64 MiB agent lines
+    /// ("Routing: connections, sessions, one agent process"); event logs of
+    /// 10,000 events / 16 MiB per session, 1000 ended sessions kept
+    /// ("Extension methods and control plane"); lazy installs of at most 15
+    /// minutes into `data_dir` ("Agents: manifest, installs, lazy install").
     pub fn new(listen: SocketAddr, agents: BTreeMap<String, AgentSpec>, data_dir: PathBuf) -> Self {
         Self {
             listen,
             token: None,
-            request_timeout: Duration::from_secs(120),
+            request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
             prompt_timeout: None,
-            replay_buffer_events: 2048,
-            replay_buffer_bytes: 64 * 1024 * 1024,
-            heartbeat: Duration::from_secs(15),
-            max_body_bytes: 16 * 1024 * 1024,
-            max_line_bytes: 64 * 1024 * 1024,
-            max_connections: 4096,
-            max_http_connections: 16_384,
-            read_timeout: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(15 * 60),
+            replay_buffer_events: DEFAULT_REPLAY_BUFFER_EVENTS,
+            replay_buffer_bytes: DEFAULT_REPLAY_BUFFER_BYTES,
+            heartbeat: Duration::from_millis(DEFAULT_HEARTBEAT_MS),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_http_connections: DEFAULT_MAX_HTTP_CONNECTIONS,
+            read_timeout: Duration::from_millis(DEFAULT_READ_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
             cors_allow_origins: Vec::new(),
-            shutdown_grace: Duration::from_secs(5),
-            event_log_events: 10_000,
-            event_log_bytes: 16 * 1024 * 1024,
-            ended_sessions: 1000,
-            terminate_grace: Duration::from_secs(2),
+            shutdown_grace: Duration::from_millis(DEFAULT_SHUTDOWN_GRACE_MS),
+            event_log_events: DEFAULT_EVENT_LOG_EVENTS,
+            event_log_bytes: DEFAULT_EVENT_LOG_BYTES,
+            ended_sessions: DEFAULT_ENDED_SESSIONS,
+            terminate_grace: Duration::from_millis(DEFAULT_TERMINATE_GRACE_MS),
             agents,
             data_dir,
             require_preinstall: false,
-            install_timeout: Duration::from_secs(15 * 60),
+            install_timeout: Duration::from_millis(DEFAULT_INSTALL_TIMEOUT_MS),
             exit_on_stdin_eof: false,
         }
     }

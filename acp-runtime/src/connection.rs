@@ -6,7 +6,8 @@
 //! (`event: message\nid: N\ndata: {json}\n\n`). A live stream is only a cursor
 //! into that ring plus a wake-up: replay and live delivery are the same code
 //! path, so the seam between them can have neither a gap nor a duplicate, and
-//! a client that never reads costs at most the ring (DESIGN.md section 3).
+//! a client that never reads costs at most the ring (research/contract.md,
+//! "Transport: /v2/rpc", GET).
 
 use crate::error::Error;
 use crate::protocol;
@@ -210,7 +211,7 @@ impl Connection {
     /// Without `last_event_id` the stream starts at the oldest buffered event,
     /// and a live stream means 409. With it, a live stream is taken over (the
     /// old one ends): that is how a client resumes after a half-open TCP
-    /// connection (DESIGN.md section 3, edge rules).
+    /// connection (research/contract.md, "Transport: /v2/rpc", GET).
     ///
     /// # Errors
     /// [`Error::StreamConflict`], [`Error::InvalidLastEventId`] when the id is
@@ -314,7 +315,8 @@ impl Connection {
     }
 
     /// Registers a request id as in flight. Returns false if it already is
-    /// (DESIGN.md section 3: the second is answered with -32600).
+    /// (research/contract.md, "Transport: /v2/rpc", edge rules: the second is
+    /// answered with -32600).
     pub fn claim_request_id(&self, raw_id: &str) -> bool {
         self.in_flight.lock().insert(raw_id.into())
     }

@@ -5,7 +5,8 @@ use crate::agent::install::InstallError;
 use std::time::Duration;
 
 /// Errors a `/v2` request can end with. Method-level failures are not here:
-/// those are JSON-RPC error objects inside a 200 (DESIGN.md section 3).
+/// those are JSON-RPC error objects inside a 200 (research/contract.md,
+/// "Transport: /v2/rpc", POST).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The body is not one JSON-RPC 2.0 object, or a header is not allowed.

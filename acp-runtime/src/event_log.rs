@@ -1,7 +1,8 @@
 //! A session's event log: every ACP message of the session, in order, with
-//! the time the runtime saw it (DESIGN.md section 6,
-//! `GET /v2/sessions/{id}/events`). Bounded by events and bytes; the oldest
-//! go first, which shows as a jump in offsets.
+//! the time the runtime saw it (`GET /v2/sessions/{id}/events`;
+//! research/contract.md, "Extension methods and control plane"). Bounded
+//! by events and bytes; the oldest go first, which shows as a jump in
+//! offsets.
 
 use bytes::Bytes;
 use ext_methods::{Direction, SessionEvent, SessionEventsPage};

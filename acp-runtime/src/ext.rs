@@ -1,4 +1,5 @@
-//! The `_sandboxagent/*` methods (DESIGN.md section 5), hosted in a
+//! The `_sandboxagent/*` methods
+//! (research/contract.md, "Extension methods and control plane"), hosted in a
 //! `jsonrpsee` `RpcModule`: method dispatch, params parsing and JSON-RPC
 //! error objects come from the library, and the `methods` list advertised in
 //! `initialize` is read from the module, so it names exactly what is answered.

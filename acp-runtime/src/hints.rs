@@ -1,5 +1,6 @@
 //! Title, model and mode hints read from ACP messages, for the session
-//! inventory and `GET /v2/agents` (DESIGN.md section 5: `title`/`model`/`mode`).
+//! inventory and `GET /v2/agents` (research/contract.md,
+//! "Extension methods and control plane": hints for `title`/`model`/`mode`).
 //!
 //! Sources (ACP schema v1): the result of `session/new` / `load` / `resume` /
 //! `fork` (`modes`, `configOptions` with category `model`), and the

@@ -19,8 +19,8 @@
 //! - `http`: routing, auth, CORS, `/v2/rpc` handlers, SSE body, problem+json,
 //!   the control plane.
 //! - `runtime`: shared state and the JSON-RPC handling of one POST.
-//! - `registry`: open connections, the connection cap, idle reaping.
 //! - `connection`: one connection: replay ring, live stream slot, in-flight ids.
+//! - `connections`: the open connections, the connection cap, idle reaping.
 //! - `session`: the server-wide session inventory: attachments, metadata, hints.
 //! - `event_log`: each session's recorded ACP traffic.
 //! - `ext`: the `_sandboxagent/*` methods (a jsonrpsee `RpcModule`).
@@ -34,13 +34,13 @@
 pub mod agent;
 pub mod config;
 pub(crate) mod connection;
+pub(crate) mod connections;
 pub(crate) mod error;
 pub(crate) mod event_log;
 pub(crate) mod ext;
 pub(crate) mod hints;
 pub(crate) mod http;
 pub mod protocol;
-pub(crate) mod registry;
 pub(crate) mod runtime;
 pub mod server;
 pub(crate) mod session;

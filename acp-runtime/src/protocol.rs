@@ -5,14 +5,16 @@
 //! raw JSON (`serde_json::value::RawValue`) and are copied through verbatim,
 //! so ids round-trip exactly (same JSON type, same digits, same string bytes)
 //! and params are never re-serialized. Only the `id` of a request is rewritten
-//! on its way to an agent (DESIGN.md section 4).
+//! on its way to an agent
+//! (research/contract.md, "Routing: connections, sessions, one agent process").
 
 use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
-/// Request and response header that carries the connection id (DESIGN.md section 3).
+/// Request and response header that carries the connection id
+/// (research/contract.md, "Transport: /v2/rpc").
 pub const CONNECTION_ID_HEADER: &str = "x-acp-connection-id";
 /// Response header of a POST answered 200 on an open connection: the newest
 /// SSE event id of the connection when the answer was released. Every event
@@ -320,7 +322,7 @@ fn expect_object(bytes: &[u8]) -> Result<(), EnvelopeError> {
 /// response is relayed with only its id rewritten) and a peek into `params`
 /// (session id, update kind, cancelled request id). Notifications and agent
 /// requests are relayed as the agent's own bytes, so their params are never
-/// kept. This is the hot path of streaming (issue 7).
+/// kept. This is the hot path of streaming.
 #[derive(Debug, Deserialize)]
 pub struct AgentMessage<'a> {
     /// `"id"` as written, including an explicit `null`.

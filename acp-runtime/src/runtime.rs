@@ -1,7 +1,8 @@
 //! The shared state of a server and the JSON-RPC handling of one POST:
 //! opening connections with `initialize`, forwarding requests and
 //! notifications to the connection's agent, and relaying the client's answers
-//! to agent requests (DESIGN.md sections 3 and 4).
+//! to agent requests (research/contract.md, "Transport: /v2/rpc" and
+//! "Routing: connections, sessions, one agent process").
 
 use crate::agent::install::Installer;
 use crate::agent::process::AgentProcess;
@@ -9,11 +10,11 @@ use crate::agent::router::{Effect, RouteTargets};
 use crate::agent::{Agents, StartError};
 use crate::config::ServerConfig;
 use crate::connection::{ClientCapabilities, Connection, ReplayLimits};
+use crate::connections::Connections;
 use crate::error::Error;
 use crate::event_log::LogLimits;
 use crate::ext::ExtMethods;
 use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
-use crate::registry::Connections;
 use crate::session::{InventoryLimits, Session, Sessions};
 use agent_client_protocol::v1::schema::{ListSessionsRequest, ListSessionsResponse};
 use bytes::Bytes;
@@ -154,9 +155,10 @@ impl Runtime {
         }
     }
 
-    /// `initialize` without a connection: install (DESIGN.md section 7) and
-    /// start the agent if needed, open a connection, answer from the agent's
-    /// cached `initialize` result.
+    /// `initialize` without a connection: install (research/contract.md,
+    /// "Agents: manifest, installs, lazy install") and start the agent if
+    /// needed, open a connection, answer from the agent's cached `initialize`
+    /// result.
     async fn initialize(self: &Arc<Self>, envelope: &Envelope<'_>) -> Result<Reply, Error> {
         let client_id = envelope.id.unwrap_or(RawValue::NULL);
         let agent = protocol::meta_agent(envelope.params).ok_or(Error::MissingAgent {
@@ -187,7 +189,8 @@ impl Runtime {
 
     /// The running process of `agent`, started if needed. `Ok(Err(reply))`:
     /// the agent answered `initialize` with a JSON-RPC error, which is the
-    /// answer to the client's request `client_id` (a 200, DESIGN.md section 3).
+    /// answer to the client's request `client_id` (a 200; research/contract.md,
+    /// "Transport: /v2/rpc", POST).
     ///
     /// # Errors
     /// The problem when the agent is unknown, not installed or cannot start.
@@ -509,7 +512,8 @@ impl Runtime {
 
     /// The `initialize` result clients get: the agent's own, with the
     /// runtime's capability block at
-    /// `agentCapabilities._meta["sandboxagent.dev"]` (DESIGN.md section 5).
+    /// `agentCapabilities._meta["sandboxagent.dev"]` (research/contract.md,
+    /// "Extension methods and control plane", the capability block).
     fn initialize_result(&self, process: &AgentProcess) -> Box<RawValue> {
         let Some(raw) = process.initialize_result.lock().clone() else {
             return RawValue::NULL.to_owned();
@@ -590,10 +594,7 @@ impl Runtime {
     ///
     /// # Errors
     /// [`RpcError`] for an unknown session.
-    pub async fn terminate_session(
-        &self,
-        id: &str,
-    ) -> Result<TerminateResult, RpcError> {
+    pub async fn terminate_session(&self, id: &str) -> Result<TerminateResult, RpcError> {
         let session = self.session_or_error(id)?;
         let ended = session.end_with_notice(&SessionEnded {
             session_id: id.to_owned(),
@@ -675,7 +676,10 @@ impl Runtime {
     ) -> Result<Reply, Error> {
         let raw_id = envelope.id.map(RawValue::get).unwrap_or("null");
         let current = self.agents.current(&connection.agent);
-        match current.as_ref().map(|p| (p, p.router.take_agent_request(raw_id))) {
+        match current
+            .as_ref()
+            .map(|p| (p, p.router.take_agent_request(raw_id)))
+        {
             Some((process, Some(session))) => {
                 if let Some(session) =
                     session.and_then(|id| self.sessions.live(&id, process.generation))

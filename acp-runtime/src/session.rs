@@ -1,18 +1,19 @@
-//! The server-wide session inventory (DESIGN.md sections 4 and 5): which
-//! agent process hosts each session, which connections are attached to it,
-//! its metadata and hints, and its event log.
+//! The server-wide session inventory: which agent process hosts each
+//! session, which connections are attached to it, its metadata and hints,
+//! and its event log (research/contract.md,
+//! "Routing: connections, sessions, one agent process" and
+//! "Extension methods and control plane").
 
 use crate::connection::Connection;
 use crate::event_log::{EventLog, LogLimits};
 use crate::hints::Hints;
+use crate::protocol;
 use agent_client_protocol::v1::schema::SessionInfo;
 use bytes::Bytes;
 use dashmap::DashMap;
-use crate::protocol;
 use ext_methods::notification::SESSION_ENDED;
 use ext_methods::{
-    Direction, EndReason, ListModelsResult, ModelInfo, SessionEnded, SessionEventsPage,
-    SessionMeta,
+    Direction, EndReason, ListModelsResult, ModelInfo, SessionEnded, SessionEventsPage, SessionMeta,
 };
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
@@ -300,9 +301,10 @@ impl Sessions {
     }
 
     /// Registers a session, or replaces an ended one (or one of an earlier
-    /// process) with the same id (DESIGN.md section 3: a reused id replaces
-    /// the ended entry; the old history goes with it). A live entry of the
-    /// same process is kept and returned.
+    /// process) with the same id: a reused id replaces the ended entry, and
+    /// the old history goes with it (research/contract.md,
+    /// "Routing: connections, sessions, one agent process"). A live entry of
+    /// the same process is kept and returned.
     pub fn insert(
         &self,
         id: &str,

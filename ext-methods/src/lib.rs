@@ -1,7 +1,8 @@
 //! The `_sandboxagent/*` extension layer of sandbox-agent: what ACP lacks for
 //! running agents as a service (session inventory, metadata, detach,
 //! terminate, model listing), as wire names and typed values. Pure logic, no
-//! I/O; the runtime and the SDK both build on it (DESIGN.md section 5).
+//! I/O; the runtime and the SDK both build on it
+//! (research/contract.md, "Extension methods and control plane").
 //!
 //! # Layout
 //! - [`names`]: the namespace key, every method and notification name, the

@@ -1,5 +1,6 @@
 //! `_meta["sandboxagent.dev"]`: reading, merging and injecting the
-//! namespace object (DESIGN.md section 5, "Metadata rules").
+//! namespace object (research/contract.md,
+//! "`_meta["sandboxagent.dev"]`: where it appears, which keys").
 //!
 //! ACP reserves `_meta` on every params and result object for
 //! implementation data; this product keeps everything it adds under one key,

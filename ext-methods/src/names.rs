@@ -1,6 +1,7 @@
 //! Wire names: the `_meta` namespace and every `_sandboxagent/*` method and
-//! notification (DESIGN.md section 5). Defined here once; the runtime and the
-//! SDK use them by name.
+//! notification (research/contract.md,
+//! "Extension methods and control plane"). Defined here once; the runtime and
+//! the SDK use them by name.
 
 /// The `_meta` key of this product: `_meta["sandboxagent.dev"]`.
 pub const NAMESPACE: &str = "sandboxagent.dev";

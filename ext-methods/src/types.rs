@@ -1,6 +1,7 @@
 //! Typed params and results of the extension methods, and the params of the
-//! notifications the runtime sends (DESIGN.md section 5). camelCase on the
-//! wire, like ACP.
+//! notifications the runtime sends
+//! (research/contract.md, "Extension methods and control plane"). camelCase on
+//! the wire, like ACP.
 
 use crate::names::NAMESPACE;
 use serde::{Deserialize, Serialize};

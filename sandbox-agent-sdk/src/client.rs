@@ -323,8 +323,7 @@ impl SandboxAgentClient {
     ) -> Result<WithMeta<NewSessionResponse>, Error> {
         request.meta = Some(with_agent(request.meta.take(), &self.agent));
         let response = self.request(request).await?;
-        let meta = response.meta.clone();
-        Ok(WithMeta::read(response, meta.as_ref()))
+        Ok(WithMeta::read(response, |response| response.meta.as_ref()))
     }
 
     /// `session/load`: picks up an existing session on this connection; the
@@ -339,8 +338,7 @@ impl SandboxAgentClient {
         request: LoadSessionRequest,
     ) -> Result<WithMeta<LoadSessionResponse>, Error> {
         let response = self.request(request).await?;
-        let meta = response.meta.clone();
-        Ok(WithMeta::read(response, meta.as_ref()))
+        Ok(WithMeta::read(response, |response| response.meta.as_ref()))
     }
 
     /// `session/resume`: picks up an existing session without a history
@@ -353,8 +351,7 @@ impl SandboxAgentClient {
         request: ResumeSessionRequest,
     ) -> Result<WithMeta<ResumeSessionResponse>, Error> {
         let response = self.request(request).await?;
-        let meta = response.meta.clone();
-        Ok(WithMeta::read(response, meta.as_ref()))
+        Ok(WithMeta::read(response, |response| response.meta.as_ref()))
     }
 
     /// `session/fork`: a new session with a copy of another's history.
@@ -366,8 +363,7 @@ impl SandboxAgentClient {
         request: ForkSessionRequest,
     ) -> Result<WithMeta<ForkSessionResponse>, Error> {
         let response = self.request(request).await?;
-        let meta = response.meta.clone();
-        Ok(WithMeta::read(response, meta.as_ref()))
+        Ok(WithMeta::read(response, |response| response.meta.as_ref()))
     }
 
     /// `session/list`: the server's session inventory (every agent, every

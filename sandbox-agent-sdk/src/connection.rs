@@ -155,7 +155,7 @@ impl Live {
 
     /// Ends the connection: stops the task (the transport sends DELETE) and
     /// waits for it, at most [`CLOSE_TIMEOUT`]. Sessions on the server live
-    /// on (DESIGN.md section 3, DELETE).
+    /// on (research/contract.md, "Transport: /v2/rpc", DELETE).
     pub(crate) async fn close(&mut self) {
         self.closing.store(true, Ordering::Release);
         if let Some(stop) = self.stop.take() {

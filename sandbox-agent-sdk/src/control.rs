@@ -1,18 +1,16 @@
-//! The control plane: plain HTTP JSON routes next to `/v2/rpc` (DESIGN.md
-//! section 6), usable without a connection to an agent.
+//! The control plane: plain HTTP JSON routes next to `/v2/rpc`, usable
+//! without a connection to an agent (research/contract.md,
+//! "Extension methods and control plane").
 
 use crate::error::Error;
 use crate::meta::SessionEntry;
-use acp_http_client::Problem;
+use acp_http_client::HttpFailure;
 use agent_client_protocol::v1::schema::SessionInfo;
 use ext_methods::{AgentInfo, AgentListResult, SessionEventsPage};
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-
-/// Most bytes of an error body read to find a problem document.
-const MAX_PROBLEM_BYTES: usize = 64 * 1024;
 
 /// Answer of `GET /v2/health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -187,10 +185,8 @@ impl ControlPlane {
                 .body(body);
         }
         let response = request.send().await?;
-        let status = response.status();
-        if !status.is_success() {
-            let problem = read_problem(response).await;
-            return Err(Error::Http { status, problem });
+        if !response.status().is_success() {
+            return Err(Error::Http(HttpFailure::from_response(response).await));
         }
         let bytes = response.bytes().await?;
         serde_json::from_slice(&bytes).map_err(|error| Error::InvalidResponse {
@@ -198,13 +194,6 @@ impl ControlPlane {
             message: error.to_string(),
         })
     }
-}
-
-/// The problem document of an error answer, if its body is one.
-async fn read_problem(response: reqwest::Response) -> Option<Box<Problem>> {
-    let bytes = response.bytes().await.ok()?;
-    let body = bytes.get(..MAX_PROBLEM_BYTES).unwrap_or(&bytes);
-    Problem::parse(&String::from_utf8_lossy(body)).map(Box::new)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! [`Error`]: everything a [`SandboxAgentClient`](crate::SandboxAgentClient)
 //! call can fail with.
 
-use acp_http_client::Problem;
+use acp_http_client::{HttpFailure, Problem};
 use reqwest::StatusCode;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -36,15 +36,11 @@ pub enum Error {
     /// server mode without a base URL, a URL that is not http(s)).
     #[error("invalid options: {0}")]
     InvalidOptions(String),
-    /// The server answered with a non-2xx HTTP status. `problem` is its
-    /// RFC 9457 problem document when the body was one.
-    #[error("{}", http_text(*.status, .problem))]
-    Http {
-        /// The HTTP status code.
-        status: StatusCode,
-        /// The problem document (boxed: large and rare).
-        problem: Option<Box<Problem>>,
-    },
+    /// The server answered with a non-2xx HTTP status, and perhaps an
+    /// RFC 9457 problem document: `acp-http-client`'s [`HttpFailure`], so
+    /// both crates say it alike.
+    #[error("{0}")]
+    Http(HttpFailure),
     /// A control-plane HTTP exchange failed (connect, timeout, body cut
     /// off).
     #[error("HTTP request failed: {0}")]
@@ -99,7 +95,7 @@ impl Error {
     /// The HTTP status, for [`Error::Http`].
     pub fn status(&self) -> Option<StatusCode> {
         match self {
-            Error::Http { status, .. } => Some(*status),
+            Error::Http(failure) => Some(failure.status),
             _ => None,
         }
     }
@@ -107,7 +103,7 @@ impl Error {
     /// The problem document, for [`Error::Http`] with one.
     pub fn problem(&self) -> Option<&Problem> {
         match self {
-            Error::Http { problem, .. } => problem.as_deref(),
+            Error::Http(failure) => failure.problem.as_deref(),
             _ => None,
         }
     }
@@ -126,10 +122,7 @@ impl Error {
     /// error.
     pub(crate) fn from_rpc(error: agent_client_protocol::Error) -> Error {
         if let Some(failure) = acp_http_client::http_failure(&error) {
-            return Error::Http {
-                status: failure.status,
-                problem: failure.problem.map(Box::new),
-            };
+            return Error::Http(failure);
         }
         if i32::from(error.code) == INTERNAL_ERROR
             && let Some(transport) = error
@@ -147,7 +140,7 @@ impl Error {
     /// transport).
     pub(crate) fn from_transport(error: acp_http_client::Error) -> Error {
         match error {
-            acp_http_client::Error::Http { status, problem } => Error::Http { status, problem },
+            acp_http_client::Error::Http(failure) => Error::Http(failure),
             acp_http_client::Error::InvalidOptions(message) => Error::InvalidOptions(message),
             acp_http_client::Error::Request(error) => Error::Request(error),
             other => Error::Transport(other.to_string()),
@@ -165,16 +158,6 @@ fn rpc_text(error: &agent_client_protocol::Error) -> String {
         text.push_str(&format!(" ({data})"));
     }
     text
-}
-
-/// The text `acp-http-client` gives the same failure, so both crates say
-/// it alike.
-fn http_text(status: StatusCode, problem: &Option<Box<Problem>>) -> String {
-    acp_http_client::Error::Http {
-        status,
-        problem: problem.clone(),
-    }
-    .to_string()
 }
 
 fn stderr_suffix(stderr: &str) -> String {

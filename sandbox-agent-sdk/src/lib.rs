@@ -102,8 +102,9 @@ pub use options::{
 /// The HTTP status type of [`Error::Http`].
 pub use reqwest::StatusCode;
 
-/// An RFC 9457 problem document, as kept in [`Error::Http`].
-pub use acp_http_client::Problem;
+/// What [`Error::Http`] holds: a non-2xx answer's status and its RFC 9457
+/// problem document.
+pub use acp_http_client::{HttpFailure, Problem};
 
 /// The sandbox-agent extension types: typed metadata, extension results and
 /// notification params, control-plane shapes.

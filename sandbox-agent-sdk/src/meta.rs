@@ -24,10 +24,11 @@ pub struct WithMeta<T> {
 }
 
 impl<T> WithMeta<T> {
-    /// `value` with the namespace object read from its `_meta`.
-    pub(crate) fn read(value: T, meta: Option<&Meta>) -> WithMeta<T> {
+    /// `value` with the namespace object read from its `_meta`, which
+    /// `meta_of` picks out of it.
+    pub(crate) fn read(value: T, meta_of: impl FnOnce(&T) -> Option<&Meta>) -> WithMeta<T> {
         WithMeta {
-            meta: session_meta(meta),
+            meta: session_meta(meta_of(&value)),
             value,
         }
     }
@@ -55,8 +56,7 @@ impl SessionEntry {
     /// `_sandboxagent/session/get` or `set_metadata`, a
     /// `GET /v2/sessions` item).
     pub(crate) fn from_info(info: SessionInfo) -> SessionEntry {
-        let meta = session_meta(info.meta.as_ref());
-        WithMeta { value: info, meta }
+        WithMeta::read(info, |info| info.meta.as_ref())
     }
 }
 
@@ -85,7 +85,9 @@ pub fn sandbox_meta(metadata: Map<String, Value>) -> Meta {
 
 /// `meta` with `agent` set in its namespace object, unless the caller set
 /// an agent there already (the server then checks that it matches the
-/// connection's; DESIGN.md section 4). Everything else is kept.
+/// connection's: research/contract.md,
+/// "Routing: connections, sessions, one agent process"). Everything else is
+/// kept.
 pub(crate) fn with_agent(meta: Option<Meta>, agent: &str) -> Meta {
     let mut meta = meta.unwrap_or_default();
     let namespace = meta

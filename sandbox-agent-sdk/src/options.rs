@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Default limit for an embedded server to become ready (DESIGN.md
-/// section 8).
+/// Default limit for an embedded server to become ready
+/// (research/contract.md, "The SDK and `sandbox-agent prompt`", embedded mode).
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Default time an embedded server gets between SIGTERM and SIGKILL.

@@ -11,8 +11,9 @@ use sandbox_agent_sdk::schema::{
     StopReason, ToolCallStatus,
 };
 use sandbox_agent_sdk::{
-    ClientOptions, EndReason, Error, Event, InstallOptions, ModelsTarget, PermissionDecision,
-    SandboxAgentClient, SetSessionModelRequest, StatusCode, TerminatedBy, sandbox_meta,
+    ClientOptions, EndReason, Error, Event, HttpFailure, InstallOptions, ModelsTarget,
+    PermissionDecision, SandboxAgentClient, SetSessionModelRequest, StatusCode, TerminatedBy,
+    sandbox_meta,
 };
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -81,7 +82,7 @@ async fn a_wrong_token_or_an_unknown_agent_is_an_http_problem() -> TestResult {
         .base_url(server.base_url())
         .token("wrong");
     match within("connect", SandboxAgentClient::connect(wrong)).await {
-        Err(Error::Http { status, problem }) => {
+        Err(Error::Http(HttpFailure { status, problem })) => {
             assert_eq!(status, StatusCode::UNAUTHORIZED);
             assert_eq!(
                 problem.map(|p| p.problem_type).as_deref(),
@@ -557,9 +558,9 @@ async fn the_control_plane_is_typed() -> TestResult {
     Ok(())
 }
 
-/// `POST /v2/agents/{agent}/install` arrives with issue 6: until then the
-/// route is unknown (404 `not-found`); once it exists, installing the
-/// built-in mock agent is a no-op that says so.
+/// `POST /v2/agents/{agent}/install`: a server without the route answers
+/// 404 `not-found`; on one with it, installing the built-in mock agent is a
+/// no-op that says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_agent_calls_the_install_route() -> TestResult {
     let server = TestServer::start(&[]).await;

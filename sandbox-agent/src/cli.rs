@@ -1,6 +1,6 @@
 //! The `sandbox-agent` command line.
 use acp_runtime::agent::catalog;
-use acp_runtime::config::{AgentSpec, ServerConfig, default_data_dir};
+use acp_runtime::config::{self, AgentSpec, ServerConfig, default_data_dir};
 use clap::{Args, Parser, Subcommand};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -61,7 +61,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 16)]
     pub stream_bytes: usize,
     /// Events in the ring for the replay scenario.
-    #[arg(long, default_value_t = 2048)]
+    // By default a full ring of a server started with default settings.
+    #[arg(long, default_value_t = config::DEFAULT_REPLAY_BUFFER_EVENTS as u64)]
     pub replay_events: u64,
     /// Connections (each with an open stream) of the connections scenario.
     #[arg(long, default_value_t = 1000)]
@@ -207,10 +208,10 @@ pub enum AgentsCommand {
 #[derive(Debug, Clone, Args)]
 pub struct ServerArgs {
     /// Address to listen on.
-    #[arg(long, env = "SANDBOX_AGENT_HOST", default_value = "127.0.0.1")]
+    #[arg(long, env = "SANDBOX_AGENT_HOST", default_value_t = config::DEFAULT_HOST)]
     pub host: IpAddr,
     /// Port to listen on; 0 picks a free port (printed on stdout).
-    #[arg(long, env = "SANDBOX_AGENT_PORT", default_value_t = 2468)]
+    #[arg(long, env = "SANDBOX_AGENT_PORT", default_value_t = config::DEFAULT_PORT)]
     pub port: u16,
     /// Bearer token required on every /v2 route except /v2/health.
     #[arg(
@@ -227,66 +228,110 @@ pub struct ServerArgs {
     #[arg(
         long,
         env = "SANDBOX_AGENT_ACP_REQUEST_TIMEOUT_MS",
-        default_value_t = 120_000
+        default_value_t = config::DEFAULT_REQUEST_TIMEOUT_MS
     )]
     pub request_timeout_ms: u64,
     /// Timeout for session/prompt in milliseconds; unset: prompts never time out.
     #[arg(long, env = "SANDBOX_AGENT_PROMPT_TIMEOUT_MS")]
     pub prompt_timeout_ms: Option<u64>,
     /// Events kept per connection for Last-Event-ID replay.
-    #[arg(long, env = "SANDBOX_AGENT_REPLAY_BUFFER", default_value_t = 2048)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_REPLAY_BUFFER",
+        default_value_t = config::DEFAULT_REPLAY_BUFFER_EVENTS
+    )]
     pub replay_buffer: usize,
     /// Bytes kept per connection for replay (oldest events dropped first).
-    #[arg(long, env = "SANDBOX_AGENT_REPLAY_BUFFER_BYTES", default_value_t = 64 * 1024 * 1024)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_REPLAY_BUFFER_BYTES",
+        default_value_t = config::DEFAULT_REPLAY_BUFFER_BYTES
+    )]
     pub replay_buffer_bytes: usize,
     /// Interval of SSE heartbeat comments, in milliseconds.
-    #[arg(long, env = "SANDBOX_AGENT_HEARTBEAT_MS", default_value_t = 15_000)]
+    #[arg(long, env = "SANDBOX_AGENT_HEARTBEAT_MS", default_value_t = config::DEFAULT_HEARTBEAT_MS)]
     pub heartbeat_ms: u64,
     /// Largest request body in bytes (413 past it).
-    #[arg(long, env = "SANDBOX_AGENT_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_MAX_BODY_BYTES",
+        default_value_t = config::DEFAULT_MAX_BODY_BYTES
+    )]
     pub max_body_bytes: usize,
     /// Longest agent stdout line in bytes; longer lines are reported and dropped.
-    #[arg(long, env = "SANDBOX_AGENT_MAX_LINE_BYTES", default_value_t = 64 * 1024 * 1024)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_MAX_LINE_BYTES",
+        default_value_t = config::DEFAULT_MAX_LINE_BYTES
+    )]
     pub max_line_bytes: usize,
     /// Most open connections (503 past it).
-    #[arg(long, env = "SANDBOX_AGENT_MAX_CONNECTIONS", default_value_t = 4096)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_MAX_CONNECTIONS",
+        default_value_t = config::DEFAULT_MAX_CONNECTIONS
+    )]
     pub max_connections: usize,
     /// Longest a client may take to send a request's headers, and then its
     /// body, in milliseconds (408 past it for a body).
-    #[arg(long, env = "SANDBOX_AGENT_READ_TIMEOUT_MS", default_value_t = 30_000)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_READ_TIMEOUT_MS",
+        default_value_t = config::DEFAULT_READ_TIMEOUT_MS
+    )]
     pub read_timeout_ms: u64,
     /// Most TCP connections served at once; past it a new one gets 503 and is
     /// closed. Capped by the open-file limit, less room for agent processes.
     #[arg(
         long,
         env = "SANDBOX_AGENT_MAX_HTTP_CONNECTIONS",
-        default_value_t = 16_384
+        default_value_t = config::DEFAULT_MAX_HTTP_CONNECTIONS
     )]
     pub max_http_connections: usize,
     /// Close connections idle (no stream, no request) this long, in milliseconds.
-    #[arg(long, env = "SANDBOX_AGENT_IDLE_TIMEOUT_MS", default_value_t = 15 * 60 * 1000)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_IDLE_TIMEOUT_MS",
+        default_value_t = config::DEFAULT_IDLE_TIMEOUT_MS
+    )]
     pub idle_timeout_ms: u64,
     /// Origins allowed by CORS (repeat or comma-separate; "*" for any). Off by default.
     #[arg(long, env = "SANDBOX_AGENT_CORS_ALLOW_ORIGIN", value_delimiter = ',')]
     pub cors_allow_origin: Vec<String>,
     /// Time agents get between SIGTERM and SIGKILL at shutdown, in milliseconds.
-    #[arg(long, env = "SANDBOX_AGENT_SHUTDOWN_GRACE_MS", default_value_t = 5_000)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_SHUTDOWN_GRACE_MS",
+        default_value_t = config::DEFAULT_SHUTDOWN_GRACE_MS
+    )]
     pub shutdown_grace_ms: u64,
     /// Events kept in each session's event log (GET /v2/sessions/{id}/events).
-    #[arg(long, env = "SANDBOX_AGENT_EVENT_LOG_EVENTS", default_value_t = 10_000)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_EVENT_LOG_EVENTS",
+        default_value_t = config::DEFAULT_EVENT_LOG_EVENTS
+    )]
     pub event_log_events: usize,
     /// Bytes kept in each session's event log.
-    #[arg(long, env = "SANDBOX_AGENT_EVENT_LOG_BYTES", default_value_t = 16 * 1024 * 1024)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_EVENT_LOG_BYTES",
+        default_value_t = config::DEFAULT_EVENT_LOG_BYTES
+    )]
     pub event_log_bytes: usize,
     /// Ended sessions kept in the inventory; the oldest are forgotten first.
-    #[arg(long, env = "SANDBOX_AGENT_ENDED_SESSIONS", default_value_t = 1000)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_ENDED_SESSIONS",
+        default_value_t = config::DEFAULT_ENDED_SESSIONS
+    )]
     pub ended_sessions: usize,
     /// After _sandboxagent/session/terminate, how long the agent gets to end
     /// the turn before the runtime answers the prompt itself, in milliseconds.
     #[arg(
         long,
         env = "SANDBOX_AGENT_TERMINATE_GRACE_MS",
-        default_value_t = 2_000
+        default_value_t = config::DEFAULT_TERMINATE_GRACE_MS
     )]
     pub terminate_grace_ms: u64,
     /// Threads of the async runtime. 1 (the default) runs everything on one
@@ -302,7 +347,11 @@ pub struct ServerArgs {
     #[arg(long, env = "SANDBOX_AGENT_REQUIRE_PREINSTALL")]
     pub require_preinstall: bool,
     /// Longest an agent install may take, in milliseconds.
-    #[arg(long, env = "SANDBOX_AGENT_INSTALL_TIMEOUT_MS", default_value_t = 15 * 60 * 1000)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_INSTALL_TIMEOUT_MS",
+        default_value_t = config::DEFAULT_INSTALL_TIMEOUT_MS
+    )]
     pub install_timeout_ms: u64,
     /// Shut down gracefully when stdin reaches end of file. A parent that
     /// holds a pipe to the server's stdin stops it by closing the pipe, or by

@@ -1,4 +1,5 @@
-//! Installing agents into the data dir (DESIGN.md section 7).
+//! Installing agents into the data dir
+//! (research/contract.md, "Agents: manifest, installs, lazy install").
 //!
 //! Layout, under the data dir:
 //!
@@ -275,6 +276,9 @@ impl Installer {
         outcome
     }
 
+    /// The install, in its own task: check what to install, take the
+    /// agent's locks, reuse the version when it is there, else stage it
+    /// and move it into place.
     async fn install_now(
         &self,
         spec: &AgentSpec,
@@ -282,68 +286,76 @@ impl Installer {
         progress: &dyn Progress,
     ) -> Result<InstallOutcome, InstallError> {
         let started = Instant::now();
-        let id = spec.id.as_str();
-        let Launch::Install(entry) = &spec.launch else {
-            return Err(InstallError::NotInstallable(format!(
-                "agent {id:?} runs a fixed command; there is nothing to install"
-            )));
-        };
-        let chosen = entry.choose().map_err(|reason| {
-            InstallError::NotInstallable(format!("agent {id:?} cannot be installed here: {reason}"))
-        })?;
-        let wanted = chosen.version();
-        let requested = options.version.as_deref().unwrap_or(wanted);
-        check_version_spec(requested).map_err(InstallError::InvalidVersion)?;
-        if matches!(chosen, Chosen::Binary { .. }) && requested != wanted {
-            return Err(InstallError::InvalidVersion(format!(
-                "agent {id:?} comes from a release archive; only its manifest version {wanted} can be installed"
-            )));
-        }
-        let pinned = requested != wanted;
-
-        let lock = self.locks.lock().entry(id.to_owned()).or_default().clone();
-        let _in_process = lock.lock().await;
-        let agent_dir = self.agent_dir(id);
-        std::fs::create_dir_all(&agent_dir).map_err(|e| {
-            InstallError::Failed(format!("cannot create {}: {e}", agent_dir.display()))
-        })?;
-        let _across_processes = lock_file(agent_dir.join(".lock"), id, progress).await?;
-        remove_leftovers(&agent_dir);
-
-        if is_exact_version(requested)
-            && !options.reinstall
-            && let Some(installation) = read_installation(&agent_dir, requested, &chosen)
+        let plan = Plan::new(spec, options)?;
+        let agent = self.lock_agent(plan.id, progress).await?;
+        if !options.reinstall
+            && let Some(installation) = plan.reuse(&agent.dir)?
         {
-            write_current(&agent_dir, requested, pinned).map_err(InstallError::Failed)?;
-            tracing::info!(agent = id, version = requested, path = %installation.program.display(), "agent already installed");
             return Ok(InstallOutcome {
                 installation,
                 already_installed: true,
                 duration: started.elapsed(),
             });
         }
+        let (staging, version) = self.stage(&plan, &agent.dir, progress).await?;
+        let (installation, already_installed) =
+            plan.activate(&staging, &agent.dir, &version, options.reinstall)?;
+        let duration = started.elapsed();
+        tracing::info!(
+            agent = plan.id,
+            version,
+            path = %installation.program.display(),
+            duration_ms = duration.as_millis() as u64,
+            already_installed,
+            "agent installed"
+        );
+        Ok(InstallOutcome {
+            installation,
+            already_installed,
+            duration,
+        })
+    }
 
-        let artifact = match &chosen {
-            Chosen::Npm { name, .. } => format!("npm {name}@{requested}"),
-            Chosen::Binary { target, .. } => target.archive.clone(),
-        };
+    /// Takes agent `id`'s install locks: this process's, then the file lock
+    /// across processes (creating the agent's folder); then removes what
+    /// interrupted installs left there.
+    async fn lock_agent(
+        &self,
+        id: &str,
+        progress: &dyn Progress,
+    ) -> Result<AgentLock, InstallError> {
+        let lock = self.locks.lock().entry(id.to_owned()).or_default().clone();
+        let in_process = lock.lock_owned().await;
+        let dir = self.agent_dir(id);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| InstallError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+        let across_processes = lock_file(dir.join(".lock"), id, progress).await?;
+        remove_leftovers(&dir);
+        Ok(AgentLock {
+            dir,
+            _across_processes: across_processes,
+            _in_process: in_process,
+        })
+    }
+
+    /// Fetches the plan's artifact into a new staging folder in
+    /// `agent_dir`, within the install timeout, and writes its receipt
+    /// there; returns the staging folder and the installed version.
+    async fn stage(
+        &self,
+        plan: &Plan<'_>,
+        agent_dir: &Path,
+        progress: &dyn Progress,
+    ) -> Result<(Staging, String), InstallError> {
+        let id = plan.id;
+        let artifact = plan.artifact(plan.requested);
         tracing::info!(agent = id, artifact, "installing agent");
         progress.step(&format!("installing {artifact}"));
-        let staging = Staging::new(&agent_dir).map_err(InstallError::Failed)?;
-        let staged = tokio::time::timeout(self.timeout, async {
-            match &chosen {
-                Chosen::Npm { npx, name, .. } => {
-                    npm_install(&staging.dir, name, requested, npx.cmd.as_deref(), progress).await
-                }
-                Chosen::Binary { target, version } => self
-                    .install_archive(&staging, target, progress)
-                    .await
-                    .map(|program| ((*version).to_owned(), program)),
-            }
-        })
-        .await;
-        let (version, program) = match staged {
-            Ok(Ok(staged)) => staged,
+        let staging = Staging::new(agent_dir).map_err(InstallError::Failed)?;
+        let fetched =
+            tokio::time::timeout(self.timeout, self.fetch(plan, &staging, progress)).await;
+        let (version, program) = match fetched {
+            Ok(Ok(fetched)) => fetched,
             Ok(Err(reason)) => {
                 return Err(InstallError::Failed(format!(
                     "installing agent {id:?} from {artifact} failed: {reason}"
@@ -356,42 +368,43 @@ impl Installer {
                 )));
             }
         };
-        let artifact = match &chosen {
-            Chosen::Npm { name, .. } => format!("npm {name}@{version}"),
-            Chosen::Binary { .. } => artifact,
-        };
         let receipt = Receipt {
             agent: id.to_owned(),
             version: version.clone(),
-            kind: kind_of(&chosen).to_owned(),
-            artifact,
+            kind: kind_of(&plan.chosen).to_owned(),
+            artifact: plan.artifact(&version),
             program,
             installed_at: crate::session::rfc3339(std::time::SystemTime::now()),
         };
         write_json(&staging.dir.join(RECEIPT), &receipt).map_err(InstallError::Failed)?;
-        let already_installed = staging
-            .put_in_place(&agent_dir, &version, options.reinstall, &chosen)
-            .map_err(InstallError::Failed)?;
-        write_current(&agent_dir, &version, pinned).map_err(InstallError::Failed)?;
-        let installation = read_installation(&agent_dir, &version, &chosen).ok_or_else(|| {
-            InstallError::Failed(format!(
-                "agent {id:?} {version} was installed but its receipt cannot be read back"
-            ))
-        })?;
-        let duration = started.elapsed();
-        tracing::info!(
-            agent = id,
-            version,
-            path = %installation.program.display(),
-            duration_ms = duration.as_millis() as u64,
-            already_installed,
-            "agent installed"
-        );
-        Ok(InstallOutcome {
-            installation,
-            already_installed,
-            duration,
-        })
+        Ok((staging, version))
+    }
+
+    /// Installs the plan's npm package or release archive into
+    /// `staging.dir`; returns the installed version and the program,
+    /// relative to `staging.dir`.
+    async fn fetch(
+        &self,
+        plan: &Plan<'_>,
+        staging: &Staging,
+        progress: &dyn Progress,
+    ) -> Result<(String, PathBuf), String> {
+        match &plan.chosen {
+            Chosen::Npm { npx, name, .. } => {
+                npm_install(
+                    &staging.dir,
+                    name,
+                    plan.requested,
+                    npx.cmd.as_deref(),
+                    progress,
+                )
+                .await
+            }
+            Chosen::Binary { target, version } => self
+                .install_archive(staging, target, progress)
+                .await
+                .map(|program| ((*version).to_owned(), program)),
+        }
     }
 
     /// Downloads, checks and unpacks a release archive into `staging.dir`;
@@ -526,6 +539,110 @@ impl Installer {
             .map_err(|e| format!("cannot build the HTTP client: {}", error_chain(&e)))?;
         Ok(self.http.get_or_init(|| client))
     }
+}
+
+/// One install, decided before anything is touched: which distribution
+/// and which version.
+struct Plan<'a> {
+    /// The agent id.
+    id: &'a str,
+    /// The manifest's distribution for this platform.
+    chosen: Chosen<'a>,
+    /// The version (spec) to install: the one asked for, else the
+    /// manifest's.
+    requested: &'a str,
+    /// `requested` is not the manifest's version: it stays the active
+    /// version until another install names one.
+    pinned: bool,
+}
+
+impl<'a> Plan<'a> {
+    /// Checks that `spec` can be installed here in the version `options`
+    /// ask for.
+    fn new(spec: &'a AgentSpec, options: &'a InstallOptions) -> Result<Self, InstallError> {
+        let id = spec.id.as_str();
+        let Launch::Install(entry) = &spec.launch else {
+            return Err(InstallError::NotInstallable(format!(
+                "agent {id:?} runs a fixed command; there is nothing to install"
+            )));
+        };
+        let chosen = entry.choose().map_err(|reason| {
+            InstallError::NotInstallable(format!("agent {id:?} cannot be installed here: {reason}"))
+        })?;
+        let wanted = chosen.version();
+        let requested = options.version.as_deref().unwrap_or(wanted);
+        check_version_spec(requested).map_err(InstallError::InvalidVersion)?;
+        if matches!(chosen, Chosen::Binary { .. }) && requested != wanted {
+            return Err(InstallError::InvalidVersion(format!(
+                "agent {id:?} comes from a release archive; only its manifest version {wanted} can be installed"
+            )));
+        }
+        Ok(Self {
+            id,
+            chosen,
+            requested,
+            pinned: requested != wanted,
+        })
+    }
+
+    /// What is installed, for the log and the receipt: `npm <name>@<version>`
+    /// or the archive URL.
+    fn artifact(&self, version: &str) -> String {
+        match &self.chosen {
+            Chosen::Npm { name, .. } => format!("npm {name}@{version}"),
+            Chosen::Binary { target, .. } => target.archive.clone(),
+        }
+    }
+
+    /// The installation already in `agent_dir` when an exact version is
+    /// requested and is there; it becomes the active version.
+    fn reuse(&self, agent_dir: &Path) -> Result<Option<Installation>, InstallError> {
+        let version = self.requested;
+        if !is_exact_version(version) {
+            return Ok(None);
+        }
+        let Some(installation) = read_installation(agent_dir, version, &self.chosen) else {
+            return Ok(None);
+        };
+        write_current(agent_dir, version, self.pinned).map_err(InstallError::Failed)?;
+        tracing::info!(agent = self.id, version, path = %installation.program.display(), "agent already installed");
+        Ok(Some(installation))
+    }
+
+    /// Moves the staged `version` into place and makes it the active
+    /// version; returns the installation and whether a valid install of
+    /// that version was already there (the staged copy is then dropped).
+    fn activate(
+        &self,
+        staging: &Staging,
+        agent_dir: &Path,
+        version: &str,
+        reinstall: bool,
+    ) -> Result<(Installation, bool), InstallError> {
+        let id = self.id;
+        let already_installed = staging
+            .put_in_place(agent_dir, version, reinstall, &self.chosen)
+            .map_err(InstallError::Failed)?;
+        write_current(agent_dir, version, self.pinned).map_err(InstallError::Failed)?;
+        let installation =
+            read_installation(agent_dir, version, &self.chosen).ok_or_else(|| {
+                InstallError::Failed(format!(
+                    "agent {id:?} {version} was installed but its receipt cannot be read back"
+                ))
+            })?;
+        Ok((installation, already_installed))
+    }
+}
+
+/// Both install locks of one agent, held while it is installed, and its
+/// folder `agents/<id>`.
+struct AgentLock {
+    dir: PathBuf,
+    /// The file lock across processes sharing the data dir; released first
+    /// (fields drop in order).
+    _across_processes: Flock<File>,
+    /// The lock in this process.
+    _in_process: tokio::sync::OwnedMutexGuard<()>,
 }
 
 /// A staging folder `agents/<id>/.tmp-<uuid>/` (and its download file),

@@ -16,7 +16,8 @@
 //! `clientCapabilities` on an entry, `sha256` on a binary target. Members this
 //! runtime does not use (`description`, `authors`, `icon`, a `uvx`
 //! distribution, …) are accepted and ignored, so a registry file can be used
-//! as it is. `research/contract.md` ("Agent manifest") is the reference.
+//! as it is. The reference is `research/contract.md`,
+//! "Agents: manifest, installs, lazy install" (manifest format).
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -50,8 +51,9 @@ pub struct ManifestEntry {
     /// left as the server has it.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Client capabilities the runtime declares to this agent (DESIGN.md
-    /// section 4); none when absent.
+    /// Client capabilities the runtime declares to this agent; none when
+    /// absent (research/contract.md,
+    /// "Routing: connections, sessions, one agent process").
     #[serde(default)]
     pub client_capabilities: Option<serde_json::Value>,
 }

@@ -74,7 +74,11 @@ pub fn spawn(
     let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
     tokio::spawn(stdio::write_stdin(stdin, stdin_rx));
     let capture = Arc::new(Mutex::new(StderrCapture::default()));
-    tokio::spawn(stdio::read_stderr(agent.to_owned(), stderr, capture.clone()));
+    tokio::spawn(stdio::read_stderr(
+        agent.to_owned(),
+        stderr,
+        capture.clone(),
+    ));
     Ok(Spawned {
         child,
         stdin: stdin_tx,

@@ -323,7 +323,12 @@ impl Agents {
             }
             StartError::Failed(reason)
         };
-        match tokio::time::timeout(self.start_timeout, process.router.call("initialize", &params)).await {
+        match tokio::time::timeout(
+            self.start_timeout,
+            process.router.call("initialize", &params),
+        )
+        .await
+        {
             Ok(Ok(result)) => {
                 *process.initialize_result.lock() = Some(result);
                 Ok(process)

@@ -1,4 +1,5 @@
-//! The control plane (DESIGN.md section 6): plain HTTP + JSON views of the
+//! The control plane (research/contract.md,
+//! "Extension methods and control plane"): plain HTTP + JSON views of the
 //! session inventory, the event logs and the agents, and agent installs.
 
 use super::headers::is_json_content;

@@ -9,7 +9,8 @@ use subtle::ConstantTimeEq;
 /// `Last-Event-ID` (SSE spec) request header.
 pub const LAST_EVENT_ID: &str = "last-event-id";
 
-/// Checks `Authorization: Bearer <token>` in constant time (DESIGN.md section 3, "Auth").
+/// Checks `Authorization: Bearer <token>` in constant time
+/// (research/contract.md, "Transport: /v2/rpc", auth).
 ///
 /// # Errors
 /// [`Error::Unauthorized`] when the header is missing or the token differs.

@@ -13,7 +13,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 pub const TYPE_PREFIX: &str = "urn:sandbox-agent:error:";
 
 impl Error {
-    /// HTTP status (DESIGN.md section 3, "Errors"; `research/contract.md`).
+    /// HTTP status (research/contract.md, "Problem types").
     pub fn status(&self) -> StatusCode {
         match self {
             Self::InvalidRequest(_)

@@ -1,4 +1,5 @@
-//! `POST`, `GET` and `DELETE` on `/v2/rpc` (DESIGN.md section 3).
+//! `POST`, `GET` and `DELETE` on `/v2/rpc`
+//! (research/contract.md, "Transport: /v2/rpc").
 
 use super::headers::{accepts, is_json_content, last_event_id};
 use super::{Body, empty, full, read_body, sse};

@@ -41,10 +41,10 @@ use agent_client_protocol::v1::schema::{
     SetSessionModeRequest, SetSessionModeResponse, StopReason, ToolCall, ToolCallStatus,
     ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
-use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::v1::{self, ConnectionTo, Responder};
 use agent_client_protocol::{
-    Agent, Client, ConnectTo, Error, ErrorCode, JsonRpcRequest, JsonRpcResponse, Lines,
-    on_receive_notification, on_receive_request,
+    Agent, Client, ConnectTo, Error, ErrorCode, HandleDispatchFrom, JsonRpcRequest,
+    JsonRpcResponse, Lines, on_receive_notification, on_receive_request,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -65,6 +65,9 @@ const MODEL_CONFIG_ID: &str = "model";
 const MODELS: [(&str, &str); 2] = [("mock-fast", "Mock fast"), ("mock-smart", "Mock smart")];
 /// The tool call id used by the `tool` and `permission` turns.
 const TOOL_CALL_ID: &str = "mock-tool-1";
+/// The id of the permission option that grants the `permission` turn's
+/// write; any other answer denies it.
+const ALLOW_OPTION_ID: &str = "allow-once";
 /// What `!garbage` writes to stdout: plain text, ANSI escapes, a bare number.
 const GARBAGE_LINES: [&str; 3] = ["this is not json", "\x1b[31mred\x1b[0m", "42"];
 /// Exit code of `!crash` without an argument.
@@ -143,29 +146,55 @@ enum Ending {
 async fn serve(
     agent: Arc<MockAgent>,
     transport: impl ConnectTo<Agent> + 'static,
-    mut crash_rx: tokio::sync::mpsc::UnboundedReceiver<i32>,
+    crash_rx: tokio::sync::mpsc::UnboundedReceiver<i32>,
 ) -> Result<Ending, Error> {
     let turns = agent.turns.clone();
     let stdout = agent.stdout.clone();
-    Agent
-        .v1()
-        .name(AGENT_NAME)
-        .on_receive_request(
-            {
-                let agent = agent.clone();
-                async move |request: InitializeRequest, responder: Responder<_>, _cx| {
-                    responder.respond(agent.initialize(&request))?;
-                    // The SDK counts the connection as initialized only once its
-                    // outgoing side has taken this answer. Yield (holding the
-                    // dispatch loop) so that happens before the next message is
-                    // dispatched: a client that does not wait for the answer
-                    // (`printf ... | sandbox-agent mock-agent`) is not refused.
-                    tokio::task::yield_now().await;
-                    Ok(())
-                }
-            },
-            on_receive_request!(),
-        )
+    handlers(&agent)
+        .connect_with(transport, async move |cx: ConnectionTo<Client>| {
+            foreground(cx, crash_rx, turns, stdout).await
+        })
+        .await
+}
+
+/// Every request and notification handler of the agent, in dispatch order.
+fn handlers(agent: &Arc<MockAgent>) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
+    let connection = Agent.v1().name(AGENT_NAME);
+    let connection = with_initialize(connection, agent);
+    let connection = with_session_lifecycle(connection, agent);
+    let connection = with_session_settings(connection, agent);
+    let connection = with_echo(connection);
+    with_prompt_turns(connection, agent)
+}
+
+/// `initialize`.
+fn with_initialize(
+    connection: v1::Builder<Agent, impl HandleDispatchFrom<Client>>,
+    agent: &Arc<MockAgent>,
+) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
+    let agent = agent.clone();
+    connection.on_receive_request(
+        async move |request: InitializeRequest, responder: Responder<_>, _cx| {
+            responder.respond(agent.initialize(&request))?;
+            // The SDK counts the connection as initialized only once its
+            // outgoing side has taken this answer. Yield (holding the
+            // dispatch loop) so that happens before the next message is
+            // dispatched: a client that does not wait for the answer
+            // (`printf ... | sandbox-agent mock-agent`) is not refused.
+            tokio::task::yield_now().await;
+            Ok(())
+        },
+        on_receive_request!(),
+    )
+}
+
+/// `session/new`, `session/load`, `session/resume`, `session/fork` and
+/// `session/list`.
+fn with_session_lifecycle(
+    connection: v1::Builder<Agent, impl HandleDispatchFrom<Client>>,
+    agent: &Arc<MockAgent>,
+) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
+    connection
         .on_receive_request(
             {
                 let agent = agent.clone();
@@ -211,6 +240,14 @@ async fn serve(
             },
             on_receive_request!(),
         )
+}
+
+/// `session/set_mode`, `session/set_config_option` and `session/set_model`.
+fn with_session_settings(
+    connection: v1::Builder<Agent, impl HandleDispatchFrom<Client>>,
+    agent: &Arc<MockAgent>,
+) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
+    connection
         .on_receive_request(
             {
                 let agent = agent.clone();
@@ -238,12 +275,26 @@ async fn serve(
             },
             on_receive_request!(),
         )
-        .on_receive_request(
-            async move |request: EchoRequest, responder: Responder<_>, _cx| {
-                responder.respond(EchoResponse(request.0))
-            },
-            on_receive_request!(),
-        )
+}
+
+/// `_mock/echo`.
+fn with_echo(
+    connection: v1::Builder<Agent, impl HandleDispatchFrom<Client>>,
+) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
+    connection.on_receive_request(
+        async move |request: EchoRequest, responder: Responder<_>, _cx| {
+            responder.respond(EchoResponse(request.0))
+        },
+        on_receive_request!(),
+    )
+}
+
+/// `session/prompt` (each turn in a task of its own) and `session/cancel`.
+fn with_prompt_turns(
+    connection: v1::Builder<Agent, impl HandleDispatchFrom<Client>>,
+    agent: &Arc<MockAgent>,
+) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
+    connection
         .on_receive_request(
             {
                 let agent = agent.clone();
@@ -263,21 +314,27 @@ async fn serve(
             },
             on_receive_notification!(),
         )
-        .connect_with(transport, async move |cx: ConnectionTo<Client>| {
-            tokio::select! {
-                Some(code) = crash_rx.recv() => Ok(Ending::Crash(code)),
-                () = async {
-                    cx.incoming_closed().await;
-                    turns.close();
-                    turns.wait().await;
-                } => Ok(Ending::StdinClosed),
-                // Nothing can reach the client any more.
-                () = stdout.failed() => Err(Error::into_internal_error(writer_stopped())),
-            }
-        })
-        .await
 }
 
+/// The connection's foreground: ends on a crash request, on stdin EOF once
+/// the running turns are done, or when stdout fails.
+async fn foreground(
+    cx: ConnectionTo<Client>,
+    mut crash_rx: tokio::sync::mpsc::UnboundedReceiver<i32>,
+    turns: TaskTracker,
+    stdout: Stdout,
+) -> Result<Ending, Error> {
+    tokio::select! {
+        Some(code) = crash_rx.recv() => Ok(Ending::Crash(code)),
+        () = async {
+            cx.incoming_closed().await;
+            turns.close();
+            turns.wait().await;
+        } => Ok(Ending::StdinClosed),
+        // Nothing can reach the client any more.
+        () = stdout.failed() => Err(Error::into_internal_error(writer_stopped())),
+    }
+}
 // ---------------------------------------------------------------------------
 // Transport: stdin lines in, one stdout writer out
 // ---------------------------------------------------------------------------
@@ -1176,7 +1233,11 @@ impl Turn {
             .kind(ToolKind::Edit)
             .status(ToolCallStatus::Pending);
         let options = vec![
-            PermissionOption::new("allow-once", "Allow once", PermissionOptionKind::AllowOnce),
+            PermissionOption::new(
+                ALLOW_OPTION_ID,
+                "Allow once",
+                PermissionOptionKind::AllowOnce,
+            ),
             PermissionOption::new(
                 "reject-once",
                 "Reject once",
@@ -1191,7 +1252,7 @@ impl Turn {
         let granted = match self.ask_client(request).await?.outcome {
             RequestPermissionOutcome::Cancelled => return Ok(StopReason::Cancelled),
             RequestPermissionOutcome::Selected(selected) => {
-                selected.option_id.0.as_ref() == "allow-once"
+                selected.option_id.0.as_ref() == ALLOW_OPTION_ID
             }
             // An outcome this schema version does not know: not a grant.
             _ => false,

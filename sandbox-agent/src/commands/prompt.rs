@@ -344,12 +344,7 @@ impl TurnView {
     /// A line on stderr. On a terminal, agent text that is mid-line is
     /// ended first so the two do not run together.
     fn note(&mut self, line: &str) {
-        if self.mid_line && self.terminal.stdout && self.terminal.stderr {
-            let mut stdout = std::io::stdout().lock();
-            let _ = stdout.write_all(b"\n");
-            let _ = stdout.flush();
-            self.mid_line = false;
-        }
+        self.end_text_before_stderr();
         let mut stderr = std::io::stderr().lock();
         if self.question_open {
             // Nothing ended the question's line (stdin closed, Ctrl-C).
@@ -367,6 +362,14 @@ impl TurnView {
             let _ = stdout.write_all(b"\n");
             let _ = stdout.flush();
             self.mid_line = false;
+        }
+    }
+
+    /// When stdout and stderr are both terminals, ends agent text that
+    /// is mid-line so that what goes to stderr next does not run into it.
+    fn end_text_before_stderr(&mut self) {
+        if self.terminal.stdout && self.terminal.stderr {
+            self.end_text();
         }
     }
 
@@ -442,12 +445,7 @@ impl TurnView {
 
     /// Writes a question (no final newline) to stderr.
     fn ask(&mut self, question: &str) {
-        if self.mid_line && self.terminal.stdout && self.terminal.stderr {
-            let mut stdout = std::io::stdout().lock();
-            let _ = stdout.write_all(b"\n");
-            let _ = stdout.flush();
-            self.mid_line = false;
-        }
+        self.end_text_before_stderr();
         let mut stderr = std::io::stderr().lock();
         let _ = stderr.write_all(question.as_bytes());
         let _ = stderr.flush();
@@ -532,7 +530,7 @@ fn describe_connect_error(args: &PromptArgs, error: &Error) -> String {
         (Some(url), Error::Transport(_) | Error::Request(_)) => {
             format!("cannot reach the server at {url}: {error}")
         }
-        (Some(url), Error::Http { status, .. }) if status.as_u16() == 401 => format!(
+        (Some(url), Error::Http(failure)) if failure.status.as_u16() == 401 => format!(
             "the server at {url} refused the token (give the right one with --token or SANDBOX_AGENT_TOKEN): {error}"
         ),
         _ => format!("cannot connect to agent {:?}: {error}", args.agent),

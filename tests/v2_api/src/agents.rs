@@ -1,10 +1,12 @@
-//! Helpers for the agent install tests (DESIGN section 7, issue 6): agents
-//! files, release archives, a loopback file server to download them from, and
-//! the install endpoint.
+//! Helpers for the agent install tests (research/contract.md,
+//! "Agents: manifest, installs, lazy install"): agents files, release
+//! archives, a loopback file server to download them from, and the install
+//! endpoint.
 //!
 //! The file server speaks just enough HTTP/1.1 for one `GET` per connection;
 //! it listens on 127.0.0.1 only (the runtime allows plain `http://` archive
-//! URLs for loopback hosts, contract.md "Agent manifest").
+//! URLs for loopback hosts: research/contract.md,
+//! "Agents: manifest, installs, lazy install", manifest format).
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -1,4 +1,5 @@
-//! The client side of `/v2/rpc` (DESIGN section 3), as plain HTTP.
+//! The client side of `/v2/rpc` (research/contract.md, "Transport: /v2/rpc"),
+//! as plain HTTP.
 //!
 //! [`Api`] builds and sends requests; [`Reply`] is one response read to the
 //! end. Helpers that "expect" something panic with the whole reply in the
@@ -401,8 +402,9 @@ impl Reply {
         self
     }
 
-    /// Asserts `202 Accepted` with an empty body (DESIGN section 3: a
-    /// notification or a response to an agent request).
+    /// Asserts `202 Accepted` with an empty body (a notification or a
+    /// response to an agent request; research/contract.md,
+    /// "Transport: /v2/rpc").
     pub fn assert_accepted_empty(&self) -> &Self {
         self.assert_status(202);
         assert!(

@@ -1,6 +1,7 @@
-//! The `_sandboxagent/*` extension layer and the control plane (DESIGN
-//! sections 5 and 6): wire names, readers for the `_meta["sandboxagent.dev"]`
-//! namespace, and JSON-RPC result / error checks.
+//! The `_sandboxagent/*` extension layer and the control plane
+//! (research/contract.md, "Extension methods and control plane"): wire names,
+//! readers for the `_meta["sandboxagent.dev"]` namespace, and JSON-RPC
+//! result / error checks.
 //!
 //! The names are spelled out here rather than taken from the `ext-methods`
 //! crate on purpose: the tests check the wire, not the server's constants.
@@ -24,7 +25,8 @@ pub const AGENT_LIST: &str = "_sandboxagent/agent/list";
 /// `_sandboxagent/session/ended` (notification).
 pub const SESSION_ENDED: &str = "_sandboxagent/session/ended";
 
-/// Every extension method DESIGN section 5 defines, sorted.
+/// Every extension method research/contract.md defines, sorted
+/// ("Extension methods and control plane").
 pub const ALL_METHODS: [&str; 6] = [
     AGENT_LIST,
     DETACH,

@@ -1,9 +1,9 @@
 //! Black-box test harness for the `sandbox-agent` server: the real binary on
 //! a real TCP port, spoken to over real HTTP, with real agent processes.
 //!
-//! The tests under `tests/` follow `../shared/DESIGN.md` sections 3 and 4 and
-//! `research/contract.md` (start-up line, problem types, the mock agent's
-//! prompt directives). They only ever see what a client sees: status codes,
+//! The tests under `tests/` follow `research/contract.md` (the transport,
+//! routing, the start-up line, problem types, the mock agent's prompt
+//! directives). They only ever see what a client sees: status codes,
 //! headers, bodies, Server-Sent Events, and the processes in `/proc`.
 //!
 //! # Layout
@@ -19,9 +19,11 @@
 //! - [`acp`]: JSON-RPC / ACP message builders and readers (prompt text,
 //!   session updates, the mock agent's expected reply).
 //! - [`ext`]: the `_sandboxagent/*` names, `_meta["sandboxagent.dev"]`
-//!   readers, JSON-RPC result / error checks (DESIGN sections 5 and 6).
+//!   readers, JSON-RPC result / error checks (research/contract.md,
+//!   "Extension methods and control plane").
 //! - [`agents`]: agents files, release archives, a loopback file server,
-//!   and the install endpoint (DESIGN section 7).
+//!   and the install endpoint
+//!   (research/contract.md, "Agents: manifest, installs, lazy install").
 //! - [`procfs`]: process-tree helpers over `/proc` (descendants, liveness,
 //!   command lines, resident memory).
 //! - [`bridge`]: [`BridgeProcess`], `sandbox-agent bridge` driven through
@@ -68,10 +70,12 @@ pub const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the server gets between SIGTERM and SIGKILL when a test drops it.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Header naming the transport connection (DESIGN section 3).
+/// Header naming the transport connection (research/contract.md,
+/// "Transport: /v2/rpc").
 pub const CONNECTION_ID_HEADER: &str = "x-acp-connection-id";
 
-/// The `_meta` namespace key of this product (DESIGN section 5).
+/// The `_meta` namespace key of this product (research/contract.md,
+/// "Extension methods and control plane").
 pub const META_KEY: &str = "sandboxagent.dev";
 
 /// Agent id of the built-in mock agent (contract.md, "The mock agent").

@@ -1,5 +1,5 @@
-//! RFC 9457 problem details, as DESIGN section 3 ("Errors") and the
-//! contract.md problem table define them.
+//! RFC 9457 problem details, as research/contract.md ("Problem types")
+//! defines them.
 
 use serde_json::Value;
 

@@ -1,7 +1,8 @@
 //! Process-tree helpers over Linux `/proc`.
 //!
-//! Used to check that the server cleans up its agent processes (DESIGN
-//! section 4, issue 2 "no orphan processes remain") and, in
+//! Used to check that the server cleans up its agent processes (no orphan
+//! processes remain; research/contract.md,
+//! "Routing: connections, sessions, one agent process") and, in
 //! [`crate::TestServer`]'s drop, to kill whatever a failing server left.
 
 use std::collections::HashMap;

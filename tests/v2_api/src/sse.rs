@@ -1,5 +1,6 @@
-//! The connection's Server-Sent Events stream (`GET /v2/rpc`, DESIGN
-//! section 3), parsed by `eventsource-stream`.
+//! The connection's Server-Sent Events stream (`GET /v2/rpc`;
+//! research/contract.md, "Transport: /v2/rpc"), parsed by
+//! `eventsource-stream`.
 //!
 //! Framing per the contract: `event: message`, `id: <sequence>`, `data: <one
 //! JSON object on one line>`; the `_sandboxagent/stream/gap` notice has no

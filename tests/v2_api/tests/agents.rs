@@ -1,5 +1,7 @@
-//! Agents (DESIGN section 7, issue 6): the manifest, installs into the data
-//! dir, lazy install on the first `initialize`, `--require-preinstall`, the
+//! Agents (research/contract.md,
+//! "Agents: manifest, installs, lazy install"): the manifest, installs into
+//! the data dir, lazy install on the first `initialize`,
+//! `--require-preinstall`, the
 //! install endpoint, `sandbox-agent agents list|install`, and every kind of
 //! bad input (unknown agent, no distribution for this platform, broken
 //! archives, an npm failure, an agent that exits at once). Each failure must

@@ -1,5 +1,5 @@
-//! Bearer-token auth (DESIGN section 3 "Auth", contract.md "Server
-//! start-up" and the 401 row of the problem table).
+//! Bearer-token auth (research/contract.md: "Transport: /v2/rpc", auth;
+//! "Server start-up"; the 401 row of "Problem types").
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! `sandbox-agent bridge` (issue 8), driven through its stdio as an editor
+//! `sandbox-agent bridge`, driven through its stdio as an editor
 //! drives it, against the real server over real HTTP: a full turn with a
 //! permission request, a dropped event stream resumed mid-turn, stdin EOF
 //! cleanup, and the failures an editor must be told about.

@@ -1,4 +1,5 @@
-//! The control plane (DESIGN section 6, issue 3): `GET /v2/sessions`,
+//! The control plane (research/contract.md,
+//! "Extension methods and control plane"): `GET /v2/sessions`,
 //! `GET /v2/sessions/{id}`, `GET /v2/sessions/{id}/events` and the session
 //! event log behind it, over real HTTP against the real binary.
 

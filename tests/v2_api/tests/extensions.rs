@@ -1,5 +1,6 @@
 //! The `_sandboxagent/*` extension methods and `_meta["sandboxagent.dev"]`
-//! (DESIGN section 5, issue 3): the capability block in `initialize`, the
+//! (research/contract.md, "Extension methods and control plane"): the
+//! capability block in `initialize`, the
 //! server-wide `session/list`, metadata, terminate, detach, model listing and
 //! the agent list, over real HTTP against the real binary and mock agent.
 
@@ -62,7 +63,7 @@ async fn new_session_with(server: &TestServer, conn: &str, params: Value) -> Val
 /// every event of `stream` up to the marker's last chunk. Everything the
 /// server pushed to `stream` before the marker turn started is among them,
 /// so "X is not in the result" proves X was never delivered (one ordered
-/// ring per connection, DESIGN section 3).
+/// ring per connection; research/contract.md, "Transport: /v2/rpc").
 async fn drain_with_marker(
     server: &TestServer,
     conn: &str,

@@ -1,5 +1,6 @@
-//! Misbehaving agents (DESIGN section 4 "Agent process exit", section 3
-//! "Agent stdout framing"; issue 2 "Bad input"): a crash mid-turn, garbage
+//! Misbehaving agents (research/contract.md,
+//! "Routing: connections, sessions, one agent process": agent stdout and
+//! process exit): a crash mid-turn, garbage
 //! and overlong stdout lines, stderr noise, agents that cannot start, and a
 //! client that never reads its stream.
 

@@ -1,6 +1,6 @@
 //! Routes around `/v2/rpc`: `GET /v2/health`, unknown routes (404), wrong
-//! verbs (405) and the removed v1 API (410). DESIGN section 3 ("Errors"),
-//! section 6; contract.md problem table.
+//! verbs (405) and the removed v1 API (410). research/contract.md,
+//! "Problem types" and "Extension methods and control plane".
 
 use reqwest::Method;
 use reqwest::header::CONTENT_TYPE;

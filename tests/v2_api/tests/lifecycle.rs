@@ -1,6 +1,7 @@
-//! Connection and server lifecycle: `DELETE /v2/rpc` (DESIGN section 3
-//! "DELETE" and its edge rule), the connection cap, idle reaping, and
-//! graceful shutdown on SIGTERM (issue 2 "Build": no orphan processes).
+//! Connection and server lifecycle: `DELETE /v2/rpc`, the connection cap,
+//! idle reaping, and graceful shutdown on SIGTERM with no orphan processes
+//! (research/contract.md, "Transport: /v2/rpc", DELETE and the connection
+//! lifecycle).
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 //! Real agents nobody on this team wrote, end to end through the runtime over
-//! real HTTP (issue 6): codex-acp installed from the npm registry, then
+//! real HTTP: codex-acp installed from the npm registry, then
 //! `initialize`, `authenticate`, `session/new` and its own `session/update`
 //! on the SSE stream; Claude Code's `initialize`, installed lazily.
 //!

@@ -1,6 +1,8 @@
-//! Routing inside the runtime (DESIGN section 4): shared agent processes,
-//! id rewriting across connections, session ownership, and agent-initiated
-//! requests answered by the client (permissions) or on its behalf.
+//! Routing inside the runtime (research/contract.md,
+//! "Routing: connections, sessions, one agent process"): shared agent
+//! processes, id rewriting across connections, session ownership, and
+//! agent-initiated requests answered by the client (permissions) or on its
+//! behalf.
 
 use std::time::Instant;
 

@@ -1,4 +1,5 @@
-//! `POST /v2/rpc` (DESIGN section 3 "POST /v2/rpc" and "Edge rules"): the
+//! `POST /v2/rpc` (research/contract.md, "Transport: /v2/rpc", POST and
+//! edge rules): the
 //! envelope, the headers, the status codes, and JSON-RPC ids on one
 //! connection.
 

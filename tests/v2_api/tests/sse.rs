@@ -1,5 +1,5 @@
-//! `GET /v2/rpc` (DESIGN section 3 "GET /v2/rpc (Server-Sent Events)" and
-//! the stream rules under "Edge rules"): framing, sequence ids, replay with
+//! `GET /v2/rpc` (research/contract.md, "Transport: /v2/rpc", its GET and
+//! edge rules): framing, sequence ids, replay with
 //! `Last-Event-ID`, the gap notice, one live stream per connection,
 //! heartbeats, and late responses of dropped POSTs.
 

@@ -7,7 +7,7 @@
 //! "problem": {..}}` for an HTTP answer, `{"transportError": ".."}`
 //! otherwise.
 
-use acp_http_client::{Error, Problem};
+use acp_http_client::{Error, HttpFailure, Problem};
 use acp_runtime::protocol::{RpcError, code};
 use serde_json::{Map, Value, json};
 
@@ -56,7 +56,7 @@ pub fn post_failure(error: &Error, target: &Target, connected: bool) -> Diagnosi
             ),
             fatal: false,
         },
-        Error::Http { status, problem } => {
+        Error::Http(HttpFailure { status, problem }) => {
             let status = status.as_u16();
             let problem = problem.as_deref();
             let kind = problem.map(problem_kind).unwrap_or_default();
@@ -108,15 +108,15 @@ pub fn post_failure(error: &Error, target: &Target, connected: bool) -> Diagnosi
 /// `error`): always fatal, nothing more can reach the editor.
 pub fn stream_failure(error: &Error, target: &Target) -> RpcError {
     match error {
-        Error::Http { status, problem } if status.as_u16() == 401 => {
+        Error::Http(HttpFailure { status, problem }) if status.as_u16() == 401 => {
             http_error(token_message(target), 401, problem.as_deref())
         }
-        Error::Http { status, problem } if status.as_u16() == 404 => http_error(
+        Error::Http(HttpFailure { status, problem }) if status.as_u16() == 404 => http_error(
             connection_gone(target, problem.as_deref()),
             404,
             problem.as_deref(),
         ),
-        Error::Http { status, problem } => http_error(
+        Error::Http(HttpFailure { status, problem }) => http_error(
             format!(
                 "the runtime at {} refused the event stream: HTTP {}{}",
                 target.url,
@@ -247,7 +247,7 @@ mod tests {
     }
 
     fn http(status: u16, kind: &str, detail: &str) -> Error {
-        Error::Http {
+        Error::Http(HttpFailure {
             status: StatusCode::from_u16(status).unwrap_or(StatusCode::IM_A_TEAPOT),
             problem: Some(Box::new(Problem {
                 problem_type: format!("urn:sandbox-agent:error:{kind}"),
@@ -257,7 +257,7 @@ mod tests {
                 instance: None,
                 extensions: Map::new(),
             })),
-        }
+        })
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //!
 //! Editor messages are forwarded as the editor wrote them, except that
 //! `initialize` and `session/new` get the bridge's agent in
-//! `params._meta["sandboxagent.dev"].agent` (DESIGN section 3: the runtime
-//! reads the agent from there). Lines that are not a JSON-RPC message are
+//! `params._meta["sandboxagent.dev"].agent` (the runtime reads the agent
+//! from there: research/contract.md, "Transport: /v2/rpc"). Lines that are
+//! not a JSON-RPC message are
 //! answered here, as JSON-RPC 2.0 section 5.1 says: `-32700` for text that
 //! is not JSON, `-32600` for JSON that is not a request, notification or
 //! response.

@@ -1,5 +1,5 @@
 //! `sandbox-agent bridge`: ACP on stdio toward an editor, forwarded to a
-//! sandbox-agent runtime over HTTP (issue 8).
+//! sandbox-agent runtime over HTTP.
 //!
 //! Editors (Zed, command-line ACP clients) start an agent as a local
 //! program speaking newline-delimited JSON-RPC on stdin/stdout. The bridge
@@ -52,8 +52,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::{JoinError, JoinSet};
 
 /// Longest line accepted from the editor, in bytes (ACP messages can carry
-/// whole files; the runtime's own stdio limit is the same).
-pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+/// whole files): the runtime's own default limit on agent stdout lines.
+pub const MAX_LINE_BYTES: usize = acp_runtime::config::DEFAULT_MAX_LINE_BYTES;
 
 /// How long the bridge waits at stdin EOF for the answers to the requests
 /// already sent; then for the POSTs of notifications and responses the
