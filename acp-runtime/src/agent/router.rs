@@ -19,9 +19,9 @@
 use super::framing::PREFIX_BYTES;
 use super::process::ExitInfo;
 use crate::connection::Connection;
+use crate::connections::Connections;
 use crate::hints::{self, Hints};
 use crate::protocol::{self, AgentMessage, Kind, RpcError, code, method};
-use crate::registry::Connections;
 use crate::session::{Session, Sessions};
 use bytes::Bytes;
 use ext_methods::notification::AGENT_UNPARSED;
@@ -265,7 +265,8 @@ impl Router {
             session,
             prompt: method == method::SESSION_PROMPT,
         };
-        self.submit(method, params, Pending::Client(request)).await?;
+        self.submit(method, params, Pending::Client(request))
+            .await?;
         Ok(receiver)
     }
 
@@ -838,3 +839,6 @@ fn with_session_meta(result: &RawValue, session: &Session) -> Box<RawValue> {
         result.to_owned()
     }
 }
+
+#[cfg(test)]
+mod tests;
