@@ -674,7 +674,9 @@ impl Router {
                 break;
             }
             tracing::warn!(agent = %self.agent, session = %front.session, "dropping a message held for a session nobody owns");
-            held.pop_front();
+            if let Some(dropped) = held.pop_front() {
+                self.forget_dropped(&dropped);
+            }
         }
         held.push_back(Held {
             at: now,
@@ -703,14 +705,26 @@ impl Router {
                 if let Some(id) = message.request_id.take() {
                     delivered.insert(id);
                 }
+            } else {
+                self.forget_dropped(message);
             }
             false
         });
         delivered
     }
 
+    /// A held agent request dropped past the cap or the TTL is never
+    /// delivered: it leaves the unanswered-requests table too.
+    fn forget_dropped(&self, dropped: &Held) {
+        if let Some(id) = &dropped.request_id {
+            self.take_agent_request(id);
+        }
+    }
+
     /// Delivers the unanswered agent requests of `session` to a connection
-    /// that just attached, except those in `skip`.
+    /// that just attached, except those in `skip`. One it cannot take is
+    /// refused (`-32601`) only when no attached connection can: another may
+    /// hold it already.
     fn deliver_waiting_requests(
         &self,
         session: &Session,
@@ -731,8 +745,15 @@ impl Router {
                 }
             }
         }
+        let attached = session.attached();
         for line in refused {
             if let Ok((envelope, _)) = AgentMessage::parse(&line) {
+                if attached
+                    .iter()
+                    .any(|c| c.capabilities.allows(envelope.method()))
+                {
+                    continue;
+                }
                 if let Some(id) = envelope.id {
                     self.take_agent_request(id.get());
                 }

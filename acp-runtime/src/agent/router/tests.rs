@@ -578,11 +578,10 @@ async fn a_held_agent_request_is_delivered_once() {
 }
 
 /// Contract: held messages past either bound are "dropped (never delivered
-/// or recorded)". An agent request dropped from the held queue stays in the
-/// unanswered-requests table, and `deliver_waiting_requests` delivers it
-/// anyway, after the newer held messages.
+/// or recorded)". An agent request dropped from the held queue leaves the
+/// unanswered-requests table too, so the attach that follows does not
+/// deliver it after the newer held messages.
 #[tokio::test]
-#[ignore = "router bug: a held agent request dropped past the cap is still delivered by deliver_waiting_requests"]
 async fn a_held_agent_request_dropped_past_the_cap_is_not_delivered() {
     let mut f = Fixture::new();
     let a = f.open(json!({}));
@@ -812,9 +811,8 @@ async fn a_failed_load_undoes_the_early_attach() {
 /// attaches gets them" and "When no target declared it, the runtime answers
 /// the agent -32601". A connection without the capability that attaches
 /// while a capable one already holds the request must not refuse it on the
-/// capable one's behalf; `deliver_waiting_requests` does.
+/// capable one's behalf.
 #[tokio::test]
-#[ignore = "router bug: deliver_waiting_requests answers -32601 for a request an attached capable connection already got"]
 async fn attaching_without_the_capability_does_not_refuse_a_delivered_request() {
     let mut f = Fixture::new();
     let writer = f.open(json!({"fs": {"writeTextFile": true}}));
