@@ -1,7 +1,7 @@
 //! Server configuration: validated settings and the agents the server knows.
 
 use crate::agent::manifest::{ManifestEntry, check_agent_id};
-pub use ext_methods::AgentSource;
+pub use ext_methods::{AgentSource, AuthEnv};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
@@ -28,6 +28,10 @@ pub struct AgentSpec {
     pub client_capabilities: serde_json::Value,
     /// Where the agent comes from.
     pub source: AgentSource,
+    /// Auth methods an environment variable satisfies (the manifest's
+    /// `auth`; empty for command agents): the runtime authenticates a new
+    /// process with the first one that is set and advertised.
+    pub auth: Vec<AuthEnv>,
 }
 
 /// How an agent's program is found.
@@ -62,6 +66,7 @@ impl AgentSpec {
             env: Vec::new(),
             client_capabilities: serde_json::json!({}),
             source: AgentSource::Builtin,
+            auth: Vec::new(),
         })
     }
 
@@ -97,6 +102,7 @@ impl AgentSpec {
             env,
             client_capabilities,
             source,
+            auth: entry.auth.clone(),
         }
     }
 
@@ -154,6 +160,7 @@ impl AgentSpec {
             env: Vec::new(),
             client_capabilities: serde_json::json!({}),
             source: AgentSource::Fallback,
+            auth: Vec::new(),
         })
     }
 }
@@ -215,6 +222,10 @@ pub const DEFAULT_ENDED_SESSIONS: usize = 1000;
 pub const DEFAULT_TERMINATE_GRACE_MS: u64 = 2_000;
 /// Longest an agent install may take, in milliseconds (15 minutes).
 pub const DEFAULT_INSTALL_TIMEOUT_MS: u64 = 15 * 60 * 1000;
+/// How long after a failed install of an agent its lazy install (on
+/// `initialize`) is not tried again, in milliseconds: requests get the
+/// failure at once instead of each running npm.
+pub const DEFAULT_INSTALL_RETRY_BACKOFF_MS: u64 = 10_000;
 
 /// Validated server settings. The `sandbox-agent server` command builds
 /// them from its options.
@@ -269,6 +280,10 @@ pub struct ServerConfig {
     pub require_preinstall: bool,
     /// Longest an install (npm, or download and unpack) may take.
     pub install_timeout: Duration,
+    /// After a failed install, how long lazy installs of that agent answer
+    /// with the failure instead of installing again (explicit installs
+    /// always run).
+    pub install_retry_backoff: Duration,
     /// Shut down when stdin reaches end of file (the parent closed its pipe
     /// or died).
     pub exit_on_stdin_eof: bool,
@@ -307,6 +322,7 @@ impl ServerConfig {
             data_dir,
             require_preinstall: false,
             install_timeout: Duration::from_millis(DEFAULT_INSTALL_TIMEOUT_MS),
+            install_retry_backoff: Duration::from_millis(DEFAULT_INSTALL_RETRY_BACKOFF_MS),
             exit_on_stdin_eof: false,
         }
     }

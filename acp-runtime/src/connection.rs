@@ -314,11 +314,21 @@ impl Connection {
         self.active_requests.load(Ordering::Acquire) > 0
     }
 
-    /// Registers a request id as in flight. Returns false if it already is
-    /// (research/contract.md, "Transport: /v2/rpc", edge rules: the second is
-    /// answered with -32600).
-    pub fn claim_request_id(&self, raw_id: &str) -> bool {
-        self.in_flight.lock().insert(raw_id.into())
+    /// Registers request id `raw_id` (raw JSON) as in flight until the
+    /// returned guard is dropped, or, once the request is forwarded, until
+    /// the router releases it with the answer ([`InFlightId::hand_over`]).
+    /// `None` if the id already is in flight: the second request is answered
+    /// with -32600 whoever would answer it, the agent or the runtime
+    /// (research/contract.md, "Transport: /v2/rpc", edge rules).
+    pub fn claim_request_id<'a>(&'a self, raw_id: &'a str) -> Option<InFlightId<'a>> {
+        let claimed = self.in_flight.lock().insert(raw_id.into());
+        // Built only when claimed: a guard dropped here would release the
+        // first request's claim.
+        claimed.then(|| InFlightId {
+            connection: self,
+            raw_id,
+            armed: true,
+        })
     }
 
     /// Forgets an in-flight request id once its answer was produced.
@@ -339,6 +349,31 @@ impl Connection {
     /// The sessions this connection is attached to.
     pub fn attached_sessions(&self) -> Vec<Arc<str>> {
         self.sessions.lock().iter().cloned().collect()
+    }
+}
+
+/// A request id claimed on its connection; released when dropped, unless
+/// handed over to whoever answers it later.
+#[derive(Debug)]
+pub struct InFlightId<'a> {
+    connection: &'a Connection,
+    raw_id: &'a str,
+    armed: bool,
+}
+
+impl InFlightId<'_> {
+    /// The request was forwarded: the router releases the id when it
+    /// delivers the answer.
+    pub fn hand_over(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for InFlightId<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.connection.release_request_id(self.raw_id);
+        }
     }
 }
 

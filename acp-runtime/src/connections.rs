@@ -1,18 +1,28 @@
 //! The open connections of this server, with the connection cap and idle
-//! reaping that keep one client from exhausting the rest.
+//! reaping that keep one client from exhausting the rest, and a bounded
+//! memory of the ids reaped for idleness so a late client learns why its id
+//! is gone.
 
 use crate::connection::{ClientCapabilities, Connection, ReplayLimits};
 use crate::error::Error;
 use crate::session::Sessions;
 use dashmap::DashMap;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+/// How many reaped connection ids are remembered (the most recent ones),
+/// about 100 bytes each.
+const REAPED_MEMORY: usize = 4096;
 
 /// Open connections by id.
 #[derive(Debug)]
 pub struct Connections {
     map: DashMap<Arc<str>, Arc<Connection>>,
+    /// Ids closed for idleness, so their 404 can say so.
+    reaped: Mutex<Reaped>,
     /// Open connections; checked against `max` before a new one is made.
     count: AtomicUsize,
     max: usize,
@@ -25,6 +35,7 @@ impl Connections {
     pub fn new(max: usize, limits: ReplayLimits) -> Self {
         Self {
             map: DashMap::new(),
+            reaped: Mutex::new(Reaped::default()),
             count: AtomicUsize::new(0),
             max,
             limits,
@@ -71,6 +82,25 @@ impl Connections {
         self.map.get(id).map(|entry| entry.value().clone())
     }
 
+    /// The open connection with this id, for a request that names it.
+    ///
+    /// # Errors
+    /// [`Error::ExpiredConnection`] when idle reaping closed it (among the
+    /// last [`REAPED_MEMORY`] reaped), else [`Error::UnknownConnection`];
+    /// both are 404 `unknown-connection`.
+    pub fn lookup(&self, id: &str) -> Result<Arc<Connection>, Error> {
+        if let Some(connection) = self.get(id) {
+            return Ok(connection);
+        }
+        Err(match self.reaped.lock().idle.get(id) {
+            Some(&idle) => Error::ExpiredConnection {
+                id: id.to_owned(),
+                idle,
+            },
+            None => Error::UnknownConnection(id.to_owned()),
+        })
+    }
+
     /// Closes a connection: removes it, ends its stream, fails its waiting
     /// POSTs (they watch [`Connection::closed`]) and detaches it from its
     /// sessions, which live on. Returns whether it was open.
@@ -81,7 +111,7 @@ impl Connections {
         self.count.fetch_sub(1, Ordering::AcqRel);
         connection.close();
         for session_id in connection.attached_sessions() {
-            if let Some(session) = sessions.get(&session_id) {
+            if let Some(session) = sessions.get(&connection.agent, &session_id) {
                 session.detach(&connection);
             }
         }
@@ -119,8 +149,33 @@ impl Connections {
             .iter()
             .filter(|id| {
                 tracing::info!(connection = %id, "closing idle connection");
-                self.close(id, sessions)
+                let closed = self.close(id, sessions);
+                if closed {
+                    self.reaped.lock().remember(Arc::clone(id), idle);
+                }
+                closed
             })
             .count()
+    }
+}
+
+/// The most recent [`REAPED_MEMORY`] ids closed for idleness, with the idle
+/// timeout that closed them; the oldest is forgotten first.
+#[derive(Debug, Default)]
+struct Reaped {
+    idle: HashMap<Arc<str>, Duration>,
+    order: VecDeque<Arc<str>>,
+}
+
+impl Reaped {
+    fn remember(&mut self, id: Arc<str>, idle: Duration) {
+        if self.idle.insert(id.clone(), idle).is_none() {
+            self.order.push_back(id);
+        }
+        while self.order.len() > REAPED_MEMORY {
+            if let Some(oldest) = self.order.pop_front() {
+                self.idle.remove(&oldest);
+            }
+        }
     }
 }

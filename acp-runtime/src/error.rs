@@ -40,9 +40,31 @@ pub enum Error {
     /// No open connection has this id.
     #[error("no open connection with id {0:?}; initialize a new one")]
     UnknownConnection(String),
+    /// The connection was closed after `--idle-timeout-ms` without a stream
+    /// or a request (research/contract.md, "DELETE and the connection
+    /// lifecycle").
+    #[error(
+        "connection {id:?} expired after {} ms idle (--idle-timeout-ms) and was closed; initialize a new one",
+        idle.as_millis()
+    )]
+    ExpiredConnection {
+        /// The connection id the request named.
+        id: String,
+        /// The idle timeout that closed it.
+        idle: Duration,
+    },
     /// No session with this id is known.
     #[error("no session with id {0:?}")]
     UnknownSession(String),
+    /// Two or more agents have a session with this id and the request did
+    /// not pick one with `?agent=`.
+    #[error("session id {id:?} is used by the agents {}; pick one with ?agent=", agents.join(", "))]
+    AmbiguousSession {
+        /// The session id.
+        id: String,
+        /// The agents that have a session with that id.
+        agents: Vec<String>,
+    },
     /// The agent id is not configured.
     #[error("unknown agent {agent:?}; known agents: {known}")]
     UnknownAgent {

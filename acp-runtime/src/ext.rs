@@ -10,7 +10,9 @@
 use crate::connection::Connection;
 use crate::protocol::{self, Envelope, RpcError, code};
 use crate::runtime::Runtime;
-use ext_methods::{AgentListResult, ListModelsParams, SessionRef, SetMetadataParams, method};
+use ext_methods::{
+    AgentInstallRequest, AgentListResult, ListModelsParams, SessionRef, SetMetadataParams, method,
+};
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, Methods, RpcModule};
 use serde::Serialize;
@@ -50,6 +52,12 @@ impl ExtMethods {
             module.register_method(method::SESSION_GET, get).map(drop),
             module
                 .register_method(method::AGENT_LIST, agent_list)
+                .map(drop),
+            module
+                .register_method(method::SESSION_LIST, session_list)
+                .map(drop),
+            module
+                .register_async_method(method::AGENT_INSTALL, agent_install)
                 .map(drop),
         ];
         for result in registered {
@@ -136,39 +144,55 @@ fn to_value(value: impl Serialize) -> MethodResult {
 fn detach(params: Params<'_>, context: &Context, extensions: &Extensions) -> MethodResult {
     let SessionRef { session_id } = params.parse()?;
     let runtime = runtime(context)?;
-    let session = runtime.session_or_error(&session_id)?;
     let caller = caller(extensions)?;
+    let session = runtime.session_or_error(&caller.agent, &session_id)?;
     session.detach(&caller);
     Ok(serde_json::json!({}))
 }
 
 /// `_sandboxagent/session/terminate {sessionId}` → `TerminateResult`.
-async fn terminate(params: Params<'static>, context: Arc<Context>, _: Extensions) -> MethodResult {
+async fn terminate(
+    params: Params<'static>,
+    context: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
     let SessionRef { session_id } = params.parse()?;
     let runtime = runtime(&context)?;
-    to_value(runtime.terminate_session(&session_id).await?)
+    let caller = caller(&extensions)?;
+    to_value(
+        runtime
+            .terminate_session(&caller.agent, &session_id)
+            .await?,
+    )
 }
 
 /// `_sandboxagent/session/list_models {sessionId | agent}` → `ListModelsResult`.
-fn list_models(params: Params<'_>, context: &Context, _: &Extensions) -> MethodResult {
+fn list_models(params: Params<'_>, context: &Context, extensions: &Extensions) -> MethodResult {
     let params: ListModelsParams = params.parse()?;
     let target = params.target().map_err(|e| invalid_params(e.0))?;
-    to_value(runtime(context)?.list_models(target)?)
+    let caller = caller(extensions)?;
+    to_value(runtime(context)?.list_models(&caller.agent, target)?)
 }
 
 /// `_sandboxagent/session/set_metadata` (either params form) → the updated entry.
-fn set_metadata(params: Params<'_>, context: &Context, _: &Extensions) -> MethodResult {
+fn set_metadata(params: Params<'_>, context: &Context, extensions: &Extensions) -> MethodResult {
     let params: SetMetadataParams = params.parse()?;
     let (session_id, patch) = params.into_patch().map_err(|e| invalid_params(e.0))?;
-    let session = runtime(context)?.session_or_error(&session_id)?;
+    let caller = caller(extensions)?;
+    let session = runtime(context)?.session_or_error(&caller.agent, &session_id)?;
     session.apply_metadata(&patch);
     to_value(session.info())
 }
 
 /// `_sandboxagent/session/get {sessionId}` → one entry.
-fn get(params: Params<'_>, context: &Context, _: &Extensions) -> MethodResult {
+fn get(params: Params<'_>, context: &Context, extensions: &Extensions) -> MethodResult {
     let SessionRef { session_id } = params.parse()?;
-    to_value(runtime(context)?.session_or_error(&session_id)?.info())
+    let caller = caller(extensions)?;
+    to_value(
+        runtime(context)?
+            .session_or_error(&caller.agent, &session_id)?
+            .info(),
+    )
 }
 
 /// `_sandboxagent/agent/list` → `AgentListResult`.
@@ -176,4 +200,32 @@ fn agent_list(_: Params<'_>, context: &Context, _: &Extensions) -> MethodResult 
     to_value(AgentListResult {
         agents: runtime(context)?.agents.infos(),
     })
+}
+
+/// `_sandboxagent/session/list` (the seed-era name of `session/list`) →
+/// ACP `ListSessionsResponse`, the same page `session/list` gives.
+fn session_list(params: Params<'_>, context: &Context, _: &Extensions) -> MethodResult {
+    let raw = params
+        .as_str()
+        .map(serde_json::from_str::<&RawValue>)
+        .transpose()
+        .map_err(|error| invalid_params(format!("invalid params: {error}")))?;
+    to_value(runtime(context)?.list_sessions(raw)?)
+}
+
+/// `_sandboxagent/agent/install {agent, version?, reinstall?}` →
+/// `AgentInstallResult`, as `POST /v2/agents/{agent}/install`; a failure is
+/// the same problem as there, as a JSON-RPC error (`data.type`).
+async fn agent_install(
+    params: Params<'static>,
+    context: Arc<Context>,
+    _: Extensions,
+) -> MethodResult {
+    let request: AgentInstallRequest = params.parse()?;
+    let runtime = runtime(&context)?;
+    let installed = runtime
+        .install_agent(&request.agent, request.options)
+        .await
+        .map_err(|error| ErrorObjectOwned::from(error.to_rpc_error()))?;
+    to_value(installed)
 }

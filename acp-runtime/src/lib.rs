@@ -25,6 +25,7 @@
 //! - `event_log`: each session's recorded ACP traffic.
 //! - `ext`: the `_sandboxagent/*` methods (a jsonrpsee `RpcModule`).
 //! - `hints`: title / model / mode read from ACP messages.
+//! - `log_limit`: rate limits for warnings an agent can trigger per message.
 //! - [`agent`]: the agent catalog and installer (public), agent processes,
 //!   their stdio loops and the routing table.
 //! - [`protocol`]: wire constants and JSON-RPC envelope parsing (no I/O).
@@ -40,6 +41,7 @@ pub(crate) mod event_log;
 pub(crate) mod ext;
 pub(crate) mod hints;
 pub(crate) mod http;
+pub(crate) mod log_limit;
 pub mod protocol;
 pub(crate) mod runtime;
 pub mod server;

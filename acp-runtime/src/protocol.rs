@@ -325,6 +325,9 @@ fn expect_object(bytes: &[u8]) -> Result<(), EnvelopeError> {
 /// kept. This is the hot path of streaming.
 #[derive(Debug, Deserialize)]
 pub struct AgentMessage<'a> {
+    /// `"jsonrpc"`; must be `"2.0"`.
+    #[serde(default, borrow)]
+    pub jsonrpc: Option<Cow<'a, str>>,
     /// `"id"` as written, including an explicit `null`.
     #[serde(default, borrow, deserialize_with = "present")]
     pub id: Option<&'a RawValue>,
@@ -343,7 +346,11 @@ pub struct AgentMessage<'a> {
 }
 
 impl<'a> AgentMessage<'a> {
-    /// Parses one agent stdout line (`"jsonrpc"` is not required).
+    /// Parses one agent stdout line. Like a client's, it must be JSON-RPC
+    /// 2.0 (`"jsonrpc": "2.0"`): an object that merely has an `id` and a
+    /// `result` (a log record, another protocol) never settles a request
+    /// (research/contract.md, "Routing: connections, sessions, one agent
+    /// process").
     ///
     /// # Errors
     /// [`EnvelopeError`] naming what is wrong.
@@ -351,6 +358,9 @@ impl<'a> AgentMessage<'a> {
         expect_object(line)?;
         let message: AgentMessage<'a> =
             serde_json::from_slice(line).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
+        if message.jsonrpc.as_deref() != Some("2.0") {
+            return Err(EnvelopeError::Version);
+        }
         let kind = classify(
             message.method.is_some(),
             message.id.is_some(),
@@ -936,9 +946,10 @@ mod tests {
             message.params.as_ref().and_then(|p| p.session_id.as_ref()),
             Some(Cow::Borrowed(_))
         ));
-        let (cancel, _) =
-            AgentMessage::parse(br#"{"method":"$/cancel_request","params":{"requestId":"r 1"}}"#)
-                .expect("parse");
+        let (cancel, _) = AgentMessage::parse(
+            br#"{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":"r 1"}}"#,
+        )
+        .expect("parse");
         assert_eq!(
             cancel.cancelled_request_id().map(RawValue::get),
             Some(r#""r 1""#)
@@ -948,24 +959,48 @@ mod tests {
     #[test]
     fn agent_message_params_of_other_shapes_are_relayed_not_rejected() {
         for line in [
-            &br#"{"method":"x","params":[1,{"sessionId":"s"}]}"#[..],
-            br#"{"method":"x","params":{"sessionId":5,"update":"text"}}"#,
-            br#"{"method":"x","params":{"sessionId":{"a":[]},"update":{"sessionUpdate":7}}}"#,
-            br#"{"method":"x","params":null}"#,
-            br#"{"method":"x","params":"str"}"#,
+            &br#"{"jsonrpc":"2.0","method":"x","params":[1,{"sessionId":"s"}]}"#[..],
+            br#"{"jsonrpc":"2.0","method":"x","params":{"sessionId":5,"update":"text"}}"#,
+            br#"{"jsonrpc":"2.0","method":"x","params":{"sessionId":{"a":[]},"update":{"sessionUpdate":7}}}"#,
+            br#"{"jsonrpc":"2.0","method":"x","params":null}"#,
+            br#"{"jsonrpc":"2.0","method":"x","params":"str"}"#,
         ] {
             let (message, kind) = AgentMessage::parse(line).expect("lenient");
             assert_eq!(kind, Kind::Notification);
             assert_eq!(message.session_id(), None);
             assert_eq!(message.update_kind(), None);
         }
-        let (escaped, _) =
-            AgentMessage::parse(br#"{"method":"x","params":{"sessionId":"a\u0062"}}"#)
-                .expect("parse");
+        let (escaped, _) = AgentMessage::parse(
+            br#"{"jsonrpc":"2.0","method":"x","params":{"sessionId":"a\u0062"}}"#,
+        )
+        .expect("parse");
         assert_eq!(escaped.session_id(), Some("ab"));
         assert!(AgentMessage::parse(b"[1]").is_err());
-        assert!(AgentMessage::parse(br#"{"id":1}"#).is_err());
-        assert!(AgentMessage::parse(br#"{"method":"x","params":{"sessionId":"s""#).is_err());
+        assert!(AgentMessage::parse(br#"{"jsonrpc":"2.0","id":1}"#).is_err());
+        assert!(
+            AgentMessage::parse(br#"{"jsonrpc":"2.0","method":"x","params":{"sessionId":"s""#)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn agent_messages_must_be_json_rpc_2_0() {
+        for line in [
+            &br#"{"id":3,"result":{"stopReason":"refusal"}}"#[..],
+            br#"{"jsonrpc":"1.0","id":3,"result":{}}"#,
+            br#"{"jsonrpc":2,"id":3,"result":{}}"#,
+            br#"{"level":"info","id":3,"msg":"x","result":"logged"}"#,
+            br#"{"method":"session/update","params":{}}"#,
+        ] {
+            let error = AgentMessage::parse(line).expect_err("not JSON-RPC 2.0");
+            assert!(
+                matches!(error, EnvelopeError::Version | EnvelopeError::NotJson(_)),
+                "{error:?}"
+            );
+        }
+        let (_, kind) =
+            AgentMessage::parse(br#"{"jsonrpc":"2.0","id":3,"result":{}}"#).expect("2.0");
+        assert_eq!(kind, Kind::Response);
     }
 
     #[test]

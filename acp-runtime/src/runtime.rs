@@ -4,12 +4,12 @@
 //! to agent requests (research/contract.md, "Transport: /v2/rpc" and
 //! "Routing: connections, sessions, one agent process").
 
-use crate::agent::install::Installer;
+use crate::agent::install::{InstallOptions, Installer, LogProgress};
 use crate::agent::process::AgentProcess;
 use crate::agent::router::{Effect, RouteTargets};
 use crate::agent::{Agents, StartError};
 use crate::config::ServerConfig;
-use crate::connection::{ClientCapabilities, Connection, ReplayLimits};
+use crate::connection::{ClientCapabilities, Connection, InFlightId, ReplayLimits};
 use crate::connections::Connections;
 use crate::error::Error;
 use crate::event_log::LogLimits;
@@ -39,8 +39,8 @@ pub struct Runtime {
     pub sessions: Arc<Sessions>,
     /// The same two handles, as agent processes get them to route to.
     routes: RouteTargets,
-    /// Agent processes, one per agent id.
-    pub agents: Agents,
+    /// Agent processes, one per agent id (shared with their start tasks).
+    pub agents: Arc<Agents>,
     /// The `_sandboxagent/*` methods answered by the runtime itself.
     pub ext: ExtMethods,
     /// Cancelled when the server starts shutting down.
@@ -102,16 +102,16 @@ impl Runtime {
             connections: routes.connections.clone(),
             sessions: routes.sessions.clone(),
             routes,
-            agents: Agents::new(
+            agents: Arc::new(Agents::new(
                 &config.agents,
                 config.max_line_bytes,
                 config.request_timeout,
-                Arc::new(Installer::new(
-                    config.data_dir.clone(),
-                    config.install_timeout,
-                )),
+                Arc::new(
+                    Installer::new(config.data_dir.clone(), config.install_timeout)
+                        .with_retry_backoff(config.install_retry_backoff),
+                ),
                 config.require_preinstall,
-            ),
+            )),
             ext: ExtMethods::new(runtime.clone()),
             shutdown: CancellationToken::new(),
             config,
@@ -143,10 +143,7 @@ impl Runtime {
             }
             return self.initialize(&envelope).await;
         };
-        let connection = self
-            .connections
-            .get(connection_id)
-            .ok_or_else(|| Error::UnknownConnection(connection_id.to_owned()))?;
+        let connection = self.connections.lookup(connection_id)?;
         let _active = connection.begin_request();
         match kind {
             Kind::Request => self.request(&connection, &envelope, &body).await,
@@ -246,6 +243,13 @@ impl Runtime {
     ) -> Result<Reply, Error> {
         let client_id = envelope.id.unwrap_or(RawValue::NULL);
         let method = envelope.method();
+        let Some(in_flight) = connection.claim_request_id(client_id.get()) else {
+            let error = RpcError::new(
+                code::INVALID_REQUEST,
+                "request id already in flight on this connection",
+            );
+            return Ok(Reply::error(client_id, &error));
+        };
         if method.starts_with(EXTENSION_PREFIX) {
             let answer = self.ext.call(connection, method, envelope.params).await;
             let (result, error) = match &answer {
@@ -257,12 +261,15 @@ impl Runtime {
             )));
         }
         if method == method::SESSION_LIST {
-            return Ok(Reply::json(self.list_sessions(client_id, envelope.params)));
+            return Ok(match self.list_sessions(envelope.params) {
+                Ok(page) => Reply::json(protocol::result_response_line(client_id, &page)),
+                Err(error) => Reply::error(client_id, &error),
+            });
         }
         let session = envelope.session_id().map(Arc::<str>::from);
         if let Some(error) = session
             .as_deref()
-            .and_then(|id| self.ended_session_error(id, method))
+            .and_then(|id| self.ended_session_error(&connection.agent, id, method))
         {
             return Ok(Reply::error(client_id, &error));
         }
@@ -279,22 +286,17 @@ impl Runtime {
                 None,
             )));
         }
-        if !connection.claim_request_id(client_id.get()) {
-            let error = RpcError::new(
-                code::INVALID_REQUEST,
-                "request id already in flight on this connection",
-            );
-            return Ok(Reply::error(client_id, &error));
-        }
-        self.forward(&process, connection, envelope, body, effect, session)
-            .await
+        self.forward(
+            &process, connection, in_flight, envelope, body, effect, session,
+        )
+        .await
     }
 
     /// Requests on an ended session fail at once. A session that ended with
     /// its agent process may be loaded again on a new process; one that was
     /// terminated is over for good.
-    fn ended_session_error(&self, id: &str, method: &str) -> Option<RpcError> {
-        let ended = self.sessions.get(id).filter(|s| s.is_ended())?;
+    fn ended_session_error(&self, agent: &str, id: &str, method: &str) -> Option<RpcError> {
+        let ended = self.sessions.get(agent, id).filter(|s| s.is_ended())?;
         let revivable = matches!(
             method,
             method::SESSION_LOAD | method::SESSION_RESUME | method::SESSION_FORK
@@ -313,12 +315,15 @@ impl Runtime {
         )
     }
 
-    /// Sends a request whose id the connection has claimed to `process`
-    /// (recorded in its session's event log first) and awaits the answer.
+    /// Sends a request whose id the connection has claimed (`in_flight`) to
+    /// `process` (recorded in its session's event log first) and awaits the
+    /// answer.
+    #[allow(clippy::too_many_arguments)]
     async fn forward(
         &self,
         process: &AgentProcess,
         connection: &Arc<Connection>,
+        in_flight: InFlightId<'_>,
         envelope: &Envelope<'_>,
         body: &Bytes,
         effect: Effect,
@@ -348,11 +353,12 @@ impl Runtime {
             .await;
         match sent {
             Ok(receiver) => {
+                in_flight.hand_over();
                 self.await_answer(connection, client_id, method, receiver)
                     .await
             }
+            // Dropping `in_flight` releases the id.
             Err(error) => {
-                connection.release_request_id(client_id.get());
                 let error = RpcError::new(code::INTERNAL_ERROR, error.to_string());
                 Ok(Reply::error(client_id, &error))
             }
@@ -540,47 +546,64 @@ impl Runtime {
         protocol::raw(&result)
     }
 
-    /// `session/list` from the server-wide inventory: every agent and
-    /// connection, newest first, ACP cursor pagination (50 per page).
-    fn list_sessions(&self, client_id: &RawValue, params: Option<&RawValue>) -> Vec<u8> {
+    /// `session/list` (and its seed-era name `_sandboxagent/session/list`)
+    /// from the server-wide inventory: every agent and connection, newest
+    /// first, ACP cursor pagination (50 per page).
+    ///
+    /// # Errors
+    /// `-32602` for params that are not `session/list` params or a cursor
+    /// this server did not make.
+    pub fn list_sessions(
+        &self,
+        params: Option<&RawValue>,
+    ) -> Result<ListSessionsResponse, RpcError> {
         const PAGE: usize = 50;
         let request: ListSessionsRequest = match params {
             None => ListSessionsRequest::new(),
-            Some(params) => match serde_json::from_str(params.get()) {
-                Ok(request) => request,
-                Err(error) => {
-                    let error =
-                        RpcError::new(code::INVALID_PARAMS, format!("invalid params: {error}"));
-                    return protocol::error_response_line(client_id, &error);
-                }
-            },
+            Some(params) => serde_json::from_str(params.get()).map_err(|error| {
+                RpcError::new(code::INVALID_PARAMS, format!("invalid params: {error}"))
+            })?,
         };
         let cwd = request
             .cwd
             .as_ref()
             .map(|cwd| cwd.to_string_lossy().into_owned());
-        match self
+        let page = self
             .sessions
             .list(cwd.as_deref(), request.cursor.as_deref(), PAGE)
-        {
-            Ok(page) => {
-                let sessions = page.sessions.iter().map(|s| s.info()).collect();
-                let response = ListSessionsResponse::new(sessions).next_cursor(page.next_cursor);
-                protocol::result_response_line(client_id, &response)
-            }
-            Err(message) => protocol::error_response_line(
-                client_id,
-                &RpcError::new(code::INVALID_PARAMS, message),
-            ),
-        }
+            .map_err(|message| RpcError::new(code::INVALID_PARAMS, message))?;
+        let sessions = page.sessions.iter().map(|s| s.info()).collect();
+        Ok(ListSessionsResponse::new(sessions).next_cursor(page.next_cursor))
     }
 
-    /// The session, or the JSON-RPC error for an unknown one (`-32002`).
+    /// Installs `agent`: `POST /v2/agents/{agent}/install` and
+    /// `_sandboxagent/agent/install`, one path for both surfaces.
+    ///
+    /// # Errors
+    /// As [`Agents::install`]: 404 `unknown-agent`, 400 for an unusable
+    /// version, 409 `not-installable`, 502 `install-failed`.
+    pub async fn install_agent(
+        &self,
+        agent: &str,
+        params: ext_methods::AgentInstallParams,
+    ) -> Result<ext_methods::AgentInstallResult, Error> {
+        let options = InstallOptions {
+            reinstall: params.reinstall,
+            version: params.version,
+        };
+        let progress = Arc::new(LogProgress {
+            agent: agent.to_owned(),
+        });
+        self.agents.install(agent, options, progress).await
+    }
+
+    /// Session `id` of `agent` (a connection names sessions within its own
+    /// agent), or the JSON-RPC error for an unknown one (`-32002`).
     ///
     /// # Errors
     /// [`RpcError`] with code `RESOURCE_NOT_FOUND`.
-    pub fn session_or_error(&self, id: &str) -> Result<Arc<Session>, RpcError> {
-        self.sessions.get(id).ok_or_else(|| {
+    pub fn session_or_error(&self, agent: &str, id: &str) -> Result<Arc<Session>, RpcError> {
+        self.sessions.get(agent, id).ok_or_else(|| {
             RpcError::new(code::RESOURCE_NOT_FOUND, format!("unknown session {id}"))
                 .with_data(serde_json::json!({ "sessionId": id }))
         })
@@ -594,8 +617,12 @@ impl Runtime {
     ///
     /// # Errors
     /// [`RpcError`] for an unknown session.
-    pub async fn terminate_session(&self, id: &str) -> Result<TerminateResult, RpcError> {
-        let session = self.session_or_error(id)?;
+    pub async fn terminate_session(
+        &self,
+        agent: &str,
+        id: &str,
+    ) -> Result<TerminateResult, RpcError> {
+        let session = self.session_or_error(agent, id)?;
         let ended = session.end_with_notice(&SessionEnded {
             session_id: id.to_owned(),
             reason: EndReason::Terminated,
@@ -647,9 +674,15 @@ impl Runtime {
     ///
     /// # Errors
     /// [`RpcError`] for an unknown session or agent.
-    pub fn list_models(&self, target: ModelsTarget) -> Result<ListModelsResult, RpcError> {
+    /// A session is named within `caller_agent`, the agent of the asking
+    /// connection.
+    pub fn list_models(
+        &self,
+        caller_agent: &str,
+        target: ModelsTarget,
+    ) -> Result<ListModelsResult, RpcError> {
         match target {
-            ModelsTarget::Session(id) => Ok(self.session_or_error(&id)?.models()),
+            ModelsTarget::Session(id) => Ok(self.session_or_error(caller_agent, &id)?.models()),
             ModelsTarget::Agent(agent) => {
                 if !self.agents.is_known(&agent) {
                     return Err(RpcError::new(

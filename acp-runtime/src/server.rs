@@ -1,5 +1,6 @@
-//! The server's lifecycle: bind, announce, accept, reap idle connections, and
-//! shut down gracefully on SIGINT/SIGTERM.
+//! The server's lifecycle: kill the agent trees a dead predecessor left,
+//! bind, announce, accept, reap idle connections, and shut down gracefully
+//! on SIGINT/SIGTERM.
 //!
 //! Shutdown is one visible mechanism: the runtime's `shutdown` token. Once it
 //! is cancelled the accept loop stops, every SSE stream ends, agents get
@@ -39,6 +40,9 @@ const REFUSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// # Errors
 /// When the address cannot be bound or the signal handlers cannot be installed.
 pub async fn run(config: ServerConfig) -> std::io::Result<()> {
+    // Before any agent can start: never two trees of one agent
+    // (research/contract.md, "Agent process trees and a server that dies").
+    crate::agent::orphans::reap_leftovers(&config.data_dir).await;
     let listener = TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
     let runtime = Runtime::new(config);

@@ -273,7 +273,11 @@ pub struct InventoryLimits {
 /// All sessions of this server, by session id.
 #[derive(Debug)]
 pub struct Sessions {
-    map: DashMap<Arc<str>, Arc<Session>>,
+    /// By session id, then one entry per agent: a session is named by (agent,
+    /// session id), since two agents may choose the same id
+    /// (research/contract.md, "Routing: connections, sessions, one agent
+    /// process"). Almost always one entry per id.
+    map: DashMap<Arc<str>, Vec<Arc<Session>>>,
     limits: InventoryLimits,
 }
 
@@ -295,9 +299,19 @@ impl Sessions {
         }
     }
 
-    /// Looks a session up.
-    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        self.map.get(id).map(|entry| entry.value().clone())
+    /// Session `id` of `agent`.
+    pub fn get(&self, agent: &str, id: &str) -> Option<Arc<Session>> {
+        let entry = self.map.get(id)?;
+        entry.value().iter().find(|s| &*s.agent == agent).cloned()
+    }
+
+    /// Every session named `id`, one per agent that has one (the control
+    /// plane resolves an id without an agent; more than one is ambiguous).
+    pub fn by_id(&self, id: &str) -> Vec<Arc<Session>> {
+        self.map
+            .get(id)
+            .map(|entry| entry.value().clone())
+            .unwrap_or_default()
     }
 
     /// Registers a session, or replaces an ended one (or one of an earlier
@@ -338,14 +352,24 @@ impl Sessions {
             session
         };
         let session = {
-            let mut entry = self.map.entry(id.into()).or_insert_with(make);
-            let existing = entry.value().clone();
-            if existing.is_ended() || existing.process_generation != process_generation {
-                let fresh = make();
-                *entry.value_mut() = fresh.clone();
-                fresh
-            } else {
-                existing
+            let mut entry = self.map.entry(id.into()).or_default();
+            let of_agent = entry.value_mut();
+            match of_agent.iter_mut().find(|s| s.agent == agent) {
+                Some(existing)
+                    if !existing.is_ended()
+                        && existing.process_generation == process_generation =>
+                {
+                    existing.clone()
+                }
+                Some(replaced) => {
+                    *replaced = make();
+                    replaced.clone()
+                }
+                None => {
+                    let fresh = make();
+                    of_agent.push(fresh.clone());
+                    fresh
+                }
             }
         };
         self.forget_old_ended();
@@ -355,31 +379,42 @@ impl Sessions {
     /// The session if it is live on the agent process of `generation`: an
     /// entry of an earlier process of the same agent counts as unknown (a
     /// reload on the new process may revive it).
+    /// Generations are unique across agents, so they pick the agent too.
     pub fn live(&self, id: &str, generation: u64) -> Option<Arc<Session>> {
-        self.get(id)
-            .filter(|session| session.process_generation == generation)
+        let entry = self.map.get(id)?;
+        entry
+            .value()
+            .iter()
+            .find(|session| session.process_generation == generation)
+            .cloned()
     }
 
     /// Live sessions hosted by this agent process generation.
     pub fn live_of_process(&self, agent: &str, generation: u64) -> Vec<Arc<Session>> {
-        self.map
-            .iter()
-            .filter(|entry| {
-                let session = entry.value();
+        self.each()
+            .filter(|session| {
                 &*session.agent == agent
                     && session.process_generation == generation
                     && !session.is_ended()
             })
-            .map(|entry| entry.value().clone())
             .collect()
     }
 
     /// Every session, newest first.
     pub fn all(&self) -> Vec<Arc<Session>> {
-        let mut sessions: Vec<Arc<Session>> =
-            self.map.iter().map(|entry| entry.value().clone()).collect();
+        let mut sessions: Vec<Arc<Session>> = self.each().collect();
         sessions.sort_by_key(|s| std::cmp::Reverse(sort_key(s)));
         sessions
+    }
+
+    /// Every session, in no order. Holds no lock once collected.
+    fn each(&self) -> impl Iterator<Item = Arc<Session>> {
+        let all: Vec<Arc<Session>> = self
+            .map
+            .iter()
+            .flat_map(|entry| entry.value().clone())
+            .collect();
+        all.into_iter()
     }
 
     /// One page of sessions, newest first, optionally only those in `cwd`,
@@ -411,41 +446,43 @@ impl Sessions {
     }
 
     fn forget_old_ended(&self) {
-        let mut ended: Vec<(u128, Arc<str>)> = self
-            .map
-            .iter()
-            .filter(|entry| entry.value().is_ended())
-            .map(|entry| (sort_key(entry.value()).0, entry.key().clone()))
-            .collect();
+        let mut ended: Vec<Arc<Session>> = self.each().filter(|s| s.is_ended()).collect();
         if ended.len() <= self.limits.ended_sessions {
             return;
         }
-        ended.sort();
+        ended.sort_by_key(sort_key);
         let excess = ended.len() - self.limits.ended_sessions;
-        for (_, id) in ended.into_iter().take(excess) {
-            self.map.remove_if(&id, |_, session| session.is_ended());
+        for forgotten in ended.into_iter().take(excess) {
+            self.map.remove_if_mut(&forgotten.id, |_, of_agent| {
+                of_agent.retain(|s| !(Arc::ptr_eq(s, &forgotten) && s.is_ended()));
+                of_agent.is_empty()
+            });
         }
     }
 }
 
-/// Creation time (ns since the epoch) and id: a total order for listing.
-fn sort_key(session: &Session) -> (u128, Arc<str>) {
+/// Creation time (ns since the epoch), agent and id: a total order for listing.
+fn sort_key(session: &Arc<Session>) -> (u128, Arc<str>, Arc<str>) {
     let nanos = session
         .created_at
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    (nanos, session.id.clone())
+    (nanos, session.agent.clone(), session.id.clone())
 }
 
-fn make_cursor(session: &Session) -> String {
-    let (nanos, id) = sort_key(session);
-    format!("{nanos}:{id}")
+/// `{nanos}:{agent}:{id}` (agent ids have no `:`, session ids may).
+fn make_cursor(session: &Arc<Session>) -> String {
+    let (nanos, agent, id) = sort_key(session);
+    format!("{nanos}:{agent}:{id}")
 }
 
-fn parse_cursor(cursor: &str) -> Result<(u128, Arc<str>), String> {
+fn parse_cursor(cursor: &str) -> Result<(u128, Arc<str>, Arc<str>), String> {
     cursor
         .split_once(':')
-        .and_then(|(nanos, id)| Some((nanos.parse().ok()?, id.into())))
+        .and_then(|(nanos, rest)| {
+            let (agent, id) = rest.split_once(':')?;
+            Some((nanos.parse().ok()?, agent.into(), id.into()))
+        })
         .ok_or_else(|| format!("invalid cursor {cursor:?}: pass nextCursor from an earlier page"))
 }
 
@@ -569,6 +606,39 @@ mod tests {
         inventory.insert("w", "mock".into(), 1, None, Map::new());
         let ended = inventory.all().iter().filter(|s| s.is_ended()).count();
         assert_eq!(ended, 2, "only the newest ended sessions are kept");
-        assert!(inventory.get("x").is_none());
+        assert!(inventory.get("mock", "x").is_none());
+    }
+
+    #[test]
+    fn two_agents_keep_their_own_session_of_the_same_id() {
+        let inventory = sessions();
+        let a = inventory.insert("s-1", "a".into(), 1, Some("/a".into()), Map::new());
+        let b = inventory.insert("s-1", "b".into(), 2, Some("/b".into()), Map::new());
+        assert!(!Arc::ptr_eq(&a, &b));
+        let of_a = inventory.get("a", "s-1").expect("a's session");
+        assert!(Arc::ptr_eq(&of_a, &a));
+        assert_eq!(of_a.cwd().as_deref(), Some("/a"));
+        assert!(Arc::ptr_eq(&inventory.live("s-1", 2).expect("b's"), &b));
+        assert_eq!(inventory.by_id("s-1").len(), 2);
+        assert_eq!(inventory.all().len(), 2);
+        // Ending and replacing a's entry leaves b's alone.
+        a.end(EndReason::Completed);
+        let again = inventory.insert("s-1", "a".into(), 3, None, Map::new());
+        assert!(!Arc::ptr_eq(&again, &a));
+        assert!(Arc::ptr_eq(&inventory.get("b", "s-1").expect("b's"), &b));
+        assert_eq!(inventory.by_id("s-1").len(), 2);
+    }
+
+    #[test]
+    fn listing_pages_through_sessions_of_two_agents_with_one_id() {
+        let inventory = sessions();
+        inventory.insert("s-1", "a".into(), 1, None, Map::new());
+        inventory.insert("s-1", "b".into(), 2, None, Map::new());
+        let first = inventory.list(None, None, 1).expect("page 1");
+        let cursor = first.next_cursor.expect("a second page");
+        let second = inventory.list(None, Some(&cursor), 1).expect("page 2");
+        assert_eq!(second.sessions.len(), 1);
+        assert_ne!(first.sessions[0].agent, second.sessions[0].agent);
+        assert!(second.next_cursor.is_none());
     }
 }

@@ -25,7 +25,9 @@ use serde_json::{Map, Value};
 
 /// The object the runtime puts at
 /// `initialize` → `result.agentCapabilities._meta["sandboxagent.dev"]`:
-/// `{"extensions": {<capability>: bool, …}, "methods": [<name>, …]}`.
+/// `{"extensions": {<capability>: bool, …, "methods": [<name>, …]}}` (the
+/// method list inside `extensions`, where clients written to seed 001 read
+/// it).
 ///
 /// `answered` is every method the server answers itself (derive it from the
 /// dispatch table, so the list cannot drift); only `_sandboxagent/*` names are
@@ -51,10 +53,8 @@ pub fn advertisement<'a>(
     for behaviour in behaviours {
         extensions.insert((*behaviour).to_owned(), Value::Bool(true));
     }
-    let mut block = Map::new();
-    block.insert("extensions".to_owned(), Value::Object(extensions));
-    block.insert(
-        "methods".to_owned(),
+    extensions.insert(
+        METHODS_KEY.to_owned(),
         Value::Array(
             methods
                 .into_iter()
@@ -62,7 +62,32 @@ pub fn advertisement<'a>(
                 .collect(),
         ),
     );
+    let mut block = Map::new();
+    block.insert(EXTENSIONS_KEY.to_owned(), Value::Object(extensions));
     block
+}
+
+/// Key of the capability block's flags (and the method list).
+pub const EXTENSIONS_KEY: &str = "extensions";
+/// Key of the method list inside `extensions`.
+pub const METHODS_KEY: &str = "methods";
+
+/// The extension methods a server advertised in its `initialize` result's
+/// `agentCapabilities` (`_meta["sandboxagent.dev"].extensions.methods`);
+/// empty when there is no such block (not a sandbox-agent server).
+pub fn advertised_methods(agent_capabilities: &Value) -> Vec<String> {
+    meta::read(agent_capabilities)
+        .and_then(|block| block.get(EXTENSIONS_KEY))
+        .and_then(|extensions| extensions.get(METHODS_KEY))
+        .and_then(Value::as_array)
+        .map(|methods| {
+            methods
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Adds `block` (from [`advertisement`]) to an `initialize` result at
@@ -93,9 +118,10 @@ mod tests {
             &[capability::SESSION_ENDED_NOTIFICATION],
         );
         assert_eq!(
-            block["methods"],
+            block["extensions"]["methods"],
             json!(["_sandboxagent/session/detach", "_sandboxagent/session/get"])
         );
+        assert!(block.get("methods").is_none(), "methods sits in extensions");
         assert_eq!(block["extensions"]["sessionGet"], true);
         assert_eq!(block["extensions"]["sessionDetach"], true);
         assert_eq!(block["extensions"]["sessionTerminate"], false);
@@ -125,9 +151,14 @@ mod tests {
         ));
         assert_eq!(result["agentCapabilities"]["_meta"]["vendor"], 1);
         assert_eq!(
-            result["agentCapabilities"]["_meta"]["sandboxagent.dev"]["methods"],
+            result["agentCapabilities"]["_meta"]["sandboxagent.dev"]["extensions"]["methods"],
             json!(["_sandboxagent/agent/list"])
         );
+        assert_eq!(
+            advertised_methods(&result["agentCapabilities"]),
+            ["_sandboxagent/agent/list"]
+        );
+        assert!(advertised_methods(&json!({})).is_empty());
         assert_eq!(result["agentCapabilities"]["loadSession"], true);
         let mut bare = json!({"protocolVersion": 1});
         assert!(!inject_advertisement(&mut bare, Map::new()));

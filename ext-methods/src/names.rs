@@ -23,6 +23,13 @@ pub mod method {
     pub const SESSION_GET: &str = "_sandboxagent/session/get";
     /// `{}` → [`AgentListResult`](crate::AgentListResult).
     pub const AGENT_LIST: &str = "_sandboxagent/agent/list";
+    /// ACP `session/list` params (`cwd?`, `cursor?`) → its result: the
+    /// server-wide inventory (the seed-era name of `session/list`).
+    pub const SESSION_LIST: &str = "_sandboxagent/session/list";
+    /// [`AgentInstallRequest`](crate::AgentInstallRequest) →
+    /// [`AgentInstallResult`](crate::AgentInstallResult): as
+    /// `POST /v2/agents/{agent}/install`.
+    pub const AGENT_INSTALL: &str = "_sandboxagent/agent/install";
 }
 
 /// Notifications the runtime sends on the SSE stream.
@@ -78,6 +85,16 @@ pub const METHODS: &[ExtMethod] = &[
     ExtMethod {
         name: method::AGENT_LIST,
         capability: "agentList",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::SESSION_LIST,
+        capability: "sessionList",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::AGENT_INSTALL,
+        capability: "agentInstall",
         notification: false,
     },
 ];

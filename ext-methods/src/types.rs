@@ -258,6 +258,20 @@ pub enum AgentSource {
     Fallback,
 }
 
+/// An ACP auth method that an environment variable satisfies: a manifest
+/// entry's `auth` member, also listed in [`AgentInfo::auth`]. When `env` is
+/// set for the server (or in the agent's manifest `env`) and the agent
+/// advertises `methodId` in its `initialize` result, the runtime sends it
+/// `authenticate {methodId}` once after starting it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthEnv {
+    /// The auth method id, as in the agent's `authMethods`.
+    pub method_id: String,
+    /// The environment variable that satisfies it (e.g. `OPENAI_API_KEY`).
+    pub env: String,
+}
+
 /// One agent in `GET /v2/agents` and `_sandboxagent/agent/list`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -298,6 +312,10 @@ pub struct AgentInfo {
     /// Session modes (ACP `SessionMode`), once the agent reported them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modes: Option<Vec<Value>>,
+    /// Auth methods an environment variable satisfies, from the manifest
+    /// (names only, never values); empty: none known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub auth: Vec<AuthEnv>,
 }
 
 /// Result of `_sandboxagent/agent/list`; also the body of `GET /v2/agents`.
@@ -320,6 +338,18 @@ pub struct AgentInstallParams {
     /// names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+}
+
+/// Params of `_sandboxagent/agent/install`: the agent and the body of
+/// `POST /v2/agents/{agent}/install`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentInstallRequest {
+    /// Agent id.
+    pub agent: String,
+    /// Version and reinstall, as the HTTP body.
+    #[serde(flatten)]
+    pub options: AgentInstallParams,
 }
 
 /// Answer of `POST /v2/agents/{agent}/install`: what is installed now and

@@ -11,10 +11,11 @@ use crate::options::ClientOptions;
 use acp_http_client::TransportOptions;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ForkSessionRequest, ForkSessionResponse, InitializeResponse,
-    ListSessionsRequest, LoadSessionRequest, LoadSessionResponse, Meta, NewSessionRequest,
-    NewSessionResponse, PromptRequest, PromptResponse, ResumeSessionRequest, ResumeSessionResponse,
-    SessionId, SessionInfo, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
+    AuthMethodId, AuthenticateRequest, AuthenticateResponse, CancelNotification,
+    ForkSessionRequest, ForkSessionResponse, InitializeResponse, ListSessionsRequest,
+    LoadSessionRequest, LoadSessionResponse, Meta, NewSessionRequest, NewSessionResponse,
+    PromptRequest, PromptResponse, ResumeSessionRequest, ResumeSessionResponse, SessionId,
+    SessionInfo, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
     SetSessionModeRequest, SetSessionModeResponse,
 };
 use agent_client_protocol::{Agent, JsonRpcRequest, JsonRpcResponse, UntypedMessage};
@@ -305,6 +306,37 @@ impl SandboxAgentClient {
             .map(|live| live.initialize.clone())
     }
 
+    /// The `_sandboxagent/*` methods the server answers, as it advertised
+    /// them in this connection's `initialize` result
+    /// (`agentCapabilities._meta["sandboxagent.dev"].extensions.methods`);
+    /// empty when not connected.
+    pub fn extension_methods(&self) -> Vec<String> {
+        let Some(capabilities) = self
+            .initialize_result()
+            .and_then(|result| serde_json::to_value(result.agent_capabilities).ok())
+        else {
+            return Vec::new();
+        };
+        ext_methods::advertised_methods(&capabilities)
+    }
+
+    /// `authenticate {methodId}`: authenticates the agent with one of the
+    /// `authMethods` of its `initialize` result
+    /// ([`initialize_result`](Self::initialize_result)). The server forwards
+    /// it to the agent process, which every connection to the agent shares;
+    /// a server that has the credential in its environment has usually
+    /// done it already (research/contract.md, "Agent authentication").
+    ///
+    /// # Errors
+    /// [`Error::NotConnected`], [`Error::Rpc`] (the agent's refusal, e.g. an
+    /// unknown method or a credential that is not set).
+    pub async fn authenticate(
+        &self,
+        method_id: impl Into<AuthMethodId>,
+    ) -> Result<AuthenticateResponse, Error> {
+        self.request(AuthenticateRequest::new(method_id)).await
+    }
+
     // -----------------------------------------------------------------
     // Sessions and prompt turns (ACP methods, named after them)
     // -----------------------------------------------------------------
@@ -585,13 +617,14 @@ impl SandboxAgentClient {
         self.control.sessions().await
     }
 
-    /// `GET /v2/sessions/{id}`.
+    /// `GET /v2/sessions/{id}?agent=`: session `session_id` of this client's
+    /// agent (session ids are per agent).
     ///
     /// # Errors
     /// As [`health`](Self::health); [`Error::Http`] 404 `unknown-session`.
     pub async fn session(&self, session_id: &str) -> Result<SessionEntry, Error> {
         self.check_disposed()?;
-        self.control.session(session_id).await
+        self.control.session(&self.agent, session_id).await
     }
 
     /// `GET /v2/sessions/{id}/events?offset=&limit=`: the session's recorded
@@ -607,7 +640,9 @@ impl SandboxAgentClient {
         limit: Option<u32>,
     ) -> Result<SessionEventsPage, Error> {
         self.check_disposed()?;
-        self.control.session_events(session_id, offset, limit).await
+        self.control
+            .session_events(&self.agent, session_id, offset, limit)
+            .await
     }
 
     // -----------------------------------------------------------------

@@ -119,24 +119,34 @@ impl ControlPlane {
             .collect())
     }
 
-    /// `GET /v2/sessions/{id}`.
-    pub(crate) async fn session(&self, session_id: &str) -> Result<SessionEntry, Error> {
+    /// `GET /v2/sessions/{id}?agent=`: session ids are per agent.
+    pub(crate) async fn session(
+        &self,
+        agent: &str,
+        session_id: &str,
+    ) -> Result<SessionEntry, Error> {
         let info: SessionInfo = self
-            .send(Method::GET, &["v2", "sessions", session_id], &[], None)
+            .send(
+                Method::GET,
+                &["v2", "sessions", session_id],
+                &[("agent", agent)],
+                None,
+            )
             .await?;
         Ok(SessionEntry::from_info(info))
     }
 
-    /// `GET /v2/sessions/{id}/events?offset=&limit=`.
+    /// `GET /v2/sessions/{id}/events?agent=&offset=&limit=`.
     pub(crate) async fn session_events(
         &self,
+        agent: &str,
         session_id: &str,
         offset: u64,
         limit: Option<u32>,
     ) -> Result<SessionEventsPage, Error> {
         let offset = offset.to_string();
         let limit = limit.map(|limit| limit.to_string());
-        let mut query = vec![("offset", offset.as_str())];
+        let mut query = vec![("agent", agent), ("offset", offset.as_str())];
         if let Some(limit) = &limit {
             query.push(("limit", limit.as_str()));
         }

@@ -116,6 +116,14 @@ impl Error {
         }
     }
 
+    /// Whether this is the agent's "Authentication required" (JSON-RPC
+    /// `-32000`, ACP `auth_required`): authenticate first
+    /// ([`SandboxAgentClient::authenticate`](crate::SandboxAgentClient::authenticate)),
+    /// or give the server the agent's credential.
+    pub fn is_auth_required(&self) -> bool {
+        self.rpc_code() == Some(i32::from(agent_client_protocol::ErrorCode::AUTH_REQUIRED))
+    }
+
     /// Sorts an error of the typed connection: an HTTP failure of the
     /// request's POST (made up by `acp-http-client`, see its
     /// `http_failure`), a transport failure, or the agent's own JSON-RPC

@@ -65,6 +65,15 @@ async fn server_mode_with_a_token_runs_a_plain_turn() -> TestResult {
         init.agent_info.map(|info| info.name).as_deref(),
         Some("sandbox-agent-mock")
     );
+    // The advertised methods, read from `extensions.methods`.
+    let methods = client.extension_methods();
+    for expected in [
+        "_sandboxagent/session/get",
+        "_sandboxagent/session/list",
+        "_sandboxagent/agent/install",
+    ] {
+        assert!(methods.iter().any(|m| m == expected), "{methods:?}");
+    }
 
     let mut events = client.take_events().ok_or("events")?;
     assert!(client.take_events().is_none(), "the stream is taken once");

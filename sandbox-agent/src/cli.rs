@@ -346,13 +346,26 @@ pub struct ServerArgs {
     /// installed fails with 409 agent-not-installed.
     #[arg(long, env = "SANDBOX_AGENT_REQUIRE_PREINSTALL")]
     pub require_preinstall: bool,
-    /// Longest an agent install may take, in milliseconds.
+    /// Longest an agent install may take, in milliseconds. npm's network
+    /// retries and timeouts come from npm_config_fetch_retries,
+    /// npm_config_fetch_timeout, … in the environment (defaults: 2 retries
+    /// 1-4 s apart, 60 s per request), so an unreachable registry fails in
+    /// seconds.
     #[arg(
         long,
         env = "SANDBOX_AGENT_INSTALL_TIMEOUT_MS",
         default_value_t = config::DEFAULT_INSTALL_TIMEOUT_MS
     )]
     pub install_timeout_ms: u64,
+    /// After a failed install of an agent, how long initialize answers with
+    /// that failure instead of installing it again, in milliseconds (an
+    /// explicit install retries at once).
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_INSTALL_RETRY_BACKOFF_MS",
+        default_value_t = config::DEFAULT_INSTALL_RETRY_BACKOFF_MS
+    )]
+    pub install_retry_backoff_ms: u64,
     /// Shut down gracefully when stdin reaches end of file. A parent that
     /// holds a pipe to the server's stdin stops it by closing the pipe, or by
     /// dying in any way, SIGKILL included (the SDK's embedded mode does this).
@@ -391,6 +404,7 @@ impl ServerArgs {
         config.require_preinstall = self.require_preinstall;
         config.exit_on_stdin_eof = self.exit_on_stdin_eof;
         config.install_timeout = Duration::from_millis(self.install_timeout_ms.max(1));
+        config.install_retry_backoff = Duration::from_millis(self.install_retry_backoff_ms);
         config.token = self.token;
         config.request_timeout = Duration::from_millis(self.request_timeout_ms);
         config.prompt_timeout = self.prompt_timeout_ms.map(Duration::from_millis);
@@ -426,4 +440,13 @@ pub struct MockAgentArgs {
     /// arbitrary strings; this makes ones with `/`, spaces or non-ASCII text.
     #[arg(long, value_name = "TEXT", default_value = "mock-")]
     pub session_id_prefix: String,
+    /// Answer every `session/new` with this session id (an agent whose ids
+    /// collide with another agent's; a later session replaces an earlier one).
+    #[arg(long, value_name = "ID", conflicts_with = "session_id_prefix")]
+    pub session_id: Option<String>,
+    /// Advertise the auth method METHOD and answer session requests with
+    /// `-32000` "Authentication required" until `authenticate {methodId:
+    /// METHOD}` came (an agent that needs a credential).
+    #[arg(long, value_name = "METHOD")]
+    pub require_auth: Option<String>,
 }

@@ -24,7 +24,14 @@
 //! temporary folder and renamed into place, so a failed or interrupted one
 //! leaves nothing half-written; an install already present is a no-op.
 //! Installs run in their own task: an HTTP caller that hangs up does not cut
-//! one short.
+//! one short, and the task logs and records how it ended. Callers asking for
+//! the same install while it runs share it and its outcome. A failure is
+//! remembered (`lastError`), and for a short back-off a lazy install of the
+//! agent answers with it instead of running npm again. npm gets bounded
+//! network retries and timeouts ([`NPM_NETWORK_DEFAULTS`]), so an
+//! unreachable registry fails in seconds. A version spec that is not exact
+//! (`latest`, a range) is resolved with `npm view` first, so a version that
+//! is already there is not installed again.
 
 use super::archive;
 use super::manifest::{
@@ -32,7 +39,9 @@ use super::manifest::{
     is_exact_version,
 };
 use super::process::signal_group;
-use crate::config::{AgentSpec, Launch};
+use crate::config::{AgentSpec, DEFAULT_INSTALL_RETRY_BACKOFF_MS, Launch};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
@@ -62,10 +71,22 @@ const OUTPUT_MAX_LINE: usize = 1024;
 const MAX_DOWNLOAD_BYTES: u64 = 2 << 30;
 /// How often download progress is reported.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+/// npm's network settings for installs, each unless the server's environment
+/// sets it (`npm_config_fetch_retries`, …): npm's own defaults retry an
+/// unreachable registry for over a minute (10 s and 60 s apart), which
+/// every waiting request would sit through. Two retries 1 s and 2-4 s
+/// apart, and at most 60 s per request.
+pub const NPM_NETWORK_DEFAULTS: [(&str, &str); 5] = [
+    ("fetch-retries", "2"),
+    ("fetch-retry-factor", "2"),
+    ("fetch-retry-mintimeout", "1000"),
+    ("fetch-retry-maxtimeout", "4000"),
+    ("fetch-timeout", "60000"),
+];
 
 /// What `POST /v2/agents/{agent}/install` and `sandbox-agent agents install`
 /// ask for.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct InstallOptions {
     /// Install again even when the version is already there.
     pub reinstall: bool,
@@ -96,7 +117,9 @@ pub struct Installation {
 pub struct InstallOutcome {
     /// The active installation afterwards.
     pub installation: Installation,
-    /// Nothing was installed: this version was already there.
+    /// Nothing was installed by this call: this version was already there,
+    /// or the same install, already running for another caller, installed
+    /// it.
     pub already_installed: bool,
     /// How long the call took (waiting for the lock included).
     pub duration: Duration,
@@ -160,26 +183,84 @@ struct Current {
     pinned: bool,
 }
 
+/// An install running in its own task, awaited by everyone who asked for it.
+type SharedInstall = Shared<BoxFuture<'static, Result<InstallOutcome, InstallError>>>;
+
+/// The installs running in this process and the failures remembered, under
+/// one lock so that a caller either joins a running install or sees how it
+/// ended.
+#[derive(Default)]
+struct InstallState {
+    /// Running installs by agent id and options.
+    running: HashMap<(String, InstallOptions), SharedInstall>,
+    /// The last failed install of each agent, until one succeeds.
+    failures: HashMap<String, Failure>,
+}
+
+impl std::fmt::Debug for InstallState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstallState")
+            .field("running", &self.running.keys().collect::<Vec<_>>())
+            .field("failures", &self.failures)
+            .finish()
+    }
+}
+
+/// A failed install.
+#[derive(Debug)]
+struct Failure {
+    at: Instant,
+    error: InstallError,
+    /// What the install asked for: only a failure of the default install
+    /// holds lazy installs back.
+    options: InstallOptions,
+}
+
 /// Installs agents into one data dir.
 #[derive(Debug)]
 pub struct Installer {
     data_dir: PathBuf,
     timeout: Duration,
+    /// After a failed install, how long lazy installs answer with the failure.
+    retry_backoff: Duration,
     /// One async lock per agent id: one install at a time in this process.
     locks: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Running installs (shared by their callers) and remembered failures.
+    state: parking_lot::Mutex<InstallState>,
     /// HTTPS client for archives, built on first use.
     http: OnceLock<reqwest::Client>,
 }
 
 impl Installer {
-    /// An installer for `data_dir`; each install may take up to `timeout`.
+    /// An installer for `data_dir`; each install may take up to `timeout`;
+    /// after a failure lazy installs wait
+    /// [`DEFAULT_INSTALL_RETRY_BACKOFF_MS`] (see [`Self::with_retry_backoff`]).
     pub fn new(data_dir: PathBuf, timeout: Duration) -> Self {
         Self {
             data_dir,
             timeout,
+            retry_backoff: Duration::from_millis(DEFAULT_INSTALL_RETRY_BACKOFF_MS),
             locks: parking_lot::Mutex::new(HashMap::new()),
+            state: parking_lot::Mutex::new(InstallState::default()),
             http: OnceLock::new(),
         }
+    }
+
+    /// The same installer, whose lazy installs answer with the last failure
+    /// for `backoff` after it (zero: always try again).
+    #[must_use]
+    pub fn with_retry_backoff(mut self, backoff: Duration) -> Self {
+        self.retry_backoff = backoff;
+        self
+    }
+
+    /// Whether an install of agent `id` is running in this process.
+    pub fn is_installing(&self, id: &str) -> bool {
+        self.state
+            .lock()
+            .running
+            .iter()
+            .any(|((agent, _), install)| agent == id && install.peek().is_none())
     }
 
     /// The data dir.
@@ -249,7 +330,8 @@ impl Installer {
     }
 
     /// Installs `spec` (see the module documentation). Runs in its own task,
-    /// so dropping the returned future does not interrupt the install.
+    /// so dropping the returned future does not interrupt the install; a
+    /// caller asking for the same install while it runs waits for that one.
     ///
     /// # Errors
     /// [`InstallError`]; the log has the same message.
@@ -259,21 +341,142 @@ impl Installer {
         options: InstallOptions,
         progress: Arc<dyn Progress>,
     ) -> Result<InstallOutcome, InstallError> {
+        self.join_or_start(spec, options, progress, false).await
+    }
+
+    /// The install a first `initialize` does for an agent that is not
+    /// installed: like [`Self::install`] with default options, but within
+    /// the retry back-off after a failed install it answers with that
+    /// failure at once.
+    ///
+    /// # Errors
+    /// [`InstallError`], or the remembered one.
+    pub async fn install_lazily(
+        self: &Arc<Self>,
+        spec: &AgentSpec,
+        progress: Arc<dyn Progress>,
+    ) -> Result<InstallOutcome, InstallError> {
+        self.join_or_start(spec, InstallOptions::default(), progress, true)
+            .await
+    }
+
+    /// Joins the running install of `spec` with `options`, or starts one in
+    /// its own task (unless `backoff` and a default install failed within
+    /// the retry back-off). A caller that joined gets `already_installed`
+    /// and its own waiting time.
+    async fn join_or_start(
+        self: &Arc<Self>,
+        spec: &AgentSpec,
+        options: InstallOptions,
+        progress: Arc<dyn Progress>,
+        backoff: bool,
+    ) -> Result<InstallOutcome, InstallError> {
+        let started = Instant::now();
+        let key = (spec.id.clone(), options);
+        let (install, joined) = {
+            let mut state = self.state.lock();
+            match state.running.get(&key).filter(|i| i.peek().is_none()) {
+                Some(install) => (install.clone(), true),
+                None => {
+                    if backoff && let Some(error) = self.backing_off(&state, &spec.id) {
+                        return Err(error);
+                    }
+                    let install = self.spawn_install(spec, key.1.clone(), progress.clone());
+                    state.running.insert(key, install.clone());
+                    (install, false)
+                }
+            }
+        };
+        if joined {
+            progress.step("waiting for the same install, already running");
+        }
+        let outcome = install.await?;
+        Ok(if joined {
+            InstallOutcome {
+                already_installed: true,
+                duration: started.elapsed(),
+                ..outcome
+            }
+        } else {
+            outcome
+        })
+    }
+
+    /// The remembered failure of agent `id`'s default install, when it is
+    /// more recent than the retry back-off, with a note saying so.
+    fn backing_off(&self, state: &InstallState, id: &str) -> Option<InstallError> {
+        let failure = state.failures.get(id)?;
+        let left = self.retry_backoff.checked_sub(failure.at.elapsed())?;
+        if failure.options != InstallOptions::default() || left.is_zero() {
+            return None;
+        }
+        let note = format!(
+            "{}; not tried again for another {:.1} s (an explicit install tries at once: POST /v2/agents/{id}/install)",
+            failure.error,
+            left.as_secs_f64()
+        );
+        Some(match failure.error {
+            InstallError::NotInstallable(_) => InstallError::NotInstallable(note),
+            InstallError::InvalidVersion(_) => InstallError::InvalidVersion(note),
+            InstallError::Failed(_) => InstallError::Failed(note),
+        })
+    }
+
+    /// Starts installing `spec` in a task of its own, which logs and
+    /// records the outcome and then leaves the running installs.
+    fn spawn_install(
+        self: &Arc<Self>,
+        spec: &AgentSpec,
+        options: InstallOptions,
+        progress: Arc<dyn Progress>,
+    ) -> SharedInstall {
         let installer = self.clone();
         let spec = spec.clone();
         let agent = spec.id.clone();
-        let task =
-            tokio::spawn(async move { installer.install_now(&spec, &options, &*progress).await });
-        let outcome = match task.await {
-            Ok(outcome) => outcome,
-            Err(error) => Err(InstallError::Failed(format!(
-                "the install task of agent {agent:?} failed: {error}"
-            ))),
-        };
-        if let Err(error) = &outcome {
-            tracing::warn!(agent, %error, "agent install failed");
+        let task = tokio::spawn(async move {
+            let outcome = installer.install_now(&spec, &options, &*progress).await;
+            installer.settle(&spec.id, options, &outcome);
+            outcome
+        });
+        async move {
+            task.await.unwrap_or_else(|error| {
+                Err(InstallError::Failed(format!(
+                    "the install task of agent {agent:?} failed: {error}"
+                )))
+            })
         }
-        outcome
+        .boxed()
+        .shared()
+    }
+
+    /// Logs a failed install and remembers it (a success forgets the last
+    /// failure); then the install leaves the running ones. A bad version
+    /// request is the caller's mistake, not the agent's state: not kept.
+    fn settle(
+        &self,
+        id: &str,
+        options: InstallOptions,
+        outcome: &Result<InstallOutcome, InstallError>,
+    ) {
+        if let Err(error) = outcome {
+            tracing::warn!(agent = id, %error, "agent install failed");
+        }
+        let mut state = self.state.lock();
+        match outcome {
+            Ok(_) => {
+                state.failures.remove(id);
+            }
+            Err(InstallError::InvalidVersion(_)) => {}
+            Err(error) => {
+                let failure = Failure {
+                    at: Instant::now(),
+                    error: error.clone(),
+                    options: options.clone(),
+                };
+                state.failures.insert(id.to_owned(), failure);
+            }
+        }
+        state.running.remove(&(id.to_owned(), options));
     }
 
     /// The install, in its own task: check what to install, take the
@@ -286,7 +489,8 @@ impl Installer {
         progress: &dyn Progress,
     ) -> Result<InstallOutcome, InstallError> {
         let started = Instant::now();
-        let plan = Plan::new(spec, options)?;
+        let mut plan = Plan::new(spec, options)?;
+        self.resolve(&mut plan, progress).await?;
         let agent = self.lock_agent(plan.id, progress).await?;
         if !options.reinstall
             && let Some(installation) = plan.reuse(&agent.dir)?
@@ -314,6 +518,49 @@ impl Installer {
             already_installed,
             duration,
         })
+    }
+
+    /// Resolves a version spec that is not exact (`latest`, a range) of an npm
+    /// plan to the concrete version it names now (`npm view`), so that a
+    /// version already installed is reused and the exact version is what
+    /// gets installed.
+    async fn resolve(
+        &self,
+        plan: &mut Plan<'_>,
+        progress: &dyn Progress,
+    ) -> Result<(), InstallError> {
+        let Chosen::Npm { name, .. } = &plan.chosen else {
+            return Ok(());
+        };
+        if is_exact_version(&plan.requested) {
+            return Ok(());
+        }
+        let id = plan.id;
+        let dir = self.agent_dir(id);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| InstallError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+        progress.step(&format!("resolving {name}@{}", plan.requested));
+        let viewed =
+            tokio::time::timeout(self.timeout, npm_view_version(&dir, name, &plan.requested)).await;
+        let version = match viewed {
+            Ok(Ok(version)) => version,
+            Ok(Err(reason)) => {
+                return Err(InstallError::Failed(format!(
+                    "cannot resolve {name}@{} for agent {id:?}: {reason}",
+                    plan.requested
+                )));
+            }
+            Err(_) => {
+                return Err(InstallError::Failed(format!(
+                    "resolving {name}@{} for agent {id:?} did not finish within {} s",
+                    plan.requested,
+                    self.timeout.as_secs()
+                )));
+            }
+        };
+        tracing::info!(agent = id, spec = %plan.requested, version, "resolved the version to install");
+        plan.requested = version;
+        Ok(())
     }
 
     /// Takes agent `id`'s install locks: this process's, then the file lock
@@ -348,7 +595,7 @@ impl Installer {
         progress: &dyn Progress,
     ) -> Result<(Staging, String), InstallError> {
         let id = plan.id;
-        let artifact = plan.artifact(plan.requested);
+        let artifact = plan.artifact(&plan.requested);
         tracing::info!(agent = id, artifact, "installing agent");
         progress.step(&format!("installing {artifact}"));
         let staging = Staging::new(agent_dir).map_err(InstallError::Failed)?;
@@ -394,7 +641,7 @@ impl Installer {
                 npm_install(
                     &staging.dir,
                     name,
-                    plan.requested,
+                    &plan.requested,
                     npx.cmd.as_deref(),
                     progress,
                 )
@@ -549,8 +796,9 @@ struct Plan<'a> {
     /// The manifest's distribution for this platform.
     chosen: Chosen<'a>,
     /// The version (spec) to install: the one asked for, else the
-    /// manifest's.
-    requested: &'a str,
+    /// manifest's; an npm spec that is not exact becomes the version it
+    /// resolves to ([`Installer::resolve`]).
+    requested: String,
     /// `requested` is not the manifest's version: it stays the active
     /// version until another install names one.
     pinned: bool,
@@ -580,7 +828,7 @@ impl<'a> Plan<'a> {
         Ok(Self {
             id,
             chosen,
-            requested,
+            requested: requested.to_owned(),
             pinned: requested != wanted,
         })
     }
@@ -597,7 +845,7 @@ impl<'a> Plan<'a> {
     /// The installation already in `agent_dir` when an exact version is
     /// requested and is there; it becomes the active version.
     fn reuse(&self, agent_dir: &Path) -> Result<Option<Installation>, InstallError> {
-        let version = self.requested;
+        let version = self.requested.as_str();
         if !is_exact_version(version) {
             return Ok(None);
         }
@@ -715,11 +963,8 @@ async fn npm_install(
     cmd: Option<&str>,
     progress: &dyn Progress,
 ) -> Result<(String, PathBuf), String> {
-    let npm = find_on_path("npm").ok_or(
-        "npm was not found on PATH; install Node.js (it ships npm) to install npm-based agents",
-    )?;
     let spec = format!("{name}@{version}");
-    let mut command = tokio::process::Command::new(npm);
+    let mut command = npm_command(prefix)?;
     command
         .arg("install")
         .arg("--prefix")
@@ -730,17 +975,10 @@ async fn npm_install(
             "--no-save",
             "--omit=dev",
             "--global=false",
-            "--update-notifier=false",
         ])
-        .arg(&spec)
-        .current_dir(prefix)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Own process group: a timeout stops npm's children too.
-        .process_group(0)
-        .kill_on_drop(true);
+        .arg(&spec);
     progress.step(&format!("npm install {spec}"));
+    tracing::info!(prefix = %prefix.display(), "running npm install {spec}");
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot run npm: {e}"))?;
@@ -758,16 +996,121 @@ async fn npm_install(
     let status = status.map_err(|e| format!("cannot wait for npm: {e}"))?;
     if !status.success() {
         let tail: Vec<String> = tail.into_inner().into();
-        let exit = match status.code() {
-            Some(code) => format!("code {code}"),
-            None => status.to_string(),
-        };
         return Err(format!(
-            "npm exited with {exit}; npm said:\n{}",
+            "npm exited with {}; npm said:\n{}",
+            exit_text(status),
             tail.join("\n")
         ));
     }
     resolve_npm_bin(prefix, name, cmd)
+}
+
+/// `npm` (found on `PATH`) in `dir`, in a process group of its own (a
+/// timeout or a dropped caller stops its children too), with stdin closed,
+/// stdout and stderr piped, no update check, and the network settings of
+/// [`NPM_NETWORK_DEFAULTS`] that the environment does not set.
+fn npm_command(dir: &Path) -> Result<tokio::process::Command, String> {
+    let npm = find_on_path("npm").ok_or(
+        "npm was not found on PATH; install Node.js (it ships npm) to install npm-based agents",
+    )?;
+    let mut command = tokio::process::Command::new(npm);
+    command
+        .arg("--update-notifier=false")
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    for (name, value) in NPM_NETWORK_DEFAULTS {
+        let variable = format!("npm_config_{}", name.replace('-', "_"));
+        // npm reads its variables in any case.
+        let set = std::env::vars_os().any(|(key, _)| {
+            key.to_str()
+                .is_some_and(|k| k.eq_ignore_ascii_case(&variable))
+        });
+        if !set {
+            command.env(variable, value);
+        }
+    }
+    Ok(command)
+}
+
+/// The concrete version `npm view name@spec version --json` names: the
+/// one version, or the newest of those a range matches.
+async fn npm_view_version(dir: &Path, name: &str, spec: &str) -> Result<String, String> {
+    let package = format!("{name}@{spec}");
+    let mut command = npm_command(dir)?;
+    command.args(["view", &package, "version", "--json"]);
+    tracing::info!("running npm view {package} version");
+    let child = command
+        .spawn()
+        .map_err(|e| format!("cannot run npm: {e}"))?;
+    let group = GroupGuard(child.id());
+    let output = child
+        .wait_with_output()
+        .await
+        .map_err(|e| format!("cannot wait for npm: {e}"))?;
+    drop(group);
+    if !output.status.success() {
+        let said: Vec<&str> = std::str::from_utf8(&output.stderr)
+            .unwrap_or_default()
+            .lines()
+            .chain(
+                std::str::from_utf8(&output.stdout)
+                    .unwrap_or_default()
+                    .lines(),
+            )
+            .filter(|line| !line.trim().is_empty())
+            .collect();
+        let tail = &said[said.len().saturating_sub(OUTPUT_TAIL_LINES)..];
+        return Err(format!(
+            "npm view exited with {}; npm said:\n{}",
+            exit_text(output.status),
+            tail.join("\n")
+        ));
+    }
+    newest_version(&output.stdout)
+        .ok_or_else(|| format!("no published version of {name} matches {spec:?}"))
+}
+
+/// The version in `npm view … version --json` output: a JSON string, or
+/// the newest exact version of an array (a range matching several).
+fn newest_version(json: &[u8]) -> Option<String> {
+    let versions = match serde_json::from_slice::<serde_json::Value>(json).ok()? {
+        serde_json::Value::String(version) => vec![version],
+        serde_json::Value::Array(values) => values
+            .into_iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => return None,
+    };
+    versions
+        .into_iter()
+        .filter(|v| is_exact_version(v))
+        .max_by(|a, b| version_key(a).cmp(&version_key(b)))
+}
+
+/// Sort key of an exact version (semver precedence, simplified): the three
+/// numbers, then a release above its pre-releases, then the pre-release
+/// text; build metadata is ignored.
+fn version_key(version: &str) -> (u64, u64, u64, bool, &str) {
+    let version = version.split('+').next().unwrap_or(version);
+    let (core, pre) = match version.split_once('-') {
+        Some((core, pre)) => (core, Some(pre)),
+        None => (version, None),
+    };
+    let mut numbers = core.split('.').map(|n| n.parse::<u64>().unwrap_or(0));
+    let mut next = || numbers.next().unwrap_or(0);
+    (next(), next(), next(), pre.is_none(), pre.unwrap_or(""))
+}
+
+/// An exit status as text: `code N`, or the signal.
+fn exit_text(status: std::process::ExitStatus) -> String {
+    match status.code() {
+        Some(code) => format!("code {code}"),
+        None => status.to_string(),
+    }
 }
 
 /// Reads the installed package's `package.json`: its version and the `bin`
@@ -1096,6 +1439,85 @@ mod tests {
         let error = resolve_npm_bin(&prefix, "@scope/tool", None).expect_err("escape");
         assert!(error.contains("unsafe"), "{error}");
         let _ = std::fs::remove_dir_all(&prefix);
+    }
+
+    #[test]
+    fn npm_view_output_names_one_version() {
+        assert_eq!(newest_version(b"\"0.16.0\"\n").as_deref(), Some("0.16.0"));
+        assert_eq!(
+            newest_version(br#"["0.9.0","0.10.0","0.10.1-beta.1","0.2.0"]"#).as_deref(),
+            Some("0.10.1-beta.1")
+        );
+        assert_eq!(
+            newest_version(br#"["1.0.0-rc.1","1.0.0"]"#).as_deref(),
+            Some("1.0.0"),
+            "a release is newer than its pre-releases"
+        );
+        assert_eq!(newest_version(b""), None, "nothing matched");
+        assert_eq!(newest_version(br#"["latest"]"#), None);
+        assert_eq!(newest_version(br#"{"error":{}}"#), None);
+    }
+
+    #[test]
+    fn npm_gets_bounded_network_settings_unless_the_environment_sets_them() {
+        let dir = std::env::temp_dir();
+        let Ok(command) = npm_command(&dir) else {
+            return; // no npm on this machine
+        };
+        let env: HashMap<String, String> = command
+            .as_std()
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
+            .collect();
+        for (name, value) in NPM_NETWORK_DEFAULTS {
+            let variable = format!("npm_config_{}", name.replace('-', "_"));
+            let inherited = std::env::vars_os().any(|(key, _)| {
+                key.to_str()
+                    .is_some_and(|k| k.eq_ignore_ascii_case(&variable))
+            });
+            assert!(
+                inherited || env.get(&variable).map(String::as_str) == Some(value),
+                "{variable}: {env:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_default_install_holds_lazy_installs_back_for_the_back_off() {
+        let installer = Installer::new(std::env::temp_dir(), Duration::from_secs(1))
+            .with_retry_backoff(Duration::from_secs(60));
+        let failure = |options: InstallOptions| Failure {
+            at: Instant::now(),
+            error: InstallError::Failed("npm exited with code 1".to_owned()),
+            options,
+        };
+        let mut state = InstallState::default();
+        assert!(installer.backing_off(&state, "codex").is_none());
+        state
+            .failures
+            .insert("codex".to_owned(), failure(InstallOptions::default()));
+        let error = installer.backing_off(&state, "codex").expect("backing off");
+        assert!(
+            matches!(&error, InstallError::Failed(text) if text.contains("npm exited with code 1") && text.contains("not tried again")),
+            "{error}"
+        );
+        let pinned = InstallOptions {
+            version: Some("0.1.0".to_owned()),
+            reinstall: false,
+        };
+        state.failures.insert("codex".to_owned(), failure(pinned));
+        assert!(
+            installer.backing_off(&state, "codex").is_none(),
+            "another version's failure does not hold the default install back"
+        );
+        let installer = installer.with_retry_backoff(Duration::ZERO);
+        state
+            .failures
+            .insert("codex".to_owned(), failure(InstallOptions::default()));
+        assert!(
+            installer.backing_off(&state, "codex").is_none(),
+            "no back-off"
+        );
     }
 
     #[test]

@@ -5,20 +5,22 @@
 //! {"version": "1", "agents": [
 //!   {"id": "codex", "name": "Codex", "version": "0.16.0",
 //!    "distribution": {"npx": {"package": "@zed-industries/codex-acp", "args": []}},
-//!    "env": {"CODEX_HOME": "${AGENT_HOME}"}}
+//!    "env": {"CODEX_HOME": "${AGENT_HOME}"},
+//!    "auth": [{"methodId": "openai-api-key", "env": "OPENAI_API_KEY"}]}
 //! ]}
 //! ```
 //!
 //! Distributions: `npx` (an npm package, installed with npm), `binary` (one
 //! release archive per platform, `linux-x86_64`, `darwin-aarch64`, …), and
 //! `local` (a command already on this machine; not in the public registry).
-//! Additions to the registry format, all optional: `env` and
-//! `clientCapabilities` on an entry, `sha256` on a binary target. Members this
+//! Additions to the registry format, all optional: `env`,
+//! `clientCapabilities` and `auth` on an entry, `sha256` on a binary target. Members this
 //! runtime does not use (`description`, `authors`, `icon`, a `uvx`
 //! distribution, …) are accepted and ignored, so a registry file can be used
 //! as it is. The reference is `research/contract.md`,
 //! "Agents: manifest, installs, lazy install" (manifest format).
 
+pub use ext_methods::AuthEnv;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -56,6 +58,12 @@ pub struct ManifestEntry {
     /// "Routing: connections, sessions, one agent process").
     #[serde(default)]
     pub client_capabilities: Option<serde_json::Value>,
+    /// Auth methods an environment variable satisfies, in order of
+    /// preference: after starting the agent the runtime sends
+    /// `authenticate` for the first one whose variable is set and which the
+    /// agent advertises (research/contract.md, "Agent authentication").
+    #[serde(default)]
+    pub auth: Vec<AuthEnv>,
 }
 
 /// The ways an agent can be obtained. Several may be given; the runtime
@@ -347,6 +355,9 @@ impl ManifestEntry {
         {
             return Err("clientCapabilities must be an object".to_owned());
         }
+        for auth in &self.auth {
+            check_auth(auth)?;
+        }
         Ok(())
     }
 }
@@ -368,6 +379,25 @@ pub fn check_agent_id(id: &str) -> Result<(), String> {
     } else {
         Err(format!(
             "agent id {id:?} must be 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit"
+        ))
+    }
+}
+
+/// Checks an `auth` member: a non-empty method id and an environment
+/// variable name (letters, digits and `_`, not starting with a digit).
+fn check_auth(auth: &AuthEnv) -> Result<(), String> {
+    if auth.method_id.trim().is_empty() {
+        return Err("auth: methodId is empty".to_owned());
+    }
+    let env = &auth.env;
+    let valid = !env.is_empty()
+        && !env.starts_with(|c: char| c.is_ascii_digit())
+        && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "auth: env {env:?} is not an environment variable name (letters, digits and '_')"
         ))
     }
 }
@@ -493,6 +523,18 @@ mod tests {
         let entries = parse(BUILTIN, "built-in manifest").expect("built-in manifest");
         let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["codex", "claude", "gemini", "opencode"]);
+        let codex_auth: Vec<(&str, &str)> = entries[0]
+            .auth
+            .iter()
+            .map(|a| (a.method_id.as_str(), a.env.as_str()))
+            .collect();
+        assert_eq!(
+            codex_auth,
+            [
+                ("codex-api-key", "CODEX_API_KEY"),
+                ("openai-api-key", "OPENAI_API_KEY")
+            ]
+        );
         for entry in &entries {
             let version = entry.wanted_version().unwrap_or_default();
             assert!(
@@ -607,6 +649,18 @@ mod tests {
             (
                 r#"[{"id": "x", "distribution": {"local": {"command": "a"}}}, {"id": "x", "distribution": {"local": {"command": "b"}}}]"#,
                 "duplicate",
+            ),
+            (
+                r#"[{"id": "x", "distribution": {"local": {"command": "a"}}, "auth": [{"methodId": "k", "env": "A=B"}]}]"#,
+                "environment variable name",
+            ),
+            (
+                r#"[{"id": "x", "distribution": {"local": {"command": "a"}}, "auth": [{"methodId": "", "env": "A"}]}]"#,
+                "methodId",
+            ),
+            (
+                r#"[{"id": "x", "distribution": {"local": {"command": "a"}}, "auth": [{"env": "A"}]}]"#,
+                "methodId",
             ),
             (r#"{"agents": 3}"#, "expected"),
             ("{", "not valid JSON"),

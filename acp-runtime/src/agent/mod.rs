@@ -16,6 +16,8 @@
 //! A running agent:
 //! - `process`: spawning in its own process group, the process's identity
 //!   and exit, signals.
+//! - `orphans`: no agent tree outlives the server: the group's keeper, the
+//!   group records in the data dir and the start-up reaping of leftovers.
 //! - `stdio`: the stdin writer, the stdout loop (lines in order to the
 //!   router, then reaping) and the stderr capture.
 //! - [`framing`]: stdout line framing with a maximum line length.
@@ -27,6 +29,7 @@ pub mod catalog;
 pub mod framing;
 pub mod install;
 pub mod manifest;
+pub(crate) mod orphans;
 pub(crate) mod process;
 pub(crate) mod router;
 pub(crate) mod stdio;

@@ -1,8 +1,10 @@
-//! One running agent process: starting it in its own process group, its
-//! identity (agent id, generation, pid), its routing table ([`Router`]) and
-//! how it ended. The loops that move its bytes are in [`super::stdio`].
+//! One running agent process: starting it in its own process group (with
+//! the group's keeper and record, [`super::orphans`]), its identity (agent
+//! id, generation, pid), its routing table ([`Router`]) and how it ended.
+//! The loops that move its bytes are in [`super::stdio`].
 
 use super::framing::LineDecoder;
+use super::orphans::{self, GroupRecordFile};
 use super::router::{ReportedHints, RouteTargets, Router};
 use super::stdio::{self, StderrCapture};
 use bytes::Bytes;
@@ -10,6 +12,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use tokio::process::{Child, ChildStdout, Command};
@@ -43,17 +46,24 @@ pub struct Spawned {
     pub stdout: FramedRead<ChildStdout, LineDecoder>,
     /// Captured stderr, filled by [`stdio::read_stderr`].
     pub stderr: Arc<Mutex<StderrCapture>>,
+    /// The record of the process group in the data dir, if it could be
+    /// written; [`AgentProcess::finish`] removes it.
+    pub(crate) group_record: Option<GroupRecordFile>,
 }
 
 /// Starts agent `agent` with `launch` in its own process group with piped
-/// stdio, and the stdin writer and stderr reader tasks.
+/// stdio, records the group under `data_dir` and starts its keeper (so the
+/// tree dies with the server, research/contract.md, "Agent process trees
+/// and a server that dies"), and the stdin writer and stderr reader tasks.
 ///
 /// # Errors
-/// The spawn error (program not found, not executable, …).
+/// The spawn error (program not found, not executable, …). A record or
+/// keeper that cannot be made is logged, not an error.
 pub fn spawn(
     agent: &str,
     launch: &LaunchCommand,
     max_line_bytes: usize,
+    data_dir: &Path,
 ) -> std::io::Result<Spawned> {
     let mut command = Command::new(&launch.program);
     command
@@ -66,6 +76,11 @@ pub fn spawn(
         .process_group(0)
         .kill_on_drop(true);
     let mut child = command.spawn()?;
+    let pid = child.id().unwrap_or(0);
+    let group_record = orphans::record_group(data_dir, agent, pid);
+    if let Err(error) = orphans::spawn_keeper(pid) {
+        tracing::warn!(agent, pid, %error, "cannot start the keeper of the agent's process group; the group is killed at the next start-up if the server dies");
+    }
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -84,6 +99,7 @@ pub fn spawn(
         stdin: stdin_tx,
         stdout: FramedRead::with_capacity(stdout, LineDecoder::new(max_line_bytes), 64 * 1024),
         stderr: capture,
+        group_record,
     })
 }
 
@@ -107,6 +123,9 @@ pub struct AgentProcess {
     pub(crate) initialize_result: Mutex<Option<Box<RawValue>>>,
     /// How the process ended, once it did.
     pub(crate) exit: Mutex<Option<ExitInfo>>,
+    /// The record of its process group; dropped (the file removed) once the
+    /// group has been killed.
+    group_record: Mutex<Option<GroupRecordFile>>,
 }
 
 impl std::fmt::Debug for AgentProcess {
@@ -148,7 +167,15 @@ impl AgentProcess {
             exited,
             initialize_result: Mutex::new(None),
             exit: Mutex::new(None),
+            group_record: Mutex::new(None),
         }
+    }
+
+    /// The same process, owning the record of its process group (removed
+    /// by [`finish`](Self::finish)).
+    pub(crate) fn with_group_record(self, record: Option<GroupRecordFile>) -> Self {
+        *self.group_record.lock() = record;
+        self
     }
 
     /// Whether the process is still serving.
@@ -157,8 +184,10 @@ impl AgentProcess {
     }
 
     /// Records how the process ended and lets its router fail what was
-    /// pending and end its sessions.
+    /// pending and end its sessions. Called after the process group was
+    /// killed, so the group's record goes too.
     pub(crate) fn finish(&self, exit: ExitInfo) {
+        drop(self.group_record.lock().take());
         *self.exit.lock() = Some(exit);
         self.exited.cancel();
         let stderr = self.stderr.lock().summary();

@@ -21,6 +21,7 @@ use super::process::ExitInfo;
 use crate::connection::Connection;
 use crate::connections::Connections;
 use crate::hints::{self, Hints};
+use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use crate::protocol::{self, AgentMessage, Kind, RpcError, code, method};
 use crate::session::{Session, Sessions};
 use bytes::Bytes;
@@ -146,6 +147,37 @@ struct Held {
     request_id: Option<Box<str>>,
 }
 
+/// The warnings an agent can trigger once per message it writes, each
+/// rate-limited ([`crate::log_limit`]): a flood of them costs a few log
+/// lines, not one per message.
+#[derive(Debug)]
+struct Warnings {
+    unparsed: LogLimit,
+    unknown_id: LogLimit,
+    held_dropped: LogLimit,
+    no_session_id: LogLimit,
+    stdin_full: LogLimit,
+}
+
+impl Warnings {
+    fn new(agent: &Arc<str>) -> Self {
+        let summary = |what: &'static str| {
+            let agent = agent.clone();
+            LogLimit::new(WARN_INTERVAL, move |count, interval| {
+                let seconds = interval.as_secs();
+                tracing::warn!(agent = %agent, count, "{what}: {count} more in the last {seconds} s");
+            })
+        };
+        Self {
+            unparsed: summary("agent wrote lines that are not JSON-RPC"),
+            unknown_id: summary("agent answered unknown request ids; dropped"),
+            held_dropped: summary("dropped messages held for sessions nobody owns"),
+            no_session_id: summary("session answers without a sessionId"),
+            stdin_full: summary("cannot answer agent requests: stdin queue full or closed"),
+        }
+    }
+}
+
 /// Why the agent could not take a message.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
@@ -183,6 +215,8 @@ pub struct Router {
     held: Mutex<VecDeque<Held>>,
     /// The connection that sent this agent its most recent request.
     last_requester: Mutex<Weak<Connection>>,
+    /// Rate limits of the per-message warnings.
+    warnings: Warnings,
 }
 
 impl std::fmt::Debug for Router {
@@ -205,6 +239,7 @@ impl Router {
         reported: Arc<Mutex<ReportedHints>>,
         exited: CancellationToken,
     ) -> Self {
+        let warnings = Warnings::new(&agent);
         Self {
             agent,
             generation,
@@ -218,6 +253,7 @@ impl Router {
             agent_request_seq: AtomicU64::new(0),
             held: Mutex::new(VecDeque::new()),
             last_requester: Mutex::new(Weak::new()),
+            warnings,
         }
     }
 
@@ -375,7 +411,9 @@ impl Router {
     /// Reports a line that is not a JSON-RPC object to every connection of
     /// this agent (`_sandboxagent/agent/unparsed`).
     fn report_unparsed(&self, raw: &str, error: &str) {
-        tracing::warn!(agent = %self.agent, error, "agent wrote a line that is not JSON-RPC");
+        if self.warnings.unparsed.admit() {
+            tracing::warn!(agent = %self.agent, error, "agent wrote a line that is not JSON-RPC");
+        }
         let notice = protocol::notification_line(
             AGENT_UNPARSED,
             &AgentUnparsed {
@@ -392,7 +430,9 @@ impl Router {
     fn on_response(&self, envelope: &AgentMessage<'_>) {
         let id = envelope.id.and_then(|id| id.get().parse::<i64>().ok());
         let Some(pending) = id.and_then(|id| self.pending.lock().remove(&id)) else {
-            tracing::warn!(agent = %self.agent, id = ?envelope.id.map(RawValue::get), "agent answered an unknown request id; dropped");
+            if self.warnings.unknown_id.admit() {
+                tracing::warn!(agent = %self.agent, id = ?envelope.id.map(RawValue::get), "agent answered an unknown request id; dropped");
+            }
             return;
         };
         match pending {
@@ -441,7 +481,7 @@ impl Router {
             }
             (None, Effect::AttachSession { session, .. }) => {
                 // The load failed: undo the early attach (see `prepare_attach`).
-                if let Some(session) = self.targets.sessions.get(&session) {
+                if let Some(session) = self.targets.sessions.get(&self.agent, &session) {
                     session.detach(&request.connection);
                 }
                 None
@@ -470,7 +510,9 @@ impl Router {
             } => match protocol::session_id_of(result) {
                 Some(id) => (id, cwd, metadata, Some(request)),
                 None => {
-                    tracing::warn!(agent = %self.agent, "session answer without a sessionId");
+                    if self.warnings.no_session_id.admit() {
+                        tracing::warn!(agent = %self.agent, "session answer without a sessionId");
+                    }
                     return None;
                 }
             },
@@ -656,7 +698,7 @@ impl Router {
         );
         let mut line = protocol::error_response_line(id, &error);
         line.push(b'\n');
-        if self.stdin.try_send(Bytes::from(line)).is_err() {
+        if self.stdin.try_send(Bytes::from(line)).is_err() && self.warnings.stdin_full.admit() {
             tracing::warn!(agent = %self.agent, "cannot answer agent request: stdin queue full or closed");
         }
     }
@@ -673,7 +715,9 @@ impl Router {
             if held.len() < HELD_MAX && now.duration_since(front.at) < HELD_TTL {
                 break;
             }
-            tracing::warn!(agent = %self.agent, session = %front.session, "dropping a message held for a session nobody owns");
+            if self.warnings.held_dropped.admit() {
+                tracing::warn!(agent = %self.agent, session = %front.session, "dropping a message held for a session nobody owns");
+            }
             if let Some(dropped) = held.pop_front() {
                 self.forget_dropped(&dropped);
             }

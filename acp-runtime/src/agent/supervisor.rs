@@ -10,9 +10,11 @@ use super::install::{InstallError, InstallOptions, Installer, LogProgress, Progr
 use super::process::{self, AgentProcess, LaunchCommand, signal_group};
 use super::router::{ReportedHints, RouteTargets};
 use super::stdio;
-use crate::config::{AgentSpec, Launch};
+use crate::config::{AgentSpec, AuthEnv, Launch};
 use crate::error::Error;
 use ext_methods::{AgentInfo, AgentInstallResult, AgentSource, ModelInfo};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use nix::sys::signal::Signal;
 use parking_lot::{Mutex, RwLock};
 use serde_json::value::RawValue;
@@ -23,9 +25,13 @@ use std::time::Duration;
 
 /// After SIGKILL at shutdown, how long to wait for the processes to be reaped.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
+/// How much longer than the start timeout a request waits for a start
+/// attempt: an attempt that fails its `initialize` after the start timeout
+/// reports that failure rather than "still starting".
+const START_WAIT_GRACE: Duration = Duration::from_millis(500);
 
 /// Why an agent could not be made ready.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum StartError {
     /// Not configured.
     Unknown,
@@ -57,8 +63,9 @@ struct AgentSlot {
     spec: AgentSpec,
     /// The running process, if any. Read on every request; written on start and exit.
     current: RwLock<Option<Arc<AgentProcess>>>,
-    /// Serializes starts so concurrent first requests start one process.
-    starting: tokio::sync::Mutex<()>,
+    /// The start attempt in progress, if any: everyone who needs the process
+    /// while it starts waits for this one attempt and gets its outcome.
+    starting: Mutex<Option<StartAttempt>>,
     /// Processes started so far.
     starts: AtomicU64,
     /// Why the last start or process failed.
@@ -68,15 +75,48 @@ struct AgentSlot {
     reported: Arc<Mutex<ReportedHints>>,
 }
 
+/// A start attempt (install if needed, spawn, `initialize`) running in a
+/// task of its own, so a request that gives up does not cut it short.
+type SharedStart = Shared<BoxFuture<'static, Result<Arc<AgentProcess>, StartError>>>;
+
+/// [`SharedStart`] in a slot.
+struct StartAttempt(SharedStart);
+
+impl std::fmt::Debug for StartAttempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StartAttempt")
+    }
+}
+
 impl AgentSlot {
+    /// Takes the outcome of a start attempt: the new current process, or
+    /// why the agent could not be started.
+    fn settle_start(&self, outcome: &Result<Arc<AgentProcess>, StartError>) {
+        let reason = match outcome {
+            Ok(process) => {
+                *self.current.write() = Some(process.clone());
+                return;
+            }
+            Err(StartError::Failed(reason)) => reason.clone(),
+            Err(StartError::Rejected(error)) => format!("initialize rejected: {}", error.get()),
+            Err(StartError::Install(error)) => format!("install failed: {error}"),
+            Err(StartError::NotInstalled) => {
+                "not installed (the server requires preinstalled agents)".to_owned()
+            }
+            Err(StartError::Unknown) => return,
+        };
+        *self.last_error.lock() = Some(reason);
+    }
+
     /// Forgets `process` if it is still the current one (it exited) and
-    /// remembers why.
+    /// remembers why. A process that never became current failed its start,
+    /// and the start's failure is the better reason.
     fn clear_if_current(&self, process: &Arc<AgentProcess>, reason: String) {
         let mut current = self.current.write();
         if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, process)) {
             *current = None;
+            *self.last_error.lock() = Some(reason);
         }
-        *self.last_error.lock() = Some(reason);
     }
 }
 
@@ -97,7 +137,7 @@ impl Agents {
                     Arc::new(AgentSlot {
                         spec: spec.clone(),
                         current: RwLock::new(None),
-                        starting: tokio::sync::Mutex::new(()),
+                        starting: Mutex::new(None),
                         starts: AtomicU64::new(0),
                         last_error: Mutex::new(None),
                         reported: Arc::default(),
@@ -138,14 +178,21 @@ impl Agents {
     }
 
     /// The running process of `agent`, started and initialized first if
-    /// needed; a new process routes to `targets`.
+    /// needed; a new process routes to `targets`. Concurrent callers share
+    /// one start attempt and its outcome (a failure too; the next call after
+    /// it tries afresh). The attempt runs in its own task: a caller waits
+    /// for it at most the start timeout (plus a short grace), and the
+    /// attempt goes on when the caller gives up or hangs up, recording how
+    /// it ended (research/contract.md, "Routing: connections, sessions, one
+    /// agent process").
     ///
     /// # Errors
     /// [`StartError`] when the agent is unknown, is not installed and the
     /// server requires preinstalled agents, cannot be installed or started,
-    /// or rejects `initialize`.
+    /// rejects `initialize`, or is still being installed or started when
+    /// the caller's wait ends.
     pub async fn ensure_running(
-        &self,
+        self: &Arc<Self>,
         targets: &RouteTargets,
         agent: &str,
     ) -> Result<Arc<AgentProcess>, StartError> {
@@ -153,27 +200,59 @@ impl Agents {
         if let Some(process) = self.current(agent) {
             return Ok(process);
         }
-        let _starting = slot.starting.lock().await;
-        if let Some(process) = self.current(agent) {
-            return Ok(process);
+        let attempt = {
+            let mut starting = slot.starting.lock();
+            if let Some(process) = self.current(agent) {
+                return Ok(process);
+            }
+            // A finished attempt still here is one whose task died.
+            match starting.as_ref().filter(|a| a.0.peek().is_none()) {
+                Some(attempt) => attempt.0.clone(),
+                None => {
+                    let attempt = self.spawn_start(targets, slot);
+                    *starting = Some(StartAttempt(attempt.clone()));
+                    attempt
+                }
+            }
+        };
+        let wait = self.start_timeout + START_WAIT_GRACE;
+        match tokio::time::timeout(wait, attempt).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                let doing = if self.installer.is_installing(agent) {
+                    "being installed"
+                } else {
+                    "starting"
+                };
+                Err(StartError::Failed(format!(
+                    "still {doing} after {} ms; that goes on in the background (GET /v2/agents shows how it ended): retry later",
+                    wait.as_millis()
+                )))
+            }
         }
-        let outcome = self.start(targets, slot).await;
-        match &outcome {
-            Ok(process) => *slot.current.write() = Some(process.clone()),
-            Err(StartError::Failed(reason)) => *slot.last_error.lock() = Some(reason.clone()),
-            Err(StartError::Rejected(error)) => {
-                *slot.last_error.lock() = Some(format!("initialize rejected: {}", error.get()))
-            }
-            Err(StartError::Install(error)) => {
-                *slot.last_error.lock() = Some(format!("install failed: {error}"))
-            }
-            Err(StartError::NotInstalled) => {
-                *slot.last_error.lock() =
-                    Some("not installed (the server requires preinstalled agents)".to_owned())
-            }
-            Err(StartError::Unknown) => {}
+    }
+
+    /// Starts `slot`'s agent in a task of its own, which records the outcome
+    /// in the slot and then clears the slot's attempt.
+    fn spawn_start(self: &Arc<Self>, targets: &RouteTargets, slot: &Arc<AgentSlot>) -> SharedStart {
+        let (agents, targets, slot) = (self.clone(), targets.clone(), slot.clone());
+        let agent = slot.spec.id.clone();
+        let task = tokio::spawn(async move {
+            let outcome = agents.start(&targets, &slot).await;
+            let mut starting = slot.starting.lock();
+            slot.settle_start(&outcome);
+            *starting = None;
+            outcome
+        });
+        async move {
+            task.await.unwrap_or_else(|error| {
+                Err(StartError::Failed(format!(
+                    "the start task of agent {agent:?} failed: {error}"
+                )))
+            })
         }
-        outcome
+        .boxed()
+        .shared()
     }
 
     /// What to run for `spec`: its fixed command, or its installed version
@@ -195,7 +274,7 @@ impl Agents {
                             agent: spec.id.clone(),
                         });
                         self.installer
-                            .install(spec, InstallOptions::default(), progress)
+                            .install_lazily(spec, progress)
                             .await
                             .map_err(StartError::Install)?
                             .installation
@@ -218,6 +297,9 @@ impl Agents {
     /// Installs `agent` (`POST /v2/agents/{agent}/install`). A command agent
     /// (the mock, `--agent-command`, a `local` distribution) needs no
     /// install: the answer describes it with `alreadyInstalled: true`.
+    ///
+    /// A failed install is the agent's `lastError`, recorded even when the
+    /// caller hangs up before it ends.
     ///
     /// # Errors
     /// 404 `unknown-agent`, 400 for an unusable version, 409
@@ -255,11 +337,25 @@ impl Agents {
                 duration_ms: 0,
             });
         }
-        let outcome = self
-            .installer
-            .install(spec, options, progress)
+        let (installer, recorder, spec) = (self.installer.clone(), slot.clone(), spec.clone());
+        let task = tokio::spawn(async move {
+            let outcome = installer.install(&spec, options, progress).await;
+            if let Err(error) = &outcome
+                && !matches!(error, InstallError::InvalidVersion(_))
+            {
+                *recorder.last_error.lock() = Some(format!("install failed: {error}"));
+            }
+            outcome
+        });
+        let outcome = task
             .await
+            .map_err(|error| {
+                Error::InstallFailed(format!(
+                    "the install task of agent {agent:?} failed: {error}"
+                ))
+            })?
             .map_err(|error| Error::from_install(agent, error))?;
+        let spec = &slot.spec;
         Ok(AgentInstallResult {
             agent: agent.to_owned(),
             version: Some(outcome.installation.version),
@@ -287,21 +383,30 @@ impl Agents {
     ) -> Result<Arc<AgentProcess>, StartError> {
         let spec = &slot.spec;
         let command = self.launch_command(spec).await?;
-        let spawned = process::spawn(&spec.id, &command, self.max_line_bytes).map_err(|error| {
+        let spawned = process::spawn(
+            &spec.id,
+            &command,
+            self.max_line_bytes,
+            self.installer.data_dir(),
+        )
+        .map_err(|error| {
             StartError::Failed(format!("cannot run {}: {error}", command.program.display()))
         })?;
         let pid = spawned.child.id().unwrap_or(0);
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         slot.starts.fetch_add(1, Ordering::Relaxed);
-        let process = Arc::new(AgentProcess::new(
-            spec.id.as_str().into(),
-            generation,
-            pid,
-            spawned.stdin,
-            spawned.stderr,
-            targets.clone(),
-            slot.reported.clone(),
-        ));
+        let process = Arc::new(
+            AgentProcess::new(
+                spec.id.as_str().into(),
+                generation,
+                pid,
+                spawned.stdin,
+                spawned.stderr,
+                targets.clone(),
+                slot.reported.clone(),
+            )
+            .with_group_record(spawned.group_record),
+        );
         tracing::info!(agent = %spec.id, pid, generation, "agent process started");
         let (stdout, child, max_line_bytes) = (spawned.stdout, spawned.child, self.max_line_bytes);
         let (exiting, watcher) = (process.clone(), slot.clone());
@@ -323,14 +428,15 @@ impl Agents {
             }
             StartError::Failed(reason)
         };
-        match tokio::time::timeout(
-            self.start_timeout,
-            process.router.call("initialize", &params),
-        )
-        .await
-        {
+        // `initialize` and `authenticate` share one start timeout.
+        let deadline = tokio::time::Instant::now() + self.start_timeout;
+        match tokio::time::timeout_at(deadline, process.router.call("initialize", &params)).await {
             Ok(Ok(result)) => {
+                let method = auth_method_to_use(&spec.auth, &command.env, &result);
                 *process.initialize_result.lock() = Some(result);
+                if let Some(method) = method {
+                    self.authenticate(slot, &process, method, deadline).await;
+                }
                 Ok(process)
             }
             Ok(Err(Some(error))) => {
@@ -354,6 +460,45 @@ impl Agents {
                 )))
             }
         }
+    }
+
+    /// Sends a new process `authenticate {methodId}` for `auth`, answered
+    /// by `deadline` (the end of the start timeout). A failure is logged and
+    /// kept as the agent's `lastError`; the process serves anyway (a client
+    /// may still authenticate it; research/contract.md, "Agent
+    /// authentication").
+    async fn authenticate(
+        &self,
+        slot: &AgentSlot,
+        process: &AgentProcess,
+        auth: &AuthEnv,
+        deadline: tokio::time::Instant,
+    ) {
+        let agent = &slot.spec.id;
+        let params = serde_json::json!({ "methodId": auth.method_id });
+        let failure = match tokio::time::timeout_at(
+            deadline,
+            process.router.call("authenticate", &params),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {
+                tracing::info!(agent = %agent, method = %auth.method_id, env = %auth.env, "agent authenticated");
+                return;
+            }
+            Ok(Err(Some(error))) => format!("the agent answered {}", error.get()),
+            Ok(Err(None)) => "the process exited".to_owned(),
+            Err(_) => format!(
+                "no answer within the start timeout ({} ms)",
+                self.start_timeout.as_millis()
+            ),
+        };
+        let reason = format!(
+            "authenticate {:?} (from {}) failed: {failure}",
+            auth.method_id, auth.env
+        );
+        tracing::warn!(agent = %agent, "{reason}");
+        *slot.last_error.lock() = Some(reason);
     }
 
     /// The models `agent` reported, if it did.
@@ -411,6 +556,7 @@ impl Agents {
                     agent_info,
                     models: reported.models.clone(),
                     modes: reported.modes.clone(),
+                    auth: spec.auth.clone(),
                 }
             })
             .collect()
@@ -439,4 +585,36 @@ impl Agents {
             let _ = tokio::time::timeout(EXIT_WAIT, all_exited).await;
         }
     }
+}
+
+/// The first of `auth` whose environment variable is set (in the agent's
+/// launch environment `env`, else the server's) and whose method the agent
+/// advertised in `authMethods` of its `initialize` result.
+fn auth_method_to_use<'a>(
+    auth: &'a [AuthEnv],
+    env: &[(String, String)],
+    initialize_result: &RawValue,
+) -> Option<&'a AuthEnv> {
+    if auth.is_empty() {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Advertised {
+        #[serde(default)]
+        auth_methods: Vec<serde_json::Value>,
+    }
+    let advertised: Advertised = serde_json::from_str(initialize_result.get()).ok()?;
+    let offered = |id: &str| {
+        advertised
+            .auth_methods
+            .iter()
+            .any(|method| method.get("id").and_then(|v| v.as_str()) == Some(id))
+    };
+    let is_set = |name: &str| match env.iter().rev().find(|(key, _)| key == name) {
+        Some((_, value)) => !value.is_empty(),
+        None => std::env::var_os(name).is_some_and(|value| !value.is_empty()),
+    };
+    auth.iter()
+        .find(|auth| is_set(&auth.env) && offered(&auth.method_id))
 }

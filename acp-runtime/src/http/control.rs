@@ -3,14 +3,13 @@
 //! session inventory, the event logs and the agents, and agent installs.
 
 use super::headers::is_json_content;
-use super::{Body, full, read_body};
-use crate::agent::install::{InstallOptions, LogProgress};
+use super::{Body, HttpRequest, full, read_body};
 use crate::error::Error;
 use crate::runtime::Runtime;
+use crate::session::Session;
 use bytes::Bytes;
 use ext_methods::{AgentInstallParams, AgentListResult};
-use http::{Method, Request, StatusCode};
-use hyper::body::Incoming;
+use http::{Method, StatusCode};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -36,10 +35,12 @@ pub fn route(
         .collect();
     let handled = match segments.as_slice() {
         ["sessions"] => get_only(method, || sessions(runtime)),
-        ["sessions", id] => get_only(method, || session(runtime, &decode_segment(id)?)),
-        ["sessions", id, "events"] => {
-            get_only(method, || events(runtime, &decode_segment(id)?, query))
-        }
+        ["sessions", id] => get_only(method, || {
+            session(runtime, &decode_segment(id)?, &SessionQuery::parse(query)?)
+        }),
+        ["sessions", id, "events"] => get_only(method, || {
+            events(runtime, &decode_segment(id)?, &SessionQuery::parse(query)?)
+        }),
         ["agents"] => get_only(method, || agents(runtime)),
         _ => return None,
     };
@@ -94,50 +95,94 @@ fn sessions(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
     json(&serde_json::json!({ "sessions": sessions }))
 }
 
-/// `GET /v2/sessions/{id}` → one entry, 404 when unknown.
-fn session(runtime: &Runtime, id: &str) -> Result<http::Response<Body>, Error> {
-    let session = runtime
-        .sessions
-        .get(id)
-        .ok_or_else(|| Error::UnknownSession(id.to_owned()))?;
-    json(&session.info())
+/// The query of `/v2/sessions/{id}[/events]`: `agent` picks among sessions
+/// of several agents that share the id; `offset` and `limit` page events.
+/// `application/x-www-form-urlencoded` (WHATWG URL standard), as browsers
+/// and `reqwest` write queries; numbers are plain decimal digits; other keys
+/// are ignored.
+#[derive(Debug, Default)]
+struct SessionQuery {
+    agent: Option<String>,
+    offset: Option<u64>,
+    limit: Option<u64>,
 }
 
-/// `GET /v2/sessions/{id}/events?offset=N&limit=M` → `SessionEventsPage`.
-fn events(runtime: &Runtime, id: &str, query: Option<&str>) -> Result<http::Response<Body>, Error> {
-    let session = runtime
-        .sessions
-        .get(id)
-        .ok_or_else(|| Error::UnknownSession(id.to_owned()))?;
-    let mut offset = 0_u64;
-    let mut limit = DEFAULT_EVENTS_LIMIT;
-    // `application/x-www-form-urlencoded` (WHATWG URL standard), as browsers
-    // and `reqwest` write queries; values are plain decimal digits.
-    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        let number = || {
-            value
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| value.parse().ok())
-                .flatten()
-                .ok_or_else(|| {
-                    Error::InvalidRequest(format!(
-                        "query parameter {key} must be a non-negative integer, got {value:?}"
-                    ))
-                })
-        };
-        match &*key {
-            "offset" => offset = number()?,
-            "limit" => limit = number()? as usize,
-            _ => {}
+impl SessionQuery {
+    /// # Errors
+    /// 400 for a number that is not plain decimal digits.
+    fn parse(query: Option<&str>) -> Result<Self, Error> {
+        let mut parsed = Self::default();
+        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            let number = || {
+                value
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| value.parse().ok())
+                    .flatten()
+                    .ok_or_else(|| {
+                        Error::InvalidRequest(format!(
+                            "query parameter {key} must be a non-negative integer, got {value:?}"
+                        ))
+                    })
+            };
+            match &*key {
+                "agent" => parsed.agent = Some(value.into_owned()),
+                "offset" => parsed.offset = Some(number()?),
+                "limit" => parsed.limit = Some(number()?),
+                _ => {}
+            }
         }
+        Ok(parsed)
     }
-    if limit == 0 || limit > MAX_EVENTS_LIMIT {
+}
+
+/// The session a control-plane path names: `id` of `query.agent` when
+/// given, else the one session with that id.
+///
+/// # Errors
+/// 404 `unknown-session`; 409 `ambiguous-session` naming the agents when
+/// several have that id and no `agent` was given (research/contract.md,
+/// "Control plane").
+fn resolve(runtime: &Runtime, id: &str, query: &SessionQuery) -> Result<Arc<Session>, Error> {
+    let unknown = || Error::UnknownSession(id.to_owned());
+    if let Some(agent) = &query.agent {
+        return runtime.sessions.get(agent, id).ok_or_else(unknown);
+    }
+    let mut found = runtime.sessions.by_id(id);
+    match found.len() {
+        0 => Err(unknown()),
+        1 => Ok(found.remove(0)),
+        _ => Err(Error::AmbiguousSession {
+            id: id.to_owned(),
+            agents: found.iter().map(|s| s.agent.to_string()).collect(),
+        }),
+    }
+}
+
+/// `GET /v2/sessions/{id}[?agent=A]` → one entry.
+fn session(
+    runtime: &Runtime,
+    id: &str,
+    query: &SessionQuery,
+) -> Result<http::Response<Body>, Error> {
+    json(&resolve(runtime, id, query)?.info())
+}
+
+/// `GET /v2/sessions/{id}/events?offset=N&limit=M[&agent=A]` → `SessionEventsPage`.
+fn events(
+    runtime: &Runtime,
+    id: &str,
+    query: &SessionQuery,
+) -> Result<http::Response<Body>, Error> {
+    let session = resolve(runtime, id, query)?;
+    let offset = query.offset.unwrap_or(0);
+    let limit = query.limit.unwrap_or(DEFAULT_EVENTS_LIMIT as u64);
+    if limit == 0 || limit > MAX_EVENTS_LIMIT as u64 {
         return Err(Error::InvalidRequest(format!(
             "limit must be between 1 and {MAX_EVENTS_LIMIT}"
         )));
     }
-    json(&session.events(offset, limit))
+    json(&session.events(offset, limit as usize))
 }
 
 /// `GET /v2/agents` → `{"agents": [AgentInfo, …]}`.
@@ -165,20 +210,13 @@ pub fn install_target(path: &str) -> Option<&str> {
 pub async fn install(
     runtime: &Arc<Runtime>,
     agent: &str,
-    request: Request<Incoming>,
+    request: &mut HttpRequest,
 ) -> Result<http::Response<Body>, Error> {
-    let (parts, body) = request.into_parts();
-    let body = read_body(
-        &parts.headers,
-        body,
-        INSTALL_BODY_LIMIT,
-        runtime.config.read_timeout,
-    )
-    .await?;
+    let body = read_body(request, INSTALL_BODY_LIMIT, runtime.config.read_timeout).await?;
     let params = match body.iter().find(|b| !b.is_ascii_whitespace()) {
         None => AgentInstallParams::default(),
         Some(first) => {
-            if !is_json_content(&parts.headers) {
+            if !is_json_content(request.headers()) {
                 return Err(Error::UnsupportedMediaType);
             }
             let shape =
@@ -191,13 +229,5 @@ pub async fn install(
                 .map_err(|error| Error::InvalidRequest(format!("{shape}: {error}")))?
         }
     };
-    let options = InstallOptions {
-        reinstall: params.reinstall,
-        version: params.version,
-    };
-    let progress = Arc::new(LogProgress {
-        agent: agent.to_owned(),
-    });
-    let result = runtime.agents.install(agent, options, progress).await?;
-    json(&result)
+    json(&runtime.install_agent(agent, params).await?)
 }

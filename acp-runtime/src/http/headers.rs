@@ -32,38 +32,66 @@ pub fn check_bearer(headers: &HeaderMap, token: &str) -> Result<(), Error> {
     }
 }
 
-/// Whether `Accept` (absent counts as `*/*`) allows `media_type`
-/// (RFC 9110 section 12.5.1: media ranges, wildcards, `q=0` excludes).
+/// Whether `Accept` allows `media_type` (a `type/subtype` without
+/// parameters); no `Accept` at all counts as `*/*`.
+///
+/// RFC 9110 section 12.5.1: of the ranges that match, the most specific one
+/// (`type/subtype`, then `type/*`, then `*/*`) gives the weight, and weight
+/// `q=0` means "not acceptable", so `application/json;q=0, */*` excludes
+/// `application/json`. Matching is case-insensitive; parameters other than
+/// `q` do not narrow a range here, and of equally specific ranges the highest
+/// weight counts. A weight that does not parse counts as 1.
 pub fn accepts(headers: &HeaderMap, media_type: &str) -> bool {
     let values: Vec<&HeaderValue> = headers.get_all(ACCEPT).iter().collect();
     if values.is_empty() {
         return true;
     }
     let (wanted_type, _) = media_type.split_once('/').unwrap_or((media_type, ""));
-    values
+    // (specificity, weight) of the best matching range so far.
+    let mut best: Option<(u8, f32)> = None;
+    for range in values
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
-        .any(|range| {
-            let mut parts = range.split(';');
-            let media_range = parts.next().unwrap_or("").trim();
-            let excluded = parts.any(|param| {
-                let param = param.trim();
-                param
-                    .strip_prefix("q=")
-                    .or_else(|| param.strip_prefix("Q="))
-                    .and_then(|q| q.trim().parse::<f32>().ok())
-                    .is_some_and(|q| q <= 0.0)
-            });
-            if excluded {
-                return false;
-            }
-            media_range == "*/*"
-                || media_range.eq_ignore_ascii_case(media_type)
-                || media_range
-                    .strip_suffix("/*")
-                    .is_some_and(|t| t.eq_ignore_ascii_case(wanted_type))
-        })
+    {
+        let mut parts = range.split(';');
+        let media_range = parts.next().unwrap_or("").trim();
+        let specificity = if media_range.eq_ignore_ascii_case(media_type) {
+            2
+        } else if media_range
+            .strip_suffix("/*")
+            .is_some_and(|t| t.eq_ignore_ascii_case(wanted_type))
+        {
+            1
+        } else if media_range == "*/*" {
+            0
+        } else {
+            continue;
+        };
+        let weight = parts.find_map(weight).unwrap_or(1.0);
+        best = match best {
+            Some((s, w)) if s > specificity || (s == specificity && w >= weight) => Some((s, w)),
+            _ => Some((specificity, weight)),
+        };
+    }
+    best.is_some_and(|(_, weight)| weight > 0.0)
+}
+
+/// The weight of a `q=` parameter of an `Accept` range (RFC 9110 section
+/// 12.4.2), 1 when it does not parse; `None` for any other parameter.
+fn weight(param: &str) -> Option<f32> {
+    let (name, value) = param.split_once('=')?;
+    if !name.trim().eq_ignore_ascii_case("q") {
+        return None;
+    }
+    Some(
+        value
+            .trim()
+            .parse::<f32>()
+            .ok()
+            .filter(|q| q.is_finite())
+            .map_or(1.0, |q| q.clamp(0.0, 1.0)),
+    )
 }
 
 /// Whether `Content-Type` is `application/json` (parameters such as
@@ -138,6 +166,44 @@ mod tests {
             &headers("accept", "application/json"),
             "text/event-stream"
         ));
+    }
+
+    #[test]
+    fn accept_most_specific_range_decides() {
+        let json = "application/json";
+        let sse = "text/event-stream";
+        // A more specific q=0 range excludes what a wildcard would allow.
+        for (accept, media_type) in [
+            ("application/json;q=0, */*", json),
+            ("*/*, application/json;q=0", json),
+            ("application/json; q=0, application/*", json),
+            ("application/*;q=0, */*", json),
+            ("text/event-stream;q=0, text/*", sse),
+            ("text/event-stream;Q=0.000, */*;q=1", sse),
+            ("text/*;q=0, */*", sse),
+            ("*/*;q=0", json),
+        ] {
+            assert!(!accepts(&headers("accept", accept), media_type), "{accept}");
+        }
+        // A more specific range with a weight allows what a wildcard excludes.
+        for (accept, media_type) in [
+            ("*/*;q=0, application/json", json),
+            ("application/*;q=0, application/json;q=0.1", json),
+            ("text/*;q=0, text/event-stream;q=0.5", sse),
+            ("APPLICATION/JSON", json),
+            ("application/json; charset=utf-8", json),
+            ("application/json;q=0, application/json;q=1", json),
+            ("text/html;q=0, */*", json),
+            ("application/json;q=bogus", json),
+            ("application/json;level=1;q=0.2", json),
+        ] {
+            assert!(accepts(&headers("accept", accept), media_type), "{accept}");
+        }
+        // Several Accept field lines form one list.
+        let mut map = HeaderMap::new();
+        map.append("accept", HeaderValue::from_static("*/*"));
+        map.append("accept", HeaderValue::from_static("application/json;q=0"));
+        assert!(!accepts(&map, json));
     }
 
     #[test]

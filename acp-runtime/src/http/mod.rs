@@ -14,12 +14,13 @@ pub mod rpc;
 pub mod sse;
 
 use crate::error::Error;
-use crate::protocol::{CONNECTION_ID_HEADER, FORBIDDEN_AGENT_HEADER};
+use crate::protocol::{CONNECTION_ID_HEADER, FORBIDDEN_AGENT_HEADER, LAST_EVENT_ID_HEADER};
 use crate::runtime::Runtime;
 use bytes::Bytes;
 use http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
-    ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, CONTENT_TYPE, ORIGIN, VARY,
+    ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, CONNECTION, CONTENT_TYPE, EXPECT,
+    ORIGIN, VARY,
 };
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full, Limited};
@@ -29,6 +30,10 @@ use std::sync::Arc;
 
 /// Response body type of every route.
 pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+
+/// A request as the routes see it: the body is `Some` until a route takes it
+/// with [`read_body`]; [`handle`] discards what no route read.
+pub type HttpRequest = Request<Option<Incoming>>;
 
 /// A response with a complete body.
 pub fn full(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
@@ -40,7 +45,8 @@ pub fn full(status: StatusCode, content_type: &'static str, body: Bytes) -> Resp
     response
 }
 
-/// Reads a whole request body of at most `limit` bytes within `timeout`.
+/// Takes the request body out of `request` and reads all of it, at most
+/// `limit` bytes within `timeout`. A body taken before reads as empty.
 ///
 /// # Errors
 /// 413 past `limit` (judged from `Content-Length` first, then while reading),
@@ -48,19 +54,17 @@ pub fn full(status: StatusCode, content_type: &'static str, body: Bytes) -> Resp
 /// headers and then nothing must not hold the connection forever), 400 when
 /// the body breaks off.
 pub async fn read_body(
-    headers: &http::HeaderMap,
-    body: Incoming,
+    request: &mut HttpRequest,
     limit: usize,
     timeout: std::time::Duration,
 ) -> Result<Bytes, Error> {
     let too_large = Error::PayloadTooLarge { limit };
-    let declared = headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit as u64) {
+    if declared_length(request.headers()).is_some_and(|length| length > limit as u64) {
         return Err(too_large);
     }
+    let Some(body) = request.body_mut().take() else {
+        return Ok(Bytes::new());
+    };
     match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
         Err(_) => Err(Error::RequestTimeout { timeout }),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
@@ -68,6 +72,49 @@ pub async fn read_body(
         Ok(Err(error)) => Err(Error::InvalidRequest(format!(
             "cannot read the request body: {error}"
         ))),
+    }
+}
+
+/// The request's `Content-Length`, when it has a valid one.
+fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// Reads and drops a request body no route read, so that the HTTP connection
+/// can carry the client's next request. Left unread, a body still on its way
+/// makes hyper close the connection after the answer without saying so, and
+/// a client reusing the connection gets a reset. A body that cannot be read
+/// cheaply (over `limit`, not complete within `timeout`, or held back by
+/// `Expect: 100-continue`) is not waited for: the answer says
+/// `Connection: close` instead (RFC 9112 section 9.6).
+async fn discard_unread(
+    request: HttpRequest,
+    response: &mut Response<Body>,
+    limit: usize,
+    timeout: std::time::Duration,
+) {
+    let (parts, body) = request.into_parts();
+    let Some(body) = body else { return };
+    if hyper::body::Body::is_end_stream(&body) {
+        return;
+    }
+    let expects_continue = parts
+        .headers
+        .get(EXPECT)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let drained = !expects_continue
+        && declared_length(&parts.headers).is_none_or(|length| length <= limit as u64)
+        && matches!(
+            tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await,
+            Ok(Ok(_))
+        );
+    if !drained {
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
     }
 }
 
@@ -84,10 +131,18 @@ pub async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let origin = request.headers().get(ORIGIN).cloned();
-    let mut response = match route(&runtime, request).await {
+    let mut request = request.map(Some);
+    let mut response = match route(&runtime, &mut request).await {
         Ok(response) => response,
         Err(error) => problem::response(&error),
     };
+    discard_unread(
+        request,
+        &mut response,
+        runtime.config.max_body_bytes,
+        runtime.config.read_timeout,
+    )
+    .await;
     if let Some(origin) = origin
         && runtime
             .config
@@ -97,19 +152,18 @@ pub async fn handle(
     {
         let headers = response.headers_mut();
         headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        headers.insert(
-            ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static(CONNECTION_ID_HEADER),
-        );
+        // Both response headers a client reads (research/contract.md,
+        // "Auth and CORS"): the connection id and the answer-ordering id.
+        let exposed = [CONNECTION_ID_HEADER, LAST_EVENT_ID_HEADER].join(", ");
+        if let Ok(exposed) = HeaderValue::from_str(&exposed) {
+            headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, exposed);
+        }
         headers.append(VARY, HeaderValue::from_static("Origin"));
     }
     Ok(response)
 }
 
-async fn route(
-    runtime: &Arc<Runtime>,
-    request: Request<Incoming>,
-) -> Result<Response<Body>, Error> {
+async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Response<Body>, Error> {
     let path = request.uri().path();
     if path == "/v1" || path.starts_with("/v1/") {
         return Err(Error::Gone);
@@ -141,8 +195,8 @@ async fn route(
             }
             match *request.method() {
                 Method::POST => rpc::post(runtime, request).await,
-                Method::GET => rpc::get(runtime, &request),
-                Method::DELETE => rpc::delete(runtime, &request),
+                Method::GET => rpc::get(runtime, request),
+                Method::DELETE => rpc::delete(runtime, request),
                 _ => Err(Error::MethodNotAllowed("GET, POST, DELETE")),
             }
         }

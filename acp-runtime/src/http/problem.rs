@@ -23,14 +23,16 @@ impl Error {
             | Self::InvalidLastEventId(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::UnknownConnection(_)
+            | Self::ExpiredConnection { .. }
             | Self::UnknownSession(_)
             | Self::UnknownAgent { .. }
             | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
-            Self::StreamConflict | Self::AgentNotInstalled { .. } | Self::NotInstallable(_) => {
-                StatusCode::CONFLICT
-            }
+            Self::StreamConflict
+            | Self::AmbiguousSession { .. }
+            | Self::AgentNotInstalled { .. }
+            | Self::NotInstallable(_) => StatusCode::CONFLICT,
             Self::Gone => StatusCode::GONE,
             Self::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -52,8 +54,9 @@ impl Error {
             Self::AgentMismatch { .. } => "agent-mismatch",
             Self::InvalidLastEventId(_) => "invalid-last-event-id",
             Self::Unauthorized => "unauthorized",
-            Self::UnknownConnection(_) => "unknown-connection",
+            Self::UnknownConnection(_) | Self::ExpiredConnection { .. } => "unknown-connection",
             Self::UnknownSession(_) => "unknown-session",
+            Self::AmbiguousSession { .. } => "ambiguous-session",
             Self::UnknownAgent { .. } => "unknown-agent",
             Self::NotFound(_) => "not-found",
             Self::MethodNotAllowed(_) => "method-not-allowed",
@@ -89,6 +92,28 @@ pub struct Problem {
     pub detail: String,
 }
 
+impl Error {
+    /// The same failure as a JSON-RPC error object, for a request on
+    /// `/v2/rpc` that the runtime answers (an extension method): `-32602`
+    /// (invalid params) for a 4xx problem, `-32603` otherwise, with the
+    /// problem's `type`, `status` and `detail` in `data` so a client branches
+    /// on the same names on both surfaces.
+    pub fn to_rpc_error(&self) -> crate::protocol::RpcError {
+        use crate::protocol::{RpcError, code};
+        let status = self.status();
+        let code = if status.is_client_error() {
+            code::INVALID_PARAMS
+        } else {
+            code::INTERNAL_ERROR
+        };
+        RpcError::new(code, self.to_string()).with_data(serde_json::json!({
+            "type": format!("{TYPE_PREFIX}{}", self.kind()),
+            "status": status.as_u16(),
+            "detail": self.to_string(),
+        }))
+    }
+}
+
 /// The problem document of `error`, serialized.
 pub fn document(error: &Error) -> Vec<u8> {
     let status = error.status();
@@ -112,8 +137,9 @@ pub fn response(error: &Error) -> Response<Body> {
         Error::MethodNotAllowed(allow) => {
             headers.insert(ALLOW, HeaderValue::from_static(allow));
         }
-        Error::RequestTimeout { .. } => {
-            // RFC 9110 section 15.5.9: the server closes the connection.
+        Error::RequestTimeout { .. } | Error::PayloadTooLarge { .. } => {
+            // RFC 9110 sections 15.5.9 and 15.5.14: the rest of the body is
+            // not read, so the server closes the connection, and says so.
             headers.insert(CONNECTION, HeaderValue::from_static("close"));
         }
         Error::TooManyConnections { .. } | Error::ShuttingDown => {

@@ -2,13 +2,12 @@
 //! (research/contract.md, "Transport: /v2/rpc").
 
 use super::headers::{accepts, is_json_content, last_event_id};
-use super::{Body, empty, full, read_body, sse};
+use super::{Body, HttpRequest, empty, full, read_body, sse};
 use crate::error::Error;
 use crate::protocol::{CONNECTION_ID_HEADER, LAST_EVENT_ID_HEADER};
 use crate::runtime::{Reply, Runtime};
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use hyper::body::Incoming;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
 
 const APPLICATION_JSON: &str = "application/json";
@@ -20,23 +19,21 @@ const EVENT_STREAM: &str = "text/event-stream";
 /// 415, 406, 413, 408, 400, 404, and the runtime's errors (502, 503, 504).
 pub async fn post(
     runtime: &Arc<Runtime>,
-    request: Request<Incoming>,
+    request: &mut HttpRequest,
 ) -> Result<Response<Body>, Error> {
-    let (parts, body) = request.into_parts();
-    if !is_json_content(&parts.headers) {
+    if !is_json_content(request.headers()) {
         return Err(Error::UnsupportedMediaType);
     }
-    if !accepts(&parts.headers, APPLICATION_JSON) {
+    if !accepts(request.headers(), APPLICATION_JSON) {
         return Err(Error::NotAcceptable(APPLICATION_JSON));
     }
     let body = read_body(
-        &parts.headers,
-        body,
+        request,
         runtime.config.max_body_bytes,
         runtime.config.read_timeout,
     )
     .await?;
-    let connection_id = connection_id(&parts.headers)?;
+    let connection_id = connection_id(request.headers())?;
     match runtime.handle_post(connection_id, body).await? {
         Reply::Json {
             body,
@@ -64,17 +61,14 @@ pub async fn post(
 ///
 /// # Errors
 /// 406, 400 (missing connection id, bad `Last-Event-ID`), 404, 409.
-pub fn get(runtime: &Arc<Runtime>, request: &Request<Incoming>) -> Result<Response<Body>, Error> {
+pub fn get(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<Body>, Error> {
     let headers = request.headers();
     if !accepts(headers, EVENT_STREAM) {
         return Err(Error::NotAcceptable(EVENT_STREAM));
     }
     let id = connection_id(headers)?.ok_or(Error::MissingConnectionId(""))?;
     let last_event_id = last_event_id(headers)?;
-    let connection = runtime
-        .connections
-        .get(id)
-        .ok_or_else(|| Error::UnknownConnection(id.to_owned()))?;
+    let connection = runtime.connections.lookup(id)?;
     let stream = connection.open_stream(last_event_id)?;
     let mut response = Response::new(sse::body(
         stream,
@@ -95,10 +89,7 @@ pub fn get(runtime: &Arc<Runtime>, request: &Request<Incoming>) -> Result<Respon
 ///
 /// # Errors
 /// 400 when the connection id header is missing.
-pub fn delete(
-    runtime: &Arc<Runtime>,
-    request: &Request<Incoming>,
-) -> Result<Response<Body>, Error> {
+pub fn delete(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<Body>, Error> {
     let id = connection_id(request.headers())?.ok_or(Error::MissingConnectionId(""))?;
     if runtime.connections.close(id, &runtime.sessions) {
         tracing::info!(connection = id, "connection closed by DELETE");

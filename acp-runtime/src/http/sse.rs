@@ -1,9 +1,11 @@
-//! The SSE response body of `GET /v2/rpc`: the connection's ring from the
-//! stream cursor on, then live events, with heartbeat comments while quiet.
+//! The SSE response body of `GET /v2/rpc`: an opening comment, then the
+//! connection's ring from the stream cursor on, then live events, with
+//! heartbeat comments while quiet.
 
 use super::Body;
 use crate::connection::{Batch, Stream};
 use bytes::Bytes;
+use futures::StreamExt;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use std::convert::Infallible;
@@ -14,8 +16,14 @@ use tokio_util::sync::CancellationToken;
 /// clients) that keeps proxies from closing a quiet stream.
 const HEARTBEAT: &[u8] = b": heartbeat\n\n";
 
-/// A streaming body that writes `stream`'s events until the stream is taken
-/// over, the connection closes, or the server shuts down.
+/// The first bytes of every stream, an SSE comment like [`HEARTBEAT`]. A
+/// proxy that sends response headers only with the first body byte (nginx
+/// towards an HTTP/2 client does) would otherwise hold a quiet stream's
+/// headers back until the first heartbeat.
+const OPENED: &[u8] = b": stream open\n\n";
+
+/// A streaming body that writes [`OPENED`], then `stream`'s events until the
+/// stream is taken over, the connection closes, or the server shuts down.
 pub fn body(stream: Stream, heartbeat: Duration, shutdown: CancellationToken) -> Body {
     let events = futures::stream::unfold(
         (stream, shutdown),
@@ -42,5 +50,8 @@ pub fn body(stream: Stream, heartbeat: Duration, shutdown: CancellationToken) ->
             }
         },
     );
-    StreamBody::new(events).boxed_unsync()
+    let opened = futures::stream::once(std::future::ready(Ok::<_, Infallible>(Frame::data(
+        Bytes::from_static(OPENED),
+    ))));
+    StreamBody::new(opened.chain(events)).boxed_unsync()
 }

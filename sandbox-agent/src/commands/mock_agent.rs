@@ -23,13 +23,15 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, CurrentModeUpdate,
-    ForkSessionRequest, ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse,
+    AgentCapabilities, AuthMethod, AuthMethodAgent, AuthenticateRequest, AuthenticateResponse,
+    CancelNotification, ContentBlock, ContentChunk, CurrentModeUpdate, ForkSessionRequest,
+    ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse,
     ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
     NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, PromptRequest,
     PromptResponse, ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest,
@@ -157,44 +159,42 @@ async fn serve(
         .await
 }
 
-/// Every request and notification handler of the agent, in dispatch order.
+/// Every request and notification handler of the agent, in dispatch order;
+/// each body is one call into [`MockAgent`].
+///
+/// One builder chain in one non-generic function on purpose: a chain split
+/// across functions that take and return `impl HandleDispatchFrom` names
+/// every closure after the whole chain so far, and the debug info of those
+/// type names grew the debug binary to 3.5 GB.
 fn handlers(agent: &Arc<MockAgent>) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
-    let connection = Agent.v1().name(AGENT_NAME);
-    let connection = with_initialize(connection, agent);
-    let connection = with_session_lifecycle(connection, agent);
-    let connection = with_session_settings(connection, agent);
-    let connection = with_echo(connection);
-    with_prompt_turns(connection, agent)
-}
-
-/// `initialize`.
-fn with_initialize(
-    connection: v1::Builder<Agent, impl HandleDispatchFrom<Client>>,
-    agent: &Arc<MockAgent>,
-) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
-    let agent = agent.clone();
-    connection.on_receive_request(
-        async move |request: InitializeRequest, responder: Responder<_>, _cx| {
-            responder.respond(agent.initialize(&request))?;
-            // The SDK counts the connection as initialized only once its
-            // outgoing side has taken this answer. Yield (holding the
-            // dispatch loop) so that happens before the next message is
-            // dispatched: a client that does not wait for the answer
-            // (`printf ... | sandbox-agent mock-agent`) is not refused.
-            tokio::task::yield_now().await;
-            Ok(())
-        },
-        on_receive_request!(),
-    )
-}
-
-/// `session/new`, `session/load`, `session/resume`, `session/fork` and
-/// `session/list`.
-fn with_session_lifecycle(
-    connection: v1::Builder<Agent, impl HandleDispatchFrom<Client>>,
-    agent: &Arc<MockAgent>,
-) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
-    connection
+    Agent
+        .v1()
+        .name(AGENT_NAME)
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: InitializeRequest, responder: Responder<_>, _cx| {
+                    responder.respond(agent.initialize(&request))?;
+                    // The SDK counts the connection as initialized only once its
+                    // outgoing side has taken this answer. Yield (holding the
+                    // dispatch loop) so that happens before the next message is
+                    // dispatched: a client that does not wait for the answer
+                    // (`printf ... | sandbox-agent mock-agent`) is not refused.
+                    tokio::task::yield_now().await;
+                    Ok(())
+                }
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = agent.clone();
+                async move |request: AuthenticateRequest, responder: Responder<_>, _cx| {
+                    responder.respond_with_result(agent.authenticate(&request))
+                }
+            },
+            on_receive_request!(),
+        )
         .on_receive_request(
             {
                 let agent = agent.clone();
@@ -240,14 +240,6 @@ fn with_session_lifecycle(
             },
             on_receive_request!(),
         )
-}
-
-/// `session/set_mode`, `session/set_config_option` and `session/set_model`.
-fn with_session_settings(
-    connection: v1::Builder<Agent, impl HandleDispatchFrom<Client>>,
-    agent: &Arc<MockAgent>,
-) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
-    connection
         .on_receive_request(
             {
                 let agent = agent.clone();
@@ -275,26 +267,12 @@ fn with_session_settings(
             },
             on_receive_request!(),
         )
-}
-
-/// `_mock/echo`.
-fn with_echo(
-    connection: v1::Builder<Agent, impl HandleDispatchFrom<Client>>,
-) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
-    connection.on_receive_request(
-        async move |request: EchoRequest, responder: Responder<_>, _cx| {
-            responder.respond(EchoResponse(request.0))
-        },
-        on_receive_request!(),
-    )
-}
-
-/// `session/prompt` (each turn in a task of its own) and `session/cancel`.
-fn with_prompt_turns(
-    connection: v1::Builder<Agent, impl HandleDispatchFrom<Client>>,
-    agent: &Arc<MockAgent>,
-) -> v1::Builder<Agent, impl HandleDispatchFrom<Client>> {
-    connection
+        .on_receive_request(
+            async move |request: EchoRequest, responder: Responder<_>, _cx| {
+                responder.respond(EchoResponse(request.0))
+            },
+            on_receive_request!(),
+        )
         .on_receive_request(
             {
                 let agent = agent.clone();
@@ -574,6 +552,8 @@ struct MockAgent {
     announce_session_early: bool,
     /// `--session-id-prefix`: what every session id starts with.
     session_id_prefix: String,
+    /// `--session-id`: every new session gets this id.
+    fixed_session_id: Option<String>,
     /// Every session this process knows, shared by handlers and turn tasks.
     /// Never held across an `.await`.
     sessions: Mutex<Sessions>,
@@ -584,6 +564,10 @@ struct MockAgent {
     crash: tokio::sync::mpsc::UnboundedSender<i32>,
     /// The running prompt turns, so stdin EOF can wait for them.
     turns: TaskTracker,
+    /// `--require-auth`: the auth method session requests wait for.
+    require_auth: Option<String>,
+    /// Whether `authenticate` with that method came.
+    authenticated: AtomicBool,
 }
 
 /// The session map, with a counter that orders sessions by creation.
@@ -646,10 +630,13 @@ impl MockAgent {
         Self {
             announce_session_early: args.announce_session_early,
             session_id_prefix: args.session_id_prefix.clone(),
+            fixed_session_id: args.session_id.clone(),
             sessions: Mutex::default(),
             stdout,
             crash,
             turns: TaskTracker::new(),
+            require_auth: args.require_auth.clone(),
+            authenticated: AtomicBool::new(false),
         }
     }
 
@@ -658,13 +645,43 @@ impl MockAgent {
             .list(SessionListCapabilities::new())
             .resume(SessionResumeCapabilities::new())
             .fork(SessionForkCapabilities::new());
+        let auth_methods = self
+            .require_auth
+            .iter()
+            .map(|id| {
+                AuthMethod::Agent(
+                    AuthMethodAgent::new(id.clone(), "Mock credential")
+                        .description("The mock agent's --require-auth method".to_owned()),
+                )
+            })
+            .collect();
         InitializeResponse::new(ProtocolVersion::V1)
             .agent_capabilities(
                 AgentCapabilities::new()
                     .load_session(true)
                     .session_capabilities(sessions),
             )
+            .auth_methods(auth_methods)
             .agent_info(Implementation::new(AGENT_NAME, env!("CARGO_PKG_VERSION")))
+    }
+
+    /// Accepts the `--require-auth` method; any other is invalid params.
+    fn authenticate(&self, request: &AuthenticateRequest) -> Result<AuthenticateResponse, Error> {
+        if self.require_auth.as_deref() != Some(&*request.method_id.0) {
+            return Err(Error::invalid_params()
+                .data(format!("unknown auth method {:?}", request.method_id.0)));
+        }
+        self.authenticated.store(true, Ordering::Release);
+        Ok(AuthenticateResponse::new())
+    }
+
+    /// `-32000` "Authentication required" while `--require-auth` waits for
+    /// its `authenticate`.
+    fn check_authenticated(&self) -> Result<(), Error> {
+        if self.require_auth.is_some() && !self.authenticated.load(Ordering::Acquire) {
+            return Err(Error::auth_required());
+        }
+        Ok(())
     }
 
     fn new_session(
@@ -672,6 +689,7 @@ impl MockAgent {
         request: NewSessionRequest,
         cx: &ConnectionTo<Client>,
     ) -> Result<NewSessionResponse, Error> {
+        self.check_authenticated()?;
         let session = Session::new(request.cwd);
         let (state, updated_at) = (session.state(), session.updated_at);
         let session_id = self.add_session(session);
@@ -689,6 +707,7 @@ impl MockAgent {
         request: &LoadSessionRequest,
         cx: &ConnectionTo<Client>,
     ) -> Result<LoadSessionResponse, Error> {
+        self.check_authenticated()?;
         let (history, state) = self.with_session(&request.session_id, |session| {
             (session.history.clone(), session.state())
         })?;
@@ -704,6 +723,7 @@ impl MockAgent {
         &self,
         request: &ResumeSessionRequest,
     ) -> Result<ResumeSessionResponse, Error> {
+        self.check_authenticated()?;
         let state = self.with_session(&request.session_id, |session| session.state())?;
         Ok(ResumeSessionResponse::new()
             .modes(state.modes)
@@ -711,6 +731,7 @@ impl MockAgent {
     }
 
     fn fork_session(&self, request: ForkSessionRequest) -> Result<ForkSessionResponse, Error> {
+        self.check_authenticated()?;
         let fork = self.with_session(&request.session_id, |parent| parent.fork(request.cwd))?;
         let state = fork.state();
         let session_id = self.add_session(fork);
@@ -794,13 +815,13 @@ impl MockAgent {
         })
     }
 
-    /// Stores a session under a new id (`mock-<uuid>`) and returns the id.
+    /// Stores a session under a new id (`mock-<uuid>`, or the fixed
+    /// `--session-id`) and returns the id.
     fn add_session(&self, mut session: Session) -> SessionId {
-        let session_id = SessionId::new(format!(
-            "{}{}",
-            self.session_id_prefix,
-            uuid::Uuid::new_v4()
-        ));
+        let session_id = SessionId::new(match &self.fixed_session_id {
+            Some(id) => id.clone(),
+            None => format!("{}{}", self.session_id_prefix, uuid::Uuid::new_v4()),
+        });
         let mut sessions = self.sessions.lock();
         sessions.created += 1;
         session.created = sessions.created;

@@ -18,6 +18,10 @@
 //!   message naming the stop reason (`cancelled`, `max_tokens`, …) or the
 //!   error (an agent that crashed, a server that cannot be reached). Ctrl-C
 //!   cancels the turn (`session/cancel`); a second Ctrl-C gives up at once.
+//! - `--auth-method ID` sends ACP `authenticate` before the session. An
+//!   agent's "Authentication required" (`-32000`) names what would satisfy
+//!   it: the environment variables the server's manifest maps to auth
+//!   methods, and the methods the agent offers.
 
 use clap::Args;
 use sandbox_agent_sdk::schema::{
@@ -61,6 +65,10 @@ pub struct PromptArgs {
     /// Working directory of the session (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+    /// Authenticate the agent with this auth method (one of the
+    /// `authMethods` it advertises) before starting the session.
+    #[arg(long, value_name = "ID")]
+    pub auth_method: Option<String>,
     /// The prompt (several words are joined with spaces).
     #[arg(required = true)]
     pub text: Vec<String>,
@@ -136,10 +144,32 @@ async fn one_turn(
         Some(cwd) => cwd.clone(),
         None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
     };
-    let session = client
-        .new_session(NewSessionRequest::new(cwd))
-        .await
-        .map_err(|e| format!("cannot start a session with agent {:?}: {e}", args.agent))?;
+    if let Some(method) = &args.auth_method {
+        spinner.show(format!("authenticating {}", args.agent));
+        if let Err(error) = client.authenticate(method.clone()).await {
+            spinner.stop();
+            return Err(format!(
+                "cannot authenticate agent {:?} with auth method {method:?}: {error}{}",
+                args.agent,
+                auth_advice(client, args).await
+            ));
+        }
+    }
+    let session = match client.new_session(NewSessionRequest::new(cwd)).await {
+        Ok(session) => session,
+        Err(error) => {
+            spinner.stop();
+            let advice = if error.is_auth_required() {
+                auth_advice(client, args).await
+            } else {
+                String::new()
+            };
+            return Err(format!(
+                "cannot start a session with agent {:?}: {error}{advice}",
+                args.agent
+            ));
+        }
+    };
     let session_id = session.session_id.clone();
     spinner.show(format!("waiting for {}", args.agent));
 
@@ -190,8 +220,75 @@ async fn one_turn(
             "the turn ended with stop reason {}",
             stop_reason_name(response.stop_reason)
         )),
+        Some(Err(error)) if error.is_auth_required() => Err(format!(
+            "{}{}",
+            view.describe_failure(&error),
+            auth_advice(client, args).await
+        )),
         Some(Err(error)) => Err(view.describe_failure(&error)),
     }
+}
+
+/// What satisfies the agent's "Authentication required", as lines to append
+/// to the error: the environment variables the server's manifest maps to
+/// the agent's auth methods (`GET /v2/agents`, `auth`), then the methods the
+/// agent offers for `--auth-method` (its `initialize` result).
+async fn auth_advice(client: &SandboxAgentClient, args: &PromptArgs) -> String {
+    let mut advice = String::new();
+    let methods = client
+        .initialize_result()
+        .map(|result| result.auth_methods)
+        .unwrap_or_default();
+    let mut mapped = match client.agents().await {
+        Ok(agents) => agents
+            .into_iter()
+            .find(|agent| agent.id == args.agent)
+            .map(|agent| agent.auth)
+            .unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    // Only variables for methods the agent offers (when it says which).
+    if !methods.is_empty() {
+        mapped.retain(|auth| methods.iter().any(|m| *m.id().0 == *auth.method_id));
+    }
+    if !mapped.is_empty() {
+        let names: Vec<String> = mapped
+            .iter()
+            .map(|auth| format!("{} (auth method {})", auth.env, auth.method_id))
+            .collect();
+        let whose = match &args.url {
+            Some(url) => format!("the environment of the server at {url} (and restart it)"),
+            None => "the environment".to_owned(),
+        };
+        advice.push_str(&format!(
+            "
+agent {:?} needs a credential: set {} in {whose}",
+            args.agent,
+            names.join(" or ")
+        ));
+    }
+    let offered: Vec<String> = methods
+        .iter()
+        .map(|method| match method.description() {
+            Some(description) => format!("{} ({description})", method.id()),
+            None => method.id().to_string(),
+        })
+        .collect();
+    if !offered.is_empty() {
+        advice.push_str(&format!(
+            "
+or authenticate with --auth-method ID; the agent offers: {}",
+            offered.join(", ")
+        ));
+    }
+    if advice.is_empty() {
+        advice.push_str(&format!(
+            "
+agent {:?} needs authentication and names no auth method; see its documentation",
+            args.agent
+        ));
+    }
+    advice
 }
 
 /// Ctrl-C presses (SIGINT), from the moment the turn starts. Listening

@@ -78,6 +78,27 @@ pub fn agents_file(dir: &TempDir, agents: Value) -> String {
         .into_owned()
 }
 
+/// Shell lines that answer the runtime's own `initialize` (the first line a
+/// fake agent reads) with protocol version 1 and no capabilities: the start
+/// of fake agents written in `sh`.
+pub const SH_ANSWER_INITIALIZE: &str = r#"IFS= read -r line
+id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p')
+printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":1,"agentCapabilities":{}}}\n' "$id"
+"#;
+
+/// An `--agent-command` value that runs `script` with `/bin/sh` as agent
+/// `name` (the script is written into `dir`).
+pub fn sh_agent(dir: &TempDir, name: &str, script: &str) -> String {
+    let path = dir.write(&format!("{name}.sh"), script.as_bytes());
+    format!("{name}=/bin/sh {}", shell_quote(&path.to_string_lossy()))
+}
+
+/// `initialize` for `agent` without a connection, answered within `timeout`.
+pub async fn initialize_within(api: &Api, agent: &str, timeout: Duration) -> Reply {
+    let request = crate::acp::request(0, "initialize", crate::acp::initialize_params(agent));
+    Api::send_within(api.rpc_post(None).body(request.to_string()), timeout).await
+}
+
 /// A shell script that runs the built-in mock agent: what a release archive
 /// of a "real" agent contains in these tests.
 pub fn mock_agent_script() -> Vec<u8> {
@@ -87,6 +108,44 @@ pub fn mock_agent_script() -> Vec<u8> {
         shell_quote(&bin.to_string_lossy())
     )
     .into_bytes()
+}
+
+/// A fake npm registry on loopback with one package, `name` at `version`,
+/// whose only bin (also `name`) is `script`: the registry document at
+/// `/<name>` (dist-tag `latest` → `version`) and the package tarball, each
+/// from its own [`FileServer`]. Point npm at it with `npm_config_registry`
+/// set to `registry.url("/")`.
+pub async fn npm_registry(name: &str, version: &str, script: &[u8]) -> NpmRegistry {
+    let package_json = serde_json::json!({
+        "name": name, "version": version, "bin": { name: "bin/agent" }
+    })
+    .to_string();
+    let tarball = tar_gz(&[
+        ("package/package.json", package_json.as_bytes(), 0o644),
+        ("package/bin/agent", script, 0o755),
+    ]);
+    let tarball_path = format!("/{name}-{version}.tgz");
+    let tarballs = FileServer::start(vec![(tarball_path.as_str(), tarball)]).await;
+    let document = serde_json::json!({
+        "name": name,
+        "dist-tags": { "latest": version },
+        "versions": { version: {
+            "name": name, "version": version, "bin": { name: "bin/agent" },
+            "dist": { "tarball": tarballs.url(&tarball_path) }
+        }}
+    })
+    .to_string();
+    let registry =
+        FileServer::start(vec![(format!("/{name}").as_str(), document.into_bytes())]).await;
+    NpmRegistry { registry, tarballs }
+}
+
+/// What [`npm_registry`] serves.
+pub struct NpmRegistry {
+    /// The registry documents (`npm view`, the first step of `npm install`).
+    pub registry: FileServer,
+    /// The package tarballs (only `npm install` fetches them).
+    pub tarballs: FileServer,
 }
 
 /// A gzip-compressed tar of `files` (`(path, contents, mode)`), built with

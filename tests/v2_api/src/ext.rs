@@ -22,15 +22,21 @@ pub const SET_METADATA: &str = "_sandboxagent/session/set_metadata";
 pub const SESSION_GET: &str = "_sandboxagent/session/get";
 /// `_sandboxagent/agent/list`.
 pub const AGENT_LIST: &str = "_sandboxagent/agent/list";
+/// `_sandboxagent/session/list` (seed-era name of `session/list`).
+pub const SESSION_LIST: &str = "_sandboxagent/session/list";
+/// `_sandboxagent/agent/install` (as `POST /v2/agents/{agent}/install`).
+pub const AGENT_INSTALL: &str = "_sandboxagent/agent/install";
 /// `_sandboxagent/session/ended` (notification).
 pub const SESSION_ENDED: &str = "_sandboxagent/session/ended";
 
 /// Every extension method research/contract.md defines, sorted
 /// ("Extension methods and control plane").
-pub const ALL_METHODS: [&str; 6] = [
+pub const ALL_METHODS: [&str; 8] = [
+    AGENT_INSTALL,
     AGENT_LIST,
     DETACH,
     SESSION_GET,
+    SESSION_LIST,
     LIST_MODELS,
     SET_METADATA,
     TERMINATE,

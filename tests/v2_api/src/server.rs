@@ -306,6 +306,17 @@ impl TestServer {
         }
     }
 
+    /// Kills the server with SIGKILL (only the server, not its children: a
+    /// crash, the OOM killer, `kill -9`) and reaps it, waiting up to
+    /// `timeout`. What it leaves behind is still killed on drop.
+    pub async fn kill_now(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.remember_descendants();
+        if let Ok(raw) = i32::try_from(self.pid) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), Signal::SIGKILL);
+        }
+        self.wait_exit(timeout).await
+    }
+
     /// Waits up to `timeout` for the server to exit and reaps it. Returns
     /// `None` on timeout (the server keeps running; drop will kill it).
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {

@@ -13,13 +13,14 @@
 //! registry for a package that does not exist.
 
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use v2_api_tests::acp::stop_reason;
 use v2_api_tests::agents::{
     FileServer, INSTALL_TIMEOUT, TempDir, agent_entry, agents_file, binary_entry, evil_tar_gz,
-    install_within, mock_agent_script, names_in, platform_key, sha256_hex, tar_gz,
+    initialize_within, install_within, mock_agent_script, names_in, npm_registry, platform_key,
+    sha256_hex, tar_gz,
 };
 use v2_api_tests::problem::problem_text;
 use v2_api_tests::server::sandbox_agent_command;
@@ -640,4 +641,203 @@ async fn the_cli_lists_and_installs_without_a_server() {
     let conn = server.initialize("packed").await;
     server.new_session_for(&conn, "packed").await;
     assert_eq!(files.hits(), 1);
+}
+
+/// Lines the installer logs per npm run it starts.
+const NPM_INSTALL_RUN: &str = "running npm install";
+
+#[tokio::test]
+async fn concurrent_lazy_installs_share_one_npm_run_and_a_failure_backs_off() {
+    // An unreachable registry and an empty npm cache: npm fails (after its
+    // bounded retries, a few seconds), and nothing can come from a cache.
+    let cache = TempDir::new("npm-cache");
+    let cache_path = cache.path().to_string_lossy().into_owned();
+    let server = TestServer::start_with_env(
+        &[
+            "--request-timeout-ms",
+            "1500",
+            "--install-retry-backoff-ms",
+            "120000",
+        ],
+        &[
+            ("npm_config_registry", "http://127.0.0.1:9/"),
+            ("npm_config_cache", &cache_path),
+        ],
+    )
+    .await;
+    let bound = Duration::from_secs(5);
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let api = server.api();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let reply = initialize_within(&api, "claude", bound).await;
+                (reply, started.elapsed())
+            })
+        })
+        .collect();
+    // A client that hangs up while the install runs.
+    let api = server.api();
+    let hangs_up = tokio::spawn(async move {
+        let request = v2_api_tests::acp::request(
+            0,
+            "initialize",
+            v2_api_tests::acp::initialize_params("claude"),
+        );
+        api.rpc_post(None)
+            .timeout(Duration::from_millis(300))
+            .body(request.to_string())
+            .send()
+            .await
+            .is_err()
+    });
+    for waiter in waiters {
+        let (reply, took) = v2_api_tests::join_within(waiter, bound * 2).await;
+        // Still installing when the request's wait ends (1.5 s), or npm
+        // already failed: either way a 502 within the request timeout.
+        let still = reply.json()["type"] == "urn:sandbox-agent:error:agent-start-failed";
+        let kind = if still {
+            "agent-start-failed"
+        } else {
+            "install-failed"
+        };
+        let text = problem_text(&assert_problem(&reply, 502, kind));
+        let expected = if still {
+            "still being installed"
+        } else {
+            "ECONNREFUSED"
+        };
+        assert!(text.contains(expected), "{text}");
+        assert!(took < Duration::from_secs(4), "answered after {took:?}");
+    }
+    assert!(
+        v2_api_tests::join_within(hangs_up, bound).await,
+        "the client gave up"
+    );
+
+    // The install goes on without any waiting request; its failure is
+    // logged and recorded.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let entry = loop {
+        let entry = agent_entry(&server, "claude").await;
+        if entry["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("install failed"))
+            || Instant::now() > deadline
+        {
+            break entry;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let last_error = entry["lastError"].as_str().unwrap_or_default();
+    assert!(
+        last_error.contains("install failed") && last_error.contains("ECONNREFUSED"),
+        "{entry}"
+    );
+    let log = server
+        .log_when(|log| log.contains("agent install failed"), LOG_TIMEOUT)
+        .await;
+    assert!(log.contains("agent install failed"), "{log}");
+    assert_eq!(
+        log.matches(NPM_INSTALL_RUN).count(),
+        1,
+        "one npm run for four requests:\n{log}"
+    );
+
+    // Within the back-off the failure is the answer, at once, without npm.
+    let started = Instant::now();
+    let reply = initialize_within(&server, "claude", bound).await;
+    let doc = assert_problem(&reply, 502, "install-failed");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let text = problem_text(&doc);
+    assert!(
+        text.contains("ECONNREFUSED") && text.contains("not tried again"),
+        "{doc}"
+    );
+    assert_eq!(
+        server.stderr_text().matches(NPM_INSTALL_RUN).count(),
+        1,
+        "no npm run in the back-off"
+    );
+
+    // An explicit install tries at once; its failure is lastError too.
+    let reply = install_within(&server, "codex", None, Duration::from_secs(30)).await;
+    assert_problem(&reply, 502, "install-failed");
+    let entry = agent_entry(&server, "codex").await;
+    assert!(
+        entry["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("install failed") && e.contains("ECONNREFUSED")),
+        "{entry}"
+    );
+    mock_still_serves(&server).await;
+}
+
+#[tokio::test]
+async fn installing_a_dist_tag_resolves_it_before_running_npm() {
+    // A loopback npm registry with sa-fake-agent 1.0.0 (dist-tag latest),
+    // and an npm cache of this test's own.
+    let npm = npm_registry("sa-fake-agent", "1.0.0", &mock_agent_script()).await;
+    let dir = TempDir::new("dist-tag");
+    let manifest = agents_file(
+        &dir,
+        json!([{"id": "npmfake", "name": "Npm fake", "version": "1.0.0",
+                "distribution": {"npx": {"package": "sa-fake-agent"}}}]),
+    );
+    let data = TempDir::new("dist-tag-data");
+    let cache = TempDir::new("dist-tag-cache");
+    let registry = npm.registry.url("/");
+    let run = |args: &[&str]| {
+        let mut command = sandbox_agent_command();
+        command
+            .arg("agents")
+            .args(["--agents-file", manifest.as_str(), "install", "npmfake"])
+            .args(args)
+            .env("SANDBOX_AGENT_DATA_DIR", data.path())
+            .env("npm_config_registry", &registry)
+            .env("npm_config_cache", cache.path())
+            .stdin(Stdio::null());
+        async move {
+            let output = tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                tokio::task::spawn_blocking(move || command.output()),
+            )
+            .await
+            .expect("the CLI finishes")
+            .expect("join the CLI")
+            .expect("run the CLI");
+            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+            assert!(output.status.success(), "{stdout}\n{stderr}");
+            (stdout, stderr)
+        }
+    };
+    let (stdout, stderr) = run(&[]).await;
+    assert!(stdout.contains("installed npmfake 1.0.0"), "{stdout}");
+    assert!(
+        stderr.contains("npm install sa-fake-agent@1.0.0"),
+        "{stderr}"
+    );
+    assert_eq!(npm.tarballs.hits(), 1);
+
+    for version in ["latest", "^1.0"] {
+        let (stdout, stderr) = run(&["--version", version]).await;
+        assert!(
+            stdout.contains("npmfake 1.0.0 is already installed"),
+            "{version}: {stdout}"
+        );
+        assert!(
+            stderr.contains(&format!("resolving sa-fake-agent@{version}")),
+            "{version}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("npm install"),
+            "{version}: resolved first, so npm install does not run: {stderr}"
+        );
+    }
+    assert_eq!(npm.tarballs.hits(), 1, "no second download");
 }

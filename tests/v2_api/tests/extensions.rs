@@ -10,9 +10,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use v2_api_tests::acp::{self, stop_reason};
 use v2_api_tests::ext::{
-    self, AGENT_LIST, ALL_METHODS, DETACH, INVALID_PARAMS, LIST_MODELS, METHOD_NOT_FOUND,
-    RESOURCE_NOT_FOUND, SESSION_ENDED, SESSION_GET, SET_METADATA, TERMINATE, expect_error,
-    expect_result, namespace, session_ids, session_ref,
+    self, AGENT_INSTALL, AGENT_LIST, ALL_METHODS, DETACH, INVALID_PARAMS, LIST_MODELS,
+    METHOD_NOT_FOUND, RESOURCE_NOT_FOUND, SESSION_ENDED, SESSION_GET, SESSION_LIST, SET_METADATA,
+    TERMINATE, expect_error, expect_result, namespace, session_ids, session_ref,
 };
 use v2_api_tests::{
     EVENT_TIMEOUT, MOCK, REQUEST_TIMEOUT, SseEvent, SseStream, TestServer, join_within,
@@ -99,9 +99,13 @@ fn check_advertisement(result: &Value) -> Vec<String> {
         "the agent's own capabilities are kept: {result}"
     );
     let block = namespace(capabilities);
-    let methods: Vec<String> = block["methods"]
+    assert!(
+        block.get("methods").is_none(),
+        "methods sits inside extensions, not beside it: {block}"
+    );
+    let methods: Vec<String> = block["extensions"]["methods"]
         .as_array()
-        .unwrap_or_else(|| panic!("no methods list: {result}"))
+        .unwrap_or_else(|| panic!("no extensions.methods list: {result}"))
         .iter()
         .map(|m| m.as_str().unwrap_or_default().to_owned())
         .collect();
@@ -109,14 +113,16 @@ fn check_advertisement(result: &Value) -> Vec<String> {
     sorted.sort();
     assert_eq!(
         sorted, ALL_METHODS,
-        "methods must name exactly the six extension methods: {block}"
+        "methods must name exactly the eight extension methods: {block}"
     );
     let extensions = block["extensions"]
         .as_object()
         .unwrap_or_else(|| panic!("no extensions object: {block}"));
     assert!(
-        extensions.values().all(Value::is_boolean),
-        "one boolean per extension: {block}"
+        extensions
+            .iter()
+            .all(|(key, value)| key == "methods" || value.is_boolean()),
+        "one boolean per extension, and the methods list: {block}"
     );
     for flag in [
         "sessionDetach",
@@ -125,6 +131,8 @@ fn check_advertisement(result: &Value) -> Vec<String> {
         "sessionSetMetadata",
         "sessionGet",
         "agentList",
+        "sessionList",
+        "agentInstall",
         "sessionEndedNotification",
         "sessionAgentMeta",
     ] {
@@ -168,7 +176,8 @@ async fn every_advertised_method_answers() {
             DETACH | SESSION_GET | LIST_MODELS => session_ref(&session),
             TERMINATE => session_ref(&doomed),
             SET_METADATA => json!({"sessionId": session, "metadata": {"k": 1}}),
-            AGENT_LIST => json!({}),
+            AGENT_LIST | SESSION_LIST => json!({}),
+            AGENT_INSTALL => json!({"agent": MOCK}),
             other => panic!("advertised method {other} has no test params"),
         };
         let response = server.rpc(&conn, i, method, params).await;
@@ -1089,4 +1098,53 @@ async fn agent_list_reports_state_models_and_restarts() {
         assert_eq!(entry["restarts"], restarts, "{entry}");
         crash_the_agent(&server, &conn, &mut stream).await;
     }
+}
+
+/// The seed-era names clients written to seed 001 call: `_sandboxagent/session/list`
+/// is `session/list`, `_sandboxagent/agent/install` is
+/// `POST /v2/agents/{agent}/install` (a failure carries the same problem type).
+#[tokio::test]
+async fn seed_era_session_list_and_agent_install() {
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize(MOCK).await;
+    let first = server.new_session(&conn).await;
+    let second = server.new_session(&conn).await;
+    let acp_list = server.rpc(&conn, 1, "session/list", json!({})).await;
+    let seed_list = server.rpc(&conn, 2, SESSION_LIST, json!({})).await;
+    assert_eq!(
+        session_ids(expect_result(&seed_list)),
+        session_ids(expect_result(&acp_list))
+    );
+    assert_eq!(session_ids(expect_result(&seed_list)), [second, first]);
+    let bad_cursor = server
+        .rpc(&conn, 3, SESSION_LIST, json!({"cursor": "nonsense"}))
+        .await;
+    expect_error(&bad_cursor, INVALID_PARAMS);
+
+    let installed = server
+        .rpc(&conn, 4, AGENT_INSTALL, json!({"agent": MOCK}))
+        .await;
+    let result = expect_result(&installed);
+    assert_eq!(result["agent"], MOCK, "{installed}");
+    assert_eq!(result["alreadyInstalled"], true, "{installed}");
+    let http = server
+        .api()
+        .request(reqwest::Method::POST, "/v2/agents/mock/install")
+        .send()
+        .await
+        .expect("install over HTTP");
+    let http: Value = http.json().await.expect("JSON");
+    assert_eq!(result["source"], http["source"], "{http}");
+
+    let unknown = server
+        .rpc(&conn, 5, AGENT_INSTALL, json!({"agent": "nope"}))
+        .await;
+    let error = expect_error(&unknown, INVALID_PARAMS);
+    assert_eq!(
+        error["data"]["type"], "urn:sandbox-agent:error:unknown-agent",
+        "{unknown}"
+    );
+    assert_eq!(error["data"]["status"], 404, "{unknown}");
+    let missing = server.rpc(&conn, 6, AGENT_INSTALL, json!({})).await;
+    expect_error(&missing, INVALID_PARAMS);
 }

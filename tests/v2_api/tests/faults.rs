@@ -4,12 +4,16 @@
 //! and overlong stdout lines, stderr noise, agents that cannot start, and a
 //! client that never reads its stream.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use v2_api_tests::acp::{self, stop_reason};
+use v2_api_tests::agents::{SH_ANSWER_INITIALIZE, TempDir, agent_entry, sh_agent};
+use v2_api_tests::problem::problem_text;
 use v2_api_tests::procfs::{self, ProcessRef};
-use v2_api_tests::{EVENT_TIMEOUT, MOCK, SseEvent, TestServer, assert_problem, mock_agent_command};
+use v2_api_tests::{
+    EVENT_TIMEOUT, MOCK, SseEvent, TestServer, assert_problem, join_within, mock_agent_command,
+};
 
 const UNPARSED: &str = "_sandboxagent/agent/unparsed";
 
@@ -331,4 +335,107 @@ async fn a_client_that_never_reads_its_stream_costs_bounded_memory() {
     // The server still serves.
     let echoed = server.echo(&conn, json!(3), json!({"ok": true})).await;
     assert_eq!(echoed["result"]["ok"], true);
+}
+
+#[tokio::test]
+async fn concurrent_starts_of_a_mute_agent_share_one_attempt() {
+    // Reads its stdin, never writes: the runtime's initialize times out.
+    let server = TestServer::start(&[
+        "--agent-command",
+        "mute=/bin/sh -c 'exec cat >/dev/null'",
+        "--request-timeout-ms",
+        "2000",
+    ])
+    .await;
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let api = server.api();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let reply = api.initialize_reply("mute").await;
+                (reply, started.elapsed())
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (reply, took) = join_within(task, EVENT_TIMEOUT).await;
+        let doc = assert_problem(&reply, 502, "agent-start-failed");
+        assert!(
+            problem_text(&doc).contains("initialize within 2000 ms"),
+            "the shared attempt's own failure: {doc}"
+        );
+        // One attempt of 2 s for all four, not four in turn (2, 4, 6, 8 s).
+        assert!(
+            took < Duration::from_millis(3500),
+            "answered after {took:?}"
+        );
+    }
+    let entry = agent_entry(&server, "mute").await;
+    assert_eq!(entry["restarts"], 0, "one process was started: {entry}");
+    assert!(
+        entry["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("initialize")),
+        "{entry}"
+    );
+    // The next use after a failure tries afresh.
+    let reply = server.initialize_reply("mute").await;
+    assert_problem(&reply, 502, "agent-start-failed");
+    let entry = agent_entry(&server, "mute").await;
+    assert_eq!(entry["restarts"], 1, "a second attempt: {entry}");
+}
+
+/// Updates the flood agent writes for a session nobody owns.
+const FLOOD: u64 = 200_000;
+/// Messages the runtime holds for unknown sessions (research/contract.md,
+/// "Routing: connections, sessions, one agent process"): the rest of a
+/// flood is dropped.
+const HELD_MAX: u64 = 256;
+/// The warning for one dropped held message, and its rate-limited summary.
+const DROPPED_ONE: &str = "dropping a message held for a session nobody owns";
+const DROPPED_SUMMARY: &str = "dropped messages held for sessions nobody owns: ";
+
+/// Full warnings and the counts of the summaries in `log`.
+fn dropped_in(log: &str) -> (u64, u64) {
+    let full = log.matches(DROPPED_ONE).count() as u64;
+    let summed = log
+        .lines()
+        .filter_map(|line| line.split_once(DROPPED_SUMMARY))
+        .filter_map(|(_, rest)| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    (full, summed)
+}
+
+#[tokio::test]
+async fn a_flood_for_an_unknown_session_is_logged_as_counts() {
+    let dir = TempDir::new("flood");
+    let update = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"nobody-owns-this","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}"#;
+    let script =
+        format!("{SH_ANSWER_INITIALIZE}yes '{update}' | head -n {FLOOD}\nexec cat >/dev/null\n");
+    let flood = sh_agent(&dir, "flood", &script);
+    let server = TestServer::start(&["--agent-command", &flood]).await;
+    server.initialize("flood").await;
+    // The summary comes at the end of the warning interval (10 s).
+    let log = server
+        .log_when(
+            |log| {
+                let (full, summed) = dropped_in(log);
+                full + summed >= FLOOD - HELD_MAX
+            },
+            Duration::from_secs(60),
+        )
+        .await;
+    let (full, summed) = dropped_in(&log);
+    assert!(
+        full < 50,
+        "{full} warning lines for {FLOOD} dropped messages; want a few and a count"
+    );
+    assert!(summed > 0, "a summary with the count: {full} full lines");
+    assert!(
+        (FLOOD - HELD_MAX..=FLOOD).contains(&(full + summed)),
+        "every dropped message is counted once: {full} + {summed}"
+    );
+    // The server still serves.
+    let conn = server.initialize(MOCK).await;
+    server.new_session(&conn).await;
 }

@@ -92,7 +92,7 @@ async fn codex_installs_from_npm_and_speaks_acp_through_the_runtime() {
     assert_eq!(result["protocolVersion"], 1, "{body}");
     let block = &result["agentCapabilities"]["_meta"][META_KEY];
     assert!(
-        block["extensions"].is_object() && block["methods"].is_array(),
+        block["extensions"].is_object() && block["extensions"]["methods"].is_array(),
         "the runtime's extension block: {body}"
     );
     let auth_ids: Vec<&str> = result["authMethods"]

@@ -310,3 +310,194 @@ async fn fs_request_for_a_client_without_fs_capability_is_answered_on_its_behalf
         "the request must not reach a client that did not declare fs: {events:#?}"
     );
 }
+
+/// Two agents that both name their session `s-1` (research/contract.md,
+/// "Routing: connections, sessions, one agent process": sessions are named
+/// by agent and session id). Each connection reaches its own agent's `s-1`;
+/// the control plane lists both and asks which one when a path is ambiguous.
+#[tokio::test]
+async fn sessions_of_two_agents_with_one_id_stay_apart() {
+    use v2_api_tests::ext::{SESSION_GET, TERMINATE, expect_result, session_ref};
+    use v2_api_tests::{assert_problem, mock_agent_command};
+    let a = mock_agent_command("a", "--session-id s-1");
+    let b = mock_agent_command("b", "--session-id s-1");
+    let server = TestServer::start(&["--agent-command", &a, "--agent-command", &b]).await;
+    let (conn_a, conn_b) = (server.initialize("a").await, server.initialize("b").await);
+    assert_eq!(server.new_session_for(&conn_a, "a").await, "s-1");
+    assert_eq!(server.new_session_for(&conn_b, "b").await, "s-1");
+    let mut stream_a = server.open_stream(&conn_a, None).await;
+    let mut stream_b = server.open_stream(&conn_b, None).await;
+
+    // A's prompt streams to A, not B.
+    let reply = server.prompt(&conn_a, "s-1", json!(7), "hello").await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+    let events = stream_a
+        .collect_until(
+            |e| e.is_response_to(&json!(7)) || e.agent_text().is_some(),
+            EVENT_TIMEOUT,
+        )
+        .await;
+    assert!(
+        events.iter().any(|e| e.agent_text().is_some()),
+        "A's stream got A's reply: {events:?}"
+    );
+
+    // The inventory has both, each under its agent.
+    let list = server.get_json("/v2/sessions").await;
+    let mut agents: Vec<&str> = list["sessions"]
+        .as_array()
+        .expect("sessions array")
+        .iter()
+        .filter(|s| s["sessionId"] == "s-1")
+        .filter_map(|s| s["_meta"]["sandboxagent.dev"]["agent"].as_str())
+        .collect();
+    agents.sort_unstable();
+    assert_eq!(agents, ["a", "b"], "{list}");
+
+    // On a connection, the id resolves within the connection's agent.
+    let got = server
+        .call(&conn_b, &acp::request(8, SESSION_GET, session_ref("s-1")))
+        .await;
+    assert_eq!(
+        expect_result(&got)["_meta"]["sandboxagent.dev"]["agent"],
+        "b",
+        "{got}"
+    );
+
+    // The control plane: ambiguous without ?agent=, exact with it.
+    let ambiguous = server.get("/v2/sessions/s-1").await;
+    let problem = assert_problem(&ambiguous, 409, "ambiguous-session");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("a") && detail.contains("b"), "{problem}");
+    assert_problem(
+        &server.get("/v2/sessions/s-1/events").await,
+        409,
+        "ambiguous-session",
+    );
+    let entry = server.get_json("/v2/sessions/s-1?agent=b").await;
+    assert_eq!(entry["_meta"]["sandboxagent.dev"]["agent"], "b", "{entry}");
+    let events_a = server.get_json("/v2/sessions/s-1/events?agent=a").await;
+    let logged_prompt = events_a["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .any(|e| e["message"]["method"] == "session/prompt");
+    assert!(logged_prompt, "a's log has a's prompt: {events_a}");
+    let events_b = server.get_json("/v2/sessions/s-1/events?agent=b").await;
+    let b_prompted = events_b["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .any(|e| e["message"]["method"] == "session/prompt");
+    assert!(!b_prompted, "b's log has no prompt: {events_b}");
+    assert_problem(
+        &server.get("/v2/sessions/s-1?agent=zzz").await,
+        404,
+        "unknown-session",
+    );
+
+    // A terminates its s-1: A hears it, B's s-1 lives on.
+    let terminated = server
+        .call(&conn_a, &acp::request(9, TERMINATE, session_ref("s-1")))
+        .await;
+    expect_result(&terminated);
+    let ended = stream_a
+        .next_event_matching(
+            |e| e.method() == Some("_sandboxagent/session/ended"),
+            EVENT_TIMEOUT,
+        )
+        .await;
+    assert_eq!(ended.session_id(), Some("s-1"));
+    let reply = server.prompt(&conn_b, "s-1", json!(10), "still here").await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+    let after = stream_b
+        .collect_until(|e| e.agent_text().is_some(), EVENT_TIMEOUT)
+        .await;
+    assert!(
+        after
+            .iter()
+            .all(|e| e.method() != Some("_sandboxagent/session/ended")),
+        "B never heard of A's terminate: {after:?}"
+    );
+    let entry_b = server.get_json("/v2/sessions/s-1?agent=b").await;
+    assert_eq!(
+        entry_b["_meta"]["sandboxagent.dev"]["ended"], false,
+        "{entry_b}"
+    );
+}
+
+/// An agent's answer counts only as a JSON-RPC 2.0 response
+/// (research/contract.md, "Routing: connections, sessions, one agent
+/// process"): objects that carry the request's id and a `result` without
+/// `"jsonrpc": "2.0"` are reported as `agent/unparsed` and settle nothing.
+#[tokio::test]
+async fn agent_answers_that_are_not_json_rpc_2_0_settle_nothing() {
+    let script =
+        v2_api_tests::server::workspace_root().join("tests/v2_api/fixtures/lying_agent.mjs");
+    let liar = format!(
+        "liar=node {}",
+        v2_api_tests::shell_quote(&script.to_string_lossy())
+    );
+    let server = TestServer::start(&["--agent-command", &liar]).await;
+    let conn = server.initialize("liar").await;
+    assert_eq!(server.new_session_for(&conn, "liar").await, "s-1");
+    let mut stream = server.open_stream(&conn, None).await;
+    let reply = server.prompt(&conn, "s-1", json!(5), "hello").await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+    let unparsed = stream
+        .collect_until(
+            |e| {
+                e.method() == Some("_sandboxagent/agent/unparsed")
+                    && e.params()["raw"]
+                        .as_str()
+                        .is_some_and(|r| r.contains("logged"))
+            },
+            EVENT_TIMEOUT,
+        )
+        .await
+        .into_iter()
+        .filter(|e| e.method() == Some("_sandboxagent/agent/unparsed"))
+        .count();
+    assert_eq!(unparsed, 3, "{:#?}", stream.history);
+}
+
+/// A second request with an id already in flight on the connection gets
+/// -32600 whoever would answer it, the agent or the runtime
+/// (research/contract.md, "Transport: /v2/rpc", edge rules).
+#[tokio::test]
+async fn an_id_in_flight_is_refused_for_runtime_answered_requests_too() {
+    use v2_api_tests::ext::{SESSION_GET, expect_error, expect_result, session_ref};
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize(MOCK).await;
+    let session = server.new_session(&conn).await;
+    let mut stream = server.open_stream(&conn, None).await;
+    // `prompt_until_permission_request` sends the prompt as id 10.
+    let (turn, request) =
+        prompt_until_permission_request(&server, &conn, &session, &mut stream).await;
+    for (method, params) in [
+        ("session/list", json!({})),
+        (SESSION_GET, session_ref(&session)),
+        ("initialize", acp::initialize_params(MOCK)),
+        ("_mock/echo", json!({"x": 1})),
+    ] {
+        let dup = server.call(&conn, &acp::request(10, method, params)).await;
+        assert_eq!(dup["id"], 10, "{dup}");
+        expect_error(&dup, -32600);
+    }
+    server
+        .post(
+            Some(&conn),
+            &acp::permission_answer(request.data["id"].clone(), "allow-once"),
+        )
+        .await
+        .assert_accepted_empty();
+    let reply = join_within(turn, REQUEST_TIMEOUT).await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+    // The id is free again, and a runtime-answered request frees it at once.
+    for _ in 0..2 {
+        let list = server
+            .call(&conn, &acp::request(10, "session/list", json!({})))
+            .await;
+        expect_result(&list);
+    }
+}

@@ -294,9 +294,9 @@ async fn client_ids_are_rewritten_toward_the_agent_and_restored_verbatim() {
     let mut f = Fixture::new();
     let a = f.open(json!({}));
     let b = f.open(json!({}));
-    assert!(a.claim_request_id("1"));
-    assert!(b.claim_request_id(r#""1""#));
-    assert!(b.claim_request_id("1"));
+    a.claim_request_id("1").expect("a free id").hand_over();
+    b.claim_request_id(r#""1""#).expect("a free id").hand_over();
+    b.claim_request_id("1").expect("a free id").hand_over();
     let mut from_a = f
         .send(
             &a,
@@ -360,9 +360,12 @@ async fn client_ids_are_rewritten_toward_the_agent_and_restored_verbatim() {
     // Answers went to the POSTs, not to the streams; ids are free again.
     assert!(events(&a).is_empty());
     assert!(events(&b).is_empty());
-    assert!(a.claim_request_id("1"), "answered id released");
-    assert!(b.claim_request_id(r#""1""#), "answered id released");
-    assert!(b.claim_request_id("1"), "answered id released");
+    assert!(a.claim_request_id("1").is_some(), "answered id released");
+    assert!(
+        b.claim_request_id(r#""1""#).is_some(),
+        "answered id released"
+    );
+    assert!(b.claim_request_id("1").is_some(), "answered id released");
     assert!(f.stdin_lines().is_empty(), "nothing more to the agent");
 }
 
@@ -402,7 +405,7 @@ async fn session_new_registers_attaches_and_routes_updates_to_the_owner_only() {
     let b = f.open(json!({}));
     let (mut receiver, agent_id) = f.start_session_new(&a, "5").await;
     assert!(
-        f.targets.sessions.get("s-1").is_none(),
+        f.targets.sessions.get("mock", "s-1").is_none(),
         "not before the answer"
     );
     f.agent_line(&format!(
@@ -417,7 +420,7 @@ async fn session_new_registers_attaches_and_routes_updates_to_the_owner_only() {
     assert_eq!(meta["ended"], false);
     assert_eq!(meta["title"], "T", "metadata of the request is stored");
 
-    let session = f.targets.sessions.get("s-1").expect("registered");
+    let session = f.targets.sessions.get("mock", "s-1").expect("registered");
     assert_eq!(&*session.agent, AGENT);
     assert_eq!(session.process_generation, GENERATION);
     assert_eq!(session.cwd().as_deref(), Some("/work"));
@@ -477,7 +480,7 @@ async fn updates_before_the_session_new_answer_are_held_then_delivered_first() {
     assert_eq!(ring[2]["result"]["sessionId"], "s-1");
     assert!(events(&b).is_empty(), "s-2's update is not s-1's");
 
-    let session = f.targets.sessions.get("s-1").expect("registered");
+    let session = f.targets.sessions.get("mock", "s-1").expect("registered");
     let entries: Vec<_> = log(&session).into_iter().map(|(_, m)| m).collect();
     assert_eq!(entries[0]["method"], "session/new");
     assert_eq!(entries[1..3], ring[..2], "held updates recorded, in order");
@@ -511,7 +514,7 @@ async fn held_messages_beyond_the_cap_drop_the_oldest() {
     assert_eq!(answer(&mut receiver)["result"]["sessionId"], "s-1");
     let ns: Vec<usize> = events(&a).iter().map(update_n).collect();
     assert_eq!(ns, (1..=HELD_MAX).collect::<Vec<_>>(), "update 0 dropped");
-    let session = f.targets.sessions.get("s-1").expect("registered");
+    let session = f.targets.sessions.get("mock", "s-1").expect("registered");
     let logged = log(&session);
     assert_eq!(
         logged.len(),
@@ -553,7 +556,7 @@ async fn held_messages_older_than_the_ttl_are_dropped() {
     let ns: Vec<usize> = events(&a).iter().map(update_n).collect();
     assert_eq!(ns, [3]);
     assert!(f.router.held.lock().is_empty(), "nothing left for s-1");
-    let session = f.targets.sessions.get("s-1").expect("registered");
+    let session = f.targets.sessions.get("mock", "s-1").expect("registered");
     assert_eq!(log(&session).len(), 3, "request, update 3, answer");
 }
 
