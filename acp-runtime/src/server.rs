@@ -63,6 +63,7 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
     let permits = Arc::new(Semaphore::new(http_limit));
     let read_timeout = runtime.config.read_timeout;
     tracing::info!(%address, auth = runtime.config.token.is_some(), http_limit, "listening");
+    tracing::info!("inspector: http://{address}/ui/");
     {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "sandbox-agent listening on http://{address}")?;

@@ -12,6 +12,7 @@ pub mod headers;
 pub mod problem;
 pub mod rpc;
 pub mod sse;
+pub mod ui;
 
 use crate::error::Error;
 use crate::protocol::{CONNECTION_ID_HEADER, FORBIDDEN_AGENT_HEADER, LAST_EVENT_ID_HEADER};
@@ -176,6 +177,9 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
             Method::GET | Method::HEAD => Ok(health()),
             _ => Err(Error::MethodNotAllowed("GET")),
         };
+    }
+    if let Some(page) = ui::route(request.method(), path) {
+        return page;
     }
     if path != "/v2" && !path.starts_with("/v2/") {
         return Err(Error::NotFound(path.to_owned()));

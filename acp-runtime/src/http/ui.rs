@@ -1,0 +1,68 @@
+//! The inspector at `/ui/`: a single page (HTML, CSS, ES modules) compiled
+//! into the binary, same origin as the API it speaks (research/contract.md,
+//! "Inspector"). No Node.js, bundler or network at build or run time.
+//!
+//! The assets are public (they hold no data); every API call the page
+//! makes carries the bearer token like any other client's.
+
+use super::{Body, full};
+use crate::error::Error;
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, LOCATION};
+use http::{HeaderName, HeaderValue, Method, Response, StatusCode};
+
+/// The page.
+const INDEX: &str = include_str!("../../ui/index.html");
+/// Its script (an ES module).
+const APP: &str = include_str!("../../ui/app.js");
+/// Its style sheet.
+const STYLE: &str = include_str!("../../ui/style.css");
+
+/// What the page may load and talk to: only this origin.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// Answers `/ui` and `/ui/…`; `None` for every other path.
+///
+/// `/ui` redirects (308) to `/ui/`; the page, `app.js` and `style.css` are
+/// served for `GET` and `HEAD`.
+///
+/// # Errors
+/// 405 for another verb, 404 for an unknown asset.
+pub fn route(method: &Method, path: &str) -> Option<Result<Response<Body>, Error>> {
+    if path != "/ui" && !path.starts_with("/ui/") {
+        return None;
+    }
+    if *method != Method::GET && *method != Method::HEAD {
+        return Some(Err(Error::MethodNotAllowed("GET")));
+    }
+    let (content_type, body) = match path {
+        "/ui" => {
+            let mut response = full(StatusCode::PERMANENT_REDIRECT, "text/plain", Bytes::new());
+            response
+                .headers_mut()
+                .insert(LOCATION, HeaderValue::from_static("/ui/"));
+            return Some(Ok(response));
+        }
+        "/ui/" | "/ui/index.html" => ("text/html; charset=utf-8", INDEX),
+        "/ui/app.js" => ("text/javascript; charset=utf-8", APP),
+        "/ui/style.css" => ("text/css; charset=utf-8", STYLE),
+        _ => return Some(Err(Error::NotFound(path.to_owned()))),
+    };
+    let mut response = full(
+        StatusCode::OK,
+        content_type,
+        Bytes::from_static(body.as_bytes()),
+    );
+    let headers = response.headers_mut();
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(
+        HeaderName::from_static("content-security-policy"),
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(
+        HeaderName::from_static("x-content-type-options"),
+        HeaderValue::from_static("nosniff"),
+    );
+    Some(Ok(response))
+}

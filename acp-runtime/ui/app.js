@@ -1,0 +1,984 @@
+// sandbox-agent inspector: watch and drive the agents of one runtime.
+//
+// The page speaks the runtime's own API (research/contract.md, "Inspector"):
+// the control plane for agents and sessions, and /v2/rpc for everything a
+// client does (initialize, session/new, session/load, prompts, answers to
+// permission requests), with a fetch-based SSE stream per connection,
+// resumed with Last-Event-ID after a drop or a reload.
+//
+// A session's timeline is drawn from its event log
+// (GET /v2/sessions/{id}/events), read from the next offset whenever the
+// stream says something happened: the log is the one ordered record, so
+// after a reload or a drop nothing is shown twice and nothing is missing.
+// Everything the agent or a client wrote is put on the page as text
+// (textContent), never as HTML.
+
+const META = "sandboxagent.dev";
+const PREFIX = "sa.";
+const store = window.sessionStorage;
+
+// ---------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------
+
+/** Creates an element: el("p", {class: "x"}, "text", child…). */
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "class") node.className = value;
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function saved(key, fallback) {
+  try {
+    const raw = store.getItem(PREFIX + key);
+    return raw === null ? fallback : JSON.parse(raw);
+  } catch {
+    return fallback;
+  }
+}
+
+function save(key, value) {
+  store.setItem(PREFIX + key, JSON.stringify(value));
+}
+
+function setStatus(text) {
+  document.getElementById("status").textContent = text;
+}
+
+function when(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
+}
+
+function meta(holder) {
+  return (holder && holder._meta && holder._meta[META]) || {};
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// ---------------------------------------------------------------------------
+// HTTP with the bearer token
+// ---------------------------------------------------------------------------
+
+let token = saved("token", null);
+let asking = null;
+
+class ProblemError extends Error {
+  constructor(status, problem) {
+    super((problem && (problem.detail || problem.title)) || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+/** Asks for the token once at a time; resolves when one was accepted. */
+function askToken(refused) {
+  if (asking) return asking;
+  const dialog = document.getElementById("token-dialog");
+  const form = document.getElementById("token-form");
+  const input = document.getElementById("token-input");
+  const error = document.getElementById("token-error");
+  error.hidden = !refused;
+  error.textContent = refused ? "That token was refused: check it and try again." : "";
+  asking = new Promise((resolve) => {
+    const submit = async (event) => {
+      event.preventDefault();
+      const candidate = input.value.trim();
+      if (!candidate) return;
+      const probe = await fetch("/v2/agents", { headers: { authorization: `Bearer ${candidate}` } });
+      if (probe.status === 401) {
+        error.hidden = false;
+        error.textContent = "That token was refused: check it and try again.";
+        input.select();
+        return;
+      }
+      token = candidate;
+      save("token", token);
+      form.removeEventListener("submit", submit);
+      dialog.close();
+      asking = null;
+      resolve();
+    };
+    form.addEventListener("submit", submit);
+  });
+  if (!dialog.open) dialog.showModal();
+  input.focus();
+  return asking;
+}
+
+/** fetch() with the token; a 401 asks for one and tries again. */
+async function http(path, { method = "GET", body, headers = {} } = {}) {
+  for (;;) {
+    const all = { ...headers };
+    if (token) all.authorization = `Bearer ${token}`;
+    if (body !== undefined) all["content-type"] = "application/json";
+    const response = await fetch(path, {
+      method,
+      headers: all,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    if (response.status !== 401) return response;
+    await askToken(Boolean(token));
+  }
+}
+
+async function problemOf(response) {
+  try {
+    return new ProblemError(response.status, await response.json());
+  } catch {
+    return new ProblemError(response.status, null);
+  }
+}
+
+async function getJson(path) {
+  const response = await http(path);
+  if (!response.ok) throw await problemOf(response);
+  return response.json();
+}
+
+// ---------------------------------------------------------------------------
+// One ACP connection per agent, kept for the tab
+// ---------------------------------------------------------------------------
+
+class Connection {
+  constructor(agent) {
+    this.agent = agent;
+    const state = saved(`conn.${agent}`, {});
+    this.id = state.id || null;
+    this.lastEventId = state.lastEventId || 0;
+    this.nextId = state.nextId || 1;
+    this.attached = new Set(state.attached || []);
+    this.listeners = new Set();
+    this.streaming = false;
+  }
+
+  persist() {
+    save(`conn.${this.agent}`, {
+      id: this.id,
+      lastEventId: this.lastEventId,
+      nextId: this.nextId,
+      attached: [...this.attached],
+    });
+  }
+
+  /** A request id not used before by this tab on this connection. */
+  takeId() {
+    const id = this.nextId++;
+    this.persist();
+    return id;
+  }
+
+  async ensureOpen() {
+    if (!this.id) await this.initialize();
+    if (!this.streaming) this.stream();
+  }
+
+  async initialize() {
+    const response = await http("/v2/rpc", {
+      method: "POST",
+      body: {
+        jsonrpc: "2.0",
+        id: 0,
+        method: "initialize",
+        params: { protocolVersion: 1, clientCapabilities: {}, _meta: { [META]: { agent: this.agent } } },
+      },
+    });
+    if (!response.ok) throw await problemOf(response);
+    const body = await response.json();
+    if (body.error) throw new Error(body.error.message);
+    this.id = response.headers.get("x-acp-connection-id");
+    this.lastEventId = 0;
+    this.attached = new Set();
+    this.persist();
+  }
+
+  /** The connection expired or was closed: start afresh and tell the views. */
+  async reset() {
+    this.id = null;
+    this.lastEventId = 0;
+    this.attached = new Set();
+    this.persist();
+    await this.initialize();
+    for (const listener of this.listeners) listener({ reset: true });
+  }
+
+  async post(message) {
+    await this.ensureOpen();
+    let response = await http("/v2/rpc", {
+      method: "POST",
+      headers: { "x-acp-connection-id": this.id },
+      body: message,
+    });
+    if (response.status === 404) {
+      await this.reset();
+      response = await http("/v2/rpc", {
+        method: "POST",
+        headers: { "x-acp-connection-id": this.id },
+        body: message,
+      });
+    }
+    return response;
+  }
+
+  /** Sends a request; resolves with the JSON-RPC response object. */
+  async request(method, params) {
+    const response = await this.post({ jsonrpc: "2.0", id: this.takeId(), method, params });
+    if (!response.ok) throw await problemOf(response);
+    return response.json();
+  }
+
+  async notify(method, params) {
+    const response = await this.post({ jsonrpc: "2.0", method, params });
+    if (!response.ok) throw await problemOf(response);
+  }
+
+  async respond(id, result) {
+    const response = await this.post({ jsonrpc: "2.0", id, result });
+    if (!response.ok) throw await problemOf(response);
+  }
+
+  listen(listener) {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Reads the SSE stream for ever, resuming after the last event seen. */
+  async stream() {
+    this.streaming = true;
+    let delay = 250;
+    for (;;) {
+      try {
+        const response = await http("/v2/rpc", {
+          headers: {
+            accept: "text/event-stream",
+            "x-acp-connection-id": this.id,
+            // Always sent: a stream of this tab that the server still
+            // holds open (before a reload) is taken over, not a 409.
+            "last-event-id": String(this.lastEventId),
+          },
+        });
+        if (response.status === 404) {
+          await this.reset();
+          continue;
+        }
+        if (response.status === 400) {
+          // Our resume point is newer than the server's: the server is not
+          // the one this tab spoke to. Start afresh.
+          await this.reset();
+          continue;
+        }
+        if (!response.ok || !response.body) throw await problemOf(response);
+        setStatus(`connected to ${this.agent}`);
+        delay = 250;
+        await this.readEvents(response.body);
+      } catch (error) {
+        if (error instanceof ProblemError && error.status === 401) continue;
+      }
+      setStatus(`reconnecting to ${this.agent}…`);
+      await sleep(delay);
+      delay = Math.min(delay * 2, 5000);
+    }
+  }
+
+  async readEvents(body) {
+    const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value;
+      let end;
+      while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
+        const frame = buffer.slice(0, end);
+        buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
+        this.onFrame(frame);
+      }
+    }
+  }
+
+  onFrame(frame) {
+    let id = null;
+    const data = [];
+    for (const line of frame.split(/\r?\n/)) {
+      if (line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+      if (field === "id") id = Number(value);
+      else if (field === "data") data.push(value);
+    }
+    if (data.length === 0) return;
+    let message;
+    try {
+      message = JSON.parse(data.join("\n"));
+    } catch {
+      return;
+    }
+    if (Number.isInteger(id) && id > this.lastEventId) {
+      this.lastEventId = id;
+      this.persist();
+    }
+    for (const listener of this.listeners) listener({ message });
+  }
+}
+
+const connections = new Map();
+
+function connectionFor(agent) {
+  if (!connections.has(agent)) connections.set(agent, new Connection(agent));
+  return connections.get(agent);
+}
+
+// ---------------------------------------------------------------------------
+// Views
+// ---------------------------------------------------------------------------
+
+const main = () => document.getElementById("main");
+let current = null;
+
+function show(view) {
+  if (current && current.unmount) current.unmount();
+  current = view;
+  const root = main();
+  root.replaceChildren();
+  view.mount(root).catch((error) => {
+    root.append(el("p", { class: "error", role: "alert" }, `Could not load: ${error.message}`));
+  });
+}
+
+function route() {
+  const hash = window.location.hash || "#/sessions";
+  const parts = hash.slice(2).split("/").map(decodeURIComponent);
+  for (const link of document.querySelectorAll("nav a")) {
+    link.toggleAttribute("aria-current", link.dataset.view === parts[0]);
+    if (link.dataset.view === parts[0]) link.setAttribute("aria-current", "page");
+  }
+  if (parts[0] === "agents") show(new AgentsView());
+  else if (parts[0] === "session" && parts.length >= 3) show(new SessionView(parts[1], parts.slice(2).join("/")));
+  else show(new SessionsView());
+}
+
+function sessionHref(agent, id) {
+  return `#/session/${encodeURIComponent(agent)}/${encodeURIComponent(id)}`;
+}
+
+// --- Agents ----------------------------------------------------------------
+
+class AgentsView {
+  async mount(root) {
+    root.append(el("h1", {}, "Agents"));
+    this.table = el("table", { "aria-label": "Agents" });
+    root.append(this.table);
+    await this.load();
+  }
+
+  async load() {
+    const { agents } = await getJson("/v2/agents");
+    const head = el("tr", {}, ["Agent", "Installed", "Running", "Restarts", "Last error", "Install"].map((h) => el("th", { scope: "col" }, h)));
+    const rows = agents.map((agent) => this.row(agent));
+    this.table.replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
+  }
+
+  row(agent) {
+    const version = el("input", { type: "text", placeholder: "version", "aria-label": `Version of ${agent.id} to install`, size: 10 });
+    const outcome = el("span", { class: "sub", role: "status" });
+    const button = el("button", { type: "button", class: "secondary" }, agent.installed ? "Reinstall" : "Install");
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      const started = Date.now();
+      const tick = setInterval(() => {
+        outcome.textContent = `installing… ${Math.round((Date.now() - started) / 1000)} s`;
+      }, 500);
+      outcome.className = "sub";
+      outcome.textContent = "installing…";
+      try {
+        const body = { reinstall: agent.installed };
+        if (version.value.trim()) body.version = version.value.trim();
+        const response = await http(`/v2/agents/${encodeURIComponent(agent.id)}/install`, { method: "POST", body });
+        if (!response.ok) throw await problemOf(response);
+        const result = await response.json();
+        outcome.className = "sub ok";
+        outcome.textContent = result.alreadyInstalled
+          ? `already installed${result.version ? ` (${result.version})` : ""}`
+          : `installed ${result.version || ""} in ${result.durationMs} ms`;
+        await this.load();
+      } catch (error) {
+        outcome.className = "sub error";
+        outcome.textContent = `install failed: ${error.message}`;
+      } finally {
+        clearInterval(tick);
+        button.disabled = false;
+      }
+    });
+    return el(
+      "tr",
+      {},
+      el("td", {}, el("strong", {}, agent.name || agent.id), el("span", { class: "sub" }, agent.id)),
+      el(
+        "td",
+        {},
+        el("span", { class: `badge ${agent.installed ? "installed" : ""}` }, agent.installed ? "installed" : "not installed"),
+        el("span", { class: "sub" }, agent.version || ""),
+      ),
+      el("td", {}, agent.running ? el("span", { class: "badge running" }, `pid ${agent.pid}`) : "—"),
+      el("td", {}, String(agent.restarts ?? 0)),
+      el("td", { class: "error" }, agent.lastError || ""),
+      el("td", {}, el("div", { class: "toolbar" }, version, button), outcome),
+    );
+  }
+}
+
+// --- Sessions ----------------------------------------------------------------
+
+class SessionsView {
+  async mount(root) {
+    root.append(el("h1", {}, "Sessions"));
+    const { agents } = await getJson("/v2/agents");
+    this.agentFilter = el("select", { "aria-label": "Filter by agent" }, el("option", { value: "" }, "all agents"), agents.map((a) => el("option", { value: a.id }, a.id)));
+    this.stateFilter = el(
+      "select",
+      { "aria-label": "Filter by state" },
+      el("option", { value: "" }, "any state"),
+      el("option", { value: "live" }, "live"),
+      el("option", { value: "ended" }, "ended"),
+    );
+    for (const filter of [this.agentFilter, this.stateFilter]) filter.addEventListener("change", () => this.render());
+    const newAgent = el("select", { id: "new-agent", name: "agent" }, agents.map((a) => el("option", { value: a.id }, a.id)));
+    const installed = agents.find((a) => a.installed);
+    if (installed) newAgent.value = installed.id;
+    const cwd = el("input", { id: "new-cwd", name: "cwd", type: "text", value: "/tmp", size: 24 });
+    const create = el("button", { type: "submit", id: "new-session" }, "New session");
+    const error = el("p", { class: "error", role: "alert" });
+    const form = el(
+      "form",
+      { class: "toolbar", "aria-label": "New session" },
+      el("label", { for: "new-agent" }, "Agent", newAgent),
+      el("label", { for: "new-cwd" }, "Working directory", cwd),
+      create,
+    );
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      create.disabled = true;
+      error.textContent = "";
+      try {
+        const agent = newAgent.value;
+        const connection = connectionFor(agent);
+        const answer = await connection.request("session/new", {
+          cwd: cwd.value,
+          mcpServers: [],
+          _meta: { [META]: { agent } },
+        });
+        if (answer.error) throw new Error(answer.error.message);
+        connection.attached.add(answer.result.sessionId);
+        connection.persist();
+        window.location.hash = sessionHref(agent, answer.result.sessionId);
+      } catch (failure) {
+        error.textContent = `Could not create the session: ${failure.message}`;
+      } finally {
+        create.disabled = false;
+      }
+    });
+    root.append(
+      form,
+      error,
+      el("div", { class: "toolbar" }, el("label", {}, "Agent", this.agentFilter), el("label", {}, "State", this.stateFilter)),
+    );
+    this.table = el("table", { "aria-label": "Sessions" });
+    root.append(this.table);
+    await this.load();
+    this.timer = setInterval(() => this.load().catch(() => {}), 2000);
+  }
+
+  unmount() {
+    clearInterval(this.timer);
+  }
+
+  async load() {
+    const { sessions } = await getJson("/v2/sessions");
+    this.sessions = sessions;
+    this.render();
+  }
+
+  render() {
+    const agent = this.agentFilter.value;
+    const state = this.stateFilter.value;
+    const rows = (this.sessions || [])
+      .filter((s) => !agent || meta(s).agent === agent)
+      .filter((s) => !state || (state === "ended") === Boolean(meta(s).ended))
+      .map((s) => {
+        const m = meta(s);
+        const stateName = m.ended ? "ended" : "live";
+        return el(
+          "tr",
+          {},
+          el("td", {}, el("a", { href: sessionHref(m.agent, s.sessionId) }, s.title || s.sessionId), el("span", { class: "sub" }, s.title ? s.sessionId : "")),
+          el("td", {}, m.agent),
+          el("td", { class: "hide-narrow" }, s.cwd || ""),
+          el("td", { class: "hide-narrow" }, when(m.createdAt), el("span", { class: "sub" }, `updated ${when(s.updatedAt)}`)),
+          el("td", {}, el("span", { class: `badge ${stateName}` }, stateName)),
+          el("td", {}, String(m.eventCount ?? "")),
+        );
+      });
+    const head = el(
+      "tr",
+      {},
+      el("th", { scope: "col" }, "Session"),
+      el("th", { scope: "col" }, "Agent"),
+      el("th", { scope: "col", class: "hide-narrow" }, "Working directory"),
+      el("th", { scope: "col", class: "hide-narrow" }, "Created"),
+      el("th", { scope: "col" }, "State"),
+      el("th", { scope: "col" }, "Events"),
+    );
+    const body = rows.length ? rows : [el("tr", {}, el("td", { colspan: 6, class: "muted" }, "No sessions yet."))];
+    this.table.replaceChildren(el("thead", {}, head), el("tbody", {}, body));
+  }
+}
+
+// --- One session ---------------------------------------------------------
+
+/** Appends agent text to a message item, keeping ``` code blocks. */
+function renderText(container, text) {
+  container.replaceChildren();
+  const parts = text.split("```");
+  parts.forEach((part, index) => {
+    if (index % 2 === 1) {
+      const newline = part.indexOf("\n");
+      const code = newline >= 0 ? part.slice(newline + 1) : part;
+      container.append(el("pre", {}, el("code", {}, code)));
+    } else if (part.length) {
+      container.append(el("p", {}, part));
+    }
+  });
+}
+
+function promptText(params) {
+  return ((params && params.prompt) || [])
+    .map((block) => (block.type === "text" ? block.text : `[${block.type}]`))
+    .join(" ");
+}
+
+class SessionView {
+  constructor(agent, id) {
+    this.agent = agent;
+    this.id = id;
+    this.nextOffset = 0;
+    this.fetching = false;
+    this.dirty = false;
+    this.loads = new Set(); // request ids of session/load: their replay is history already shown
+    this.replaying = 0;
+    this.prompts = new Set(); // request ids of session/prompt in the log
+    this.permissions = new Map(); // agent request id → card
+    this.tools = new Map(); // toolCallId → item
+    this.lastKind = null;
+    this.current = null; // the agent message (or thought) item being streamed into
+  }
+
+  async mount(root) {
+    this.root = root;
+    this.title = el("h1", {}, this.id);
+    this.state = el("span", { class: "badge" }, "…");
+    this.modeSelect = el("select", { "aria-label": "Mode", hidden: true });
+    this.modelSelect = el("select", { "aria-label": "Model", hidden: true });
+    this.modeSelect.addEventListener("change", () => this.setMode());
+    this.modelSelect.addEventListener("change", () => this.setModel());
+    const rename = el("button", { type: "button", class: "secondary" }, "Rename");
+    rename.addEventListener("click", () => this.rename());
+    this.terminateButton = el("button", { type: "button", class: "danger" }, "Terminate");
+    this.terminateButton.addEventListener("click", () => this.terminate());
+    this.timeline = el("section", { class: "timeline", "aria-label": "Timeline", "aria-live": "polite" });
+    this.input = el("textarea", { id: "prompt", "aria-label": "Prompt", placeholder: "Prompt the agent (Enter sends, Shift+Enter adds a line)" });
+    this.input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        this.send();
+      }
+    });
+    this.sendButton = el("button", { type: "button", id: "send" }, "Send");
+    this.sendButton.addEventListener("click", () => this.send());
+    this.cancelButton = el("button", { type: "button", class: "secondary", id: "cancel" }, "Cancel turn");
+    this.cancelButton.addEventListener("click", () => this.cancel());
+    this.error = el("p", { class: "error", role: "alert" });
+    root.append(
+      el(
+        "div",
+        { class: "session" },
+        el(
+          "div",
+          {},
+          el("div", { class: "session-head" }, this.title, el("span", { class: "badge" }, this.agent), this.state, this.modeSelect, this.modelSelect, rename, this.terminateButton),
+          this.error,
+        ),
+        this.timeline,
+        el("div", { class: "composer" }, this.input, el("div", { class: "buttons" }, this.sendButton, this.cancelButton)),
+      ),
+    );
+    this.connection = connectionFor(this.agent);
+    this.unlisten = this.connection.listen((event) => this.onEvent(event));
+    await this.refreshEntry();
+    await this.refresh();
+    await this.connection.ensureOpen();
+    await this.attach();
+    this.schedule();
+  }
+
+  unmount() {
+    if (this.unlisten) this.unlisten();
+  }
+
+  async refreshEntry() {
+    const entry = await getJson(`/v2/sessions/${encodeURIComponent(this.id)}?agent=${encodeURIComponent(this.agent)}`);
+    const m = meta(entry);
+    this.title.textContent = entry.title || this.id;
+    document.title = `${entry.title || this.id} · sandbox-agent`;
+    this.ended = Boolean(m.ended);
+    this.state.textContent = this.ended ? "ended" : "live";
+    this.state.className = `badge ${this.ended ? "ended" : "live"}`;
+    for (const control of [this.input, this.sendButton, this.cancelButton, this.terminateButton]) control.disabled = this.ended;
+    if (m.model && this.modelSelect.value !== m.model) this.modelSelect.value = m.model;
+    if (m.mode && this.modeSelect.value !== m.mode) this.modeSelect.value = m.mode;
+  }
+
+  /** Attaches this tab's connection to the session (session/load). */
+  async attach() {
+    if (this.ended) return;
+    if (this.connection.attached.has(this.id)) {
+      this.markAttached();
+      return;
+    }
+    const entry = await getJson(`/v2/sessions/${encodeURIComponent(this.id)}?agent=${encodeURIComponent(this.agent)}`);
+    const answer = await this.connection.request("session/load", {
+      sessionId: this.id,
+      cwd: entry.cwd || "/",
+      mcpServers: [],
+    });
+    if (answer.error) {
+      this.error.textContent = `Watching the log only: the agent could not load the session (${answer.error.message}).`;
+      return;
+    }
+    this.connection.attached.add(this.id);
+    this.connection.persist();
+    this.markAttached();
+  }
+
+  /** Says on the page that live events of the session reach this tab. */
+  markAttached() {
+    this.root.querySelector(".session").dataset.attached = "yes";
+  }
+
+  onEvent(event) {
+    if (event.reset) {
+      this.attach().catch((error) => {
+        this.error.textContent = error.message;
+      });
+      return;
+    }
+    const message = event.message;
+    if (message.method === "_sandboxagent/agent/unparsed") {
+      this.add(el("div", { class: "item notice" }, el("div", { class: "who" }, "agent wrote a line that is not JSON-RPC"), el("pre", {}, message.params.raw), el("p", { class: "muted" }, message.params.error)));
+      return;
+    }
+    this.schedule();
+  }
+
+  /** Reads the log from the next offset; coalesces while a read runs. */
+  schedule() {
+    if (this.fetching) {
+      this.dirty = true;
+      return;
+    }
+    this.refresh().catch((error) => {
+      this.error.textContent = `Could not read the session's events: ${error.message}`;
+    });
+  }
+
+  async refresh() {
+    this.fetching = true;
+    try {
+      let again = true;
+      let changed = false;
+      while (again) {
+        this.dirty = false;
+        const page = await getJson(
+          `/v2/sessions/${encodeURIComponent(this.id)}/events?agent=${encodeURIComponent(this.agent)}&offset=${this.nextOffset}&limit=1000`,
+        );
+        for (const event of page.events) {
+          if (event.offset < this.nextOffset) continue;
+          this.render(event);
+          changed = true;
+        }
+        this.nextOffset = Math.max(this.nextOffset, page.nextOffset);
+        again = page.events.length === 1000 || this.dirty;
+      }
+      if (changed) await this.refreshEntry();
+    } finally {
+      this.fetching = false;
+    }
+  }
+
+  add(node) {
+    const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+    this.timeline.append(node);
+    if (atBottom) node.scrollIntoView({ block: "end" });
+    return node;
+  }
+
+  /** Puts one event-log entry on the page. */
+  render({ direction, message }) {
+    const toAgent = direction === "client_to_agent";
+    if (message.method) {
+      if (toAgent) this.renderClientMessage(message);
+      else this.renderAgentMessage(message);
+    } else if (toAgent) {
+      // A client's answer to an agent request.
+      const card = this.permissions.get(JSON.stringify(message.id));
+      if (card) card.answered(message.result);
+    } else {
+      this.renderAnswer(message);
+    }
+  }
+
+  renderClientMessage(message) {
+    const method = message.method;
+    if (method === "session/prompt") {
+      this.prompts.add(JSON.stringify(message.id));
+      this.current = null;
+      this.add(el("div", { class: "item user" }, el("div", { class: "who" }, "prompt"), el("p", {}, promptText(message.params))));
+    } else if (method === "session/load" || method === "session/resume") {
+      this.loads.add(JSON.stringify(message.id));
+      this.replaying += 1;
+    } else if (method === "session/cancel") {
+      this.add(el("div", { class: "item notice muted" }, "cancel requested"));
+    }
+  }
+
+  renderAnswer(message) {
+    const key = JSON.stringify(message.id);
+    if (this.loads.has(key)) {
+      this.loads.delete(key);
+      this.replaying = Math.max(0, this.replaying - 1);
+      return;
+    }
+    const result = message.result || {};
+    if (result.modes || result.configOptions) this.takeOptions(result);
+    if (this.prompts.has(key)) {
+      this.current = null;
+      if (message.error) this.add(el("div", { class: "item notice error" }, `turn failed: ${message.error.message}`));
+      else this.add(el("div", { class: "item notice muted", "data-stop-reason": result.stopReason }, `turn ended: ${result.stopReason}`));
+    }
+  }
+
+  renderAgentMessage(message) {
+    const params = message.params || {};
+    if (message.method === "session/update") {
+      if (this.replaying > 0) return; // the load replays history the log already showed
+      this.renderUpdate(params.update || {});
+    } else if (message.method === "session/request_permission") {
+      this.renderPermission(message);
+    } else if (message.method === "_sandboxagent/session/ended") {
+      this.current = null;
+      const stderr = params.stderr && (params.stderr.tail || params.stderr.head);
+      this.add(
+        el(
+          "div",
+          { class: "item ended", "data-reason": params.reason },
+          el("div", { class: "who" }, "session ended"),
+          el("p", {}, `${params.reason}${params.terminatedBy ? ` (by ${params.terminatedBy})` : ""}${params.message ? `: ${params.message}` : ""}`),
+          stderr ? el("pre", {}, stderr) : null,
+        ),
+      );
+    }
+  }
+
+  renderUpdate(update) {
+    const kind = update.sessionUpdate;
+    if (kind === "agent_message_chunk" || kind === "agent_thought_chunk") {
+      const text = update.content && update.content.type === "text" ? update.content.text : "";
+      if (!this.current || this.current.kind !== kind) {
+        const body = el("div", { class: "body" });
+        const node = this.add(
+          el("div", { class: `item ${kind === "agent_thought_chunk" ? "thought" : "agent"}` }, el("div", { class: "who" }, kind === "agent_thought_chunk" ? "thought" : this.agent), body),
+        );
+        this.current = { kind, text: "", body, node };
+      }
+      this.current.text += text;
+      renderText(this.current.body, this.current.text);
+    } else if (kind === "user_message_chunk") {
+      this.current = null;
+      const text = update.content && update.content.type === "text" ? update.content.text : "";
+      this.add(el("div", { class: "item user" }, el("div", { class: "who" }, "prompt"), el("p", {}, text)));
+    } else if (kind === "tool_call" || kind === "tool_call_update") {
+      this.current = null;
+      let item = this.tools.get(update.toolCallId);
+      if (!item) {
+        const status = el("span", { class: "badge" });
+        const title = el("span", {});
+        const node = this.add(el("div", { class: "item tool", "data-tool-call": update.toolCallId }, el("span", { class: "who" }, "tool"), title, status));
+        item = { node, status, title };
+        this.tools.set(update.toolCallId, item);
+      }
+      if (update.title) item.title.textContent = update.title;
+      const status = update.status || (kind === "tool_call" ? "pending" : null);
+      if (status) {
+        item.status.textContent = status;
+        item.status.className = `badge ${status}`;
+        item.node.dataset.status = status;
+      }
+    } else if (kind === "plan") {
+      this.current = null;
+      const entries = (update.entries || []).map((entry) => el("li", {}, `${entry.content}${entry.status ? ` (${entry.status})` : ""}`));
+      this.add(el("div", { class: "item plan" }, el("div", { class: "who" }, "plan"), el("ol", {}, entries)));
+    } else if (kind === "current_mode_update") {
+      this.modeSelect.value = update.currentModeId;
+    } else if (kind === "config_option_update") {
+      this.takeOptions({ configOptions: update.configOptions });
+    } else if (kind === "session_info_update" && update.title) {
+      this.title.textContent = update.title;
+    }
+  }
+
+  renderPermission(message) {
+    this.current = null;
+    const params = message.params || {};
+    const key = JSON.stringify(message.id);
+    const choices = el("div", { class: "choices" });
+    const outcome = el("p", { class: "muted", role: "status" });
+    const node = this.add(
+      el(
+        "div",
+        { class: "item permission", "data-permission": "pending" },
+        el("div", { class: "who" }, "permission requested"),
+        el("p", {}, (params.toolCall && params.toolCall.title) || "The agent asks for permission"),
+        choices,
+        outcome,
+      ),
+    );
+    const card = {
+      answered: (result) => {
+        const selected = result && result.outcome && result.outcome.optionId;
+        node.dataset.permission = "answered";
+        for (const button of choices.querySelectorAll("button")) button.disabled = true;
+        outcome.textContent = selected ? `answered: ${selected}` : "answered: cancelled";
+      },
+    };
+    for (const option of params.options || []) {
+      const button = el("button", { type: "button", class: option.kind && option.kind.startsWith("reject") ? "secondary" : "", "data-option": option.optionId }, option.name || option.optionId);
+      button.addEventListener("click", async () => {
+        for (const other of choices.querySelectorAll("button")) other.disabled = true;
+        try {
+          await this.connection.respond(message.id, { outcome: { outcome: "selected", optionId: option.optionId } });
+          outcome.textContent = `sent: ${option.optionId}`;
+        } catch (error) {
+          outcome.textContent = `could not answer: ${error.message}`;
+          for (const other of choices.querySelectorAll("button")) other.disabled = false;
+        }
+      });
+      choices.append(button);
+    }
+    this.permissions.set(key, card);
+  }
+
+  takeOptions(result) {
+    const modes = result.modes && result.modes.availableModes;
+    if (modes && modes.length) {
+      this.modeSelect.replaceChildren(...modes.map((mode) => el("option", { value: mode.id }, mode.name || mode.id)));
+      this.modeSelect.value = result.modes.currentModeId;
+      this.modeSelect.hidden = false;
+    }
+    const model = (result.configOptions || []).find((option) => option.category === "model");
+    if (model) {
+      this.modelConfig = model.id;
+      this.modelSelect.replaceChildren(...(model.options || []).map((option) => el("option", { value: option.value }, option.name || option.value)));
+      this.modelSelect.value = model.currentValue;
+      this.modelSelect.hidden = false;
+    }
+  }
+
+  async call(method, params) {
+    this.error.textContent = "";
+    try {
+      const answer = await this.connection.request(method, params);
+      if (answer.error) this.error.textContent = `${method}: ${answer.error.message}`;
+      return answer;
+    } catch (error) {
+      this.error.textContent = `${method}: ${error.message}`;
+      return null;
+    }
+  }
+
+  async send() {
+    const text = this.input.value;
+    if (!text.trim() || this.ended) return;
+    this.input.value = "";
+    await this.attach();
+    this.call("session/prompt", { sessionId: this.id, prompt: [{ type: "text", text }] });
+  }
+
+  async cancel() {
+    try {
+      await this.connection.notify("session/cancel", { sessionId: this.id });
+    } catch (error) {
+      this.error.textContent = `cancel: ${error.message}`;
+    }
+  }
+
+  async terminate() {
+    if (this.terminateButton.dataset.confirm !== "yes") {
+      this.terminateButton.dataset.confirm = "yes";
+      this.terminateButton.textContent = "Confirm terminate";
+      setTimeout(() => {
+        this.terminateButton.dataset.confirm = "";
+        this.terminateButton.textContent = "Terminate";
+      }, 4000);
+      return;
+    }
+    this.terminateButton.dataset.confirm = "";
+    this.terminateButton.textContent = "Terminate";
+    await this.call("_sandboxagent/session/terminate", { sessionId: this.id });
+    this.schedule();
+  }
+
+  async rename() {
+    const input = el("input", { type: "text", value: this.title.textContent, "aria-label": "Session title", id: "title-input" });
+    const done = async (keep) => {
+      input.replaceWith(this.title);
+      if (!keep) return;
+      const title = input.value.trim();
+      await this.call("_sandboxagent/session/set_metadata", { sessionId: this.id, metadata: { title } });
+      await this.refreshEntry();
+    };
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter") done(true);
+      if (event.key === "Escape") done(false);
+    });
+    this.title.replaceWith(input);
+    input.focus();
+    input.select();
+  }
+
+  async setMode() {
+    await this.call("session/set_mode", { sessionId: this.id, modeId: this.modeSelect.value });
+  }
+
+  async setModel() {
+    if (this.modelConfig) {
+      await this.call("session/set_config_option", { sessionId: this.id, configId: this.modelConfig, value: this.modelSelect.value });
+    } else {
+      await this.call("session/set_model", { sessionId: this.id, modelId: this.modelSelect.value });
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,167 @@
+//! The inspector at `/ui/` (research/contract.md, "Inspector"), driven in a
+//! real browser: Debian's Chromium, headless, through `puppeteer-core` from
+//! `tests/npm` (both installed by `.ci/run`). Each flow runs
+//! `tests/v2_api/fixtures/inspector.mjs FLOW URL DIR [TOKEN]` against the
+//! real binary and the mock agent; the script fails on any JavaScript
+//! error in the page and saves a screenshot per flow under
+//! `target/inspector/`.
+//!
+//! Plus plain HTTP checks of how the assets are served.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::process::Command;
+use v2_api_tests::TestServer;
+use v2_api_tests::server::workspace_root;
+
+/// Upper bound on one flow (browser start, a few turns, bounded waits).
+const FLOW_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// The Chromium binary: `$CHROMIUM`, else Debian's.
+fn chromium() -> PathBuf {
+    let path = std::env::var_os("CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    assert!(
+        path.is_file(),
+        "Chromium not found at {}: install it with `apt-get install chromium` (.ci/run does), or set CHROMIUM",
+        path.display()
+    );
+    path
+}
+
+/// `tests/npm/node_modules/puppeteer-core`, checked to be there.
+fn puppeteer() -> PathBuf {
+    let path = workspace_root().join("tests/npm/node_modules/puppeteer-core");
+    assert!(
+        path.is_dir(),
+        "puppeteer-core not found at {}: install it with `npm install --prefix tests/npm` (.ci/run does)",
+        path.display()
+    );
+    path
+}
+
+/// Runs one flow of the browser script against `server`.
+async fn flow(server: &TestServer, name: &str, token: Option<&str>) {
+    let shots = workspace_root().join("target").join("inspector");
+    let script = workspace_root().join("tests/v2_api/fixtures/inspector.mjs");
+    let mut command = Command::new("node");
+    command
+        .arg(&script)
+        .arg(name)
+        .arg(server.api().base_url())
+        .arg(&shots)
+        .env("CHROMIUM", chromium())
+        .env("PUPPETEER_CORE", puppeteer())
+        .kill_on_drop(true);
+    if let Some(token) = token {
+        command.arg(token);
+    }
+    let output = tokio::time::timeout(FLOW_TIMEOUT, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("flow {name} did not finish within {FLOW_TIMEOUT:?}"))
+        .expect("run node");
+    assert!(
+        output.status.success(),
+        "flow {name} failed:\n{}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+        server.stderr_text()
+    );
+}
+
+#[tokio::test]
+async fn a_prompt_streams_into_the_page() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "stream", None).await;
+}
+
+#[tokio::test]
+async fn a_tool_call_changes_status_on_the_page() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "tool", None).await;
+}
+
+#[tokio::test]
+async fn a_permission_is_answered_by_clicking() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "permission", None).await;
+}
+
+#[tokio::test]
+async fn a_reload_mid_turn_shows_every_chunk_once() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "reload", None).await;
+}
+
+#[tokio::test]
+async fn terminate_shows_the_ended_state() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "terminate", None).await;
+}
+
+#[tokio::test]
+async fn the_page_asks_for_the_token_and_refuses_a_wrong_one() {
+    let server = TestServer::start(&["--token", "inspector-secret"]).await;
+    flow(&server, "token", Some("inspector-secret")).await;
+}
+
+#[tokio::test]
+async fn two_tabs_on_one_session_both_see_the_turn() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "two-tabs", None).await;
+}
+
+#[tokio::test]
+async fn the_assets_are_served_from_the_binary() {
+    let server = TestServer::start(&["--token", "t"]).await;
+    let http = server.api().http().clone();
+    let base = server.api().base_url().to_owned();
+    let no_redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let redirect = no_redirect
+        .get(format!("{base}/ui"))
+        .send()
+        .await
+        .expect("GET /ui");
+    assert_eq!(redirect.status(), 308);
+    assert_eq!(redirect.headers()["location"], "/ui/");
+    for (path, kind) in [
+        ("/ui/", "text/html"),
+        ("/ui/app.js", "text/javascript"),
+        ("/ui/style.css", "text/css"),
+    ] {
+        // No token needed for the assets: they hold no data.
+        let response = http
+            .get(format!("{base}{path}"))
+            .send()
+            .await
+            .expect("GET asset");
+        assert_eq!(response.status(), 200, "{path}");
+        let content_type = response.headers()["content-type"].to_str().expect("ascii");
+        assert!(content_type.starts_with(kind), "{path}: {content_type}");
+        let policy = response.headers()["content-security-policy"]
+            .to_str()
+            .expect("ascii");
+        assert!(policy.contains("default-src 'none'"), "{policy}");
+        assert!(!response.text().await.expect("body").is_empty());
+    }
+    let missing = http
+        .get(format!("{base}/ui/nope.js"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(missing.status(), 404);
+    let post = http.post(format!("{base}/ui/")).send().await.expect("POST");
+    assert_eq!(post.status(), 405);
+    // The API behind it still needs the token.
+    let api = http
+        .get(format!("{base}/v2/sessions"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(api.status(), 401);
+}
