@@ -226,6 +226,11 @@ pub const DEFAULT_INSTALL_TIMEOUT_MS: u64 = 15 * 60 * 1000;
 /// `initialize`) is not tried again, in milliseconds: requests get the
 /// failure at once instead of each running npm.
 pub const DEFAULT_INSTALL_RETRY_BACKOFF_MS: u64 = 10_000;
+/// Largest file `PUT /v2/fs/file` or archive `POST /v2/fs/upload-batch`
+/// accepts, and the most an archive may unpack to, in bytes (64 GiB).
+pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 64 << 30;
+/// Most entries one `POST /v2/fs/upload-batch` archive may hold.
+pub const DEFAULT_MAX_UPLOAD_ENTRIES: usize = 100_000;
 
 /// Validated server settings. The `sandbox-agent server` command builds
 /// them from its options.
@@ -287,6 +292,15 @@ pub struct ServerConfig {
     /// Shut down when stdin reaches end of file (the parent closed its pipe
     /// or died).
     pub exit_on_stdin_eof: bool,
+    /// Confines the host file system API to this directory, checked after
+    /// symlinks are resolved (403 outside); `None`: the whole file system
+    /// the server's user can reach (research/contract.md, "Host file system").
+    pub fs_root: Option<PathBuf>,
+    /// Largest upload (`PUT /v2/fs/file` body, upload-batch archive and what
+    /// it unpacks to), in bytes (413 past it).
+    pub max_upload_bytes: u64,
+    /// Most entries one upload-batch archive may hold (413 past it).
+    pub max_upload_entries: usize,
 }
 
 impl ServerConfig {
@@ -324,6 +338,9 @@ impl ServerConfig {
             install_timeout: Duration::from_millis(DEFAULT_INSTALL_TIMEOUT_MS),
             install_retry_backoff: Duration::from_millis(DEFAULT_INSTALL_RETRY_BACKOFF_MS),
             exit_on_stdin_eof: false,
+            fs_root: None,
+            max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
+            max_upload_entries: DEFAULT_MAX_UPLOAD_ENTRIES,
         }
     }
 }

@@ -8,15 +8,22 @@
 //! path, so the seam between them can have neither a gap nor a duplicate, and
 //! a client that never reads costs at most the ring (research/contract.md,
 //! "Transport: /v2/rpc", GET).
+//!
+//! Lanes: on `/acp` a client may open one stream per session beside the
+//! connection's own (research/contract.md, "The /acp profile"). Each event is
+//! put in a lane when it is pushed: the lane of its session once a session
+//! stream for it was opened, else the connection lane. Every stream reads one
+//! lane of the same ring with the same sequence numbers, so replay by
+//! `Last-Event-ID` works per stream and no event is in two lanes.
 
 use crate::error::Error;
 use crate::protocol;
 use bytes::{BufMut, Bytes, BytesMut};
 use ext_methods::{StreamGap, notification::STREAM_GAP};
 use parking_lot::Mutex;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -117,7 +124,14 @@ pub struct Connection {
     in_flight: Mutex<HashSet<Box<str>>>,
     /// Sessions this connection is attached to (receives their updates).
     sessions: Mutex<HashSet<Arc<str>>>,
+    /// Whether any session lane exists: until one does, a push need not
+    /// look for a session id (the `/v2/rpc` case).
+    has_lanes: AtomicBool,
 }
+
+/// Which stream of a connection an event belongs to: `None` is the
+/// connection's own stream, `Some(session)` a session stream.
+pub type Lane = Option<Arc<str>>;
 
 #[derive(Debug)]
 struct State {
@@ -125,7 +139,13 @@ struct State {
     bytes: usize,
     /// Sequence number the next event gets; starts at 1.
     next_seq: u64,
-    stream: Option<LiveStream>,
+    /// The live stream of each lane that has one.
+    streams: HashMap<Lane, LiveStream>,
+    /// Sessions with a lane of their own (a session stream was opened).
+    lanes: HashSet<Arc<str>>,
+    /// Per lane, the sequence number of its newest event dropped from the
+    /// ring (for the gap notice).
+    dropped: HashMap<Lane, u64>,
     stream_generation: u64,
     limits: ReplayLimits,
     closed: bool,
@@ -134,6 +154,7 @@ struct State {
 #[derive(Debug)]
 struct Event {
     seq: u64,
+    lane: Lane,
     frame: Bytes,
 }
 
@@ -163,7 +184,9 @@ impl Connection {
                 events: VecDeque::new(),
                 bytes: 0,
                 next_seq: 1,
-                stream: None,
+                streams: HashMap::new(),
+                lanes: HashSet::new(),
+                dropped: HashMap::new(),
                 stream_generation: 0,
                 limits,
                 closed: false,
@@ -174,6 +197,7 @@ impl Connection {
             active_requests: AtomicUsize::new(0),
             in_flight: Mutex::new(HashSet::new()),
             sessions: Mutex::new(HashSet::new()),
+            has_lanes: AtomicBool::new(false),
         };
         connection.touch();
         connection
@@ -182,26 +206,44 @@ impl Connection {
     /// Appends one JSON-RPC object (`json`: one line of JSON, no CR/LF) as the
     /// next SSE event and wakes the live stream. Returns its sequence number,
     /// or `None` when the connection is closed (the message is dropped).
+    ///
+    /// The event goes to the lane of its `params.sessionId` when that session
+    /// has a lane, else to the connection lane.
     pub fn push(&self, json: &[u8]) -> Option<u64> {
+        let session = if self.has_lanes.load(Ordering::Acquire) {
+            protocol::AgentMessage::parse(json)
+                .ok()
+                .and_then(|(message, _)| message.session_id().map(Arc::<str>::from))
+        } else {
+            None
+        };
+        self.push_in(json, session.as_deref())
+    }
+
+    /// [`Connection::push`] into the lane of `session` (when it has one,
+    /// else the connection lane), whatever the message says.
+    pub fn push_in(&self, json: &[u8], session: Option<&str>) -> Option<u64> {
         let mut state = self.state.lock();
         if state.closed {
             return None;
         }
+        let lane: Lane = session.and_then(|id| state.lanes.get(id).cloned());
         let seq = state.next_seq;
         state.next_seq += 1;
         let frame = frame_event(Some(seq), json);
         state.bytes += frame.len();
-        state.events.push_back(Event { seq, frame });
+        if let Some(stream) = state.streams.get(&lane) {
+            stream.wake.notify_one();
+        }
+        state.events.push_back(Event { seq, lane, frame });
         let limits = state.limits;
         while state.events.len() > limits.events
             || (state.bytes > limits.bytes && state.events.len() > 1)
         {
             if let Some(old) = state.events.pop_front() {
                 state.bytes -= old.frame.len();
+                state.dropped.insert(old.lane, old.seq);
             }
-        }
-        if let Some(stream) = &state.stream {
-            stream.wake.notify_one();
         }
         Some(seq)
     }
@@ -217,6 +259,19 @@ impl Connection {
     /// [`Error::StreamConflict`], [`Error::InvalidLastEventId`] when the id is
     /// past the newest event, [`Error::UnknownConnection`] when closed.
     pub fn open_stream(self: &Arc<Self>, last_event_id: Option<u64>) -> Result<Stream, Error> {
+        self.open_lane_stream(None, last_event_id)
+    }
+
+    /// [`Connection::open_stream`] for one lane: `Some(session)` gives the
+    /// session a lane of its own first (its later events go there).
+    ///
+    /// # Errors
+    /// As [`Connection::open_stream`].
+    pub fn open_lane_stream(
+        self: &Arc<Self>,
+        session: Option<&str>,
+        last_event_id: Option<u64>,
+    ) -> Result<Stream, Error> {
         let mut state = self.state.lock();
         if state.closed {
             return Err(Error::UnknownConnection(self.id.to_string()));
@@ -229,9 +284,24 @@ impl Connection {
                 "Last-Event-ID {id} is newer than the newest event of this connection ({newest})"
             )));
         }
-        if let Some(old) = state.stream.take() {
+        let lane: Lane = match session {
+            None => None,
+            Some(id) => {
+                let id: Arc<str> = match state.lanes.get(id) {
+                    Some(known) => known.clone(),
+                    None => {
+                        let id = Arc::<str>::from(id);
+                        state.lanes.insert(id.clone());
+                        self.has_lanes.store(true, Ordering::Release);
+                        id
+                    }
+                };
+                Some(id)
+            }
+        };
+        if let Some(old) = state.streams.remove(&lane) {
             if last_event_id.is_none() {
-                state.stream = Some(old);
+                state.streams.insert(lane, old);
                 return Err(Error::StreamConflict);
             }
             // The old stream sees the generation change and ends.
@@ -239,15 +309,17 @@ impl Connection {
         }
         state.stream_generation += 1;
         let wake = Arc::new(Notify::new());
-        state.stream = Some(LiveStream {
+        let live = LiveStream {
             generation: state.stream_generation,
             wake: wake.clone(),
-        });
+        };
+        state.streams.insert(lane.clone(), live);
         let generation = state.stream_generation;
         drop(state);
         self.touch();
         Ok(Stream {
             connection: self.clone(),
+            lane,
             generation,
             sent: last_event_id.unwrap_or(0),
             wake,
@@ -261,7 +333,7 @@ impl Connection {
 
     /// Whether a live stream is attached.
     pub fn has_stream(&self) -> bool {
-        self.state.lock().stream.is_some()
+        !self.state.lock().streams.is_empty()
     }
 
     /// Closes the connection: drops the ring, ends the live stream, and
@@ -271,7 +343,7 @@ impl Connection {
         state.closed = true;
         state.events = VecDeque::new();
         state.bytes = 0;
-        if let Some(stream) = state.stream.take() {
+        for (_, stream) in state.streams.drain() {
             stream.wake.notify_one();
         }
         drop(state);
@@ -408,6 +480,8 @@ pub enum Batch {
 #[derive(Debug)]
 pub struct Stream {
     connection: Arc<Connection>,
+    /// The lane this stream reads.
+    lane: Lane,
     generation: u64,
     /// Sequence number of the last event written to this stream.
     sent: u64,
@@ -418,43 +492,64 @@ impl Stream {
     /// The next events after the cursor, up to about 256 KiB, with a
     /// `_sandboxagent/stream/gap` notice first when events the client has not
     /// seen were already dropped from the ring.
+    ///
+    /// Events of other lanes are stepped over: the cursor is a sequence
+    /// number of the whole ring.
     pub fn next_batch(&mut self) -> Batch {
         let state = self.connection.state.lock();
-        if state.closed || state.stream.as_ref().map(|s| s.generation) != Some(self.generation) {
+        if state.closed
+            || state.streams.get(&self.lane).map(|s| s.generation) != Some(self.generation)
+        {
             return Batch::Ended;
         }
         let Some(oldest) = state.events.front().map(|e| e.seq) else {
             return Batch::Idle;
         };
         let mut out = BytesMut::new();
-        if self.sent + 1 < oldest {
+        let dropped = state.dropped.get(&self.lane).copied().unwrap_or(0);
+        if dropped > self.sent {
             let gap = StreamGap {
                 from: self.sent + 1,
-                to: oldest - 1,
+                to: dropped,
             };
             let notice = protocol::notification_line(STREAM_GAP, &gap);
             out.extend_from_slice(&frame_event(None, &notice));
-            self.sent = oldest - 1;
         }
+        self.sent = self.sent.max(oldest - 1);
         let start = (self.sent + 1 - oldest) as usize;
-        let mut frames = state.events.range(start.min(state.events.len())..);
+        let mut frames = state
+            .events
+            .range(start.min(state.events.len())..)
+            .filter(|event| event.lane == self.lane);
         let first = match frames.next() {
             Some(first) => first,
-            None if out.is_empty() => return Batch::Idle,
-            None => return Batch::Data(out.freeze()),
+            None => {
+                self.sent = state.next_seq - 1;
+                return if out.is_empty() {
+                    Batch::Idle
+                } else {
+                    Batch::Data(out.freeze())
+                };
+            }
         };
         self.sent = first.seq;
         // One waiting event and no notice: hand out the shared frame, no copy.
-        if out.is_empty() && state.events.len() == start + 1 {
+        if out.is_empty() && first.seq + 1 == state.next_seq {
             return Batch::Data(first.frame.clone());
         }
         out.extend_from_slice(&first.frame);
+        let mut full = false;
         for event in frames {
             if out.len() + event.frame.len() > BATCH_BYTES {
+                full = true;
                 break;
             }
             out.extend_from_slice(&event.frame);
             self.sent = event.seq;
+        }
+        if !full {
+            // Nothing of this lane is left: step over the rest.
+            self.sent = state.next_seq - 1;
         }
         Batch::Data(out.freeze())
     }
@@ -474,8 +569,8 @@ impl Stream {
 impl Drop for Stream {
     fn drop(&mut self) {
         let mut state = self.connection.state.lock();
-        if state.stream.as_ref().map(|s| s.generation) == Some(self.generation) {
-            state.stream = None;
+        if state.streams.get(&self.lane).map(|s| s.generation) == Some(self.generation) {
+            state.streams.remove(&self.lane);
         }
         drop(state);
         self.connection.touch();
@@ -575,6 +670,33 @@ mod tests {
         drop(second);
         assert!(!c.has_stream());
         assert!(c.open_stream(None).is_ok());
+    }
+
+    #[test]
+    fn session_lanes_split_the_ring_and_resume_per_lane() {
+        let c = connection(16);
+        let update = |session: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{session}"}}}}"#
+            )
+        };
+        c.push(update("a").as_bytes());
+        let mut lane_a = c.open_lane_stream(Some("a"), None).expect("lane a");
+        let mut main = c.open_stream(None).expect("connection lane");
+        c.push(update("a").as_bytes());
+        c.push(update("b").as_bytes());
+        c.push_in(b"{}", Some("a"));
+        // Before the lane existed, "a" went to the connection lane.
+        assert_eq!(ids(main.next_batch()), ["1", "3"]);
+        assert_eq!(ids(lane_a.next_batch()), ["2", "4"]);
+        assert!(matches!(lane_a.next_batch(), Batch::Idle));
+        assert!(matches!(
+            c.open_lane_stream(Some("a"), None),
+            Err(Error::StreamConflict)
+        ));
+        let mut resumed = c.open_lane_stream(Some("a"), Some(2)).expect("resume");
+        assert!(matches!(lane_a.next_batch(), Batch::Ended));
+        assert_eq!(ids(resumed.next_batch()), ["4"]);
     }
 
     #[test]

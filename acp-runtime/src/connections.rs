@@ -17,6 +17,11 @@ use std::time::{Duration, Instant};
 /// about 100 bytes each.
 const REAPED_MEMORY: usize = 4096;
 
+/// A fresh random connection id (a UUID v4).
+pub fn new_id() -> Arc<str> {
+    uuid::Uuid::new_v4().to_string().into()
+}
+
 /// Open connections by id.
 #[derive(Debug)]
 pub struct Connections {
@@ -52,6 +57,26 @@ impl Connections {
         agent: Arc<str>,
         capabilities: ClientCapabilities,
     ) -> Result<Arc<Connection>, Error> {
+        self.open_as(new_id(), agent, capabilities)
+    }
+
+    /// [`Connections::open`] under an id made earlier with [`new_id`] (a
+    /// WebSocket announces it in its 101 before `initialize` arrives).
+    ///
+    /// # Errors
+    /// [`Error::TooManyConnections`] at the cap; [`Error::InvalidRequest`]
+    /// when a connection with this id is open already.
+    pub fn open_as(
+        &self,
+        id: Arc<str>,
+        agent: Arc<str>,
+        capabilities: ClientCapabilities,
+    ) -> Result<Arc<Connection>, Error> {
+        if self.map.contains_key(&id) {
+            return Err(Error::InvalidRequest(format!(
+                "connection {id} is initialized already"
+            )));
+        }
         let reserved = self
             .count
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -60,7 +85,6 @@ impl Connections {
         if reserved.is_err() {
             return Err(Error::TooManyConnections { limit: self.max });
         }
-        let id: Arc<str> = uuid::Uuid::new_v4().to_string().into();
         let connection = Arc::new(Connection::new(
             id.clone(),
             agent,

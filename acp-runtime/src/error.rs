@@ -102,6 +102,10 @@ pub enum Error {
         /// The limit in bytes.
         limit: usize,
     },
+    /// A JSON-RPC batch (a JSON array) where only single messages are
+    /// served (the ACP transports RFD answers batches with 501).
+    #[error("JSON-RPC batches are not supported; send one message per request")]
+    BatchNotSupported,
     /// POST without `Content-Type: application/json`.
     #[error("Content-Type must be application/json")]
     UnsupportedMediaType,
@@ -148,6 +152,51 @@ pub enum Error {
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// A file system path that cannot be used: empty, with a NUL byte, `..`
+    /// in a relative path, or naming the file system root where an entry is
+    /// needed (research/contract.md, "Host file system").
+    #[error("{0}")]
+    InvalidPath(String),
+    /// The path resolves (after symlinks) outside `--fs-root`.
+    #[error("{path} is outside the file system root this server is confined to (--fs-root)")]
+    OutsideRoot {
+        /// The path as resolved (or as given, when it does not resolve).
+        path: String,
+    },
+    /// The operating system refused access (`EACCES`, `EPERM`).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// No file or directory at the path.
+    #[error("no such file or directory: {0}")]
+    FileNotFound(String),
+    /// The entry's kind conflicts with the operation.
+    #[error("{detail}")]
+    FsConflict {
+        /// Which conflict.
+        conflict: FsConflict,
+        /// The path and what to do.
+        detail: String,
+    },
+    /// A `Range` that starts at or past the end of the file (RFC 9110
+    /// section 15.5.17).
+    #[error("range not satisfiable: the file has {size} bytes")]
+    RangeNotSatisfiable {
+        /// The file's size in bytes, sent back in `Content-Range: bytes */size`.
+        size: u64,
+    },
+    /// The disk (or quota) is full (`ENOSPC`, `EDQUOT`).
+    #[error("no space left on the device: {0}")]
+    InsufficientStorage(String),
+    /// An upload-batch archive that is not a safe, readable tar.
+    #[error("{0}")]
+    InvalidArchive(String),
+    /// An upload-batch archive past `--max-upload-bytes` unpacked, or past
+    /// the entry cap.
+    #[error("{0}")]
+    ArchiveTooLarge(String),
+    /// Any other file system failure.
+    #[error("file system error: {0}")]
+    FsIo(String),
     /// The agent did not answer in time.
     #[error("agent did not answer {method} within {} ms", timeout.as_millis())]
     Timeout {
@@ -158,7 +207,74 @@ pub enum Error {
     },
 }
 
+/// The 409 conflicts of the file system operations, each its own problem
+/// type (research/contract.md, "Host file system").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsConflict {
+    /// The target exists (`move` without `overwrite`, `mkdir` over a file).
+    AlreadyExists,
+    /// A directory was needed (a path component or the target is a file).
+    NotADirectory,
+    /// A file was needed and the path is a directory.
+    IsADirectory,
+    /// A non-empty directory, deleted without `recursive`.
+    DirectoryNotEmpty,
+    /// A move across file systems (`EXDEV`).
+    CrossDevice,
+}
+
+impl FsConflict {
+    /// The problem `<kind>`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::AlreadyExists => "already-exists",
+            Self::NotADirectory => "not-a-directory",
+            Self::IsADirectory => "is-a-directory",
+            Self::DirectoryNotEmpty => "directory-not-empty",
+            Self::CrossDevice => "cross-device",
+        }
+    }
+}
+
 impl Error {
+    /// A file system failure on `path` as the error of its kind: 404, 403,
+    /// 409, 507, else 500 `io-error`.
+    pub fn from_io(error: &std::io::Error, path: &std::path::Path) -> Self {
+        use std::io::ErrorKind as Kind;
+        let shown = path.display().to_string();
+        let conflict = |conflict: FsConflict, what: &str| Self::FsConflict {
+            conflict,
+            detail: format!("{shown}: {what}"),
+        };
+        match error.kind() {
+            Kind::NotFound => Self::FileNotFound(shown),
+            Kind::PermissionDenied => Self::PermissionDenied(shown),
+            Kind::AlreadyExists => conflict(FsConflict::AlreadyExists, "already exists"),
+            Kind::NotADirectory => conflict(FsConflict::NotADirectory, "not a directory"),
+            Kind::IsADirectory => conflict(FsConflict::IsADirectory, "is a directory"),
+            Kind::DirectoryNotEmpty => conflict(
+                FsConflict::DirectoryNotEmpty,
+                "directory not empty (delete with recursive=true)",
+            ),
+            Kind::CrossesDevices => {
+                conflict(FsConflict::CrossDevice, "cannot move across file systems")
+            }
+            Kind::StorageFull | Kind::QuotaExceeded => Self::InsufficientStorage(shown),
+            Kind::InvalidFilename => Self::InvalidPath(format!("{shown}: invalid file name")),
+            // EINVAL: e.g. moving a directory into itself.
+            Kind::InvalidInput => Self::InvalidPath(format!("{shown}: {error}")),
+            Kind::ReadOnlyFilesystem => {
+                Self::PermissionDenied(format!("{shown} (read-only file system)"))
+            }
+            // ELOOP: a symlink where `O_NOFOLLOW` forbids one, i.e. the path
+            // changed into a link during the request.
+            _ if error.raw_os_error() == Some(nix::libc::ELOOP) => {
+                Self::PermissionDenied(format!("{shown}: a symlink appeared on the path"))
+            }
+            _ => Self::FsIo(format!("{shown}: {error}")),
+        }
+    }
+
     /// The HTTP error for a failed install of `agent`.
     pub fn from_install(agent: &str, error: InstallError) -> Self {
         match error {

@@ -11,7 +11,8 @@ use crate::connection::Connection;
 use crate::protocol::{self, Envelope, RpcError, code};
 use crate::runtime::Runtime;
 use ext_methods::{
-    AgentInstallRequest, AgentListResult, ListModelsParams, SessionRef, SetMetadataParams, method,
+    AgentInstallRequest, AgentListResult, FsDeleteParams, FsMoveParams, FsPathParams,
+    ListModelsParams, SessionRef, SetMetadataParams, method,
 };
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, Methods, RpcModule};
@@ -58,6 +59,21 @@ impl ExtMethods {
                 .map(drop),
             module
                 .register_async_method(method::AGENT_INSTALL, agent_install)
+                .map(drop),
+            module
+                .register_async_method(method::FS_LIST_ENTRIES, fs_list_entries)
+                .map(drop),
+            module
+                .register_async_method(method::FS_STAT, fs_stat)
+                .map(drop),
+            module
+                .register_async_method(method::FS_MKDIR, fs_mkdir)
+                .map(drop),
+            module
+                .register_async_method(method::FS_MOVE, fs_move)
+                .map(drop),
+            module
+                .register_async_method(method::FS_DELETE_ENTRY, fs_delete_entry)
                 .map(drop),
         ];
         for result in registered {
@@ -228,4 +244,126 @@ async fn agent_install(
         .await
         .map_err(|error| ErrorObjectOwned::from(error.to_rpc_error()))?;
     to_value(installed)
+}
+
+/// Runs one file system operation for a `_sandboxagent/fs/*` call: the
+/// scope of `session` (the caller's agent's session first), the blocking
+/// call on the blocking pool, and a failure as the same problem as on
+/// `/v2/fs/*`, as a JSON-RPC error (`data.type`; research/contract.md,
+/// "Host file system").
+async fn fs_call<T: Serialize + Send + 'static>(
+    context: &Context,
+    extensions: &Extensions,
+    session: Option<&str>,
+    call: impl FnOnce(&crate::fs::Scope) -> Result<T, crate::error::Error> + Send + 'static,
+) -> MethodResult {
+    let runtime = runtime(context)?;
+    let caller = caller(extensions)?;
+    let rpc = |error: crate::error::Error| ErrorObjectOwned::from(error.to_rpc_error());
+    let scope = crate::fs::Scope::new(&runtime, session, Some(&caller.agent)).map_err(rpc)?;
+    let answer = tokio::task::spawn_blocking(move || call(&scope))
+        .await
+        .map_err(|error| RpcError::new(code::INTERNAL_ERROR, error.to_string()))?
+        .map_err(rpc)?;
+    to_value(answer)
+}
+
+/// `_sandboxagent/fs/list_entries {path?, sessionId?}` → `FsEntries`.
+async fn fs_list_entries(
+    params: Params<'static>,
+    context: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
+    let params: FsPathParams = optional_params(&params)?;
+    fs_call(
+        &context,
+        &extensions,
+        params.session_id.as_deref(),
+        move |scope| crate::fs::ops::list(scope, params.path.as_deref()),
+    )
+    .await
+}
+
+/// `_sandboxagent/fs/stat {path, sessionId?}` → `FsEntry`.
+async fn fs_stat(
+    params: Params<'static>,
+    context: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
+    let params: FsPathParams = params.parse()?;
+    let path = required_path(&params)?;
+    fs_call(
+        &context,
+        &extensions,
+        params.session_id.as_deref(),
+        move |scope| crate::fs::ops::stat(scope, &path),
+    )
+    .await
+}
+
+/// `_sandboxagent/fs/mkdir {path, sessionId?}` → `{path}`.
+async fn fs_mkdir(
+    params: Params<'static>,
+    context: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
+    let params: FsPathParams = params.parse()?;
+    let path = required_path(&params)?;
+    fs_call(
+        &context,
+        &extensions,
+        params.session_id.as_deref(),
+        move |scope| crate::fs::ops::mkdir(scope, &path),
+    )
+    .await
+}
+
+/// `_sandboxagent/fs/move {from, to, overwrite?, sessionId?}` → `{from, to}`.
+async fn fs_move(
+    params: Params<'static>,
+    context: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
+    let params: FsMoveParams = params.parse()?;
+    let session = params.session_id.clone();
+    fs_call(&context, &extensions, session.as_deref(), move |scope| {
+        crate::fs::ops::rename(scope, &params)
+    })
+    .await
+}
+
+/// `_sandboxagent/fs/delete_entry {path, recursive?, sessionId?}` → `{path}`.
+async fn fs_delete_entry(
+    params: Params<'static>,
+    context: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
+    let params: FsDeleteParams = params.parse()?;
+    let session = params.session_id.clone();
+    fs_call(&context, &extensions, session.as_deref(), move |scope| {
+        crate::fs::ops::delete(scope, &params)
+    })
+    .await
+}
+
+/// Params that may be left out entirely (`list_entries` without any).
+fn optional_params<T: serde::de::DeserializeOwned + Default>(
+    params: &Params<'_>,
+) -> Result<T, ErrorObjectOwned> {
+    if params
+        .as_str()
+        .is_none_or(|raw| raw.trim().is_empty() || raw.trim() == "null")
+    {
+        return Ok(T::default());
+    }
+    params.parse()
+}
+
+/// The `path` param, required by every method but `list_entries`.
+fn required_path(params: &FsPathParams) -> Result<String, ErrorObjectOwned> {
+    params
+        .path
+        .clone()
+        .ok_or_else(|| crate::error::Error::InvalidPath("params.path is required".to_owned()))
+        .map_err(|error| ErrorObjectOwned::from(error.to_rpc_error()))
 }

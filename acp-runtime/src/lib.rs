@@ -17,13 +17,16 @@
 //! - [`server`]: bind, accept loop, idle reaping, graceful shutdown (public:
 //!   [`server::run`]).
 //! - `http`: routing, auth, CORS, `/v2/rpc` handlers, SSE body, problem+json,
-//!   the control plane.
+//!   the control plane, the `/acp` profile (Streamable HTTP and WebSocket).
 //! - `runtime`: shared state and the JSON-RPC handling of one POST.
-//! - `connection`: one connection: replay ring, live stream slot, in-flight ids.
+//! - `connection`: one connection: replay ring, its lanes and their live
+//!   stream slots, in-flight ids.
 //! - `connections`: the open connections, the connection cap, idle reaping.
 //! - `session`: the server-wide session inventory: attachments, metadata, hints.
 //! - `event_log`: each session's recorded ACP traffic.
 //! - `ext`: the `_sandboxagent/*` methods (a jsonrpsee `RpcModule`).
+//! - `fs`: the host file system API (paths, confinement, transfers),
+//!   behind `/v2/fs/*` and the `_sandboxagent/fs/*` methods.
 //! - `hints`: title / model / mode read from ACP messages.
 //! - `log_limit`: rate limits for warnings an agent can trigger per message.
 //! - [`agent`]: the agent catalog and installer (public), agent processes,
@@ -39,6 +42,7 @@ pub(crate) mod connections;
 pub(crate) mod error;
 pub(crate) mod event_log;
 pub(crate) mod ext;
+pub(crate) mod fs;
 pub(crate) mod hints;
 pub(crate) mod http;
 pub(crate) mod log_limit;

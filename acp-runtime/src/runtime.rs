@@ -47,6 +47,19 @@ pub struct Runtime {
     pub shutdown: CancellationToken,
 }
 
+/// How a client of the `/acp` profile differs from one of `/v2/rpc`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Profile<'a> {
+    /// The agent the client named by path (`/acp/{agent}`), or the
+    /// connection's agent: it stands in for `_meta["sandboxagent.dev"].agent`
+    /// wherever `initialize` or `session/new` lack it (an RFD client knows
+    /// no `_meta`).
+    pub agent: Option<&'a str>,
+    /// The id the connection an `initialize` opens gets: a WebSocket
+    /// announced it in its 101 answer already.
+    pub connection_id: Option<&'a str>,
+}
+
 /// The successful outcome of a POST.
 #[derive(Debug)]
 pub enum Reply {
@@ -128,6 +141,22 @@ impl Runtime {
         connection_id: Option<&str>,
         body: Bytes,
     ) -> Result<Reply, Error> {
+        self.handle_post_for(connection_id, body, Profile::default())
+            .await
+    }
+
+    /// [`Runtime::handle_post`] for a client of the `/acp` profile
+    /// (research/contract.md, "The /acp profile"); see [`Profile`].
+    ///
+    /// # Errors
+    /// As [`Runtime::handle_post`].
+    pub async fn handle_post_for(
+        self: &Arc<Self>,
+        connection_id: Option<&str>,
+        body: Bytes,
+        profile: Profile<'_>,
+    ) -> Result<Reply, Error> {
+        let agent = profile.agent;
         // Newline-delimited stdio needs the message on one line.
         let body = match protocol::one_line(&body) {
             std::borrow::Cow::Owned(copy) => Bytes::from(copy),
@@ -141,12 +170,15 @@ impl Runtime {
                     " (only initialize may be sent without one)",
                 ));
             }
-            return self.initialize(&envelope).await;
+            return self.initialize(&envelope, profile).await;
         };
         let connection = self.connections.lookup(connection_id)?;
         let _active = connection.begin_request();
         match kind {
-            Kind::Request => self.request(&connection, &envelope, &body).await,
+            Kind::Request => {
+                self.request(&connection, &envelope, &body, agent.is_some())
+                    .await
+            }
             Kind::Notification => self.notification(&connection, &envelope, &body).await,
             Kind::Response => self.answer(&connection, &envelope, &body).await,
         }
@@ -156,11 +188,17 @@ impl Runtime {
     /// "Agents: manifest, installs, lazy install") and start the agent if
     /// needed, open a connection, answer from the agent's cached `initialize`
     /// result.
-    async fn initialize(self: &Arc<Self>, envelope: &Envelope<'_>) -> Result<Reply, Error> {
+    async fn initialize(
+        self: &Arc<Self>,
+        envelope: &Envelope<'_>,
+        profile: Profile<'_>,
+    ) -> Result<Reply, Error> {
         let client_id = envelope.id.unwrap_or(RawValue::NULL);
-        let agent = protocol::meta_agent(envelope.params).ok_or(Error::MissingAgent {
-            method: method::INITIALIZE.to_owned(),
-        })?;
+        let agent = protocol::meta_agent(envelope.params)
+            .or_else(|| profile.agent.map(str::to_owned))
+            .ok_or(Error::MissingAgent {
+                method: method::INITIALIZE.to_owned(),
+            })?;
         if !self.agents.is_known(&agent) {
             return Err(self.unknown_agent(agent));
         }
@@ -174,7 +212,12 @@ impl Runtime {
             Err(rejected) => return Ok(rejected),
         };
         let capabilities = ClientCapabilities::from_initialize_params(envelope.params);
-        let connection = self.connections.open(agent.as_str().into(), capabilities)?;
+        let connection = match profile.connection_id {
+            Some(id) => self
+                .connections
+                .open_as(id.into(), agent.as_str().into(), capabilities)?,
+            None => self.connections.open(agent.as_str().into(), capabilities)?,
+        };
         tracing::info!(connection = %connection.id, agent, "connection opened");
         let result = self.initialize_result(&process);
         Ok(Reply::Json {
@@ -240,6 +283,7 @@ impl Runtime {
         connection: &Arc<Connection>,
         envelope: &Envelope<'_>,
         body: &Bytes,
+        agent_implied: bool,
     ) -> Result<Reply, Error> {
         let client_id = envelope.id.unwrap_or(RawValue::NULL);
         let method = envelope.method();
@@ -273,7 +317,7 @@ impl Runtime {
         {
             return Ok(Reply::error(client_id, &error));
         }
-        let effect = self.effect_of(connection, envelope, body)?;
+        let effect = self.effect_of(connection, envelope, body, agent_implied)?;
         let process = match self.ready_agent(&connection.agent, client_id).await? {
             Ok(process) => process,
             Err(rejected) => return Ok(rejected),
@@ -412,17 +456,21 @@ impl Runtime {
     }
 
     /// Checks `_meta` rules and picks what the runtime does with the answer.
+    /// `agent_implied`: the client named the agent by path, so `session/new`
+    /// may leave `_meta` out.
     fn effect_of(
         &self,
         connection: &Connection,
         envelope: &Envelope<'_>,
         body: &Bytes,
+        agent_implied: bool,
     ) -> Result<Effect, Error> {
         let method = envelope.method();
         let cwd = || cwd_of(envelope.params);
         Ok(match method {
             method::SESSION_NEW => {
                 match protocol::meta_agent(envelope.params) {
+                    None if agent_implied => {}
                     None => {
                         return Err(Error::MissingAgent {
                             method: method.to_owned(),

@@ -12,9 +12,9 @@ use crate::config::ServerConfig;
 use crate::error::Error;
 use crate::http;
 use crate::runtime::Runtime;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use std::io::Write;
 use std::sync::Arc;
@@ -31,6 +31,12 @@ const RESERVED_FILES: u64 = 512;
 const MAX_OPEN_FILES: u64 = 1 << 20;
 /// How long a refused connection gets to take its 503.
 const REFUSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Most HTTP/2 streams open at once on one TCP connection: each stream is a
+/// request in flight, so this bounds one connection's share of the server
+/// as `--max-http-connections` bounds the number of connections.
+const MAX_HTTP2_STREAMS: u32 = 256;
+/// Most bytes of request headers on one HTTP/2 stream, as HTTP/1.1's default.
+const MAX_HTTP2_HEADER_BYTES: u32 = 64 * 1024;
 
 /// Runs a server until SIGINT or SIGTERM.
 ///
@@ -70,6 +76,7 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
         stdout.flush()?;
     }
     let graceful = GracefulShutdown::new();
+    let builder = connection_builder(read_timeout);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -81,12 +88,16 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
                     let _ = socket.set_nodelay(true);
                     let runtime = runtime.clone();
                     let service = service_fn(move |request| http::handle(runtime.clone(), request));
-                    let connection = http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(read_timeout)
-                        .serve_connection(TokioIo::new(socket), service);
-                    let connection = graceful.watch(connection);
+                    let builder = builder.clone();
+                    let watcher = graceful.watcher();
                     tokio::spawn(async move {
+                        if !protocol_known(&socket, read_timeout).await {
+                            drop(permit);
+                            return;
+                        }
+                        let connection = builder
+                            .serve_connection_with_upgrades(TokioIo::new(socket), service);
+                        let connection = watcher.watch(connection.into_owned());
                         if let Err(error) = connection.await {
                             tracing::debug!(%error, "HTTP connection ended with an error");
                         }
@@ -115,6 +126,61 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// One builder for every TCP connection: HTTP/1.1, and cleartext HTTP/2 by
+/// prior knowledge (RFC 9113 section 3.3) on the same port, told apart by
+/// the connection preface (research/contract.md, "HTTP/2"). The limits of
+/// HTTP/1.1 hold for HTTP/2 too: the header read timeout is also how long an
+/// idle HTTP/2 peer may stay silent to keep-alive pings; each stream's body
+/// is bounded by the routes as on HTTP/1.1.
+fn connection_builder(read_timeout: Duration) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_HTTP2_STREAMS)
+        .max_header_list_size(MAX_HTTP2_HEADER_BYTES)
+        .keep_alive_interval(read_timeout)
+        .keep_alive_timeout(read_timeout);
+    builder
+}
+
+/// Waits, at most `timeout`, until the first bytes of `socket` tell HTTP/1.1
+/// from HTTP/2's connection preface. The version detection reads without a
+/// timer of its own, so a peer that connects and stays silent (or stops
+/// inside the preface) would otherwise hold a connection permit forever.
+/// `false`: the peer closed or stayed silent; drop the connection.
+async fn protocol_known(socket: &TcpStream, timeout: Duration) -> bool {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let decided = async {
+        let mut buffer = [0_u8; PREFACE.len()];
+        let mut seen = 0;
+        loop {
+            let Ok(read) = socket.peek(&mut buffer).await else {
+                return false;
+            };
+            if read == 0 {
+                return false;
+            }
+            if read == PREFACE.len() || buffer[..read] != PREFACE[..read] {
+                return true;
+            }
+            // A peek returns at once while bytes wait unread: poll gently
+            // until more of the preface arrives.
+            if read == seen {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            seen = read;
+        }
+    };
+    tokio::time::timeout(timeout, decided)
+        .await
+        .unwrap_or(false)
 }
 
 /// The number of TCP connections served at once: `configured`, but no more

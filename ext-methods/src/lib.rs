@@ -9,14 +9,17 @@
 //!   method table.
 //! - [`types`]: params and results of each method, params of each
 //!   notification, the event-log and agent-list shapes.
+//! - [`fs`]: params and results of the host file system operations.
 //! - [`meta`]: read, merge and inject `_meta["sandboxagent.dev"]`; the typed
 //!   [`SessionMeta`].
 //! - [`advertisement`]: the capability block in every `initialize` result.
 
+pub mod fs;
 pub mod meta;
 pub mod names;
 pub mod types;
 
+pub use fs::*;
 pub use meta::SessionMeta;
 pub use names::{ExtMethod, METHODS, NAMESPACE, PREFIX, capability, method, notification};
 pub use types::*;

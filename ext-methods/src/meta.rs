@@ -9,6 +9,7 @@
 use crate::names::NAMESPACE;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::time::SystemTime;
 
 /// Keys the runtime always sets itself in a session's namespace object; a
 /// client cannot override them (they are replaced on the way out).
@@ -107,6 +108,26 @@ pub struct SessionMeta {
     pub extra: Map<String, Value>,
 }
 
+impl SessionMeta {
+    /// [`created_at`](Self::created_at) as a point in time; `None` when it
+    /// is not RFC 3339.
+    pub fn created_time(&self) -> Option<SystemTime> {
+        parse_time(&self.created_at)
+    }
+
+    /// [`updated_at`](Self::updated_at) as a point in time; `None` when it
+    /// is not RFC 3339.
+    pub fn updated_time(&self) -> Option<SystemTime> {
+        parse_time(&self.updated_at)
+    }
+}
+
+/// An RFC 3339 timestamp of the wire (`2026-11-30T11:09:58.060Z`) as a
+/// point in time; `None` when it does not parse.
+pub fn parse_time(text: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339_weak(text).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +216,17 @@ mod tests {
         assert_eq!(meta.model.as_deref(), Some("m"));
         assert_eq!(meta.extra.get("variant"), Some(&json!("fast")));
         assert_eq!(serde_json::to_value(&meta).expect("serialize"), wire);
+    }
+
+    #[test]
+    fn wire_timestamps_read_as_times() {
+        let Some(time) = super::parse_time("2026-11-30T11:09:58.060Z") else {
+            panic!("an RFC 3339 timestamp");
+        };
+        let since_epoch = time
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        assert_eq!(since_epoch.as_millis(), 1_796_036_998_060);
+        assert!(super::parse_time("yesterday").is_none());
     }
 }

@@ -30,6 +30,21 @@ pub mod method {
     /// [`AgentInstallResult`](crate::AgentInstallResult): as
     /// `POST /v2/agents/{agent}/install`.
     pub const AGENT_INSTALL: &str = "_sandboxagent/agent/install";
+    /// [`FsPathParams`](crate::FsPathParams) → [`FsEntries`](crate::FsEntries):
+    /// as `GET /v2/fs/entries`.
+    pub const FS_LIST_ENTRIES: &str = "_sandboxagent/fs/list_entries";
+    /// [`FsPathParams`](crate::FsPathParams) → [`FsEntry`](crate::FsEntry):
+    /// as `GET /v2/fs/stat`.
+    pub const FS_STAT: &str = "_sandboxagent/fs/stat";
+    /// [`FsPathParams`](crate::FsPathParams) →
+    /// [`FsPathResult`](crate::FsPathResult): as `POST /v2/fs/mkdir`.
+    pub const FS_MKDIR: &str = "_sandboxagent/fs/mkdir";
+    /// [`FsMoveParams`](crate::FsMoveParams) →
+    /// [`FsMoveResult`](crate::FsMoveResult): as `POST /v2/fs/move`.
+    pub const FS_MOVE: &str = "_sandboxagent/fs/move";
+    /// [`FsDeleteParams`](crate::FsDeleteParams) →
+    /// [`FsPathResult`](crate::FsPathResult): as `DELETE /v2/fs/entry`.
+    pub const FS_DELETE_ENTRY: &str = "_sandboxagent/fs/delete_entry";
 }
 
 /// Notifications the runtime sends on the SSE stream.
@@ -95,6 +110,31 @@ pub const METHODS: &[ExtMethod] = &[
     ExtMethod {
         name: method::AGENT_INSTALL,
         capability: "agentInstall",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::FS_LIST_ENTRIES,
+        capability: "fsListEntries",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::FS_STAT,
+        capability: "fsStat",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::FS_MKDIR,
+        capability: "fsMkdir",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::FS_MOVE,
+        capability: "fsMove",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::FS_DELETE_ENTRY,
+        capability: "fsDeleteEntry",
         notification: false,
     },
 ];

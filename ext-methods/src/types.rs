@@ -398,6 +398,13 @@ pub struct SessionEvent {
     pub message: Value,
 }
 
+impl SessionEvent {
+    /// [`at`](Self::at) as a point in time; `None` when it is not RFC 3339.
+    pub fn time(&self) -> Option<std::time::SystemTime> {
+        crate::meta::parse_time(&self.at)
+    }
+}
+
 /// Body of `GET /v2/sessions/{id}/events`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

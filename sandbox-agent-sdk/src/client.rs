@@ -8,6 +8,7 @@ use crate::error::Error;
 use crate::events::{Event, EventSink, Events};
 use crate::meta::{SessionEntry, WithMeta, with_agent};
 use crate::options::ClientOptions;
+use crate::turn::{TurnEvent, TurnStream, Turns};
 use acp_http_client::TransportOptions;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
@@ -20,14 +21,21 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::{Agent, JsonRpcRequest, JsonRpcResponse, UntypedMessage};
 use ext_methods::{
-    AgentInfo, ListModelsParams, ListModelsResult, ModelsTarget, SessionEventsPage, SessionRef,
-    SetMetadataParams, TerminateResult, method,
+    AgentInfo, ListModelsParams, ListModelsResult, ModelsTarget, SessionEvent, SessionEventsPage,
+    SessionRef, SetMetadataParams, TerminateResult, method,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use tokio::sync::mpsc;
+
+/// The file system methods (their own `impl` block; a child module so they
+/// reach the control plane).
+#[path = "fs.rs"]
+pub(crate) mod fs;
 
 /// `session/set_model {sessionId, modelId}`: selects a model on agents that
 /// predate session config options. Not in the ACP v1 schema; agents that do
@@ -71,6 +79,65 @@ pub struct SetSessionModelResponse {
     pub meta: Option<Meta>,
 }
 
+/// Events per [`session_events`](SandboxAgentClient::session_events) page
+/// when no limit is given (the server's default).
+const DEFAULT_EVENTS_LIMIT: u32 = 100;
+
+/// The largest `limit` the events route accepts
+/// (research/contract.md, "Extension methods and control plane").
+const MAX_EVENTS_LIMIT: u32 = 1000;
+
+/// How much longer than [`ClientOptions::request_timeout`] the transport
+/// waits, so that the client's own limit fires first and is reported as
+/// [`Error::Timeout`].
+const TRANSPORT_TIMEOUT_MARGIN: Duration = Duration::from_secs(1);
+
+/// How long a timed-out prompt waits for the agent to end the cancelled
+/// turn.
+const CANCEL_GRACE: Duration = Duration::from_secs(2);
+
+/// One page of [`SandboxAgentClient::session_events`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventPage {
+    /// Recorded messages at or after the requested offset, oldest first.
+    pub events: Vec<SessionEvent>,
+    /// Pass it back as `offset` for the next page; `None` when this page
+    /// reaches the end of what is recorded now.
+    pub next_offset: Option<u64>,
+    /// The offset after this page, also at the end: a running session
+    /// records more later; ask again from here to get only what is new.
+    pub offset_after: u64,
+}
+
+impl EventPage {
+    /// The page for `limit` events from `offset`, out of a wire page that
+    /// asked for one more (when the limit allowed): an extra event means
+    /// there is more.
+    fn from_wire(page: SessionEventsPage, offset: u64, limit: u32) -> EventPage {
+        let SessionEventsPage {
+            mut events,
+            next_offset,
+        } = page;
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        if events.len() > limit {
+            events.truncate(limit);
+            let next = events.last().map_or(offset, |event| event.offset + 1);
+            return EventPage {
+                events,
+                next_offset: Some(next),
+                offset_after: next,
+            };
+        }
+        // A full page at the largest limit may have more behind it.
+        let full = events.len() == limit && limit == MAX_EVENTS_LIMIT as usize;
+        EventPage {
+            next_offset: full.then_some(next_offset),
+            offset_after: next_offset,
+            events,
+        }
+    }
+}
+
 /// One page of [`SandboxAgentClient::list_sessions`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionList {
@@ -88,29 +155,41 @@ pub struct SessionList {
 /// connection to the agent. One connection at a time:
 /// [`open`](Self::open) fails with [`Error::AlreadyConnected`] while one is
 /// live, calls that need it fail with [`Error::NotConnected`] before
-/// `open` and after [`disconnect`](Self::disconnect); `open` after
-/// `disconnect` starts a new one. Sessions outlive connections: pick one up
-/// again with [`load_session`](Self::load_session) or
+/// `open` and after [`close`](Self::close); `open` after `close` starts a
+/// new one. Sessions outlive connections: pick one up again with
+/// [`load_session`](Self::load_session) or
 /// [`resume_session`](Self::resume_session).
 ///
-/// Everything the agent sends besides answers arrives on one
-/// [`Events`] stream ([`take_events`](Self::take_events)).
+/// A prompt turn's events come with the turn from
+/// [`prompt_stream`](Self::prompt_stream); everything the agent sends
+/// besides answers, for every session, also arrives on one [`Events`]
+/// stream ([`take_events`](Self::take_events)).
 ///
-/// Dropping the client closes the connection and stops an embedded server
-/// (SIGTERM, SIGKILL after the grace period; this blocks the dropping thread
-/// up to the grace period). [`dispose`](Self::dispose) does the same
-/// without blocking. Needs a Tokio runtime.
+/// Cloning is cheap and shares everything (connection, event stream,
+/// embedded server), like `reqwest::Client`: hand clones to tasks.
+/// Dropping the last clone closes the connection and stops an embedded
+/// server (SIGTERM, SIGKILL after the grace period; this blocks the
+/// dropping thread up to the grace period). [`shutdown`](Self::shutdown)
+/// does the same at once for every clone, without blocking. Needs a Tokio
+/// runtime.
+#[derive(Clone)]
 pub struct SandboxAgentClient {
     agent: String,
+    /// Control-plane HTTP access.
+    control: ControlPlane,
+    /// Everything else, shared by the clones.
+    shared: Arc<Shared>,
+}
+
+/// The part of a [`SandboxAgentClient`] its clones share.
+struct Shared {
     /// Base URL of the server (the embedded one's `http://127.0.0.1:PORT`).
     base_url: String,
     /// Its bearer token, if any.
     token: Option<String>,
     /// `clientInfo` and the request timeout of each connection.
     options: ClientOptions,
-    /// Control-plane HTTP access.
-    control: ControlPlane,
-    /// Serialises open / disconnect / dispose.
+    /// Serialises open / close / shutdown.
     lifecycle: tokio::sync::Mutex<()>,
     /// The live connection. Declared before `server`: dropped first.
     live: parking_lot::Mutex<Option<Live>>,
@@ -118,11 +197,13 @@ pub struct SandboxAgentClient {
     events_tx: mpsc::UnboundedSender<Event>,
     /// Until taken.
     events: parking_lot::Mutex<Option<Events>>,
-    /// The embedded server, in embedded mode, until disposed.
+    /// Running turn streams, by session.
+    turns: Arc<Turns>,
+    /// The embedded server, in embedded mode, until shut down.
     server: parking_lot::Mutex<Option<EmbeddedServer>>,
-    /// The embedded server's pid (kept after dispose).
+    /// The embedded server's pid (kept after shutdown).
     server_pid: Option<u32>,
-    /// Set by [`dispose`](Self::dispose).
+    /// Set by [`shutdown`](SandboxAgentClient::shutdown).
     disposed: AtomicBool,
 }
 
@@ -139,9 +220,17 @@ impl SandboxAgentClient {
     ///   [`Error::StartupTimeout`].
     /// - Opening the connection: as [`open`](Self::open).
     pub async fn connect(options: ClientOptions) -> Result<SandboxAgentClient, Error> {
-        let http = reqwest::Client::builder()
-            .build()
-            .map_err(|e| Error::InvalidOptions(format!("cannot build the HTTP client: {e}")))?;
+        let build = |timeout: Option<Duration>| {
+            let mut builder = reqwest::Client::builder();
+            if let Some(timeout) = timeout {
+                builder = builder.timeout(timeout);
+            }
+            builder
+                .build()
+                .map_err(|e| Error::InvalidOptions(format!("cannot build the HTTP client: {e}")))
+        };
+        // The embedded server's readiness checks have their own limit.
+        let http = build(None)?;
         let (base_url, token, server) = match options.resolve_mode()? {
             Some(url) => (url.to_owned(), options.token.clone(), None),
             None => {
@@ -153,27 +242,31 @@ impl SandboxAgentClient {
                 )
             }
         };
-        let control = ControlPlane::new(http, &base_url, token.as_deref())?;
+        let control =
+            ControlPlane::new(build(options.request_timeout)?, &base_url, token.as_deref())?;
         let (events_tx, rx) = mpsc::unbounded_channel();
         let client = SandboxAgentClient {
             agent: options.agent.clone(),
-            base_url,
-            token,
             control,
-            lifecycle: tokio::sync::Mutex::new(()),
-            live: parking_lot::Mutex::new(None),
-            events_tx,
-            events: parking_lot::Mutex::new(Some(Events { rx })),
-            server_pid: server.as_ref().map(EmbeddedServer::pid),
-            server: parking_lot::Mutex::new(server),
-            disposed: AtomicBool::new(false),
-            options,
+            shared: Arc::new(Shared {
+                base_url,
+                token,
+                lifecycle: tokio::sync::Mutex::new(()),
+                live: parking_lot::Mutex::new(None),
+                events_tx,
+                events: parking_lot::Mutex::new(Some(Events { rx })),
+                turns: Arc::default(),
+                server_pid: server.as_ref().map(EmbeddedServer::pid),
+                server: parking_lot::Mutex::new(server),
+                disposed: AtomicBool::new(false),
+                options,
+            }),
         };
-        if client.options.auto_connect
+        if client.shared.options.auto_connect
             && let Err(error) = client.open().await
         {
             // Stop an embedded server without blocking (drop would).
-            client.dispose().await;
+            client.shutdown().await;
             return Err(error);
         }
         Ok(client)
@@ -182,7 +275,8 @@ impl SandboxAgentClient {
     /// Opens the connection to the agent: `initialize` with the agent id in
     /// `_meta["sandboxagent.dev"].agent`. Called by
     /// [`connect`](Self::connect) unless `auto_connect(false)`; call it
-    /// again after [`disconnect`](Self::disconnect) for a new connection.
+    /// again after [`close`](Self::close) (or a lost connection) for a new
+    /// connection.
     ///
     /// # Errors
     /// - [`Error::AlreadyConnected`]: a connection is live.
@@ -190,13 +284,16 @@ impl SandboxAgentClient {
     /// - [`Error::Http`]: the server refused (e.g. 404 `unknown-agent`, 401
     ///   wrong token, 502 the agent could not be started), with its problem
     ///   document.
-    /// - [`Error::Transport`]: the server could not be reached.
+    /// - [`Error::ConnectionLost`]: the server could not be reached.
+    /// - [`Error::Timeout`]: `initialize` took longer than the request
+    ///   timeout.
     /// - [`Error::Rpc`]: the agent answered `initialize` with an error.
     pub async fn open(&self) -> Result<(), Error> {
-        let _lifecycle = self.lifecycle.lock().await;
+        let shared = &self.shared;
+        let _lifecycle = shared.lifecycle.lock().await;
         self.check_disposed()?;
         {
-            let mut live = self.live.lock();
+            let mut live = shared.live.lock();
             match live.as_ref() {
                 Some(current) if current.is_alive() => return Err(Error::AlreadyConnected),
                 // A connection that ended on its own is replaced.
@@ -204,67 +301,105 @@ impl SandboxAgentClient {
                 None => {}
             }
         }
-        let mut transport = TransportOptions::new(&self.base_url)
+        // The transport's own limit is a little longer than the one this
+        // client applies (`within_timeout`), which thus reports it.
+        let mut transport = TransportOptions::new(&shared.base_url)
             .map_err(Error::from_transport)?
-            .request_timeout(self.options.request_timeout);
-        if let Some(token) = &self.token {
+            .request_timeout(
+                shared
+                    .options
+                    .request_timeout
+                    .map(|limit| limit + TRANSPORT_TIMEOUT_MARGIN),
+            );
+        if let Some(token) = &shared.token {
             transport = transport.token(token);
         }
         let setup = Setup {
             agent: self.agent.clone(),
-            client_name: self.options.client_name.clone(),
-            client_version: self.options.client_version.clone(),
+            client_name: shared.options.client_name.clone(),
+            client_version: shared.options.client_version.clone(),
             sink: EventSink {
-                tx: self.events_tx.clone(),
-                permission_handler: self.options.permission_handler.clone(),
+                tx: shared.events_tx.clone(),
+                permission_handler: shared.options.permission_handler.clone(),
+                turns: Arc::clone(&shared.turns),
+                unread_permission_timeout: shared.options.unread_permission_timeout,
             },
         };
-        let live = Live::open(transport, setup).await?;
-        *self.live.lock() = Some(live);
+        let live = self
+            .within_timeout("initialize", Live::open(transport, setup))
+            .await?;
+        *shared.live.lock() = Some(live);
         Ok(())
     }
 
     /// Closes the connection (HTTP DELETE). Sessions live on on the server;
-    /// an embedded server keeps running. Idempotent: `Ok(())` when not
-    /// connected.
+    /// an embedded server keeps running; [`open`](Self::open) starts a new
+    /// connection. Idempotent: `Ok(())` when not connected.
     ///
     /// # Errors
     /// None today: a DELETE that fails is logged (the server closes idle
     /// connections itself); the `Result` leaves room for reporting it.
-    pub async fn disconnect(&self) -> Result<(), Error> {
-        let _lifecycle = self.lifecycle.lock().await;
-        let live = self.live.lock().take();
+    pub async fn close(&self) -> Result<(), Error> {
+        let _lifecycle = self.shared.lifecycle.lock().await;
+        let live = self.shared.live.lock().take();
         if let Some(mut live) = live {
             live.close().await;
         }
         Ok(())
     }
 
+    /// The old name of [`close`](Self::close).
+    ///
+    /// # Errors
+    /// As [`close`](Self::close).
+    #[deprecated(since = "0.2.0", note = "renamed to `close`")]
+    pub async fn disconnect(&self) -> Result<(), Error> {
+        self.close().await
+    }
+
     /// Whether a connection is live.
     pub fn is_connected(&self) -> bool {
-        self.live.lock().as_ref().is_some_and(Live::is_alive)
+        self.shared.live.lock().as_ref().is_some_and(Live::is_alive)
     }
 
     /// Closes the connection and stops an embedded server (SIGTERM, then
-    /// SIGKILL after the grace period), waiting without blocking. Later
-    /// calls fail with [`Error::Disposed`]. Idempotent.
-    pub async fn dispose(&self) {
-        let _lifecycle = self.lifecycle.lock().await;
-        self.disposed.store(true, Ordering::Release);
-        let live = self.live.lock().take();
+    /// SIGKILL after the grace period), waiting without blocking; for every
+    /// clone of this client. Later calls fail with [`Error::Disposed`].
+    /// Idempotent.
+    pub async fn shutdown(&self) {
+        let shared = &self.shared;
+        let _lifecycle = shared.lifecycle.lock().await;
+        shared.disposed.store(true, Ordering::Release);
+        let live = shared.live.lock().take();
         if let Some(mut live) = live {
             live.close().await;
         }
-        let server = self.server.lock().take();
+        let server = shared.server.lock().take();
         if let Some(mut server) = server {
             server.stop().await;
         }
     }
 
-    /// The event stream, once: the first call takes it, later calls get
-    /// `None`. See [`Events`].
+    /// The old name of [`shutdown`](Self::shutdown).
+    #[deprecated(since = "0.2.0", note = "renamed to `shutdown`")]
+    pub async fn dispose(&self) {
+        self.shutdown().await;
+    }
+
+    /// The client-wide event stream, once: the first call (on any clone)
+    /// takes it, later calls get `None`. See [`Events`].
+    ///
+    /// Permission requests (without a
+    /// [`permission_handler`](ClientOptions::permission_handler), and
+    /// outside a [`prompt_stream`](Self::prompt_stream) turn) arrive here.
+    /// Read it *while* a turn runs, not only after
+    /// [`prompt`](Self::prompt) returned: a permission request nobody takes
+    /// from here within
+    /// [`unread_permission_timeout`](ClientOptions::unread_permission_timeout)
+    /// (30 s by default) is answered "cancelled", with a warning in the
+    /// log, also when this was never called.
     pub fn take_events(&self) -> Option<Events> {
-        self.events.lock().take()
+        self.shared.events.lock().take()
     }
 
     /// The agent id this client is bound to.
@@ -274,24 +409,32 @@ impl SandboxAgentClient {
 
     /// The server's base URL (in embedded mode `http://127.0.0.1:PORT`).
     pub fn base_url(&self) -> &str {
-        &self.base_url
+        &self.shared.base_url
     }
 
     /// The embedded server's process id; `None` in server mode.
     pub fn server_pid(&self) -> Option<u32> {
-        self.server_pid
+        self.shared.server_pid
     }
 
     /// The embedded server's last log lines (with
     /// [`ServerLogs::Capture`](crate::ServerLogs::Capture)); `None` in
-    /// server mode or after dispose.
+    /// server mode or after shutdown.
     pub fn server_logs(&self) -> Option<String> {
-        self.server.lock().as_ref().map(EmbeddedServer::stderr_text)
+        self.shared
+            .server
+            .lock()
+            .as_ref()
+            .map(EmbeddedServer::stderr_text)
     }
 
     /// The server's id of the live connection (`x-acp-connection-id`).
     pub fn connection_id(&self) -> Option<String> {
-        self.live.lock().as_ref().and_then(Live::connection_id)
+        self.shared
+            .live
+            .lock()
+            .as_ref()
+            .and_then(Live::connection_id)
     }
 
     /// The agent's answer to this connection's `initialize`: protocol
@@ -299,7 +442,8 @@ impl SandboxAgentClient {
     /// block in `agent_capabilities.meta["sandboxagent.dev"]`). `None` when
     /// not connected.
     pub fn initialize_result(&self) -> Option<InitializeResponse> {
-        self.live
+        self.shared
+            .live
             .lock()
             .as_ref()
             .filter(|live| live.is_alive())
@@ -417,18 +561,88 @@ impl SandboxAgentClient {
     }
 
     /// `session/prompt`: one prompt turn. The agent's reply streams in as
-    /// [`Event::SessionUpdate`](crate::Event::SessionUpdate)s; this returns
-    /// the stop reason when the turn ends, after all of the turn's updates
-    /// are on the event stream. No timeout unless
-    /// [`ClientOptions::request_timeout`] is set.
+    /// [`Event::SessionUpdate`](crate::Event::SessionUpdate)s on
+    /// [`Events`]; this returns the stop reason when the turn ends, after
+    /// all of the turn's updates are on the event stream. To get the
+    /// turn's events with the turn, use [`prompt_stream`](Self::prompt_stream).
+    /// No timeout unless [`ClientOptions::request_timeout`] is set.
+    ///
+    /// # Permission requests
+    /// A turn may stop until a permission request is answered. Without a
+    /// [`permission_handler`](ClientOptions::permission_handler), the
+    /// request arrives on [`Events`], so read them *while* this runs
+    /// (`tokio::select!` on both, or a task of its own), or use
+    /// [`prompt_stream`](Self::prompt_stream). A request nobody reads within
+    /// [`unread_permission_timeout`](ClientOptions::unread_permission_timeout)
+    /// (30 s by default) is answered "cancelled" and logged as a warning;
+    /// the turn then ends (the mock agent, like most, with stop reason
+    /// `cancelled`) instead of hanging.
     ///
     /// # Errors
     /// [`Error::NotConnected`], [`Error::Rpc`] (e.g. `-32603` when the agent
     /// process exited mid-turn; a
     /// [`SessionEnded`](crate::Event::SessionEnded) event says why),
-    /// [`Error::Http`], [`Error::Transport`].
+    /// [`Error::Http`], [`Error::ConnectionLost`], [`Error::Timeout`] (the
+    /// turn is then cancelled with `session/cancel`, and this returns once
+    /// the agent ended it, or at most 2 s later).
     pub async fn prompt(&self, request: PromptRequest) -> Result<PromptResponse, Error> {
-        self.request(request).await
+        let cx = self.cx()?;
+        prompt_turn(cx, request, self.shared.options.request_timeout).await
+    }
+
+    /// `session/prompt` as a stream of the turn's events: the agent's text
+    /// and thought chunks, tool calls and their updates, plans, other
+    /// updates of the session, permission requests (carrying their
+    /// responder), and last the stop reason
+    /// ([`TurnEvent::Stopped`]) or the error ([`TurnEvent::Failed`]); then
+    /// the stream ends. Every update of the turn comes before the last item.
+    ///
+    /// The turn starts at once (the request is sent before this returns),
+    /// on a task of its own. Updates also go to the client-wide [`Events`];
+    /// permission requests only here (unless a
+    /// [`permission_handler`](ClientOptions::permission_handler) answers
+    /// them). A turn over [`ClientOptions::request_timeout`] ends with
+    /// [`TurnEvent::Failed`] ([`Error::Timeout`]) and is cancelled
+    /// (`session/cancel`). Poll the stream while the turn runs: a permission request
+    /// left unread for
+    /// [`unread_permission_timeout`](ClientOptions::unread_permission_timeout)
+    /// is answered "cancelled". Dropping the stream does not end the turn
+    /// ([`cancel`](Self::cancel) does).
+    ///
+    /// ```no_run
+    /// use sandbox_agent_sdk::schema::PromptRequest;
+    /// use sandbox_agent_sdk::{PermissionDecision, SandboxAgentClient, StreamExt, TurnEvent};
+    ///
+    /// # async fn run(client: SandboxAgentClient, session_id: sandbox_agent_sdk::schema::SessionId) -> Result<(), sandbox_agent_sdk::Error> {
+    /// let mut turn = client.prompt_stream(PromptRequest::new(session_id, vec!["hello".into()]));
+    /// while let Some(event) = turn.next().await {
+    ///     match event {
+    ///         TurnEvent::MessageChunk(_) => print!("{}", event.text().unwrap_or_default()),
+    ///         TurnEvent::PermissionRequest(request) => request.decide(PermissionDecision::Allow)?,
+    ///         TurnEvent::Stopped(done) => println!("\n[{:?}]", done.stop_reason),
+    ///         TurnEvent::Failed(error) => return Err(error),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn prompt_stream(&self, request: PromptRequest) -> TurnStream {
+        let session_id = request.session_id.clone();
+        let cx = match self.cx() {
+            Ok(cx) => cx,
+            Err(error) => return TurnStream::failed(session_id, error),
+        };
+        let limit = self.shared.options.request_timeout;
+        TurnStream::start(&self.shared.turns, session_id.clone(), move |tx| {
+            tokio::spawn(async move {
+                let result = prompt_turn(cx, request, limit).await;
+                let _ = tx.send(match result {
+                    Ok(response) => TurnEvent::Stopped(response),
+                    Err(error) => TurnEvent::Failed(error),
+                });
+            })
+        })
     }
 
     /// `session/cancel`: asks the agent to end the session's running turn;
@@ -509,13 +723,33 @@ impl SandboxAgentClient {
     /// `_sandboxagent/session/set_metadata`). `title`, `model` and `mode`
     /// also set the session's title and hints. Answers the updated entry.
     ///
+    /// `metadata` is anything that serializes to a JSON object:
+    /// `serde_json::json!({"title": "Fix the login bug"})`, a
+    /// [`Metadata`](crate::Metadata) builder, a `serde_json::Map`, or a
+    /// struct of your own.
+    ///
     /// # Errors
-    /// [`Error::NotConnected`]; [`Error::Rpc`] `-32002` (unknown session).
+    /// [`Error::InvalidOptions`] when `metadata` is not a JSON object;
+    /// [`Error::NotConnected`]; [`Error::Rpc`] `-32002` (unknown session,
+    /// [`Error::is_not_found`]).
     pub async fn set_metadata(
         &self,
         session_id: impl Into<SessionId>,
-        metadata: Map<String, Value>,
+        metadata: impl Serialize,
     ) -> Result<SessionEntry, Error> {
+        let metadata = match serde_json::to_value(metadata) {
+            Ok(Value::Object(metadata)) => metadata,
+            Ok(other) => {
+                return Err(Error::InvalidOptions(format!(
+                    "metadata must be a JSON object, not {other}"
+                )));
+            }
+            Err(error) => {
+                return Err(Error::InvalidOptions(format!(
+                    "metadata does not serialize to JSON: {error}"
+                )));
+            }
+        };
         let params = SetMetadataParams::new(session_id.into().0.to_string(), metadata);
         let info: SessionInfo = self
             .ext_request(method::SESSION_SET_METADATA, &params)
@@ -551,16 +785,29 @@ impl SandboxAgentClient {
             .await
     }
 
-    /// One session of the server's inventory
-    /// (`_sandboxagent/session/get`); [`session`](Self::session) is the same
-    /// without a connection.
+    /// One session of this client's agent, from the server's inventory:
+    /// over the connection (`_sandboxagent/session/get`) when one is live,
+    /// else over the control plane (`GET /v2/sessions/{id}?agent=`), so it
+    /// works without a connection too.
     ///
     /// # Errors
-    /// [`Error::NotConnected`]; [`Error::Rpc`] `-32002` (unknown session).
+    /// An unknown session is [`Error::is_not_found`] (JSON-RPC `-32002` over
+    /// the connection, HTTP 404 `unknown-session` over the control plane);
+    /// [`Error::Disposed`]; as [`health`](Self::health).
     pub async fn get_session(
         &self,
         session_id: impl Into<SessionId>,
     ) -> Result<SessionEntry, Error> {
+        let session_id = session_id.into();
+        if !self.is_connected() {
+            self.check_disposed()?;
+            return self
+                .control_call(
+                    "GET /v2/sessions/{id}",
+                    self.control.session(&self.agent, &session_id.0),
+                )
+                .await;
+        }
         let info: SessionInfo = self
             .ext_request(method::SESSION_GET, &session_ref(session_id))
             .await?;
@@ -574,11 +821,14 @@ impl SandboxAgentClient {
     /// `GET /v2/health`.
     ///
     /// # Errors
-    /// [`Error::Request`] when the server cannot be reached,
-    /// [`Error::Http`], [`Error::Disposed`].
+    /// [`Error::ConnectionLost`] when the server cannot be reached,
+    /// [`Error::Timeout`] past the request timeout, [`Error::Http`] (a
+    /// wrong token on the other routes: [`Error::is_unauthorized`]),
+    /// [`Error::Disposed`].
     pub async fn health(&self) -> Result<Health, Error> {
         self.check_disposed()?;
-        self.control.health().await
+        self.control_call("GET /v2/health", self.control.health())
+            .await
     }
 
     /// `GET /v2/agents`: every agent the server knows, installed or not,
@@ -589,7 +839,8 @@ impl SandboxAgentClient {
     /// As [`health`](Self::health) (401 with a wrong token).
     pub async fn agents(&self) -> Result<Vec<AgentInfo>, Error> {
         self.check_disposed()?;
-        self.control.agents().await
+        self.control_call("GET /v2/agents", self.control.agents())
+            .await
     }
 
     /// `POST /v2/agents/{agent}/install`: installs an agent (idempotent:
@@ -605,50 +856,108 @@ impl SandboxAgentClient {
         options: InstallOptions,
     ) -> Result<InstallResult, Error> {
         self.check_disposed()?;
-        self.control.install(agent, &options).await
+        self.control_call(
+            "POST /v2/agents/{agent}/install",
+            self.control.install(agent, &options),
+        )
+        .await
     }
 
-    /// `GET /v2/sessions`: the whole inventory, newest first.
+    /// `GET /v2/sessions`: the whole inventory (every agent, ended sessions
+    /// included), newest first, in one list and without a connection.
+    /// [`list_sessions`](Self::list_sessions) is the paged ACP
+    /// `session/list` over the connection.
     ///
     /// # Errors
     /// As [`health`](Self::health).
+    pub async fn all_sessions(&self) -> Result<Vec<SessionEntry>, Error> {
+        self.check_disposed()?;
+        self.control_call("GET /v2/sessions", self.control.sessions())
+            .await
+    }
+
+    /// The old name of [`all_sessions`](Self::all_sessions).
+    ///
+    /// # Errors
+    /// As [`all_sessions`](Self::all_sessions).
+    #[deprecated(since = "0.2.0", note = "renamed to `all_sessions`")]
     pub async fn sessions(&self) -> Result<Vec<SessionEntry>, Error> {
-        self.check_disposed()?;
-        self.control.sessions().await
+        self.all_sessions().await
     }
 
-    /// `GET /v2/sessions/{id}?agent=`: session `session_id` of this client's
-    /// agent (session ids are per agent).
+    /// `GET /v2/sessions/{id}?agent=`; now [`get_session`](Self::get_session),
+    /// which uses this route when not connected.
     ///
     /// # Errors
-    /// As [`health`](Self::health); [`Error::Http`] 404 `unknown-session`.
-    pub async fn session(&self, session_id: &str) -> Result<SessionEntry, Error> {
+    /// As [`get_session`](Self::get_session).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `get_session`, which works with or without a connection"
+    )]
+    pub async fn session(&self, session_id: impl Into<SessionId>) -> Result<SessionEntry, Error> {
         self.check_disposed()?;
-        self.control.session(&self.agent, session_id).await
+        let session_id = session_id.into();
+        self.control_call(
+            "GET /v2/sessions/{id}",
+            self.control.session(&self.agent, &session_id.0),
+        )
+        .await
     }
 
-    /// `GET /v2/sessions/{id}/events?offset=&limit=`: the session's recorded
-    /// ACP traffic from `offset` on, oldest first; `limit` 1..=1000 (server
-    /// default 100). Continue with the page's `next_offset`.
+    /// `GET /v2/sessions/{id}/events?offset=&limit=`: one page of the
+    /// session's recorded ACP traffic from `offset` on, oldest first, at
+    /// most `limit` events (1..=1000; `None`: 100). Continue with the
+    /// page's [`next_offset`](EventPage::next_offset) until it is `None`
+    /// (the end of what is recorded now).
+    ///
+    /// ```no_run
+    /// # async fn run(client: sandbox_agent_sdk::SandboxAgentClient, id: sandbox_agent_sdk::schema::SessionId) -> Result<(), sandbox_agent_sdk::Error> {
+    /// let mut offset = Some(0);
+    /// while let Some(from) = offset {
+    ///     let page = client.session_events(id.clone(), from, None).await?;
+    ///     for event in &page.events {
+    ///         println!("{} {:?} {}", event.offset, event.direction, event.message);
+    ///     }
+    ///     offset = page.next_offset;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
-    /// As [`session`](Self::session); 400 for a bad `limit`.
+    /// As [`health`](Self::health); an unknown session
+    /// [`Error::is_not_found`] (404 `unknown-session`); [`Error::Http`] 400
+    /// for a `limit` out of range.
     pub async fn session_events(
         &self,
-        session_id: &str,
+        session_id: impl Into<SessionId>,
         offset: u64,
         limit: Option<u32>,
-    ) -> Result<SessionEventsPage, Error> {
+    ) -> Result<EventPage, Error> {
         self.check_disposed()?;
-        self.control
-            .session_events(&self.agent, session_id, offset, limit)
-            .await
+        let session_id = session_id.into();
+        let limit = limit.unwrap_or(DEFAULT_EVENTS_LIMIT);
+        // One more than asked for, when the server allows it, tells whether
+        // the page is the last.
+        let asked = if (1..MAX_EVENTS_LIMIT).contains(&limit) {
+            limit + 1
+        } else {
+            limit
+        };
+        let page = self
+            .control_call(
+                "GET /v2/sessions/{id}/events",
+                self.control
+                    .session_events(&self.agent, &session_id.0, offset, Some(asked)),
+            )
+            .await?;
+        Ok(EventPage::from_wire(page, offset, limit))
     }
 
     // -----------------------------------------------------------------
 
     fn check_disposed(&self) -> Result<(), Error> {
-        if self.disposed.load(Ordering::Acquire) {
+        if self.shared.disposed.load(Ordering::Acquire) {
             Err(Error::Disposed)
         } else {
             Ok(())
@@ -658,7 +967,7 @@ impl SandboxAgentClient {
     /// The live connection's sender.
     fn cx(&self) -> Result<ConnectionTo<Agent>, Error> {
         self.check_disposed()?;
-        match self.live.lock().as_ref() {
+        match self.shared.live.lock().as_ref() {
             Some(live) if live.is_alive() => Ok(live.cx.clone()),
             _ => Err(Error::NotConnected),
         }
@@ -670,10 +979,40 @@ impl SandboxAgentClient {
         Req::Response: JsonRpcResponse + Send,
     {
         let cx = self.cx()?;
-        cx.send_request(request)
-            .block_task()
-            .await
-            .map_err(Error::from_rpc)
+        let method = request.method().to_owned();
+        self.within_timeout(&method, async {
+            cx.send_request(request)
+                .block_task()
+                .await
+                .map_err(Error::from_rpc)
+        })
+        .await
+    }
+
+    /// `call`, failing with [`Error::Timeout`] after the request timeout.
+    async fn within_timeout<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        within_limit(self.shared.options.request_timeout, what, call).await
+    }
+
+    /// A control-plane call; a reqwest timeout is reported with the route
+    /// and the limit.
+    async fn control_call<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        match call.await {
+            Err(Error::Timeout { source, .. }) => Err(Error::Timeout {
+                what: what.to_owned(),
+                after: self.shared.options.request_timeout,
+                source,
+            }),
+            other => other,
+        }
     }
 
     /// Sends an extension request and reads its result as `R`.
@@ -691,6 +1030,56 @@ impl SandboxAgentClient {
     }
 }
 
+/// `call`, failing with [`Error::Timeout`] naming `what` after `limit`
+/// (none: no limit).
+async fn within_limit<T>(
+    limit: Option<Duration>,
+    what: &str,
+    call: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let Some(limit) = limit else {
+        return call.await;
+    };
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Timeout {
+            what: what.to_owned(),
+            after: Some(limit),
+            source: None,
+        }),
+    }
+}
+
+/// One `session/prompt` on `cx`. Past `limit` the turn is cancelled
+/// (`session/cancel`: it would go on at the agent and refuse the session's
+/// next prompt) and, once the agent ended it or after [`CANCEL_GRACE`],
+/// reported as [`Error::Timeout`].
+async fn prompt_turn(
+    cx: ConnectionTo<Agent>,
+    request: PromptRequest,
+    limit: Option<Duration>,
+) -> Result<PromptResponse, Error> {
+    let session_id = request.session_id.clone();
+    let answer = cx.send_request(request).block_task();
+    tokio::pin!(answer);
+    let Some(limit) = limit else {
+        return answer.await.map_err(Error::from_rpc);
+    };
+    if let Ok(result) = tokio::time::timeout(limit, &mut answer).await {
+        return result.map_err(Error::from_rpc);
+    }
+    if let Err(error) = cx.send_notification(CancelNotification::new(session_id)) {
+        tracing::debug!(%error, "cancelling a timed-out turn failed");
+    } else {
+        let _ = tokio::time::timeout(CANCEL_GRACE, answer).await;
+    }
+    Err(Error::Timeout {
+        what: "session/prompt".to_owned(),
+        after: Some(limit),
+        source: None,
+    })
+}
+
 fn session_ref(session_id: impl Into<SessionId>) -> SessionRef {
     SessionRef {
         session_id: session_id.into().0.to_string(),
@@ -701,10 +1090,10 @@ impl std::fmt::Debug for SandboxAgentClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SandboxAgentClient")
             .field("agent", &self.agent)
-            .field("base_url", &self.base_url)
-            .field("server_pid", &self.server_pid)
+            .field("base_url", &self.shared.base_url)
+            .field("server_pid", &self.shared.server_pid)
             .field("connected", &self.is_connected())
-            .field("disposed", &self.disposed.load(Ordering::Relaxed))
+            .field("disposed", &self.shared.disposed.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -712,7 +1101,6 @@ impl std::fmt::Debug for SandboxAgentClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-
     use agent_client_protocol::JsonRpcMessage;
 
     fn assert_send_sync<T: Send + Sync>() {}
@@ -725,6 +1113,43 @@ mod tests {
         assert_send_sync::<Error>();
         // Events cross tasks; a permission request is answered by one owner.
         assert_send::<Event>();
+        assert_send_sync::<TurnStream>();
+        assert_send::<TurnEvent>();
+    }
+
+    fn wire_page(offsets: std::ops::Range<u64>, next_offset: u64) -> SessionEventsPage {
+        SessionEventsPage {
+            events: offsets
+                .map(|offset| SessionEvent {
+                    offset,
+                    at: "2026-01-01T00:00:00.000Z".to_owned(),
+                    direction: ext_methods::Direction::ClientToAgent,
+                    message: Value::Null,
+                })
+                .collect(),
+            next_offset,
+        }
+    }
+
+    #[test]
+    fn event_pages_mark_their_end() {
+        // One more than asked came back: more to fetch.
+        let page = EventPage::from_wire(wire_page(0..3, 3), 0, 2);
+        assert_eq!(page.events.len(), 2);
+        assert_eq!(page.next_offset, Some(2));
+        assert_eq!(page.offset_after, 2);
+        // Fewer than asked, or exactly as many (the extra one was missing):
+        // the end.
+        let page = EventPage::from_wire(wire_page(2..4, 4), 2, 5);
+        assert_eq!((page.next_offset, page.offset_after), (None, 4));
+        let page = EventPage::from_wire(wire_page(2..4, 4), 2, 2);
+        assert_eq!(page.next_offset, None);
+        let page = EventPage::from_wire(wire_page(0..0, 7), 7, 10);
+        assert_eq!((page.next_offset, page.offset_after), (None, 7));
+        // At the server's largest limit nothing extra can be asked for: a
+        // full page may have more behind it.
+        let page = EventPage::from_wire(wire_page(0..1000, 1000), 0, MAX_EVENTS_LIMIT);
+        assert_eq!(page.next_offset, Some(1000));
     }
 
     #[test]

@@ -65,7 +65,7 @@ impl Live {
     /// # Errors
     /// Building the transport ([`Error::InvalidOptions`]), or `initialize`
     /// failing ([`Error::Http`] with the server's problem, e.g. an unknown
-    /// agent; [`Error::Transport`]; [`Error::Rpc`]).
+    /// agent; [`Error::ConnectionLost`]; [`Error::Rpc`]).
     pub(crate) async fn open(options: TransportOptions, setup: Setup) -> Result<Live, Error> {
         let transport = HttpTransport::new(options).map_err(Error::from_transport)?;
         let handle = transport.handle();
@@ -118,7 +118,7 @@ impl Live {
                 Err(join) => join.to_string(),
                 Ok(()) => "the connection ended at once".to_owned(),
             };
-            return Err(Error::Transport(error));
+            return Err(Error::connection_lost(error));
         };
         let mut live = Live {
             cx,

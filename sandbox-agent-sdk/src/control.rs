@@ -159,6 +159,45 @@ impl ControlPlane {
         .await
     }
 
+    /// A request to `segments` with auth, for callers that build the body
+    /// themselves (the file system API streams its bodies).
+    pub(crate) fn request(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, &str)],
+    ) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, self.url(segments, query));
+        match &self.authorization {
+            Some(authorization) => request.header(AUTHORIZATION, authorization.clone()),
+            None => request,
+        }
+    }
+
+    /// Sends `request`: the response on 2xx, [`Error::Http`] with the
+    /// problem document otherwise.
+    pub(crate) async fn exchange(
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, Error> {
+        let response = request.send().await?;
+        if !response.status().is_success() {
+            return Err(Error::Http(HttpFailure::from_response(response).await));
+        }
+        Ok(response)
+    }
+
+    /// The JSON body of a 2xx `response` to `what`.
+    pub(crate) async fn json<T: DeserializeOwned>(
+        response: reqwest::Response,
+        what: &str,
+    ) -> Result<T, Error> {
+        let bytes = response.bytes().await?;
+        serde_json::from_slice(&bytes).map_err(|error| Error::InvalidResponse {
+            what: what.to_owned(),
+            message: error.to_string(),
+        })
+    }
+
     /// The URL of `segments` under the base URL (each segment escaped).
     fn url(&self, segments: &[&str], query: &[(&str, &str)]) -> Url {
         let mut url = self.base_url.clone();

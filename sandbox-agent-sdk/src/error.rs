@@ -13,24 +13,38 @@ const INTERNAL_ERROR: i32 = -32603;
 /// `data` member naming a transport failure in such a made-up error.
 const DATA_TRANSPORT_ERROR: &str = "transportError";
 
+/// A boxed underlying error, as kept in [`Error::ConnectionLost`] and
+/// [`Error::Timeout`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Everything that can go wrong in this crate.
+///
+/// Branch on the predicates rather than on variants where one exists:
+/// [`is_not_found`](Error::is_not_found),
+/// [`is_unauthorized`](Error::is_unauthorized),
+/// [`is_connection_lost`](Error::is_connection_lost),
+/// [`is_timeout`](Error::is_timeout),
+/// [`is_auth_required`](Error::is_auth_required). They answer alike
+/// whether the failure came from a control-plane route (HTTP status) or a
+/// JSON-RPC call on the connection (error code).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A call that needs the connection to the agent was made before
     /// [`open`](crate::SandboxAgentClient::open) (with
     /// `auto_connect(false)`), after
-    /// [`disconnect`](crate::SandboxAgentClient::disconnect), or after the
+    /// [`close`](crate::SandboxAgentClient::close), or after the
     /// connection was lost.
     #[error("not connected: open the connection first (SandboxAgentClient::open)")]
     NotConnected,
     /// [`open`](crate::SandboxAgentClient::open) was called while the client
     /// already has a live connection (one connection per client).
-    #[error("already connected: disconnect first to open a new connection")]
+    #[error("already connected: close the connection first to open a new one")]
     AlreadyConnected,
-    /// The client was disposed: its embedded server is stopped and it opens
-    /// no more connections.
-    #[error("the client was disposed")]
+    /// The client was shut down
+    /// ([`shutdown`](crate::SandboxAgentClient::shutdown)): its embedded
+    /// server is stopped and it opens no more connections.
+    #[error("the client was shut down")]
     Disposed,
     /// The [`ClientOptions`](crate::ClientOptions) cannot work (for example
     /// server mode without a base URL, a URL that is not http(s)).
@@ -41,14 +55,40 @@ pub enum Error {
     /// both crates say it alike.
     #[error("{0}")]
     Http(HttpFailure),
-    /// A control-plane HTTP exchange failed (connect, timeout, body cut
-    /// off).
+    /// A control-plane HTTP exchange failed for a reason that is neither a
+    /// lost connection nor a timeout (for example a body that could not be
+    /// decoded). Those two are [`Error::ConnectionLost`] and
+    /// [`Error::Timeout`].
     #[error("HTTP request failed: {0}")]
-    Request(#[from] reqwest::Error),
-    /// The connection to the agent failed below JSON-RPC (the server could
-    /// not be reached, the event stream was lost); the text says how.
-    #[error("connection failed: {0}")]
-    Transport(String),
+    Request(reqwest::Error),
+    /// The server could not be reached, or the connection to it broke: a
+    /// refused or reset TCP connection, an answer cut off, the event stream
+    /// lost for good, an answer to a permission request that could not be
+    /// sent. The same variant on the control plane and on the connection to
+    /// the agent; [`is_connection_lost`](Error::is_connection_lost) says so
+    /// too. `source` holds the underlying error where one survived (an
+    /// error that crossed the connection's JSON-RPC layer keeps only its
+    /// text, in `message`).
+    #[error("connection lost: {message}")]
+    ConnectionLost {
+        /// What happened.
+        message: String,
+        /// The underlying error, when there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// A request took longer than
+    /// [`ClientOptions::request_timeout`](crate::ClientOptions::request_timeout).
+    #[error("{what} timed out{}", after_suffix(.after))]
+    Timeout {
+        /// The method or route.
+        what: String,
+        /// The limit that passed, when known here.
+        after: Option<Duration>,
+        /// The underlying error, when there is one (reqwest's timeout).
+        #[source]
+        source: Option<BoxError>,
+    },
     /// The agent (or the server on its behalf) answered with a JSON-RPC
     /// error: code, message and data as sent.
     #[error("{}", rpc_text(.0))]
@@ -124,6 +164,50 @@ impl Error {
         self.rpc_code() == Some(i32::from(agent_client_protocol::ErrorCode::AUTH_REQUIRED))
     }
 
+    /// Whether the thing asked about does not exist: HTTP 404 (an unknown
+    /// agent, session or route) or JSON-RPC `-32002` (ACP "resource not
+    /// found": an unknown or terminated session).
+    pub fn is_not_found(&self) -> bool {
+        self.status() == Some(StatusCode::NOT_FOUND)
+            || self.rpc_code()
+                == Some(i32::from(
+                    agent_client_protocol::ErrorCode::RESOURCE_NOT_FOUND,
+                ))
+    }
+
+    /// Whether the server refused the bearer token: HTTP 401 (a wrong or
+    /// missing [`ClientOptions::token`](crate::ClientOptions::token)). Not
+    /// the agent's own "Authentication required", which is
+    /// [`is_auth_required`](Error::is_auth_required).
+    pub fn is_unauthorized(&self) -> bool {
+        self.status() == Some(StatusCode::UNAUTHORIZED)
+    }
+
+    /// Whether the server could not be reached or the connection broke
+    /// ([`Error::ConnectionLost`]). Calls that need the connection then
+    /// fail with [`Error::NotConnected`] until
+    /// [`open`](crate::SandboxAgentClient::open) succeeds again.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(self, Error::ConnectionLost { .. })
+    }
+
+    /// Whether a request ran out of time ([`Error::Timeout`]; see
+    /// [`ClientOptions::request_timeout`](crate::ClientOptions::request_timeout)),
+    /// or an embedded server was not ready in time
+    /// ([`Error::StartupTimeout`]).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. } | Error::StartupTimeout { .. })
+    }
+
+    /// A lost connection described by `message`, without an underlying
+    /// error.
+    pub(crate) fn connection_lost(message: impl Into<String>) -> Error {
+        Error::ConnectionLost {
+            message: message.into(),
+            source: None,
+        }
+    }
+
     /// Sorts an error of the typed connection: an HTTP failure of the
     /// request's POST (made up by `acp-http-client`, see its
     /// `http_failure`), a transport failure, or the agent's own JSON-RPC
@@ -139,7 +223,15 @@ impl Error {
                 .and_then(|data| data.get(DATA_TRANSPORT_ERROR))
                 .and_then(serde_json::Value::as_str)
         {
-            return Error::Transport(transport.to_owned());
+            return Error::connection_lost(transport);
+        }
+        if agent_client_protocol::is_connection_terminated(&error)
+            || agent_client_protocol::is_incoming_transport_closed(&error)
+        {
+            return Error::ConnectionLost {
+                message: error.message.clone(),
+                source: Some(Box::new(error)),
+            };
         }
         Error::Rpc(error)
     }
@@ -150,10 +242,51 @@ impl Error {
         match error {
             acp_http_client::Error::Http(failure) => Error::Http(failure),
             acp_http_client::Error::InvalidOptions(message) => Error::InvalidOptions(message),
-            acp_http_client::Error::Request(error) => Error::Request(error),
-            other => Error::Transport(other.to_string()),
+            acp_http_client::Error::Request(error) => Error::from(error),
+            other => Error::ConnectionLost {
+                message: other.to_string(),
+                source: Some(Box::new(other)),
+            },
         }
     }
+}
+
+impl From<reqwest::Error> for Error {
+    /// A timeout becomes [`Error::Timeout`]; a failed connect, a request
+    /// that could not be sent and a body cut off become
+    /// [`Error::ConnectionLost`]; anything else [`Error::Request`]. The
+    /// reqwest error is kept as the source.
+    fn from(error: reqwest::Error) -> Error {
+        if error.is_timeout() {
+            Error::Timeout {
+                what: error
+                    .url()
+                    .map_or_else(|| "the request".to_owned(), |url| url.path().to_owned()),
+                after: None,
+                source: Some(Box::new(error)),
+            }
+        } else if error.is_connect() || error.is_request() || error.is_body() {
+            Error::ConnectionLost {
+                message: error_chain(&error),
+                source: Some(Box::new(error)),
+            }
+        } else {
+            Error::Request(error)
+        }
+    }
+}
+
+/// `error` and its sources, joined by `: ` (reqwest's own text omits the
+/// cause, such as "Connection refused").
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn rpc_text(error: &agent_client_protocol::Error) -> String {
@@ -166,6 +299,10 @@ fn rpc_text(error: &agent_client_protocol::Error) -> String {
         text.push_str(&format!(" ({data})"));
     }
     text
+}
+
+fn after_suffix(after: &Option<Duration>) -> String {
+    after.map_or_else(String::new, |after| format!(" after {after:?}"))
 }
 
 fn stderr_suffix(stderr: &str) -> String {
@@ -209,12 +346,14 @@ mod tests {
     fn transport_and_agent_errors_are_told_apart() {
         let transport = agent_client_protocol::Error::new(-32603, "x".to_owned())
             .data(serde_json::json!({"transportError": "connection refused"}));
-        assert!(
-            matches!(Error::from_rpc(transport), Error::Transport(t) if t == "connection refused")
-        );
+        let lost = Error::from_rpc(transport);
+        assert!(lost.is_connection_lost(), "{lost:?}");
+        assert!(lost.to_string().contains("connection refused"), "{lost}");
         let agent = agent_client_protocol::Error::new(-32002, "unknown session".to_owned());
         let error = Error::from_rpc(agent);
         assert_eq!(error.rpc_code(), Some(-32002));
+        assert!(error.is_not_found());
+        assert!(!error.is_connection_lost());
         assert!(error.to_string().contains("unknown session"));
     }
 }

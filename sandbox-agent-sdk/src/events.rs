@@ -1,14 +1,9 @@
 //! The client's event stream: [`Event`], [`Events`], and permission requests
-//! ([`PermissionRequest`], [`PermissionDecision`]).
-//!
-//! Everything the agent (or the server) sends that is not an answer becomes
-//! one [`Event`], in the order it arrived on the connection's event stream.
-//! `acp-http-client` holds each answer until the stream delivered the
-//! updates the agent wrote before it, so when a call such as
-//! [`prompt`](crate::SandboxAgentClient::prompt) returns, every update of
-//! that turn is already queued in [`Events`].
+//! ([`PermissionRequest`], [`PermissionDecision`]), with the rule that an
+//! unread permission request is answered "cancelled" after a limit.
 
 use crate::error::Error;
+use crate::turn::Turns;
 use agent_client_protocol::JsonRpcMessage;
 use agent_client_protocol::UntypedMessage;
 use agent_client_protocol::v1::Responder;
@@ -23,6 +18,7 @@ use serde_json::Value;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// A permission handler (see
@@ -68,12 +64,30 @@ pub enum Event {
     },
 }
 
-/// The client's events, in arrival order (see the module docs). Take it
-/// once with [`take_events`](crate::SandboxAgentClient::take_events).
+/// The client's events: everything the agent (or the server) sent on this
+/// client's connections that is not an answer, for every session, in the
+/// order it arrived. Take it once with
+/// [`take_events`](crate::SandboxAgentClient::take_events); for one prompt
+/// turn, [`prompt_stream`](crate::SandboxAgentClient::prompt_stream) is
+/// usually handier.
 ///
-/// Unbounded: events wait here until read. Drop it if you do not want
-/// events; permission requests are then answered "cancelled" (unless a
-/// handler answers them). Ends when the client is dropped.
+/// `acp-http-client` holds each answer until the updates the agent wrote
+/// before it were delivered, so when a call such as
+/// [`prompt`](crate::SandboxAgentClient::prompt) returns, every update of
+/// that turn is already queued here.
+///
+/// Read it with [`recv`](Self::recv), [`try_recv`](Self::try_recv), or as a
+/// [`Stream`](crate::Stream) (with [`StreamExt`](crate::StreamExt)'s
+/// `next()`, re-exported by this crate).
+///
+/// Unbounded: events wait here until read. A permission request is the
+/// exception: one that is not read from here within
+/// [`ClientOptions::unread_permission_timeout`](crate::ClientOptions::unread_permission_timeout)
+/// (default 30 s) is answered "cancelled", logged as a warning and not
+/// delivered, so a turn never waits for a reader that is not there. Drop
+/// it if you do not want events; permission requests are then answered
+/// "cancelled" at once (unless a handler answers them). Ends when the
+/// client is dropped.
 #[derive(Debug)]
 pub struct Events {
     pub(crate) rx: mpsc::UnboundedReceiver<Event>,
@@ -82,12 +96,39 @@ pub struct Events {
 impl Events {
     /// The next event; `None` once the client is gone.
     pub async fn recv(&mut self) -> Option<Event> {
-        self.rx.recv().await
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
     }
 
     /// The next event if one is queued now.
     pub fn try_recv(&mut self) -> Option<Event> {
-        self.rx.try_recv().ok()
+        loop {
+            let event = self.rx.try_recv().ok()?;
+            if let Some(event) = claimed(event) {
+                return Some(event);
+            }
+        }
+    }
+
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        loop {
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(event)) => {
+                    if let Some(event) = claimed(event) {
+                        return Poll::Ready(Some(event));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// `event` as handed to a reader: a permission request is claimed (its
+/// expiry no longer applies), or skipped (`None`) when it expired unread.
+fn claimed(event: Event) -> Option<Event> {
+    match event {
+        Event::PermissionRequest(request) if !request.claim() => None,
+        other => Some(other),
     }
 }
 
@@ -95,7 +136,7 @@ impl futures::Stream for Events {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.rx.poll_recv(cx)
+        self.poll_event(cx)
     }
 }
 
@@ -151,15 +192,27 @@ impl PermissionDecision {
     }
 }
 
-/// A permission request of the agent, waiting for an answer.
+/// A permission request of the agent, waiting for an answer: it carries
+/// its responder.
 ///
 /// Read what is asked with [`request`](Self::request) (the session, the tool
 /// call with its title, the options) and answer once with
 /// [`decide`](Self::decide). Dropping it unanswered answers "cancelled", so
-/// the agent never waits forever.
+/// the agent never waits forever. Once handed to you (by [`Events`] or a
+/// [`TurnStream`](crate::TurnStream)) it waits for your answer as long as
+/// you keep it.
 pub struct PermissionRequest {
     request: RequestPermissionRequest,
+    pending: Arc<parking_lot::Mutex<Pending>>,
+}
+
+/// The answering half of a [`PermissionRequest`], shared with its expiry
+/// timer.
+struct Pending {
+    /// `None` once answered.
     responder: Option<Responder<RequestPermissionResponse>>,
+    /// Handed to a reader: the expiry timer leaves it alone.
+    claimed: bool,
 }
 
 impl PermissionRequest {
@@ -169,8 +222,56 @@ impl PermissionRequest {
     ) -> PermissionRequest {
         PermissionRequest {
             request,
-            responder: Some(responder),
+            pending: Arc::new(parking_lot::Mutex::new(Pending {
+                responder: Some(responder),
+                claimed: false,
+            })),
         }
+    }
+
+    /// Marks the request as handed to a reader; `false` when it was
+    /// answered already (expired unread), so it is not worth handing out.
+    pub(crate) fn claim(&self) -> bool {
+        let mut pending = self.pending.lock();
+        pending.claimed = true;
+        pending.responder.is_some()
+    }
+
+    /// Answers "cancelled" after `limit` unless a reader claimed the
+    /// request by then (or it was answered); logs a warning when it does.
+    pub(crate) fn expire_unread_after(&self, limit: Duration) {
+        let pending = Arc::downgrade(&self.pending);
+        let session = self.request.session_id.clone();
+        let title = self.title().to_owned();
+        tokio::spawn(async move {
+            tokio::time::sleep(limit).await;
+            let Some(pending) = pending.upgrade() else {
+                return;
+            };
+            let responder = {
+                let mut pending = pending.lock();
+                if pending.claimed {
+                    return;
+                }
+                pending.responder.take()
+            };
+            let Some(responder) = responder else {
+                return;
+            };
+            tracing::warn!(
+                session = %session,
+                permission = %title,
+                ?limit,
+                "a permission request was not read within the limit and is answered \"cancelled\": \
+                 set ClientOptions::permission_handler, or read Events or the turn's TurnStream \
+                 (ClientOptions::unread_permission_timeout)"
+            );
+            if let Err(error) = responder.respond(RequestPermissionResponse::new(
+                RequestPermissionOutcome::Cancelled,
+            )) {
+                tracing::debug!(%error, "answering an expired permission request failed");
+            }
+        });
     }
 
     /// What the agent asks: `session_id`, `tool_call` (its `fields.title`
@@ -192,18 +293,23 @@ impl PermissionRequest {
     /// Answers with `decision` (see [`PermissionDecision::outcome`]).
     ///
     /// # Errors
-    /// [`Error::Rpc`] when the answer cannot be sent (the connection is
-    /// gone).
-    pub fn decide(mut self, decision: PermissionDecision) -> Result<(), Error> {
+    /// [`Error::ConnectionLost`] when the answer cannot be sent (the
+    /// connection is gone).
+    pub fn decide(self, decision: PermissionDecision) -> Result<(), Error> {
         let outcome = decision.outcome(&self.request.options);
         self.respond(outcome)
     }
 
-    fn respond(&mut self, outcome: RequestPermissionOutcome) -> Result<(), Error> {
-        match self.responder.take() {
+    fn respond(&self, outcome: RequestPermissionOutcome) -> Result<(), Error> {
+        let responder = self.pending.lock().responder.take();
+        match responder {
+            // Sending an answer fails only when the connection is gone.
             Some(responder) => responder
                 .respond(RequestPermissionResponse::new(outcome))
-                .map_err(Error::from_rpc),
+                .map_err(|error| Error::ConnectionLost {
+                    message: format!("cannot answer the permission request: {}", error.message),
+                    source: Some(Box::new(error)),
+                }),
             None => Ok(()),
         }
     }
@@ -211,9 +317,7 @@ impl PermissionRequest {
 
 impl Drop for PermissionRequest {
     fn drop(&mut self) {
-        if self.responder.is_some()
-            && let Err(error) = self.respond(RequestPermissionOutcome::Cancelled)
-        {
+        if let Err(error) = self.respond(RequestPermissionOutcome::Cancelled) {
             tracing::debug!(%error, "answering a dropped permission request failed");
         }
     }
@@ -223,52 +327,62 @@ impl std::fmt::Debug for PermissionRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PermissionRequest")
             .field("request", &self.request)
-            .field("answered", &self.responder.is_none())
+            .field("answered", &self.pending.lock().responder.is_none())
             .finish()
     }
 }
 
-/// Where the connection's handlers put what arrives: the client's event
-/// channel, and the permission handler if one was given.
+/// Where the connection's handlers put what arrives: the permission
+/// handler if one was given, the turn stream of the session if one runs,
+/// and the client's event channel.
 #[derive(Clone)]
 pub(crate) struct EventSink {
     pub(crate) tx: mpsc::UnboundedSender<Event>,
     pub(crate) permission_handler: Option<PermissionHandler>,
+    /// Running [`prompt_stream`](crate::SandboxAgentClient::prompt_stream)s.
+    pub(crate) turns: Arc<Turns>,
+    /// How long a permission request may wait unread.
+    pub(crate) unread_permission_timeout: Duration,
 }
 
 impl EventSink {
     /// A permission request: to the handler (on a task of its own, so it may
-    /// call the client), else onto the stream; answered "cancelled" when
-    /// nobody reads the stream.
+    /// call the client), else to its session's turn stream, else onto the
+    /// client's event stream. Answered "cancelled" at once when nobody
+    /// holds the stream it went to, and after the unread-permission limit
+    /// when nobody read it by then.
     pub(crate) fn permission(
         &self,
         request: RequestPermissionRequest,
         responder: Responder<RequestPermissionResponse>,
     ) {
-        match &self.permission_handler {
-            Some(handler) => {
-                let decision = handler(request.clone());
-                tokio::spawn(async move {
-                    let decision = decision.await;
-                    let pending = PermissionRequest::new(request, responder);
-                    if let Err(error) = pending.decide(decision) {
-                        tracing::debug!(%error, "answering a permission request failed");
-                    }
-                });
-            }
-            // A closed channel hands the event back; dropping it answers "cancelled".
-            None => drop(
-                self.tx
-                    .send(Event::PermissionRequest(PermissionRequest::new(
-                        request, responder,
-                    ))),
-            ),
+        if let Some(handler) = &self.permission_handler {
+            let decision = handler(request.clone());
+            tokio::spawn(async move {
+                let decision = decision.await;
+                let pending = PermissionRequest::new(request, responder);
+                if let Err(error) = pending.decide(decision) {
+                    tracing::debug!(%error, "answering a permission request failed");
+                }
+            });
+            return;
+        }
+        let session = request.session_id.clone();
+        let pending = PermissionRequest::new(request, responder);
+        pending.expire_unread_after(self.unread_permission_timeout);
+        // A closed channel hands the request back; dropping it answers
+        // "cancelled".
+        if let Some(pending) = self.turns.permission(&session, pending) {
+            drop(self.tx.send(Event::PermissionRequest(pending)));
         }
     }
 
-    /// A notification, converted to its typed event.
+    /// A notification, converted to its typed event: to the turn stream of
+    /// its session (a copy) and to the client's event stream.
     pub(crate) fn notification(&self, message: UntypedMessage) {
-        let _ = self.tx.send(convert_notification(message));
+        let event = convert_notification(message);
+        self.turns.event(&event);
+        let _ = self.tx.send(event);
     }
 
     /// The connection ended on its own.

@@ -2,37 +2,63 @@
 //! per agent, in sandbox terms (sessions, prompts, permission requests,
 //! metadata, events), on top of ACP over HTTP (`acp-http-client`).
 //!
-//! # Embedded mode
+//! # A streamed turn with a permission answer
 //!
 //! Without a base URL the client starts a private `sandbox-agent server` (a
-//! child process on a free loopback port with a random token) and stops it
-//! when it is disposed or dropped. The binary is `$SANDBOX_AGENT_BIN`, else
-//! `sandbox-agent` next to the current executable, else on `PATH`.
+//! child process on a free loopback port with a random token; see
+//! [`ClientOptions::binary`] for where the binary comes from) and stops it
+//! on [`shutdown`](SandboxAgentClient::shutdown) or when the last clone is
+//! dropped. [`prompt_stream`](SandboxAgentClient::prompt_stream) yields the
+//! turn's events while it runs, permission requests included, and ends with
+//! the stop reason:
 //!
 //! ```no_run
 //! use sandbox_agent_sdk::schema::{NewSessionRequest, PromptRequest};
-//! use sandbox_agent_sdk::{ClientOptions, SandboxAgentClient};
+//! use sandbox_agent_sdk::{
+//!     ClientOptions, PermissionDecision, SandboxAgentClient, StreamExt, TurnEvent,
+//! };
 //!
 //! # async fn run() -> Result<(), sandbox_agent_sdk::Error> {
 //! let client = SandboxAgentClient::connect(ClientOptions::new("mock")).await?;
 //! let session = client.new_session(NewSessionRequest::new("/tmp")).await?;
-//! let done = client
-//!     .prompt(PromptRequest::new(session.session_id.clone(), vec!["hello".into()]))
-//!     .await?;
-//! println!("{:?}", done.stop_reason); // EndTurn
-//! client.dispose().await; // or drop it
+//! let request = PromptRequest::new(session.session_id.clone(), vec!["please ask permission".into()]);
+//! let mut turn = client.prompt_stream(request);
+//! while let Some(event) = turn.next().await {
+//!     match event {
+//!         TurnEvent::MessageChunk(_) => print!("{}", event.text().unwrap_or_default()),
+//!         TurnEvent::ToolCall(call) => eprintln!("[tool] {}", call.title),
+//!         TurnEvent::PermissionRequest(request) => {
+//!             eprintln!("[allowing] {}", request.title());
+//!             request.decide(PermissionDecision::Allow)?;
+//!         }
+//!         TurnEvent::Stopped(done) => println!("\n[{:?}]", done.stop_reason), // EndTurn
+//!         TurnEvent::Failed(error) => return Err(error),
+//!         _ => {}
+//!     }
+//! }
+//! client.shutdown().await; // or drop it
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! # Server mode
+//! Runnable versions are in the crate's `examples/` folder
+//! (`cargo run -p sandbox-agent-sdk --example stream_prompt` after
+//! `cargo build -p sandbox-agent`): `stream_prompt` (embedded, streamed),
+//! `server_mode` (a running server with a token), `permissions` (a
+//! handler, and answering from the client-wide stream), `metadata_history`
+//! (metadata and the recorded event history).
+//!
+//! # Server mode, a permission handler, the client-wide stream
 //!
 //! With a base URL (and the server's token) the client talks to a running
-//! server; its events stream the agent's reply:
+//! server. A [`permission_handler`](ClientOptions::permission_handler)
+//! answers every permission request; [`Events`] carries everything the
+//! agent sends, for every session (a dashboard's view). Read it while the
+//! turn runs:
 //!
 //! ```no_run
-//! use sandbox_agent_sdk::schema::{ContentBlock, NewSessionRequest, PromptRequest, SessionUpdate};
-//! use sandbox_agent_sdk::{ClientOptions, Event, PermissionDecision, SandboxAgentClient};
+//! use sandbox_agent_sdk::schema::{NewSessionRequest, PromptRequest, SessionUpdate};
+//! use sandbox_agent_sdk::{ClientOptions, Event, PermissionDecision, SandboxAgentClient, StreamExt};
 //!
 //! # async fn run() -> Result<(), sandbox_agent_sdk::Error> {
 //! let options = ClientOptions::new("mock")
@@ -43,39 +69,65 @@
 //! let Some(mut events) = client.take_events() else {
 //!     return Ok(()); // taken before
 //! };
+//! tokio::spawn(async move {
+//!     while let Some(event) = events.next().await {
+//!         if let Event::SessionUpdate(update) = event
+//!             && let SessionUpdate::ToolCall(call) = update.update
+//!         {
+//!             eprintln!("[{}] {}", update.session_id, call.title);
+//!         }
+//!     }
+//! });
 //! let session = client.new_session(NewSessionRequest::new("/work")).await?;
-//! client
+//! let done = client
 //!     .prompt(PromptRequest::new(session.session_id.clone(), vec!["hello".into()]))
 //!     .await?;
-//! while let Some(event) = events.try_recv() {
-//!     if let Event::SessionUpdate(update) = event
-//!         && let SessionUpdate::AgentMessageChunk(chunk) = update.update
-//!         && let ContentBlock::Text(text) = chunk.content
-//!     {
-//!         print!("{}", text.text);
-//!     }
-//! }
+//! println!("{:?}", done.stop_reason);
 //! # Ok(())
 //! # }
 //! ```
 //!
+//! # Nothing waits for ever
+//!
+//! A permission request that no handler answers and nobody reads (from the
+//! [`TurnStream`] or [`Events`]) within
+//! [`unread_permission_timeout`](ClientOptions::unread_permission_timeout)
+//! (30 s by default) is answered "cancelled" and logged as a warning, so
+//! [`prompt`](SandboxAgentClient::prompt) returns (usually with stop reason
+//! `cancelled`) instead of hanging. [`ClientOptions::request_timeout`]
+//! bounds every call.
+//!
+//! # Errors
+//!
+//! One [`Error`] type; branch on [`Error::is_not_found`],
+//! [`Error::is_unauthorized`], [`Error::is_connection_lost`],
+//! [`Error::is_timeout`] and [`Error::is_auth_required`], which answer alike
+//! for control-plane routes (HTTP status) and calls on the connection
+//! (JSON-RPC code).
+//!
 //! # Layout
-//! - `client`: [`SandboxAgentClient`]: lifecycle (connect, open, disconnect,
-//!   dispose) and every call: ACP methods under their ACP names
-//!   (`new_session`, `prompt`, …), sandbox-agent extensions under sandbox
-//!   names (`set_metadata`, `terminate_session`, …), the control plane
-//!   (`health`, `agents`, `install_agent`, `sessions`, `session_events`).
+//! - `client`: [`SandboxAgentClient`]: lifecycle (`connect`, `open`,
+//!   `close`, `shutdown`) and every call: ACP methods under their ACP names
+//!   (`new_session`, `prompt`, …), `prompt_stream`, sandbox-agent
+//!   extensions under sandbox names (`set_metadata`, `terminate_session`,
+//!   …), the control plane (`health`, `agents`, `install_agent`,
+//!   `all_sessions`, `session_events`).
 //! - `options`: [`ClientOptions`] (agent, server or embedded mode,
-//!   auto-connect, permission handler, embedded-server settings).
+//!   auto-connect, timeouts, permission handler, embedded-server settings).
 //! - `connection`: one live connection: the ACP client over
 //!   `acp-http-client`, its task and handlers.
 //! - `events`: [`Event`], [`Events`], [`PermissionRequest`],
 //!   [`PermissionDecision`].
-//! - `meta`: `_meta["sandboxagent.dev"]` in ([`sandbox_meta`], the agent
-//!   id) and out ([`WithMeta`], [`SessionEntry`] with typed
-//!   [`SessionMeta`]).
+//! - `turn`: [`TurnEvent`], [`TurnStream`], and the routing of a
+//!   session's events to its running turn.
+//! - `meta`: `_meta["sandboxagent.dev"]` in ([`Metadata`],
+//!   [`sandbox_meta`], the agent id) and out ([`WithMeta`],
+//!   [`SessionEntry`] with typed [`SessionMeta`]).
 //! - `embedded`: finding, starting and stopping the server binary.
 //! - `control`: the control-plane HTTP routes.
+//! - `fs` (under `client`): the host file system: [`FsPath`], listing,
+//!   stat, mkdir, move, delete, streamed file reads ([`FsDownload`]) and
+//!   writes, tree uploads (`upload_fs_batch`, `upload_fs_dir`).
 //! - `error`: [`Error`], one enum for everything.
 
 mod client;
@@ -86,28 +138,38 @@ mod error;
 mod events;
 mod meta;
 mod options;
+mod turn;
 
+pub use client::fs::{FsDownload, FsPath};
 pub use client::{
-    SandboxAgentClient, SessionList, SetSessionModelRequest, SetSessionModelResponse,
+    EventPage, SandboxAgentClient, SessionList, SetSessionModelRequest, SetSessionModelResponse,
 };
 pub use control::{Health, InstallOptions, InstallResult};
 pub use embedded::{BINARY_ENV, LISTENING_PREFIX};
-pub use error::Error;
+pub use error::{BoxError, Error};
 pub use events::{Event, Events, PermissionDecision, PermissionHandler, PermissionRequest};
-pub use meta::{SessionEntry, WithMeta, sandbox_meta, session_meta};
+pub use meta::{Metadata, SessionEntry, WithMeta, sandbox_meta, session_meta};
 pub use options::{
-    ClientOptions, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STARTUP_TIMEOUT, Mode, ServerLogs,
+    ClientOptions, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STARTUP_TIMEOUT,
+    DEFAULT_UNREAD_PERMISSION_TIMEOUT, Mode, ServerLogs,
 };
+pub use turn::{TurnEvent, TurnStream};
 
-/// The HTTP status type of [`Error::Http`].
+// `Stream` (implemented by `Events` and `TurnStream`) and `StreamExt`
+// (`next()`, `map`, …), so callers need not depend on `futures` for them.
+#[doc(no_inline)]
+pub use futures::{Stream, StreamExt};
+
+#[doc(no_inline)]
 pub use reqwest::StatusCode;
 
-/// What [`Error::Http`] holds: a non-2xx answer's status and its RFC 9457
-/// problem document.
+#[doc(no_inline)]
 pub use acp_http_client::{HttpFailure, Problem};
 
-/// The sandbox-agent extension types: typed metadata, extension results and
-/// notification params, control-plane shapes.
+#[doc(no_inline)]
+pub use ext_methods::{FsEntry, FsEntryType, FsMoveResult, FsUploadBatchResult, FsWriteResult};
+
+#[doc(no_inline)]
 pub use ext_methods::{
     AgentInfo, AgentSource, AgentUnparsed, Direction, EndReason, ListModelsResult, ModelInfo,
     ModelsTarget, SessionEnded, SessionEvent, SessionEventsPage, SessionMeta, StderrExcerpt,
@@ -117,5 +179,6 @@ pub use ext_methods::{
 /// The ACP (protocol v1) message types the client's methods take and
 /// return: `NewSessionRequest`, `PromptRequest`, `PromptResponse`,
 /// `StopReason`, `SessionNotification`, `SessionUpdate`, `ContentBlock`,
-/// `RequestPermissionRequest`, `SessionId`, …
+/// `RequestPermissionRequest`, `SessionId` (from a `String`, an
+/// `Arc<str>` or a `&'static str`), …
 pub use agent_client_protocol::v1::schema;

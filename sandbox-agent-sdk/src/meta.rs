@@ -66,20 +66,108 @@ pub fn session_meta(meta: Option<&Meta>) -> Option<SessionMeta> {
     serde_json::from_value(namespace.clone()).ok()
 }
 
-/// `_meta` holding `metadata` under `"sandboxagent.dev"`: pass it to
-/// `NewSessionRequest::meta` to store per-session metadata (any JSON
-/// object; unknown keys are kept and come back in [`SessionMeta::extra`]).
+/// Per-session metadata: a JSON object stored under
+/// `_meta["sandboxagent.dev"]`. `title`, `model` and `mode` have a meaning
+/// to the server (the session's title and hints); every other key is kept
+/// as given and comes back in [`SessionMeta::extra`].
+///
+/// Build it with the typed setters, or convert a JSON object
+/// (`serde_json::json!({...})`, with [`Metadata::from_json`] or
+/// `TryFrom<Value>`) or a `serde_json::Map` (`From`).
 ///
 /// ```
-/// use sandbox_agent_sdk::{sandbox_meta, schema::NewSessionRequest};
-/// let mut metadata = serde_json::Map::new();
-/// metadata.insert("title".into(), "Fix the login bug".into());
-/// let request = NewSessionRequest::new("/work/app").meta(sandbox_meta(metadata));
+/// use sandbox_agent_sdk::{Metadata, sandbox_meta, schema::NewSessionRequest};
+/// use serde_json::json;
+///
+/// let typed = Metadata::new()
+///     .title("Fix the login bug")
+///     .model("mock-fast")
+///     .set("labels", json!({"team": "infra"}));
+/// let request = NewSessionRequest::new("/work/app").meta(sandbox_meta(typed));
+///
+/// let from_json = Metadata::from_json(json!({"title": "Fix the login bug", "ticket": "ENG-42"}))?;
+/// # let _ = (request, from_json);
+/// # Ok::<(), sandbox_agent_sdk::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[serde(transparent)]
+pub struct Metadata(Map<String, Value>);
+
+impl Metadata {
+    /// No keys.
+    pub fn new() -> Metadata {
+        Metadata::default()
+    }
+
+    /// A JSON object as metadata.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`](crate::Error::InvalidOptions) when `value`
+    /// is not an object.
+    pub fn from_json(value: Value) -> Result<Metadata, crate::Error> {
+        match value {
+            Value::Object(map) => Ok(Metadata(map)),
+            other => Err(crate::Error::InvalidOptions(format!(
+                "metadata must be a JSON object, not {other}"
+            ))),
+        }
+    }
+
+    /// The session's title.
+    pub fn title(self, title: impl Into<String>) -> Metadata {
+        self.set("title", title.into())
+    }
+
+    /// The model hint (a model id of the agent).
+    pub fn model(self, model: impl Into<String>) -> Metadata {
+        self.set("model", model.into())
+    }
+
+    /// The mode hint (a mode id of the agent).
+    pub fn mode(self, mode: impl Into<String>) -> Metadata {
+        self.set("mode", mode.into())
+    }
+
+    /// Any key; with [`set_metadata`](crate::SandboxAgentClient::set_metadata)
+    /// `Value::Null` removes it (JSON Merge Patch).
+    pub fn set(mut self, key: impl Into<String>, value: impl Into<Value>) -> Metadata {
+        self.0.insert(key.into(), value.into());
+        self
+    }
+
+    /// The JSON object.
+    pub fn into_map(self) -> Map<String, Value> {
+        self.0
+    }
+}
+
+impl From<Map<String, Value>> for Metadata {
+    fn from(map: Map<String, Value>) -> Metadata {
+        Metadata(map)
+    }
+}
+
+impl TryFrom<Value> for Metadata {
+    type Error = crate::Error;
+
+    fn try_from(value: Value) -> Result<Metadata, crate::Error> {
+        Metadata::from_json(value)
+    }
+}
+
+/// `_meta` holding `metadata` under `"sandboxagent.dev"`: pass it to
+/// `NewSessionRequest::meta` to store per-session metadata (see
+/// [`Metadata`]; a `serde_json::Map` converts too).
+///
+/// ```
+/// use sandbox_agent_sdk::{Metadata, sandbox_meta, schema::NewSessionRequest};
+/// let request = NewSessionRequest::new("/work/app")
+///     .meta(sandbox_meta(Metadata::new().title("Fix the login bug")));
 /// # let _ = request;
 /// ```
-pub fn sandbox_meta(metadata: Map<String, Value>) -> Meta {
+pub fn sandbox_meta(metadata: impl Into<Metadata>) -> Meta {
     let mut meta = Meta::new();
-    meta.insert(NAMESPACE.to_owned(), Value::Object(metadata));
+    meta.insert(NAMESPACE.to_owned(), Value::Object(metadata.into().0));
     meta
 }
 

@@ -13,6 +13,10 @@ use std::time::Duration;
 /// (research/contract.md, "The SDK and `sandbox-agent prompt`", embedded mode).
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Default limit for a permission request that nobody reads (see
+/// [`ClientOptions::unread_permission_timeout`]).
+pub const DEFAULT_UNREAD_PERMISSION_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Default time an embedded server gets between SIGTERM and SIGKILL.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -69,6 +73,7 @@ pub struct ClientOptions {
     pub(crate) client_version: String,
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) permission_handler: Option<PermissionHandler>,
+    pub(crate) unread_permission_timeout: Duration,
     pub(crate) embedded: EmbeddedSettings,
 }
 
@@ -91,7 +96,8 @@ impl ClientOptions {
     /// `claude`): it is named in `initialize` and every `session/new`
     /// (`_meta["sandboxagent.dev"].agent`). Defaults: [`Mode::Auto`] with no
     /// base URL (embedded mode), auto-connect on, no request timeout, no
-    /// permission handler.
+    /// permission handler, unread permission requests answered "cancelled"
+    /// after [`DEFAULT_UNREAD_PERMISSION_TIMEOUT`].
     pub fn new(agent: impl Into<String>) -> ClientOptions {
         ClientOptions {
             agent: agent.into(),
@@ -103,6 +109,7 @@ impl ClientOptions {
             client_version: env!("CARGO_PKG_VERSION").to_owned(),
             request_timeout: None,
             permission_handler: None,
+            unread_permission_timeout: DEFAULT_UNREAD_PERMISSION_TIMEOUT,
             embedded: EmbeddedSettings {
                 binary: None,
                 startup_timeout: DEFAULT_STARTUP_TIMEOUT,
@@ -151,11 +158,41 @@ impl ClientOptions {
         self
     }
 
-    /// Limit on one request's HTTP exchange. Default `None`: a prompt turn
-    /// may run for many minutes. See `acp-http-client`'s
-    /// `TransportOptions::request_timeout`.
-    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.request_timeout = timeout;
+    /// Limit on each call to the server: a JSON-RPC request on the
+    /// connection (including a whole [`prompt`](crate::SandboxAgentClient::prompt)
+    /// turn) and a control-plane route. A call over the limit fails with
+    /// [`Error::Timeout`] ([`Error::is_timeout`]). Default: no limit
+    /// ([`no_request_timeout`](Self::no_request_timeout)), as a prompt turn
+    /// may run for many minutes.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = Some(timeout);
+        self
+    }
+
+    /// No limit on calls (the default): a prompt turn runs as long as the
+    /// agent takes.
+    pub fn no_request_timeout(mut self) -> Self {
+        self.request_timeout = None;
+        self
+    }
+
+    /// How long a permission request of the agent may wait for a reader
+    /// when no [`permission_handler`](Self::permission_handler) is set.
+    /// Default [`DEFAULT_UNREAD_PERMISSION_TIMEOUT`] (30 s).
+    ///
+    /// Such a request goes to the turn's
+    /// [`TurnStream`](crate::TurnStream) when the turn runs through
+    /// [`prompt_stream`](crate::SandboxAgentClient::prompt_stream), else to
+    /// [`Events`](crate::Events). If nobody takes it from there within
+    /// `limit` (the stream is not read, or
+    /// [`take_events`](crate::SandboxAgentClient::take_events) was never
+    /// called) it is answered "cancelled" and a warning is logged
+    /// (`tracing`), so a turn cannot hang waiting for an answer nobody will
+    /// give; the agent then usually ends the turn with stop reason
+    /// `cancelled`. A request taken in time waits for its answer as long as
+    /// it is held.
+    pub fn unread_permission_timeout(mut self, limit: Duration) -> Self {
+        self.unread_permission_timeout = limit;
         self
     }
 
@@ -180,8 +217,11 @@ impl ClientOptions {
         self
     }
 
-    /// Embedded mode: the `sandbox-agent` binary to start. Default: the
-    /// first that exists of `$SANDBOX_AGENT_BIN`, `sandbox-agent` next to
+    /// Embedded mode: starts the `sandbox-agent` binary at `path` (its
+    /// `server` subcommand) instead of looking for one. Without this call
+    /// the binary is looked up, in this order: `$SANDBOX_AGENT_BIN` (when
+    /// set, it must exist: a path that does not is
+    /// [`Error::BinaryNotFound`], not a fallback), `sandbox-agent` next to
     /// the current executable (and one directory up when that is a cargo
     /// `deps` or `examples` directory), then `sandbox-agent` on `PATH`.
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
@@ -266,6 +306,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("client_name", &self.client_name)
             .field("request_timeout", &self.request_timeout)
             .field("permission_handler", &self.permission_handler.is_some())
+            .field("unread_permission_timeout", &self.unread_permission_timeout)
             .field("embedded", &self.embedded)
             .finish()
     }

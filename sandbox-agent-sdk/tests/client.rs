@@ -11,11 +11,11 @@ use sandbox_agent_sdk::schema::{
     StopReason, ToolCallStatus,
 };
 use sandbox_agent_sdk::{
-    ClientOptions, EndReason, Error, Event, HttpFailure, InstallOptions, ModelsTarget,
+    ClientOptions, EndReason, Error, Event, HttpFailure, InstallOptions, Metadata, ModelsTarget,
     PermissionDecision, SandboxAgentClient, SetSessionModelRequest, StatusCode, TerminatedBy,
     sandbox_meta,
 };
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use v2_api_tests::TestServer;
@@ -40,13 +40,6 @@ async fn mock_session(
     let events = client.take_events().ok_or("events taken")?;
     let session = client.new_session(NewSessionRequest::new("/tmp")).await?;
     Ok((client, events, session))
-}
-
-fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,9 +137,9 @@ async fn auto_connect_off_defers_and_both_guards_hold() -> TestResult {
     let first = client.connection_id().ok_or("connection id")?;
     let session = client.new_session(NewSessionRequest::new("/tmp")).await?;
 
-    client.disconnect().await?;
+    client.close().await?;
     assert!(!client.is_connected());
-    client.disconnect().await?; // idempotent
+    client.close().await?; // idempotent
     assert!(matches!(
         client.list_sessions(ListSessionsRequest::new()).await,
         Err(Error::NotConnected)
@@ -266,9 +259,11 @@ async fn a_permission_turn_answered_by_the_handler() -> TestResult {
 async fn metadata_written_comes_back_as_typed_fields_everywhere() -> TestResult {
     let server = TestServer::start(&[]).await;
     let client = SandboxAgentClient::connect(server_options(&server)).await?;
-    let request = NewSessionRequest::new("/work/app").meta(sandbox_meta(object(
-        json!({"variant": "fast", "labels": {"team": "infra"}}),
-    )));
+    let request = NewSessionRequest::new("/work/app").meta(sandbox_meta(
+        Metadata::new()
+            .set("variant", "fast")
+            .set("labels", json!({"team": "infra"})),
+    ));
     let created = client.new_session(request).await?;
     let meta = created
         .meta
@@ -283,10 +278,10 @@ async fn metadata_written_comes_back_as_typed_fields_everywhere() -> TestResult 
     let written = client
         .set_metadata(
             created.session_id.clone(),
-            object(json!({
+            json!({
                 "title": "Fix the login bug", "model": "mock-smart", "mode": "plan",
                 "ticket": "ENG-42", "labels": {"priority": "high"}
-            })),
+            }),
         )
         .await?;
     let check = |what: &str, entry: &sandbox_agent_sdk::SessionEntry| {
@@ -305,6 +300,13 @@ async fn metadata_written_comes_back_as_typed_fields_everywhere() -> TestResult 
         );
         assert_eq!(meta.extra.get("variant"), Some(&json!("fast")), "{what}");
         assert!(!meta.created_at.is_empty() && !meta.updated_at.is_empty());
+        // The wire's RFC 3339 text reads as a time.
+        let created = meta.created_time().ok_or("createdAt is RFC 3339");
+        let updated = meta.updated_time().ok_or("updatedAt is RFC 3339");
+        assert!(
+            matches!((created, updated), (Ok(c), Ok(u)) if u >= c),
+            "{what}"
+        );
         assert_eq!(entry.title.as_deref(), Some("Fix the login bug"), "{what}");
     };
     check("set_metadata", &written);
@@ -320,8 +322,12 @@ async fn metadata_written_comes_back_as_typed_fields_everywhere() -> TestResult 
         .ok_or("listed")?;
     check("list_sessions", entry);
     let id = created.session_id.0.to_string();
-    check("GET /v2/sessions/{id}", &client.session(&id).await?);
-    let all = client.sessions().await?;
+    client.close().await?;
+    check(
+        "GET /v2/sessions/{id} (get_session without a connection)",
+        &client.get_session(id).await?,
+    );
+    let all = client.all_sessions().await?;
     check(
         "GET /v2/sessions",
         all.iter()
@@ -538,20 +544,35 @@ async fn the_control_plane_is_typed() -> TestResult {
     let (result, _) = run_turn(&client, &mut events, &session.session_id, "hello", |_| {}).await;
     result?;
     let id = session.session_id.0.to_string();
-    let page = client.session_events(&id, 0, Some(2)).await?;
+    let page = client.session_events(id.clone(), 0, Some(2)).await?;
     assert_eq!(page.events.len(), 2);
     assert_eq!(page.events[0].offset, 0);
     assert_eq!(page.events[0].message["method"], "session/new");
-    assert_eq!(page.next_offset, 2);
-    let rest = client.session_events(&id, page.next_offset, None).await?;
+    assert!(page.events.iter().all(|event| event.time().is_some()));
+    assert_eq!(page.next_offset, Some(2));
+    let next = page.next_offset.ok_or("more pages")?;
+    let rest = client.session_events(id.clone(), next, None).await?;
     assert!(
         rest.events
             .iter()
             .any(|e| e.message["method"] == "session/prompt")
     );
+    // The last page says so: no empty page to fetch.
+    assert_eq!(rest.next_offset, None, "{rest:?}");
+    let last = rest.events.last().ok_or("events")?;
+    assert_eq!(rest.offset_after, last.offset + 1);
+    // Pages of exactly the remaining size end too.
+    let remaining = u32::try_from(rest.events.len())?;
+    let exact = client
+        .session_events(id.clone(), next, Some(remaining))
+        .await?;
+    assert_eq!(exact.events.len(), rest.events.len());
+    assert_eq!(exact.next_offset, None);
 
-    match client.session("no-such-session").await {
+    client.close().await?;
+    match client.get_session("no-such-session".to_owned()).await {
         Err(error) => {
+            assert!(error.is_not_found(), "{error:?}");
             assert_eq!(error.status(), Some(StatusCode::NOT_FOUND));
             assert_eq!(
                 error.problem().map(|p| p.problem_type.as_str()),
@@ -560,7 +581,7 @@ async fn the_control_plane_is_typed() -> TestResult {
         }
         Ok(entry) => panic!("an unknown session was found: {entry:?}"),
     }
-    match client.session_events(&id, 0, Some(0)).await {
+    match client.session_events(id, 0, Some(0)).await {
         Err(error) => assert_eq!(error.status(), Some(StatusCode::BAD_REQUEST)),
         Ok(page) => panic!("limit 0 was accepted: {page:?}"),
     }
@@ -614,6 +635,6 @@ async fn forcing_a_mode_against_the_options_is_refused() -> TestResult {
         .await
         .err()
         .ok_or("connected to nothing")?;
-    assert!(matches!(error, Error::Transport(_)), "{error}");
+    assert!(error.is_connection_lost(), "{error:?}");
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Embedded mode with the real binary: the client starts `sandbox-agent
 //! server`, talks to it, and leaves no process behind: after drop, after
-//! dispose, and when the code holding the client panics.
+//! shutdown, and when the code holding the client panics.
 
 mod common;
 
@@ -126,12 +126,14 @@ async fn a_panic_while_holding_the_client_leaves_no_process() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dispose_stops_the_server_and_later_calls_fail() -> TestResult {
+async fn shutdown_stops_the_server_and_later_calls_fail() -> TestResult {
     let client = within("connect", SandboxAgentClient::connect(embedded_options())).await?;
     client.new_session(NewSessionRequest::new("/tmp")).await?;
     let tree = process_tree(&client);
-    within("dispose", client.dispose()).await;
-    assert_all_gone(&tree, "after dispose").await;
+    // A clone shares the server: shutting one down stops it for all.
+    let clone = client.clone();
+    within("shutdown", clone.shutdown()).await;
+    assert_all_gone(&tree, "after shutdown").await;
     assert!(!client.is_connected());
     assert!(matches!(
         client.new_session(NewSessionRequest::new("/tmp")).await,
@@ -139,7 +141,7 @@ async fn dispose_stops_the_server_and_later_calls_fail() -> TestResult {
     ));
     assert!(matches!(client.open().await, Err(Error::Disposed)));
     assert!(matches!(client.health().await, Err(Error::Disposed)));
-    within("dispose again", client.dispose()).await;
+    within("shutdown again", client.shutdown()).await;
     Ok(())
 }
 
@@ -174,7 +176,7 @@ async fn child_connects_without_naming_the_binary() -> TestResult {
     let client = SandboxAgentClient::connect(ClientOptions::new("mock")).await?;
     let session = client.new_session(NewSessionRequest::new("/tmp")).await?;
     assert!(session.meta.is_some());
-    client.dispose().await;
+    client.shutdown().await;
     Ok(())
 }
 

@@ -27,6 +27,8 @@ pub enum Command {
     Agents(AgentsArgs),
     /// Speak ACP on stdio (for editors) and forward it to a runtime over HTTP.
     Bridge(crate::commands::bridge::BridgeArgs),
+    /// Files in and out of a running server: ls, stat, get, put, upload, rm, mv, mkdir.
+    Fs(crate::commands::fs::FsArgs),
     /// Run the built-in mock ACP agent on stdin/stdout.
     MockAgent(MockAgentArgs),
     /// Measure the runtime against the raw stdio limit of the mock agent.
@@ -371,6 +373,19 @@ pub struct ServerArgs {
     /// dying in any way, SIGKILL included (the SDK's embedded mode does this).
     #[arg(long)]
     pub exit_on_stdin_eof: bool,
+    /// Confine the file system API (/v2/fs/*, _sandboxagent/fs/*) to this
+    /// directory: every path must resolve, symlinks followed, inside it (403
+    /// otherwise). Without it the API reaches what the server's user can.
+    #[arg(long, env = "SANDBOX_AGENT_FS_ROOT", value_name = "DIR")]
+    pub fs_root: Option<PathBuf>,
+    /// Largest file upload (PUT /v2/fs/file) or upload-batch archive, and the
+    /// most an archive may unpack to, in bytes (413 past it).
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_MAX_UPLOAD_BYTES",
+        default_value_t = config::DEFAULT_MAX_UPLOAD_BYTES
+    )]
+    pub max_upload_bytes: u64,
 }
 
 impl ServerArgs {
@@ -403,6 +418,16 @@ impl ServerArgs {
         let mut config = ServerConfig::new(SocketAddr::new(self.host, self.port), agents, data_dir);
         config.require_preinstall = self.require_preinstall;
         config.exit_on_stdin_eof = self.exit_on_stdin_eof;
+        config.max_upload_bytes = self.max_upload_bytes;
+        if let Some(root) = &self.fs_root {
+            let root = root
+                .canonicalize()
+                .map_err(|error| format!("--fs-root {}: {error}", root.display()))?;
+            if !root.is_dir() {
+                return Err(format!("--fs-root {} is not a directory", root.display()));
+            }
+            config.fs_root = Some(root);
+        }
         config.install_timeout = Duration::from_millis(self.install_timeout_ms.max(1));
         config.install_retry_backoff = Duration::from_millis(self.install_retry_backoff_ms);
         config.token = self.token;

@@ -49,6 +49,10 @@ fn main() -> ExitCode {
                 .await
                 .map_err(|e| e.to_string()),
             Command::Bench(args) => commands::bench::run(args).await,
+            Command::Fs(args) => {
+                init_logging("error");
+                commands::fs::run(args).await
+            }
         }
     });
     // Do not wait for blocking reads of stdin and the like.

@@ -158,8 +158,15 @@ pub fn unpack(
     let open = || File::open(archive).map_err(|e| format!("cannot open the download: {e}"));
     let mut budget = Budget::new(limits);
     match format {
-        Format::TarGz => unpack_tar(GzDecoder::new(BufReader::new(open()?)), dest, &mut budget)?,
-        Format::Tar => unpack_tar(BufReader::new(open()?), dest, &mut budget)?,
+        Format::TarGz => unpack_tar(
+            GzDecoder::new(BufReader::new(open()?)),
+            dest,
+            &mut budget,
+            |_, _| {},
+        )
+        .map_err(|refused| refused.message)?,
+        Format::Tar => unpack_tar(BufReader::new(open()?), dest, &mut budget, |_, _| {})
+            .map_err(|refused| refused.message)?,
         Format::Zip => unpack_zip(open()?, dest, &mut budget)?,
         Format::Bare => {
             let target = dest.join(bare_name);
@@ -259,8 +266,85 @@ impl<R: Read> Read for Allowance<R> {
     }
 }
 
-fn unpack_tar(reader: impl Read, dest: &Path, budget: &mut Budget) -> Result<(), String> {
+/// Why [`unpack_tar_stream`] stopped.
+#[derive(Debug)]
+pub struct Refused {
+    /// What kind of failure it is.
+    pub kind: RefusedKind,
+    /// A message naming the offending entry.
+    pub message: String,
+}
+
+/// The kinds of [`Refused`], for callers that answer each differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedKind {
+    /// Past [`Limits`] (bytes or entries).
+    Limit,
+    /// An unsafe entry, or not a readable tar.
+    Unsafe,
+    /// Writing to the folder failed (disk full, permission denied, …).
+    Io(io::ErrorKind),
+}
+
+impl Refused {
+    fn limit(message: String) -> Self {
+        Self {
+            kind: RefusedKind::Limit,
+            message,
+        }
+    }
+
+    fn unsafe_entry(message: String) -> Self {
+        Self {
+            kind: RefusedKind::Unsafe,
+            message,
+        }
+    }
+}
+
+/// Unpacks the tar stream `reader` into the existing folder `dest` with the
+/// rules of this module (see the module doc), calling `on_entry` with the
+/// relative path of each entry unpacked, in archive order. Files already in
+/// `dest` are replaced by entries of the same path (unlinked first, never
+/// written through); every symlink the archive created must resolve inside
+/// `dest` at the end. Used by agent installs and by the file system API's
+/// upload-batch (research/contract.md, "Host file system").
+///
+/// # Errors
+/// [`Refused`]: over `limits`, an unsafe entry or unreadable archive, or an
+/// I/O failure writing into `dest`. What was unpacked before stays.
+pub fn unpack_tar_stream(
+    reader: impl Read,
+    dest: &Path,
+    limits: Limits,
+    mut on_entry: impl FnMut(&Path),
+) -> Result<(), Refused> {
+    let mut budget = Budget::new(limits);
+    let mut links = Vec::new();
+    unpack_tar(reader, dest, &mut budget, |path, is_link| {
+        if is_link {
+            links.push(path.to_owned());
+        }
+        on_entry(path);
+    })?;
+    let root = dest
+        .canonicalize()
+        .map_err(|e| Refused::unsafe_entry(format!("cannot resolve {}: {e}", dest.display())))?;
+    for link in links {
+        check_link_inside(&root, &root.join(&link), &link.display())
+            .map_err(Refused::unsafe_entry)?;
+    }
+    Ok(())
+}
+
+fn unpack_tar(
+    reader: impl Read,
+    dest: &Path,
+    budget: &mut Budget,
+    mut on_entry: impl FnMut(&Path, bool),
+) -> Result<(), Refused> {
     use tar::EntryType;
+    let corrupt = |e: io::Error| Refused::unsafe_entry(format!("corrupt tar archive: {e}"));
     let left = Rc::new(Cell::new(0));
     let reader = Allowance {
         inner: reader,
@@ -272,52 +356,97 @@ fn unpack_tar(reader: impl Read, dest: &Path, budget: &mut Budget) -> Result<(),
     archive.set_overwrite(true);
     let mut entries = archive
         .entries()
-        .map_err(|e| format!("not a readable tar archive: {e}"))?;
+        .map_err(|e| Refused::unsafe_entry(format!("not a readable tar archive: {e}")))?;
     loop {
         // Room for the next header, its records and the end-of-archive blocks.
         left.set(MAX_TAR_RECORD_BYTES + TAR_BLOCK_SLACK);
         let Some(entry) = entries.next() else { break };
-        let mut entry = entry.map_err(|e| format!("corrupt tar archive: {e}"))?;
+        let mut entry = entry.map_err(corrupt)?;
         let raw_path = entry
             .path()
-            .map_err(|e| format!("tar entry with an unreadable path: {e}"))?
+            .map_err(|e| Refused::unsafe_entry(format!("tar entry with an unreadable path: {e}")))?
             .into_owned();
-        let path = safe_relative(&raw_path).map_err(|e| format!("unsafe tar entry: {e}"))?;
+        // `./`, which `tar -C dir -c .` writes first: the folder itself.
+        if entry.header().entry_type() == EntryType::Directory
+            && raw_path.components().all(|c| c == Component::CurDir)
+        {
+            budget.take(0).map_err(Refused::limit)?;
+            continue;
+        }
+        let path = safe_relative(&raw_path)
+            .map_err(|e| Refused::unsafe_entry(format!("unsafe tar entry: {e}")))?;
         // `size()` is what follows in the archive and what `unpack_in`
         // writes: the header's size, or a PAX `size` record's.
-        budget.take(entry.size())?;
+        budget.take(entry.size()).map_err(Refused::limit)?;
         left.set(entry.size().saturating_add(TAR_BLOCK_SLACK));
-        match entry.header().entry_type() {
+        let kind = entry.header().entry_type();
+        match kind {
             EntryType::Regular | EntryType::Continuous | EntryType::Directory => {}
             EntryType::Symlink => {
                 let target = entry
                     .link_name()
-                    .map_err(|e| format!("tar symlink {} unreadable: {e}", path.display()))?
-                    .ok_or_else(|| format!("tar symlink {} has no target", path.display()))?;
-                check_link_target(&path, &target).map_err(|e| format!("unsafe tar entry: {e}"))?;
+                    .map_err(|e| {
+                        Refused::unsafe_entry(format!(
+                            "tar symlink {} unreadable: {e}",
+                            path.display()
+                        ))
+                    })?
+                    .ok_or_else(|| {
+                        Refused::unsafe_entry(format!(
+                            "tar symlink {} has no target",
+                            path.display()
+                        ))
+                    })?;
+                check_link_target(&path, &target)
+                    .map_err(|e| Refused::unsafe_entry(format!("unsafe tar entry: {e}")))?;
             }
             EntryType::Link => {
                 let target = entry
                     .link_name()
-                    .map_err(|e| format!("tar hard link {} unreadable: {e}", path.display()))?
-                    .ok_or_else(|| format!("tar hard link {} has no target", path.display()))?;
-                safe_relative(&target)
-                    .map_err(|e| format!("unsafe tar entry: hard link {}: {e}", path.display()))?;
+                    .map_err(|e| {
+                        Refused::unsafe_entry(format!(
+                            "tar hard link {} unreadable: {e}",
+                            path.display()
+                        ))
+                    })?
+                    .ok_or_else(|| {
+                        Refused::unsafe_entry(format!(
+                            "tar hard link {} has no target",
+                            path.display()
+                        ))
+                    })?;
+                safe_relative(&target).map_err(|e| {
+                    Refused::unsafe_entry(format!(
+                        "unsafe tar entry: hard link {}: {e}",
+                        path.display()
+                    ))
+                })?;
             }
             // Devices, FIFOs, and metadata records are not part of an agent;
             // their data (if any) is read past, within the allowance.
             _ => {
-                io::copy(&mut entry, &mut io::sink())
-                    .map_err(|e| format!("corrupt tar archive: {e}"))?;
+                io::copy(&mut entry, &mut io::sink()).map_err(corrupt)?;
                 continue;
             }
         }
-        let unpacked = entry
-            .unpack_in(dest)
-            .map_err(|e| format!("cannot unpack {}: {e}", path.display()))?;
+        let unpacked = entry.unpack_in(dest).map_err(|e| {
+            // The tar crate reports its own path checks as `Other`.
+            let kind = match e.kind() {
+                io::ErrorKind::Other | io::ErrorKind::InvalidData => RefusedKind::Unsafe,
+                other => RefusedKind::Io(other),
+            };
+            Refused {
+                kind,
+                message: format!("cannot unpack {}: {e}", path.display()),
+            }
+        })?;
         if !unpacked {
-            return Err(format!("unsafe tar entry {} was refused", path.display()));
+            return Err(Refused::unsafe_entry(format!(
+                "unsafe tar entry {} was refused",
+                path.display()
+            )));
         }
+        on_entry(&path, kind == EntryType::Symlink);
     }
     Ok(())
 }
@@ -395,6 +524,24 @@ fn create_dir_inside(root: &Path, dir: &Path) -> Result<(), String> {
     }
 }
 
+/// The symlink at `path` must resolve to something inside `root` (canonical);
+/// `shown` names it in the message.
+fn check_link_inside(
+    root: &Path,
+    path: &Path,
+    shown: &impl std::fmt::Display,
+) -> Result<(), String> {
+    match path.canonicalize() {
+        Ok(resolved) if resolved.starts_with(root) => Ok(()),
+        Ok(_) => Err(format!(
+            "unsafe archive: symlink {shown} resolves outside the install folder"
+        )),
+        Err(_) => Err(format!(
+            "unsafe archive: symlink {shown} points to nothing inside the install folder"
+        )),
+    }
+}
+
 /// Every symlink under `dest` must resolve to something inside `dest`.
 fn check_symlinks_inside(dest: &Path) -> Result<(), String> {
     let root = dest
@@ -412,19 +559,7 @@ fn check_symlinks_inside(dest: &Path) -> Result<(), String> {
                 .map_err(|e| format!("cannot inspect {}: {e}", path.display()))?;
             let shown = path.strip_prefix(&root).unwrap_or(&path).display();
             if kind.is_symlink() {
-                match path.canonicalize() {
-                    Ok(resolved) if resolved.starts_with(&root) => {}
-                    Ok(_) => {
-                        return Err(format!(
-                            "unsafe archive: symlink {shown} resolves outside the install folder"
-                        ));
-                    }
-                    Err(_) => {
-                        return Err(format!(
-                            "unsafe archive: symlink {shown} points to nothing inside the install folder"
-                        ));
-                    }
-                }
+                check_link_inside(&root, &path, &shown)?;
             } else if kind.is_dir() {
                 pending.push(path);
             }
@@ -577,6 +712,24 @@ mod tests {
             assert!(error.contains(needle), "{path}: {error}");
             assert!(!dir.0.join("evil").exists());
         }
+    }
+
+    #[test]
+    fn a_stream_lists_its_entries_and_skips_the_dot_entry() {
+        let dir = TempDir::new();
+        let mut builder = tar::Builder::new(Vec::new());
+        raw_entry(&mut builder, tar::EntryType::Directory, "./", None, b"");
+        raw_entry(&mut builder, tar::EntryType::Regular, "./a/b", None, b"hi");
+        raw_entry(&mut builder, tar::EntryType::Char, "dev", None, b"");
+        let tar = builder.into_inner().expect("tar");
+        let mut seen = Vec::new();
+        unpack_tar_stream(&tar[..], &dir.dest(), Limits::DEFAULT, |path| {
+            seen.push(path.to_owned());
+        })
+        .expect("unpack");
+        assert_eq!(seen, [PathBuf::from("a/b")]);
+        assert_eq!(std::fs::read(dir.dest().join("a/b")).expect("file"), b"hi");
+        assert!(!dir.dest().join("dev").exists());
     }
 
     #[test]

@@ -1,18 +1,24 @@
 //! The HTTP surface: routing, auth, CORS, and the response helpers.
 //!
 //! - [`rpc`]: `POST` / `GET` / `DELETE` on `/v2/rpc`.
+//! - [`acp`]: the ACP transports RFD profile on `/acp` and `/acp/{agent}`.
+//! - [`websocket`]: the WebSocket upgrade on the same paths.
 //! - [`sse`]: the SSE body of `GET /v2/rpc`.
 //! - [`headers`]: bearer auth, `Accept`, `Content-Type`, `Last-Event-ID`.
 //! - [`control`]: `/v2/sessions…`, `/v2/agents` and
 //!   `/v2/agents/{agent}/install` (the control plane).
+//! - [`fs`]: `/v2/fs/*`, the host file system API.
 //! - [`problem`]: [`Error`] → `application/problem+json`, in one place.
 
+pub mod acp;
 pub mod control;
+pub mod fs;
 pub mod headers;
 pub mod problem;
 pub mod rpc;
 pub mod sse;
 pub mod ui;
+pub mod websocket;
 
 use crate::error::Error;
 use crate::protocol::{CONNECTION_ID_HEADER, FORBIDDEN_AGENT_HEADER, LAST_EVENT_ID_HEADER};
@@ -112,7 +118,8 @@ async fn discard_unread(
             tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await,
             Ok(Ok(_))
         );
-    if !drained {
+    // HTTP/2 ends one stream, never the connection; it has no such header.
+    if !drained && parts.version < http::Version::HTTP_2 {
         response
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
@@ -155,7 +162,16 @@ pub async fn handle(
         headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
         // Both response headers a client reads (research/contract.md,
         // "Auth and CORS"): the connection id and the answer-ordering id.
-        let exposed = [CONNECTION_ID_HEADER, LAST_EVENT_ID_HEADER].join(", ");
+        // File downloads add the headers a resumable download reads
+        // (research/contract.md, "Host file system"); `/acp` names its
+        // connection in `acp-connection-id` ("The /acp profile").
+        let exposed = [
+            CONNECTION_ID_HEADER,
+            LAST_EVENT_ID_HEADER,
+            "content-range, accept-ranges, etag, last-modified",
+            acp::CONNECTION_ID_HEADER,
+        ]
+        .join(", ");
         if let Ok(exposed) = HeaderValue::from_str(&exposed) {
             headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, exposed);
         }
@@ -181,6 +197,23 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
     if let Some(page) = ui::route(request.method(), path) {
         return page;
     }
+    if let Some(agent) = acp::target(path) {
+        if let Some(token) = &runtime.config.token {
+            // `?access_token=` only on a WebSocket upgrade (a browser cannot
+            // set headers there; research/contract.md, "The /acp profile").
+            let by_query = request.method() == Method::GET
+                && websocket::is_upgrade(request.headers())
+                && websocket::query_token_matches(request.uri(), token);
+            if !by_query {
+                headers::check_bearer(request.headers(), token)?;
+            }
+        }
+        if runtime.shutdown.is_cancelled() {
+            return Err(Error::ShuttingDown);
+        }
+        let agent = agent.map(control::decode_segment).transpose()?;
+        return acp::route(runtime, request, agent.as_deref()).await;
+    }
     if path != "/v2" && !path.starts_with("/v2/") {
         return Err(Error::NotFound(path.to_owned()));
     }
@@ -204,6 +237,7 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
                 _ => Err(Error::MethodNotAllowed("GET, POST, DELETE")),
             }
         }
+        _ if path.starts_with(fs::PREFIX) => fs::route(runtime, request).await,
         _ => {
             if let Some(agent) = control::install_target(path) {
                 let agent = control::decode_segment(agent)?;
@@ -234,12 +268,12 @@ fn preflight() -> Response<Body> {
     let headers = response.headers_mut();
     headers.insert(
         ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST, DELETE"),
+        HeaderValue::from_static("GET, POST, PUT, DELETE"),
     );
     headers.insert(
         ACCESS_CONTROL_ALLOW_HEADERS,
         HeaderValue::from_static(
-            "authorization, content-type, accept, last-event-id, x-acp-connection-id",
+            "authorization, content-type, accept, last-event-id, x-acp-connection-id, range, if-none-match, acp-connection-id, acp-session-id",
         ),
     );
     headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));

@@ -20,9 +20,13 @@ impl Error {
             | Self::MissingConnectionId(_)
             | Self::MissingAgent { .. }
             | Self::AgentMismatch { .. }
-            | Self::InvalidLastEventId(_) => StatusCode::BAD_REQUEST,
+            | Self::InvalidLastEventId(_)
+            | Self::InvalidPath(_)
+            | Self::InvalidArchive(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::UnknownConnection(_)
+            Self::OutsideRoot { .. } | Self::PermissionDenied(_) => StatusCode::FORBIDDEN,
+            Self::FileNotFound(_)
+            | Self::UnknownConnection(_)
             | Self::ExpiredConnection { .. }
             | Self::UnknownSession(_)
             | Self::UnknownAgent { .. }
@@ -32,16 +36,23 @@ impl Error {
             Self::StreamConflict
             | Self::AmbiguousSession { .. }
             | Self::AgentNotInstalled { .. }
-            | Self::NotInstallable(_) => StatusCode::CONFLICT,
+            | Self::NotInstallable(_)
+            | Self::FsConflict { .. } => StatusCode::CONFLICT,
+            Self::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+            Self::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
+            Self::FsIo(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Gone => StatusCode::GONE,
             Self::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::PayloadTooLarge { .. } | Self::ArchiveTooLarge(_) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::AgentStartFailed { .. } | Self::InstallFailed(_) => StatusCode::BAD_GATEWAY,
             Self::TooManyConnections { .. }
             | Self::TooManyHttpConnections { .. }
             | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::BatchNotSupported => StatusCode::NOT_IMPLEMENTED,
         }
     }
 
@@ -64,8 +75,9 @@ impl Error {
             Self::StreamConflict => "stream-conflict",
             Self::Gone => "gone",
             Self::RequestTimeout { .. } => "request-timeout",
-            Self::PayloadTooLarge { .. } => "payload-too-large",
+            Self::PayloadTooLarge { .. } | Self::ArchiveTooLarge(_) => "payload-too-large",
             Self::UnsupportedMediaType => "unsupported-media-type",
+            Self::BatchNotSupported => "batch-not-supported",
             Self::AgentStartFailed { .. } => "agent-start-failed",
             Self::AgentNotInstalled { .. } => "agent-not-installed",
             Self::NotInstallable(_) => "not-installable",
@@ -74,6 +86,15 @@ impl Error {
             Self::TooManyHttpConnections { .. } => "too-many-http-connections",
             Self::ShuttingDown => "shutting-down",
             Self::Timeout { .. } => "timeout",
+            Self::InvalidPath(_) => "invalid-path",
+            Self::OutsideRoot { .. } => "outside-root",
+            Self::PermissionDenied(_) => "permission-denied",
+            Self::FileNotFound(_) => "file-not-found",
+            Self::FsConflict { conflict, .. } => conflict.kind(),
+            Self::RangeNotSatisfiable { .. } => "range-not-satisfiable",
+            Self::InsufficientStorage(_) => "insufficient-storage",
+            Self::InvalidArchive(_) => "invalid-archive",
+            Self::FsIo(_) => "io-error",
         }
     }
 }
@@ -141,6 +162,12 @@ pub fn response(error: &Error) -> Response<Body> {
             // RFC 9110 sections 15.5.9 and 15.5.14: the rest of the body is
             // not read, so the server closes the connection, and says so.
             headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        Error::RangeNotSatisfiable { size } => {
+            // RFC 9110 section 14.4: the current length, for the next try.
+            if let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                headers.insert(http::header::CONTENT_RANGE, value);
+            }
         }
         Error::TooManyConnections { .. } | Error::ShuttingDown => {
             headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));

@@ -6,12 +6,11 @@ use super::{Body, HttpRequest, empty, full, read_body, sse};
 use crate::error::Error;
 use crate::protocol::{CONNECTION_ID_HEADER, LAST_EVENT_ID_HEADER};
 use crate::runtime::{Reply, Runtime};
-use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
 
 const APPLICATION_JSON: &str = "application/json";
-const EVENT_STREAM: &str = "text/event-stream";
+use sse::EVENT_STREAM;
 
 /// `POST /v2/rpc`: one JSON-RPC message in, its response (200) or 202 out.
 ///
@@ -70,19 +69,13 @@ pub fn get(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<Bod
     let last_event_id = last_event_id(headers)?;
     let connection = runtime.connections.lookup(id)?;
     let stream = connection.open_stream(last_event_id)?;
-    let mut response = Response::new(sse::body(
+    Ok(sse::response(
         stream,
         runtime.config.heartbeat,
         runtime.shutdown.clone(),
-    ));
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    if let Ok(value) = HeaderValue::from_str(&connection.id) {
-        headers.insert(CONNECTION_ID_HEADER, value);
-    }
-    Ok(response)
+        CONNECTION_ID_HEADER,
+        &connection.id,
+    ))
 }
 
 /// `DELETE /v2/rpc`: closes the connection; 204 also when unknown or closed.

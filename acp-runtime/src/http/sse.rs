@@ -6,6 +6,8 @@ use super::Body;
 use crate::connection::{Batch, Stream};
 use bytes::Bytes;
 use futures::StreamExt;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderValue, Response};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use std::convert::Infallible;
@@ -21,6 +23,31 @@ const HEARTBEAT: &[u8] = b": heartbeat\n\n";
 /// towards an HTTP/2 client does) would otherwise hold a quiet stream's
 /// headers back until the first heartbeat.
 const OPENED: &[u8] = b": stream open\n\n";
+
+/// `Content-Type` of every event stream.
+pub const EVENT_STREAM: &str = "text/event-stream";
+
+/// The `200` answer of a stream request (`GET /v2/rpc`, `GET /acp`): the
+/// [`body`] of `stream`, `Content-Type: text/event-stream`, `Cache-Control:
+/// no-cache`, `X-Accel-Buffering: no` (so proxies do not buffer it), and
+/// the connection id under `id_header` (the route's own header name).
+pub fn response(
+    stream: Stream,
+    heartbeat: Duration,
+    shutdown: CancellationToken,
+    id_header: &'static str,
+    connection_id: &str,
+) -> Response<Body> {
+    let mut response = Response::new(body(stream, heartbeat, shutdown));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    if let Ok(value) = HeaderValue::from_str(connection_id) {
+        headers.insert(id_header, value);
+    }
+    response
+}
 
 /// A streaming body that writes [`OPENED`], then `stream`'s events until the
 /// stream is taken over, the connection closes, or the server shuts down.

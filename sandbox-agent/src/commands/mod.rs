@@ -5,6 +5,7 @@
 pub mod agents;
 pub mod bench;
 pub mod bridge;
+pub mod fs;
 pub mod mock_agent;
 pub mod prompt;
 pub mod server;

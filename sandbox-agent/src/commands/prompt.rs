@@ -108,7 +108,7 @@ pub async fn run(args: PromptArgs) -> Result<(), String> {
     };
     let result = one_turn(&client, &args, terminal, &mut spinner).await;
     spinner.stop();
-    client.dispose().await;
+    client.shutdown().await;
     result
 }
 
@@ -624,10 +624,10 @@ async fn read_stdin_line() -> Option<String> {
 /// The message for a client that could not connect.
 fn describe_connect_error(args: &PromptArgs, error: &Error) -> String {
     match (&args.url, error) {
-        (Some(url), Error::Transport(_) | Error::Request(_)) => {
+        (Some(url), error) if error.is_connection_lost() || error.is_timeout() => {
             format!("cannot reach the server at {url}: {error}")
         }
-        (Some(url), Error::Http(failure)) if failure.status.as_u16() == 401 => format!(
+        (Some(url), error) if error.is_unauthorized() => format!(
             "the server at {url} refused the token (give the right one with --token or SANDBOX_AGENT_TOKEN): {error}"
         ),
         _ => format!("cannot connect to agent {:?}: {error}", args.agent),

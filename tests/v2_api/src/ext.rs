@@ -26,14 +26,29 @@ pub const AGENT_LIST: &str = "_sandboxagent/agent/list";
 pub const SESSION_LIST: &str = "_sandboxagent/session/list";
 /// `_sandboxagent/agent/install` (as `POST /v2/agents/{agent}/install`).
 pub const AGENT_INSTALL: &str = "_sandboxagent/agent/install";
+/// `_sandboxagent/fs/list_entries`.
+pub const FS_LIST_ENTRIES: &str = "_sandboxagent/fs/list_entries";
+/// `_sandboxagent/fs/stat`.
+pub const FS_STAT: &str = "_sandboxagent/fs/stat";
+/// `_sandboxagent/fs/mkdir`.
+pub const FS_MKDIR: &str = "_sandboxagent/fs/mkdir";
+/// `_sandboxagent/fs/move`.
+pub const FS_MOVE: &str = "_sandboxagent/fs/move";
+/// `_sandboxagent/fs/delete_entry`.
+pub const FS_DELETE_ENTRY: &str = "_sandboxagent/fs/delete_entry";
 /// `_sandboxagent/session/ended` (notification).
 pub const SESSION_ENDED: &str = "_sandboxagent/session/ended";
 
 /// Every extension method research/contract.md defines, sorted
 /// ("Extension methods and control plane").
-pub const ALL_METHODS: [&str; 8] = [
+pub const ALL_METHODS: [&str; 13] = [
     AGENT_INSTALL,
     AGENT_LIST,
+    FS_DELETE_ENTRY,
+    FS_LIST_ENTRIES,
+    FS_MKDIR,
+    FS_MOVE,
+    FS_STAT,
     DETACH,
     SESSION_GET,
     SESSION_LIST,

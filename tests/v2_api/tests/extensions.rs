@@ -10,9 +10,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use v2_api_tests::acp::{self, stop_reason};
 use v2_api_tests::ext::{
-    self, AGENT_INSTALL, AGENT_LIST, ALL_METHODS, DETACH, INVALID_PARAMS, LIST_MODELS,
-    METHOD_NOT_FOUND, RESOURCE_NOT_FOUND, SESSION_ENDED, SESSION_GET, SESSION_LIST, SET_METADATA,
-    TERMINATE, expect_error, expect_result, namespace, session_ids, session_ref,
+    self, AGENT_INSTALL, AGENT_LIST, ALL_METHODS, DETACH, FS_DELETE_ENTRY, FS_LIST_ENTRIES,
+    FS_MKDIR, FS_MOVE, FS_STAT, INVALID_PARAMS, LIST_MODELS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND,
+    SESSION_ENDED, SESSION_GET, SESSION_LIST, SET_METADATA, TERMINATE, expect_error, expect_result,
+    namespace, session_ids, session_ref,
 };
 use v2_api_tests::{
     EVENT_TIMEOUT, MOCK, REQUEST_TIMEOUT, SseEvent, SseStream, TestServer, join_within,
@@ -113,7 +114,7 @@ fn check_advertisement(result: &Value) -> Vec<String> {
     sorted.sort();
     assert_eq!(
         sorted, ALL_METHODS,
-        "methods must name exactly the eight extension methods: {block}"
+        "methods must name exactly the extension methods of the contract: {block}"
     );
     let extensions = block["extensions"]
         .as_object()
@@ -133,6 +134,11 @@ fn check_advertisement(result: &Value) -> Vec<String> {
         "agentList",
         "sessionList",
         "agentInstall",
+        "fsListEntries",
+        "fsStat",
+        "fsMkdir",
+        "fsMove",
+        "fsDeleteEntry",
         "sessionEndedNotification",
         "sessionAgentMeta",
     ] {
@@ -171,6 +177,10 @@ async fn every_advertised_method_answers() {
     let methods = check_advertisement(expect_result(&reply.json()));
     let session = server.new_session(&conn).await;
     let doomed = server.new_session(&conn).await;
+    let files = v2_api_tests::agents::TempDir::new("ext-fs");
+    let file = |name: &str| files.path().join(name).to_string_lossy().into_owned();
+    files.write("moved", b"x");
+    files.write("deleted", b"x");
     for (i, method) in methods.iter().enumerate() {
         let params = match method.as_str() {
             DETACH | SESSION_GET | LIST_MODELS => session_ref(&session),
@@ -178,6 +188,10 @@ async fn every_advertised_method_answers() {
             SET_METADATA => json!({"sessionId": session, "metadata": {"k": 1}}),
             AGENT_LIST | SESSION_LIST => json!({}),
             AGENT_INSTALL => json!({"agent": MOCK}),
+            FS_LIST_ENTRIES | FS_STAT => json!({"path": file("")}),
+            FS_MKDIR => json!({"path": file("made")}),
+            FS_MOVE => json!({"from": file("moved"), "to": file("moved-to")}),
+            FS_DELETE_ENTRY => json!({"path": file("deleted")}),
             other => panic!("advertised method {other} has no test params"),
         };
         let response = server.rpc(&conn, i, method, params).await;

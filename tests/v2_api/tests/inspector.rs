@@ -8,7 +8,7 @@
 //!
 //! Plus plain HTTP checks of how the assets are served.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::process::Command;
@@ -44,6 +44,11 @@ fn puppeteer() -> PathBuf {
 
 /// Runs one flow of the browser script against `server`.
 async fn flow(server: &TestServer, name: &str, token: Option<&str>) {
+    flow_with(server, name, token, &[]).await;
+}
+
+/// [`flow`] with extra environment for the script.
+async fn flow_with(server: &TestServer, name: &str, token: Option<&str>, env: &[(&str, &Path)]) {
     let shots = workspace_root().join("target").join("inspector");
     let script = workspace_root().join("tests/v2_api/fixtures/inspector.mjs");
     let mut command = Command::new("node");
@@ -54,6 +59,7 @@ async fn flow(server: &TestServer, name: &str, token: Option<&str>) {
         .arg(&shots)
         .env("CHROMIUM", chromium())
         .env("PUPPETEER_CORE", puppeteer())
+        .envs(env.iter().copied())
         .kill_on_drop(true);
     if let Some(token) = token {
         command.arg(token);
@@ -105,6 +111,35 @@ async fn terminate_shows_the_ended_state() {
 async fn the_page_asks_for_the_token_and_refuses_a_wrong_one() {
     let server = TestServer::start(&["--token", "inspector-secret"]).await;
     flow(&server, "token", Some("inspector-secret")).await;
+}
+
+#[tokio::test]
+async fn files_are_browsed_downloaded_and_uploaded() {
+    let scratch = std::env::temp_dir().join(format!("inspector-files-{}", std::process::id()));
+    let (files, downloads) = (scratch.join("work"), scratch.join("downloads"));
+    std::fs::create_dir_all(files.join("sub")).expect("dirs");
+    std::fs::create_dir_all(&downloads).expect("dirs");
+    std::fs::write(files.join("hello.txt"), "hello from disk\n").expect("write");
+    std::fs::write(files.join("sub/inner.txt"), "inner").expect("write");
+    let upload = scratch.join("uploaded.txt");
+    std::fs::write(&upload, "sent from the browser").expect("write");
+    let server = TestServer::start(&[]).await;
+    flow_with(
+        &server,
+        "files",
+        None,
+        &[
+            ("FILES_DIR", &files),
+            ("DOWNLOADS", &downloads),
+            ("UPLOAD", &upload),
+        ],
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(files.join("uploaded.txt")).expect("uploaded file on disk"),
+        "sent from the browser"
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
 }
 
 #[tokio::test]

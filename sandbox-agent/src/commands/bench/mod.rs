@@ -10,8 +10,10 @@
 //! because this kind of machine is shared and noisy.
 
 pub mod client;
+pub mod fs;
 pub mod report;
 pub mod scenarios;
+pub mod transports;
 
 use client::BenchError;
 use std::net::SocketAddr;
@@ -37,13 +39,23 @@ pub enum Scenario {
     Connections,
     /// Process start to `/v2/health` answering 200.
     Startup,
+    /// `_mock/echo` over a WebSocket on `/acp/mock`, 1 and 16 in flight.
+    Websocket,
+    /// `_mock/echo` POSTs from 32 streams of one HTTP/2 connection.
+    Http2,
+    /// 1 GiB file GET / PUT and a 1000-file upload-batch against cat, dd
+    /// and tar -x (writes 3 GiB to the temp dir; not in the default run).
+    Fs,
 }
 
 impl Scenario {
-    /// Every scenario.
-    pub const ALL: [Scenario; 6] = [
+    /// The default run: every scenario but [`Scenario::Fs`] (minutes of
+    /// disk traffic; ask for it with `--scenario fs`).
+    pub const ALL: [Scenario; 8] = [
         Scenario::Roundtrip,
         Scenario::Stdio,
+        Scenario::Websocket,
+        Scenario::Http2,
         Scenario::Stream,
         Scenario::Replay,
         Scenario::Connections,
@@ -210,6 +222,9 @@ pub async fn measure(options: BenchOptions) -> Result<report::Report, BenchError
             Scenario::Replay => scenarios::replay(&target, &options).await,
             Scenario::Connections => scenarios::connections(&target, &options).await,
             Scenario::Startup => scenarios::startup(&options).await,
+            Scenario::Websocket => transports::websocket(&target, &options).await,
+            Scenario::Http2 => transports::http2(&target, &options).await,
+            Scenario::Fs => fs::fs(&target, &options).await,
         };
         match outcome {
             Ok(results) => report.results.extend(results),

@@ -203,6 +203,26 @@ impl Report {
                 0.6,
             ));
         }
+        if let (Some(ws), Some(stdio)) = (
+            self.find("websocket (1 ").and_then(p50),
+            self.find("stdio (1 ").and_then(p50),
+        ) {
+            checks.push(Check::at_most(
+                "websocket p50 / stdio p50 (1 in flight)",
+                ws / stdio,
+                1.3,
+            ));
+        }
+        if let (Some(ws), Some(stdio)) = (
+            self.find("websocket (16").and_then(rps),
+            self.find("stdio (16").and_then(rps),
+        ) {
+            checks.push(Check::at_least(
+                "websocket pipelined msgs/s / stdio pipelined",
+                ws / stdio,
+                0.6,
+            ));
+        }
         let eps = |r: &ScenarioResult| r.events_per_sec;
         if let Some(sse) = self.find("stream (SSE)").and_then(eps) {
             if let Some(stdio) = self.find("stream (stdio)").and_then(eps) {
@@ -236,6 +256,34 @@ impl Report {
                 bytes as f64 / 1024.0,
                 64.0,
             ));
+        }
+        // The fs scenario (research/benchmarks.md): each transfer against
+        // the tool on the same disk, as a ratio of wall times.
+        let seconds = |name: &str| self.find(name).map(|r| r.seconds);
+        for (name, ours, tool) in [
+            ("fs GET / cat throughput", "fs GET", "fs cat"),
+            ("fs PUT / dd throughput", "fs PUT", "fs dd"),
+            (
+                "fs upload-batch / tar -x throughput",
+                "fs upload-batch",
+                "fs tar -x",
+            ),
+        ] {
+            if let (Some(ours), Some(tool)) = (seconds(ours), seconds(tool)) {
+                checks.push(Check::at_least(name, tool / ours.max(1e-9), 0.7));
+            }
+        }
+        for transfer in ["fs GET", "fs PUT"] {
+            if let Some((before, peak)) = self
+                .find(transfer)
+                .and_then(|r| Some((r.rss_before?, r.rss_after?)))
+            {
+                checks.push(Check::at_most(
+                    &format!("{transfer} server RSS growth (MiB)"),
+                    peak.saturating_sub(before) as f64 / 1048576.0,
+                    32.0,
+                ));
+            }
         }
         if let Some(startup) = self.find("startup").and_then(|r| r.latency) {
             checks.push(Check::at_most(

@@ -1,0 +1,185 @@
+//! File bytes in and out (research/contract.md, "Host file system", reads
+//! and writes): reads open the file through its checked parent; writes go to
+//! a temporary file beside the target, are fsynced and renamed into place,
+//! so a reader never sees half a file and a failed upload leaves the old one.
+
+use super::{Located, Scope, is_a_directory, shown};
+use crate::error::Error;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use std::fs::{File, Metadata, OpenOptions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+use tokio::io::AsyncWriteExt;
+
+/// Bytes gathered before one write to the temp file.
+const WRITE_BUFFER_BYTES: usize = 1 << 20;
+
+/// A file opened for reading.
+#[derive(Debug)]
+pub(crate) struct OpenFile {
+    /// The file, at offset 0.
+    pub(crate) file: File,
+    /// Its metadata (size, modification time, inode for the ETag).
+    pub(crate) meta: Metadata,
+}
+
+impl OpenFile {
+    /// A strong validator (RFC 9110 section 8.8.3): inode, size and
+    /// modification time in nanoseconds; a rewrite (a new inode by rename)
+    /// or an in-place change gives a new one.
+    pub(crate) fn etag(&self) -> String {
+        format!(
+            "\"{:x}-{:x}-{:x}{:08x}\"",
+            self.meta.ino(),
+            self.meta.len(),
+            self.meta.mtime(),
+            self.meta.mtime_nsec()
+        )
+    }
+}
+
+/// Opens the regular file at `path` (symlinks followed inside the root).
+///
+/// # Errors
+/// 400, 403, 404, 409 `is-a-directory`.
+pub(crate) fn open(scope: &Scope, path: &str) -> Result<OpenFile, Error> {
+    let located = scope.locate(path, true)?;
+    let real = located.real();
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(located.handle())
+        .map_err(|error| Error::from_io(&error, &real))?;
+    let meta = file
+        .metadata()
+        .map_err(|error| Error::from_io(&error, &real))?;
+    if meta.is_dir() {
+        return Err(is_a_directory(&real));
+    }
+    if !meta.is_file() {
+        return Err(Error::InvalidPath(format!(
+            "{} is not a regular file",
+            real.display()
+        )));
+    }
+    Ok(OpenFile { file, meta })
+}
+
+/// The temporary file of a write in progress; removed when dropped unless
+/// committed, so every exit path (an error, a client that hangs up and
+/// drops the request future) leaves no temp file behind.
+struct TempFile {
+    located: Located,
+    name: std::ffi::OsString,
+    committed: bool,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(self.located.dir.child(&self.name));
+        }
+    }
+}
+
+/// Writes `body` to `path` (parents created; a symlink at the path is
+/// followed, inside the root, and its target replaced by rename, never
+/// written in place). Memory stays at one chunk.
+/// Returns the path written and the byte count. On an error the rest of
+/// `body` is left unread, for the caller to drain.
+///
+/// # Errors
+/// 400, 403, 409 `is-a-directory`, 413 past `limit` bytes, 507, and the
+/// body's own error (408, 400) as it is.
+pub(crate) async fn write<S>(
+    scope: Scope,
+    path: String,
+    body: &mut S,
+    limit: u64,
+) -> Result<(PathBuf, u64), Error>
+where
+    S: Stream<Item = Result<Bytes, Error>> + Unpin,
+{
+    let (temp, file) = tokio::task::spawn_blocking(move || begin(&scope, &path))
+        .await
+        .map_err(|error| Error::FsIo(error.to_string()))??;
+    let real = temp.located.real();
+    // Body chunks are often a few KiB; each write to a tokio file is a trip
+    // to the blocking pool, so they are gathered into 1 MiB writes.
+    let mut file =
+        tokio::io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, tokio::fs::File::from_std(file));
+    let mut written = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk?;
+        written += chunk.len() as u64;
+        if written > limit {
+            return Err(Error::PayloadTooLarge {
+                limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            });
+        }
+        file.write_all(&chunk)
+            .await
+            .map_err(|error| Error::from_io(&error, &real))?;
+    }
+    file.flush()
+        .await
+        .map_err(|error| Error::from_io(&error, &real))?;
+    let file = file.into_inner().into_std().await;
+    tokio::task::spawn_blocking(move || commit(temp, &file))
+        .await
+        .map_err(|error| Error::FsIo(error.to_string()))??;
+    Ok((real, written))
+}
+
+/// Creates the temp file beside the target.
+fn begin(scope: &Scope, path: &str) -> Result<(TempFile, File), Error> {
+    let absolute = scope.absolute(path)?;
+    if let Some(parent) = absolute.parent() {
+        scope.make_dirs(&shown(parent))?;
+    }
+    let located = scope.locate(path, true)?;
+    let real = located.real();
+    if std::fs::symlink_metadata(located.handle()).is_ok_and(|meta| meta.is_dir()) {
+        return Err(is_a_directory(&real));
+    }
+    let mut name = std::ffi::OsString::from(".");
+    name.push(&located.name);
+    name.push(format!(
+        ".sandbox-agent-upload-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(located.dir.child(&name))
+        .map_err(|error| Error::from_io(&error, &real))?;
+    Ok((
+        TempFile {
+            located,
+            name,
+            committed: false,
+        },
+        file,
+    ))
+}
+
+/// fsync, rename into place, fsync the directory.
+fn commit(mut temp: TempFile, file: &File) -> Result<(), Error> {
+    let real = temp.located.real();
+    let io = |error: std::io::Error| Error::from_io(&error, &real);
+    file.sync_all().map_err(io)?;
+    nix::fcntl::renameat2(
+        temp.located.dir.file(),
+        temp.name.as_os_str(),
+        temp.located.dir.file(),
+        temp.located.name.as_os_str(),
+        nix::fcntl::RenameFlags::empty(),
+    )
+    .map_err(|errno| io(errno.into()))?;
+    temp.committed = true;
+    temp.located.dir.file().sync_all().map_err(io)?;
+    Ok(())
+}

@@ -1,0 +1,519 @@
+//! The `/v2/fs/*` routes (research/contract.md, "Host file system"): the
+//! file system operations of [`crate::fs`] as plain HTTP, and the only way
+//! bytes move: `GET`/`PUT /v2/fs/file` and `POST /v2/fs/upload-batch`, all
+//! streamed in constant memory.
+//!
+//! The query of every route is `application/x-www-form-urlencoded`: `path`,
+//! `sessionId` (or `session_id`), and `recursive` on `DELETE /v2/fs/entry`.
+
+use super::headers::is_json_content;
+use super::{Body, HttpRequest, empty, full, read_body};
+use crate::agent::archive::Limits;
+use crate::error::Error;
+use crate::fs::{self, Scope, batch, ops, transfer};
+use crate::runtime::Runtime;
+use bytes::Bytes;
+use ext_methods::{FsDeleteParams, FsMoveParams, FsWriteResult};
+use futures::{Stream, StreamExt};
+use http::header::{
+    ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, IF_NONE_MATCH, LAST_MODIFIED,
+    RANGE,
+};
+use http::{HeaderValue, Method, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+/// Prefix of every route here.
+pub const PREFIX: &str = "/v2/fs/";
+/// Largest JSON body of `POST /v2/fs/move`, in bytes.
+const MOVE_BODY_LIMIT: usize = 64 * 1024;
+/// Bytes read from disk per body chunk of a download.
+const READ_CHUNK_BYTES: usize = 256 * 1024;
+
+/// Routes a request whose path starts with [`PREFIX`].
+pub async fn route(
+    runtime: &Arc<Runtime>,
+    request: &mut HttpRequest,
+) -> Result<Response<Body>, Error> {
+    let path = request.uri().path();
+    let path = path.strip_prefix(PREFIX).unwrap_or(path).to_owned();
+    let method = request.method().clone();
+    serve(runtime, request, &path, &method).await
+}
+
+async fn serve(
+    runtime: &Arc<Runtime>,
+    request: &mut HttpRequest,
+    path: &str,
+    method: &Method,
+) -> Result<Response<Body>, Error> {
+    let query = Query::parse(request.uri().query())?;
+    match (path, method) {
+        ("entries", &Method::GET | &Method::HEAD) => {
+            let scope = query.scope(runtime)?;
+            json(&blocking(move || ops::list(&scope, query.path.as_deref())).await?)
+        }
+        ("stat", &Method::GET | &Method::HEAD) => {
+            let scope = query.scope(runtime)?;
+            let path = query.required_path()?;
+            json(&blocking(move || ops::stat(&scope, &path)).await?)
+        }
+        ("mkdir", &Method::POST) => {
+            let scope = query.scope(runtime)?;
+            let path = query.required_path()?;
+            json(&blocking(move || ops::mkdir(&scope, &path)).await?)
+        }
+        ("move", &Method::POST) => {
+            let body = read_body(request, MOVE_BODY_LIMIT, runtime.config.read_timeout).await?;
+            if !is_json_content(request.headers()) {
+                return Err(Error::UnsupportedMediaType);
+            }
+            let mut params: FsMoveParams = serde_json::from_slice(&body).map_err(|error| {
+                Error::InvalidRequest(format!(
+                    "the body must be {{\"from\": string, \"to\": string, \"overwrite\"?: bool}}: {error}"
+                ))
+            })?;
+            if params.session_id.is_none() {
+                params.session_id = query.session_id.clone();
+            }
+            let scope = Scope::new(runtime, params.session_id.as_deref(), None)?;
+            json(&blocking(move || ops::rename(&scope, &params)).await?)
+        }
+        ("entry", &Method::DELETE) => {
+            let scope = query.scope(runtime)?;
+            let params = FsDeleteParams {
+                path: query.required_path()?,
+                recursive: query.recursive,
+                session_id: None,
+            };
+            json(&blocking(move || ops::delete(&scope, &params)).await?)
+        }
+        ("file", &Method::GET | &Method::HEAD) => read(runtime, request, &query, method).await,
+        ("file", &Method::PUT) => write(runtime, request, &query).await,
+        ("upload-batch", &Method::POST) => upload_batch(runtime, request, &query).await,
+        ("entries" | "stat" | "file", _) => Err(Error::MethodNotAllowed(if path == "file" {
+            "GET, PUT"
+        } else {
+            "GET"
+        })),
+        ("mkdir" | "move" | "upload-batch", _) => Err(Error::MethodNotAllowed("POST")),
+        ("entry", _) => Err(Error::MethodNotAllowed("DELETE")),
+        _ => Err(Error::NotFound(format!("{PREFIX}{path}"))),
+    }
+}
+
+/// The query of a `/v2/fs/*` route.
+#[derive(Debug, Default)]
+struct Query {
+    path: Option<String>,
+    session_id: Option<String>,
+    recursive: bool,
+}
+
+impl Query {
+    /// # Errors
+    /// 400 for a `recursive` that is not `true`/`false`/`1`/`0`.
+    fn parse(query: Option<&str>) -> Result<Self, Error> {
+        let mut parsed = Self::default();
+        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            match &*key {
+                "path" => parsed.path = Some(value.into_owned()),
+                "sessionId" | "session_id" => parsed.session_id = Some(value.into_owned()),
+                "recursive" => {
+                    parsed.recursive = match &*value {
+                        "true" | "1" => true,
+                        "false" | "0" | "" => false,
+                        _ => {
+                            return Err(Error::InvalidRequest(format!(
+                                "recursive must be true or false, got {value:?}"
+                            )));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(parsed)
+    }
+
+    fn scope(&self, runtime: &Runtime) -> Result<Scope, Error> {
+        Scope::new(runtime, self.session_id.as_deref(), None)
+    }
+
+    fn required_path(&self) -> Result<String, Error> {
+        self.path
+            .clone()
+            .ok_or_else(|| Error::InvalidPath("the path query parameter is required".to_owned()))
+    }
+}
+
+/// Runs a blocking file system call on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(call)
+        .await
+        .map_err(|error| Error::FsIo(error.to_string()))?
+}
+
+fn json(value: &impl Serialize) -> Result<Response<Body>, Error> {
+    let body = serde_json::to_vec(value)
+        .map_err(|e| Error::FsIo(format!("cannot serialize the answer: {e}")))?;
+    Ok(full(StatusCode::OK, "application/json", Bytes::from(body)))
+}
+
+/// `GET /v2/fs/file?path=`: the bytes, with `Content-Length`, `ETag`,
+/// `Last-Modified` and `Accept-Ranges`; one `Range` → 206 (several ranges
+/// are answered with the whole file, which RFC 9110 section 14.2 allows);
+/// a matching `If-None-Match` → 304.
+///
+/// # Errors
+/// 400, 403, 404, 409 `is-a-directory`, 416.
+async fn read(
+    runtime: &Arc<Runtime>,
+    request: &HttpRequest,
+    query: &Query,
+    method: &Method,
+) -> Result<Response<Body>, Error> {
+    let scope = query.scope(runtime)?;
+    let path = query.required_path()?;
+    let opened = blocking(move || transfer::open(&scope, &path)).await?;
+    let size = opened.meta.len();
+    let etag = opened.etag();
+    let mut headers = http::HeaderMap::new();
+    headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        headers.insert(ETAG, value);
+    }
+    if let Some(value) = opened
+        .meta
+        .modified()
+        .ok()
+        .and_then(|time| HeaderValue::from_str(&http_date(time)).ok())
+    {
+        headers.insert(LAST_MODIFIED, value);
+    }
+    let not_modified = request
+        .headers()
+        .get(IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|tag| tag.trim() == etag || tag.trim() == "*")
+        });
+    if not_modified {
+        let mut response = empty(StatusCode::NOT_MODIFIED);
+        response.headers_mut().extend(headers);
+        return Ok(response);
+    }
+    let range = match request.headers().get(RANGE).and_then(|v| v.to_str().ok()) {
+        Some(value) => parse_range(value, size)?,
+        None => None,
+    };
+    let (status, start, length) = match range {
+        Some((start, end)) => {
+            let value = format!("bytes {start}-{end}/{size}");
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                headers.insert(CONTENT_RANGE, value);
+            }
+            (StatusCode::PARTIAL_CONTENT, start, end - start + 1)
+        }
+        None => (StatusCode::OK, 0, size),
+    };
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    let mut response = if method == Method::HEAD {
+        empty(status)
+    } else {
+        let mut file = tokio::fs::File::from_std(opened.file);
+        let real = query.path.clone().unwrap_or_default();
+        file.seek(std::io::SeekFrom::Start(start))
+            .await
+            .map_err(|error| Error::from_io(&error, std::path::Path::new(&real)))?;
+        let chunks =
+            tokio_util::io::ReaderStream::with_capacity(file.take(length), READ_CHUNK_BYTES);
+        // A read error mid-body ends the body short of its Content-Length:
+        // hyper then closes the connection, and the client sees a
+        // truncated transfer rather than a wrong file.
+        let frames = chunks
+            .take_while(move |chunk| {
+                if let Err(error) = chunk {
+                    tracing::warn!(%error, path = %real, "file read failed mid-body");
+                }
+                std::future::ready(chunk.is_ok())
+            })
+            .filter_map(|chunk| std::future::ready(chunk.ok().map(|c| Ok(Frame::data(c)))));
+        let mut response = Response::new(StreamBody::new(frames).boxed_unsync());
+        *response.status_mut() = status;
+        response
+    };
+    response.headers_mut().extend(headers);
+    Ok(response)
+}
+
+/// One `bytes=` range of a `size`-byte file, as inclusive `(first, last)`;
+/// `None`: serve the whole file (not a bytes range, several ranges, or a
+/// syntax this server does not read, which RFC 9110 section 14.2 lets it
+/// ignore).
+///
+/// # Errors
+/// 416 when the range starts at or past the end (or asks a suffix of an
+/// empty file).
+fn parse_range(value: &str, size: u64) -> Result<Option<(u64, u64)>, Error> {
+    let Some(spec) = value.trim().strip_prefix("bytes=") else {
+        return Ok(None);
+    };
+    if spec.contains(',') {
+        return Ok(None);
+    }
+    let Some((first, last)) = spec.trim().split_once('-') else {
+        return Ok(None);
+    };
+    let number = |text: &str| {
+        (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| text.parse::<u64>().ok())
+            .flatten()
+    };
+    let unsatisfiable = Err(Error::RangeNotSatisfiable { size });
+    match (first.trim(), last.trim()) {
+        ("", suffix) => match number(suffix) {
+            None => Ok(None),
+            Some(0) => unsatisfiable,
+            Some(_) if size == 0 => unsatisfiable,
+            Some(n) => Ok(Some((size.saturating_sub(n), size - 1))),
+        },
+        (first, last) => {
+            let Some(first) = number(first) else {
+                return Ok(None);
+            };
+            let last = match last {
+                "" => size.saturating_sub(1),
+                last => match number(last) {
+                    Some(last) if last >= first => last.min(size.saturating_sub(1)),
+                    _ => return Ok(None),
+                },
+            };
+            if first >= size {
+                return unsatisfiable;
+            }
+            Ok(Some((first, last)))
+        }
+    }
+}
+
+/// The request body as a stream of chunks, each awaited at most
+/// `--read-timeout-ms` (a client that stops sending gets 408, and its
+/// upload is discarded).
+fn body_stream(
+    request: &mut HttpRequest,
+    timeout: Duration,
+) -> impl Stream<Item = Result<Bytes, Error>> + Unpin + Send + 'static {
+    let body = request.body_mut().take();
+    // Fused: the body may be drained after the writer saw its end.
+    Box::pin(
+        futures::stream::unfold(body, move |body| async move {
+            let mut body = body?;
+            loop {
+                match tokio::time::timeout(timeout, body.frame()).await {
+                    Err(_) => return Some((Err(Error::RequestTimeout { timeout }), None)),
+                    Ok(None) => return None,
+                    Ok(Some(Err(error))) => {
+                        let error =
+                            Error::InvalidRequest(format!("cannot read the request body: {error}"));
+                        return Some((Err(error), None));
+                    }
+                    Ok(Some(Ok(frame))) => {
+                        if let Ok(data) = frame.into_data() {
+                            return Some((Ok(data), Some(body)));
+                        }
+                    }
+                }
+            }
+        })
+        .fuse(),
+    )
+}
+
+/// 413 when `Content-Length` already says the body is over `limit`.
+fn check_declared_length(request: &HttpRequest, limit: u64) -> Result<(), Error> {
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit) {
+        return Err(Error::PayloadTooLarge {
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+        });
+    }
+    Ok(())
+}
+
+/// `PUT /v2/fs/file?path=` with the raw bytes → `{path, bytes_written,
+/// bytesWritten}`.
+///
+/// # Errors
+/// 400, 403, 408, 409 `is-a-directory`, 413, 507.
+async fn write(
+    runtime: &Arc<Runtime>,
+    request: &mut HttpRequest,
+    query: &Query,
+) -> Result<Response<Body>, Error> {
+    let limit = runtime.config.max_upload_bytes;
+    check_declared_length(request, limit)?;
+    let scope = query.scope(runtime)?;
+    let path = query.required_path()?;
+    let mut body = body_stream(request, runtime.config.read_timeout);
+    match transfer::write(scope, path, &mut body, limit).await {
+        Ok((written, bytes)) => json(&FsWriteResult::new(fs::shown(&written), bytes)),
+        Err(error) => {
+            drain(&mut body, &error, runtime).await;
+            Err(error)
+        }
+    }
+}
+
+/// `POST /v2/fs/upload-batch?path=DIR` with a tar body (gzip accepted) →
+/// `{paths, truncated}`.
+///
+/// # Errors
+/// 400 `invalid-archive`, 403, 408, 409, 413, 507.
+async fn upload_batch(
+    runtime: &Arc<Runtime>,
+    request: &mut HttpRequest,
+    query: &Query,
+) -> Result<Response<Body>, Error> {
+    let limit = runtime.config.max_upload_bytes;
+    check_declared_length(request, limit)?;
+    let scope = query.scope(runtime)?;
+    let path = query.required_path()?;
+    let limits = Limits {
+        max_bytes: limit,
+        max_entries: runtime.config.max_upload_entries,
+    };
+    // The body's own failure (408, 413 on the compressed bytes) is kept
+    // here and answered instead of the unpacker's "cannot read".
+    let failure = Arc::new(parking_lot::Mutex::new(None::<Error>));
+    let kept = failure.clone();
+    let mut received = 0u64;
+    let body = body_stream(request, runtime.config.read_timeout).map(move |chunk| {
+        let chunk = chunk.and_then(|chunk| {
+            received += chunk.len() as u64;
+            if received > limit {
+                return Err(Error::PayloadTooLarge {
+                    limit: usize::try_from(limit).unwrap_or(usize::MAX),
+                });
+            }
+            Ok(chunk)
+        });
+        chunk.map_err(|error| {
+            let message = error.to_string();
+            *kept.lock() = Some(error);
+            std::io::Error::other(message)
+        })
+    });
+    let mut reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(body));
+    let (unpacked, reader) = tokio::task::spawn_blocking(move || {
+        (batch::unpack(&scope, &path, &mut reader, limits), reader)
+    })
+    .await
+    .map_err(|error| Error::FsIo(error.to_string()))?;
+    if let Some(error) = failure.lock().take() {
+        return Err(error);
+    }
+    if let Err(error) = &unpacked {
+        let mut rest = reader.into_inner().into_inner();
+        drain(&mut rest, error, runtime).await;
+    }
+    json(&unpacked?)
+}
+
+/// Reads and drops what is left of a request body after `error` (up to
+/// `--max-body-bytes`, each chunk within `--read-timeout-ms`), so the
+/// client, still sending, reads the problem instead of a broken pipe. A
+/// body that is over the limit, late, or broken is not waited for: the
+/// problem response closes the connection (`http::handle`).
+async fn drain<S, T, E>(body: &mut S, error: &Error, runtime: &Runtime)
+where
+    S: Stream<Item = Result<T, E>> + Unpin,
+    T: AsRef<[u8]>,
+{
+    if matches!(
+        error,
+        Error::PayloadTooLarge { .. } | Error::RequestTimeout { .. } | Error::InvalidRequest(_)
+    ) {
+        return;
+    }
+    let mut left = runtime.config.max_body_bytes;
+    while let Ok(Some(Ok(chunk))) =
+        tokio::time::timeout(runtime.config.read_timeout, body.next()).await
+    {
+        match left.checked_sub(chunk.as_ref().len()) {
+            Some(rest) => left = rest,
+            None => return,
+        }
+    }
+}
+
+/// An HTTP-date (RFC 9110 section 5.6.7, IMF-fixdate), e.g.
+/// `Sun, 06 Nov 1994 08:49:37 GMT`.
+fn http_date(time: SystemTime) -> String {
+    let seconds = time
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let days = seconds / 86_400;
+    let of_day = seconds % 86_400;
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    format!(
+        "{}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+        WEEKDAYS[(days % 7) as usize],
+        MONTHS[(month - 1) as usize],
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_dates_are_imf_fixdate() {
+        let time = UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(http_date(time), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(http_date(UNIX_EPOCH), "Thu, 01 Jan 1970 00:00:00 GMT");
+    }
+
+    #[test]
+    fn ranges_follow_rfc_9110() {
+        assert_eq!(parse_range("bytes=0-9", 100).ok(), Some(Some((0, 9))));
+        assert_eq!(parse_range("bytes=90-", 100).ok(), Some(Some((90, 99))));
+        assert_eq!(parse_range("bytes=-10", 100).ok(), Some(Some((90, 99))));
+        assert_eq!(parse_range("bytes=50-500", 100).ok(), Some(Some((50, 99))));
+        assert_eq!(parse_range("bytes=0-1,5-6", 100).ok(), Some(None));
+        assert_eq!(parse_range("items=0-1", 100).ok(), Some(None));
+        assert!(parse_range("bytes=100-", 100).is_err());
+        assert!(parse_range("bytes=-5", 0).is_err());
+    }
+}

@@ -1,0 +1,445 @@
+//! WebSocket on `/acp` and `/acp/{agent}` (research/contract.md, "The /acp
+//! profile", WebSocket): the RFC 6455 opening handshake over hyper's
+//! upgrade, then tungstenite for the framing.
+//!
+//! One socket is one connection. Its id is made at the upgrade and sent in
+//! the 101 answer; the connection itself opens with the first message,
+//! which must be `initialize`. After that each text frame is one JSON-RPC
+//! message, handled as a POST on `/acp` is, and every message for the client
+//! is one text frame read from the connection's ring, so a client that reads
+//! slowly costs at most the ring, as an SSE reader does. Binary frames are
+//! ignored. The server pings every heartbeat interval and gives up on a
+//! peer it has heard nothing from, pong included, for two intervals. A
+//! closed socket closes its connection; the sessions live on for
+//! `session/load` on another.
+
+use super::acp::Dispatch;
+use super::{Body, HttpRequest, empty};
+use crate::connection::{Batch, Connection, Stream};
+use crate::connections;
+use crate::error::Error;
+use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
+use crate::runtime::{Profile, Reply, Runtime};
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use http::header::{
+    CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE,
+};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, Uri, Version};
+use hyper_util::rt::TokioIo;
+use serde_json::value::RawValue;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use subtle::ConstantTimeEq;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message};
+
+/// Most bytes the socket buffers for writing before a send waits (the ring
+/// holds the rest).
+const MAX_WRITE_BUFFER: usize = 1024 * 1024;
+
+type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+/// Whether the request asks for a WebSocket (`Upgrade: websocket`).
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(UPGRADE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("websocket"))
+}
+
+/// Whether `?access_token=` on `uri` is `token` (compared in constant
+/// time). Browsers cannot set headers on a WebSocket, so the upgrade, and
+/// only the upgrade, may carry the token in the query.
+pub fn query_token_matches(uri: &Uri, token: &str) -> bool {
+    uri.query().is_some_and(|query| {
+        form_urlencoded::parse(query.as_bytes())
+            .filter(|(name, _)| name == "access_token")
+            .any(|(_, value)| bool::from(value.as_bytes().ct_eq(token.as_bytes())))
+    })
+}
+
+/// Answers the upgrade with 101 (RFC 6455 section 4.2.2) and serves the
+/// socket in its own task once hyper hands it over.
+///
+/// # Errors
+/// 400 for a request that is not a valid WebSocket opening handshake
+/// (HTTP/1.1 only), 503 at the connection cap.
+pub fn upgrade(
+    runtime: &Arc<Runtime>,
+    request: &mut HttpRequest,
+    agent: Option<&str>,
+) -> Result<Response<Body>, Error> {
+    let headers = request.headers();
+    if request.version() != Version::HTTP_11 {
+        return Err(Error::InvalidRequest(
+            "a WebSocket opens with an HTTP/1.1 upgrade".to_owned(),
+        ));
+    }
+    let connection_upgrade = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    if !connection_upgrade {
+        return Err(Error::InvalidRequest(
+            "a WebSocket upgrade needs Connection: Upgrade".to_owned(),
+        ));
+    }
+    if headers
+        .get(SEC_WEBSOCKET_VERSION)
+        .map(HeaderValue::as_bytes)
+        != Some(b"13")
+    {
+        return Err(Error::InvalidRequest(
+            "only WebSocket version 13 is served (Sec-WebSocket-Version: 13)".to_owned(),
+        ));
+    }
+    let Some(key) = headers.get(SEC_WEBSOCKET_KEY) else {
+        return Err(Error::InvalidRequest(
+            "a WebSocket upgrade needs Sec-WebSocket-Key".to_owned(),
+        ));
+    };
+    if !runtime.connections.has_room() {
+        return Err(Error::TooManyConnections {
+            limit: runtime.config.max_connections,
+        });
+    }
+    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let id = connections::new_id();
+    let on_upgrade = hyper::upgrade::on(&mut *request);
+    let peer = Peer {
+        runtime: runtime.clone(),
+        id: id.clone(),
+        agent: agent.map(str::to_owned),
+    };
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(runtime.config.max_body_bytes))
+        .max_frame_size(Some(runtime.config.max_body_bytes))
+        .max_write_buffer_size(MAX_WRITE_BUFFER);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let socket = WebSocketStream::from_raw_socket(
+                    TokioIo::new(upgraded),
+                    Role::Server,
+                    Some(config),
+                )
+                .await;
+                peer.serve(socket).await;
+            }
+            Err(error) => tracing::debug!(%error, "WebSocket upgrade failed"),
+        }
+    });
+    let mut response = empty(StatusCode::SWITCHING_PROTOCOLS);
+    let headers = response.headers_mut();
+    headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(value) = HeaderValue::from_str(&accept) {
+        headers.insert(SEC_WEBSOCKET_ACCEPT, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        headers.insert(super::acp::CONNECTION_ID_HEADER, value);
+    }
+    Ok(response)
+}
+
+/// One socket's side of the server.
+struct Peer {
+    runtime: Arc<Runtime>,
+    /// The connection id announced in the 101.
+    id: Arc<str>,
+    /// The agent named by path.
+    agent: Option<String>,
+}
+
+/// Why the serve loop ended, and what the close frame says.
+struct Ending {
+    code: CloseCode,
+    reason: &'static str,
+}
+
+impl Peer {
+    /// Reads frames, writes the ring, pings, until either side ends.
+    async fn serve(self, socket: Socket) {
+        let (mut sink, mut source) = socket.split();
+        let heartbeat = self.runtime.config.heartbeat;
+        let mut connection: Option<Arc<Connection>> = None;
+        let mut stream: Option<Stream> = None;
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
+        let mut last_heard = Instant::now();
+        let ending = loop {
+            let closed = async {
+                match &connection {
+                    Some(connection) => connection.closed().cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                frame = source.next() => {
+                    last_heard = Instant::now();
+                    match frame {
+                        None => break None,
+                        Some(Err(error)) => break close_for(&error),
+                        Some(Ok(Message::Text(text))) => {
+                            let body = Bytes::from(text);
+                            let answer = match &connection {
+                                None => self.initialize(body, &mut connection, &mut stream).await,
+                                Some(open) => self.message(open, body).await,
+                            };
+                            last_heard = Instant::now();
+                            if let Some(answer) = answer
+                                && !send(&mut sink, answer, heartbeat).await
+                            {
+                                break None;
+                            }
+                        }
+                        Some(Ok(Message::Close(_))) => break None,
+                        // Binary frames are ignored (RFD); tungstenite answers pings.
+                        Some(Ok(_)) => {}
+                    }
+                }
+                batch = next_batch(&mut stream) => match batch {
+                    Some(batch) => {
+                        if !send_batch(&mut sink, &batch, heartbeat).await {
+                            break None;
+                        }
+                    }
+                    None => break Some(Ending { code: CloseCode::Normal, reason: "connection closed" }),
+                },
+                _ = ping.tick() => {
+                    if last_heard.elapsed() > heartbeat * 2 {
+                        break Some(Ending { code: CloseCode::Away, reason: "keep-alive timeout" });
+                    }
+                    if !send_message(&mut sink, Message::Ping(Bytes::new()), heartbeat).await {
+                        break None;
+                    }
+                }
+                () = closed => break Some(Ending { code: CloseCode::Normal, reason: "connection closed" }),
+                () = self.runtime.shutdown.cancelled() => {
+                    break Some(Ending { code: CloseCode::Away, reason: "server shutting down" });
+                }
+            }
+        };
+        if let Some(Ending { code, reason }) = ending {
+            let frame = CloseFrame {
+                code,
+                reason: reason.into(),
+            };
+            let _ = send_message(&mut sink, Message::Close(Some(frame)), heartbeat).await;
+        }
+        drop(stream);
+        if let Some(connection) = connection
+            && self
+                .runtime
+                .connections
+                .close(&connection.id, &self.runtime.sessions)
+        {
+            tracing::info!(connection = %connection.id, "WebSocket closed; its sessions live on");
+        }
+    }
+
+    /// The first message: it must be `initialize`, which opens the
+    /// connection under the id of the 101. The answer frame to send.
+    async fn initialize(
+        &self,
+        body: Bytes,
+        connection: &mut Option<Arc<Connection>>,
+        stream: &mut Option<Stream>,
+    ) -> Option<Bytes> {
+        let (client_id, is_initialize, names_agent) = match Envelope::parse(&body, true) {
+            Ok((envelope, kind)) => (
+                envelope.id.map(RawValue::to_owned),
+                kind == Kind::Request && envelope.method() == method::INITIALIZE,
+                protocol::meta_agent(envelope.params).is_some(),
+            ),
+            Err(error) => return Some(parse_error(&error.to_string())),
+        };
+        let id = client_id.unwrap_or_else(|| RawValue::NULL.to_owned());
+        if !is_initialize {
+            let error = RpcError::new(
+                code::INVALID_REQUEST,
+                "the first message on a WebSocket must be initialize",
+            );
+            return Some(Bytes::from(protocol::error_response_line(&id, &error)));
+        }
+        if self.agent.is_none() && !names_agent {
+            let error = Error::InvalidRequest(format!(
+                "name the agent in the path: {}/{{agent}} (known agents: {}), or in params._meta[\"sandboxagent.dev\"].agent of initialize",
+                super::acp::PATH,
+                self.runtime.agents.known_ids()
+            ));
+            return Some(Bytes::from(protocol::error_response_line(
+                &id,
+                &error.to_rpc_error(),
+            )));
+        }
+        let profile = Profile {
+            agent: self.agent.as_deref(),
+            connection_id: Some(&self.id),
+        };
+        let answer = match self.runtime.handle_post_for(None, body, profile).await {
+            Ok(Reply::Json { body, .. }) => body,
+            Ok(Reply::Accepted) => return None,
+            Err(error) => {
+                return Some(Bytes::from(protocol::error_response_line(
+                    &id,
+                    &error.to_rpc_error(),
+                )));
+            }
+        };
+        if let Some(open) = self.runtime.connections.get(&self.id) {
+            match open.open_stream(None) {
+                Ok(opened) => *stream = Some(opened),
+                Err(error) => tracing::warn!(%error, "WebSocket connection without a stream"),
+            }
+            *connection = Some(open);
+        }
+        Some(answer)
+    }
+
+    /// A message on an open connection: handled as a POST on `/acp` is, its
+    /// answer pushed to the ring. An answer frame only for a message that
+    /// does not parse.
+    async fn message(&self, connection: &Arc<Connection>, body: Bytes) -> Option<Bytes> {
+        let (request_id, kind) = match Envelope::parse(&body, true) {
+            Ok((envelope, kind)) => (envelope.id.map(RawValue::to_owned), kind),
+            Err(error) => return Some(parse_error(&error.to_string())),
+        };
+        let dispatch = Dispatch {
+            runtime: self.runtime.clone(),
+            connection: connection.clone(),
+            request_id,
+            lane: None,
+        };
+        dispatch.start(kind, body).await;
+        None
+    }
+}
+
+/// The JSON-RPC answer to a frame that is not one JSON-RPC message
+/// (JSON-RPC 2.0 section 5.1: id null).
+fn parse_error(detail: &str) -> Bytes {
+    let error = RpcError::new(
+        code::INVALID_REQUEST,
+        format!("invalid JSON-RPC message: {detail}"),
+    );
+    Bytes::from(protocol::error_response_line(RawValue::NULL, &error))
+}
+
+/// The close frame for a read error (RFC 6455 section 7.4.1), or `None`
+/// when the socket is gone and nothing can be sent.
+fn close_for(error: &tungstenite::Error) -> Option<Ending> {
+    match error {
+        tungstenite::Error::Capacity(_) => Some(Ending {
+            code: CloseCode::Size,
+            reason: "message too big",
+        }),
+        tungstenite::Error::Utf8(_) => Some(Ending {
+            code: CloseCode::Invalid,
+            reason: "text frame is not UTF-8",
+        }),
+        tungstenite::Error::Protocol(_) => Some(Ending {
+            code: CloseCode::Protocol,
+            reason: "WebSocket protocol error",
+        }),
+        _ => None,
+    }
+}
+
+/// The next events of the ring, or `None` once the stream ended; pending
+/// forever before the connection opened.
+async fn next_batch(stream: &mut Option<Stream>) -> Option<Bytes> {
+    let Some(stream) = stream else {
+        return std::future::pending().await;
+    };
+    loop {
+        match stream.next_batch() {
+            Batch::Data(bytes) => return Some(bytes),
+            Batch::Ended => return None,
+            Batch::Idle => {}
+        }
+        // A push between `next_batch` and here leaves a permit: no miss.
+        let wake = stream.wake().clone();
+        wake.notified().await;
+    }
+}
+
+/// The JSON of each SSE event in `batch` (the ring stores framed events;
+/// each has exactly one `data:` line holding one line of JSON).
+fn data_lines(batch: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
+    batch
+        .split(|&byte| byte == b'\n')
+        .filter_map(|line| line.strip_prefix(b"data: "))
+        .map(|json| batch.slice_ref(json))
+}
+
+/// Sends one text frame; `false` when the socket failed or the peer did
+/// not take it within two heartbeat intervals (it does not read).
+async fn send<S>(sink: &mut S, json: Bytes, heartbeat: Duration) -> bool
+where
+    S: futures::Sink<Message, Error = tungstenite::Error> + Unpin,
+{
+    match tungstenite::Utf8Bytes::try_from(json) {
+        Ok(text) => send_message(sink, Message::Text(text), heartbeat).await,
+        Err(_) => true,
+    }
+}
+
+/// Sends every event of `batch` as a text frame, flushing once at the end
+/// (one write for many small messages); `false` as for [`send`].
+async fn send_batch<S>(sink: &mut S, batch: &Bytes, heartbeat: Duration) -> bool
+where
+    S: futures::Sink<Message, Error = tungstenite::Error> + Unpin,
+{
+    let feed_all = async {
+        for json in data_lines(batch) {
+            if let Ok(text) = tungstenite::Utf8Bytes::try_from(json) {
+                sink.feed(Message::Text(text)).await?;
+            }
+        }
+        sink.flush().await
+    };
+    matches!(
+        tokio::time::timeout(heartbeat * 2, feed_all).await,
+        Ok(Ok(()))
+    )
+}
+
+async fn send_message<S>(sink: &mut S, message: Message, heartbeat: Duration) -> bool
+where
+    S: futures::Sink<Message, Error = tungstenite::Error> + Unpin,
+{
+    matches!(
+        tokio::time::timeout(heartbeat * 2, sink.send(message)).await,
+        Ok(Ok(()))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_lines_of_framed_events() {
+        let batch = Bytes::from_static(
+            b"event: message\nid: 1\ndata: {\"a\":1}\n\nevent: message\ndata: {\"b\":2}\n\n",
+        );
+        let lines: Vec<Bytes> = data_lines(&batch).collect();
+        assert_eq!(lines, [&b"{\"a\":1}"[..], &b"{\"b\":2}"[..]]);
+    }
+
+    #[test]
+    fn access_token_in_the_query() {
+        let uri: Uri = "/acp/mock?x=1&access_token=s%20t".parse().expect("uri");
+        assert!(query_token_matches(&uri, "s t"));
+        assert!(!query_token_matches(&uri, "s"));
+        let uri: Uri = "/acp/mock".parse().expect("uri");
+        assert!(!query_token_matches(&uri, "s"));
+    }
+}

@@ -1,0 +1,291 @@
+//! `sandbox-agent fs …`: the host file system API of a running server
+//! (research/contract.md, "Host file system") from the command line, through
+//! the SDK. Transfers show a progress bar on stderr when it is a terminal.
+
+use bytes::Bytes;
+use clap::{Args, Subcommand};
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use sandbox_agent_sdk::{ClientOptions, FsEntry, FsEntryType, FsPath, SandboxAgentClient};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use tokio::io::AsyncWriteExt;
+
+/// `sandbox-agent fs`.
+#[derive(Debug, Clone, Args)]
+pub struct FsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: FsCommand,
+    /// The server (http://host:port).
+    #[arg(long, global = true, value_name = "URL", env = "SANDBOX_AGENT_URL")]
+    pub url: Option<String>,
+    /// Its bearer token.
+    #[arg(
+        long,
+        global = true,
+        env = "SANDBOX_AGENT_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// Relative paths start at this session's working directory (else the
+    /// server's).
+    #[arg(long, global = true, value_name = "ID")]
+    pub session: Option<String>,
+}
+
+/// The `fs` subcommands. Remote paths are absolute, or relative as
+/// `--session` says.
+#[derive(Debug, Clone, Subcommand)]
+pub enum FsCommand {
+    /// List a directory (default: the working directory).
+    Ls {
+        /// Remote directory.
+        path: Option<String>,
+        /// Print the JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one entry as JSON.
+    Stat {
+        /// Remote path.
+        path: String,
+    },
+    /// Download a file (to stdout without LOCAL, or with LOCAL `-`).
+    Get {
+        /// Remote file.
+        remote: String,
+        /// Local file to write.
+        local: Option<PathBuf>,
+    },
+    /// Upload a file (LOCAL `-` reads stdin); the remote file is replaced whole.
+    Put {
+        /// Local file.
+        local: PathBuf,
+        /// Remote file.
+        remote: String,
+    },
+    /// Upload a directory tree (tarred on the fly), or a .tar / .tar.gz
+    /// archive, into a remote directory.
+    Upload {
+        /// Local directory or archive.
+        local: PathBuf,
+        /// Remote directory (created).
+        remote: String,
+    },
+    /// Delete a file, symlink or empty directory.
+    Rm {
+        /// Remote path.
+        path: String,
+        /// Delete a directory with everything in it.
+        #[arg(short, long)]
+        recursive: bool,
+    },
+    /// Move or rename.
+    Mv {
+        /// Remote source.
+        from: String,
+        /// Remote destination.
+        to: String,
+        /// Replace an existing destination.
+        #[arg(long)]
+        overwrite: bool,
+    },
+    /// Create a directory and its parents.
+    Mkdir {
+        /// Remote directory.
+        path: String,
+    },
+}
+
+/// Runs `sandbox-agent fs …`.
+///
+/// # Errors
+/// A message for the user: no `--url`, the server's problem detail, a local
+/// file that cannot be read or written.
+pub async fn run(args: FsArgs) -> Result<(), String> {
+    let url = args
+        .url
+        .clone()
+        .ok_or("--url is required (the server to talk to, e.g. http://127.0.0.1:2468)")?;
+    let mut options = ClientOptions::new("mock").base_url(url).auto_connect(false);
+    if let Some(token) = &args.token {
+        options = options.token(token);
+    }
+    let client = SandboxAgentClient::connect(options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let remote = |path: &str| {
+        let path = FsPath::from(path);
+        match &args.session {
+            Some(session) => path.in_session(session),
+            None => path,
+        }
+    };
+    let failed = |e: sandbox_agent_sdk::Error| e.to_string();
+    match &args.command {
+        FsCommand::Ls { path, json } => {
+            let entries = client
+                .list_fs_entries(remote(path.as_deref().unwrap_or(".")))
+                .await
+                .map_err(failed)?;
+            if *json {
+                print_json(&serde_json::json!({ "entries": entries }))?;
+            } else {
+                for entry in &entries {
+                    println!("{}", listing_line(entry));
+                }
+            }
+        }
+        FsCommand::Stat { path } => {
+            print_json(&client.stat_fs(remote(path)).await.map_err(failed)?)?;
+        }
+        FsCommand::Get {
+            remote: path,
+            local,
+        } => {
+            let mut download = client
+                .read_fs_file_stream(remote(path))
+                .await
+                .map_err(failed)?;
+            let bar = progress(download.content_length());
+            let mut out: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match local {
+                Some(local) if local != Path::new("-") => Box::new(
+                    tokio::fs::File::create(local)
+                        .await
+                        .map_err(|e| format!("{}: {e}", local.display()))?,
+                ),
+                _ => Box::new(tokio::io::stdout()),
+            };
+            while let Some(chunk) = download.next().await {
+                let chunk = chunk.map_err(failed)?;
+                out.write_all(&chunk).await.map_err(|e| e.to_string())?;
+                bar.inc(chunk.len() as u64);
+            }
+            out.flush().await.map_err(|e| e.to_string())?;
+            bar.finish_and_clear();
+        }
+        FsCommand::Put {
+            local,
+            remote: path,
+        } => {
+            let written = if local == Path::new("-") {
+                client
+                    .write_fs_file_from(remote(path), tokio::io::stdin())
+                    .await
+            } else {
+                let (reader, bar) = local_reader(local).await?;
+                let written = client.write_fs_file_from(remote(path), reader).await;
+                bar.finish_and_clear();
+                written
+            }
+            .map_err(failed)?;
+            println!("{} ({} bytes)", written.path, written.bytes_written);
+        }
+        FsCommand::Upload {
+            local,
+            remote: path,
+        } => {
+            let uploaded = if local.is_dir() {
+                client.upload_fs_dir(remote(path), local.clone()).await
+            } else {
+                let (reader, bar) = local_reader(local).await?;
+                let uploaded = client.upload_fs_batch(remote(path), reader).await;
+                bar.finish_and_clear();
+                uploaded
+            }
+            .map_err(failed)?;
+            for path in &uploaded.paths {
+                println!("{path}");
+            }
+            if uploaded.truncated {
+                eprintln!("(more entries were unpacked than listed)");
+            }
+        }
+        FsCommand::Rm { path, recursive } => {
+            let removed = client
+                .delete_fs_entry(remote(path), *recursive)
+                .await
+                .map_err(failed)?;
+            println!("{removed}");
+        }
+        FsCommand::Mv {
+            from,
+            to,
+            overwrite,
+        } => {
+            let moved = client
+                .move_fs(remote(from), to, *overwrite)
+                .await
+                .map_err(failed)?;
+            println!("{} -> {}", moved.from, moved.to);
+        }
+        FsCommand::Mkdir { path } => {
+            println!("{}", client.mkdir_fs(remote(path)).await.map_err(failed)?);
+        }
+    }
+    Ok(())
+}
+
+/// `d  4096  2026-01-01T00:00:00Z  name` style line of `fs ls`.
+fn listing_line(entry: &FsEntry) -> String {
+    let kind = match entry.entry_type {
+        FsEntryType::Directory => 'd',
+        FsEntryType::Symlink => 'l',
+        FsEntryType::File => '-',
+    };
+    let name = match &entry.symlink_target {
+        Some(target) => format!("{} -> {target}", entry.name),
+        None => entry.name.clone(),
+    };
+    format!(
+        "{kind} {:>12}  {}  {name}",
+        entry.size,
+        entry.modified.as_deref().unwrap_or("-")
+    )
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    println!("{text}");
+    Ok(())
+}
+
+/// A progress bar of `total` bytes on stderr, hidden when stderr is not a
+/// terminal.
+fn progress(total: Option<u64>) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = match total {
+        Some(total) => ProgressBar::new(total),
+        None => ProgressBar::new_spinner(),
+    };
+    if let Ok(style) = ProgressStyle::with_template(
+        "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// `local` opened for reading, counted on a progress bar as it is read.
+async fn local_reader(
+    local: &Path,
+) -> Result<(impl tokio::io::AsyncRead + Send + 'static, ProgressBar), String> {
+    let file = tokio::fs::File::open(local)
+        .await
+        .map_err(|e| format!("{}: {e}", local.display()))?;
+    let size = file.metadata().await.ok().map(|m| m.len());
+    let bar = progress(size);
+    let counted = bar.clone();
+    let chunks = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024).map(
+        move |chunk: std::io::Result<Bytes>| {
+            if let Ok(chunk) = &chunk {
+                counted.inc(chunk.len() as u64);
+            }
+            chunk
+        },
+    );
+    Ok((tokio_util::io::StreamReader::new(chunks), bar))
+}
