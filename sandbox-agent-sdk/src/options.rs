@@ -237,7 +237,7 @@ impl ClientOptions {
     }
 
     /// Embedded mode: time between SIGTERM and SIGKILL when the server is
-    /// stopped (drop or [`dispose`](crate::SandboxAgentClient::dispose)).
+    /// stopped ([`shutdown`](crate::SandboxAgentClient::shutdown), or dropping the last clone).
     /// Default 5 s. The server gets 40 % of it to stop its agents
     /// (`--shutdown-grace-ms`).
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {

@@ -104,7 +104,9 @@ impl TurnEvent {
 /// which the stream ends. The same updates also go to the client-wide
 /// [`Events`](crate::Events) (for dashboards); permission requests come
 /// here only. Dropping the stream stops waiting for the turn, not the turn
-/// itself: call [`cancel`](crate::SandboxAgentClient::cancel) to end it.
+/// itself: to end it, call the client's
+/// [`cancel`](crate::SandboxAgentClient::cancel) with
+/// [`session_id`](TurnStream::session_id) (`client.cancel(turn.session_id().clone())`).
 #[derive(Debug)]
 pub struct TurnStream {
     session_id: SessionId,

@@ -3,12 +3,13 @@
 //! - [`rpc`]: `POST` / `GET` / `DELETE` on `/v2/rpc`.
 //! - [`acp`]: the ACP transports RFD profile on `/acp` and `/acp/{agent}`.
 //! - [`websocket`]: the WebSocket upgrade on the same paths.
-//! - [`sse`]: the SSE body of `GET /v2/rpc`.
+//! - [`sse`]: the SSE answer and body of `GET /v2/rpc` and `GET /acp`.
 //! - [`headers`]: bearer auth, `Accept`, `Content-Type`, `Last-Event-ID`.
 //! - [`control`]: `/v2/sessions…`, `/v2/agents` and
 //!   `/v2/agents/{agent}/install` (the control plane).
 //! - [`fs`]: `/v2/fs/*`, the host file system API.
 //! - [`problem`]: [`Error`] → `application/problem+json`, in one place.
+//! - [`ui`]: the inspector's page at `/ui/`, compiled into the binary.
 
 pub mod acp;
 pub mod control;
