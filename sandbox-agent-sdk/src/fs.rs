@@ -268,10 +268,7 @@ impl SandboxAgentClient {
         path: impl Into<FsPath>,
         reader: impl AsyncRead + Send + 'static,
     ) -> Result<FsWriteResult, Error> {
-        let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(
-            reader,
-            UPLOAD_CHUNK_BYTES,
-        ));
+        let body = streamed(reader);
         self.fs_upload(
             Method::PUT,
             "file",
@@ -294,10 +291,7 @@ impl SandboxAgentClient {
         dir: impl Into<FsPath>,
         archive: impl AsyncRead + Send + 'static,
     ) -> Result<FsUploadBatchResult, Error> {
-        let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(
-            archive,
-            UPLOAD_CHUNK_BYTES,
-        ));
+        let body = streamed(archive);
         self.fs_upload(
             Method::POST,
             "upload-batch",
@@ -419,4 +413,13 @@ impl SandboxAgentClient {
             .await?;
         crate::control::ControlPlane::json(response, &what).await
     }
+}
+
+/// A request body read from `reader` in [`UPLOAD_CHUNK_BYTES`] chunks, in
+/// constant memory.
+fn streamed(reader: impl AsyncRead + Send + 'static) -> reqwest::Body {
+    reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(
+        reader,
+        UPLOAD_CHUNK_BYTES,
+    ))
 }
