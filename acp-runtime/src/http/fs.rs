@@ -436,10 +436,12 @@ async fn upload_batch(
 }
 
 /// Reads and drops what is left of a request body after `error` (up to
-/// `--max-body-bytes`, each chunk within `--read-timeout-ms`), so the
-/// client, still sending, reads the problem instead of a broken pipe. A
-/// body that is over the limit, late, or broken is not waited for: the
-/// problem response closes the connection (`http::handle`).
+/// `--max-body-bytes` more, each chunk within `--read-timeout-ms`), so the
+/// client, still sending, reads the problem instead of a broken pipe: a
+/// socket closed with unread bytes is reset, and the reset can reach the
+/// client before the answer. This holds for a body cut off past the upload
+/// cap (413) too. A body that is late or broken is not waited for; past
+/// the bound the problem response closes the connection (`http::handle`).
 async fn drain<S, T, E>(body: &mut S, error: &Error, runtime: &Runtime)
 where
     S: Stream<Item = Result<T, E>> + Unpin,
@@ -447,7 +449,7 @@ where
 {
     if matches!(
         error,
-        Error::PayloadTooLarge { .. } | Error::RequestTimeout { .. } | Error::InvalidRequest(_)
+        Error::RequestTimeout { .. } | Error::InvalidRequest(_)
     ) {
         return;
     }
