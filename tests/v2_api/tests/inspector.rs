@@ -16,7 +16,11 @@ use v2_api_tests::TestServer;
 use v2_api_tests::server::workspace_root;
 
 /// Upper bound on one flow (browser start, a few turns, bounded waits).
-const FLOW_TIMEOUT: Duration = Duration::from_secs(150);
+const FLOW_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// One browser at a time: the flows run as parallel tests, and several
+/// Chromiums at once on a small machine starve the pages' bounded waits.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The Chromium binary: `$CHROMIUM`, else Debian's.
 fn chromium() -> PathBuf {
@@ -49,6 +53,7 @@ async fn flow(server: &TestServer, name: &str, token: Option<&str>) {
 
 /// [`flow`] with extra environment for the script.
 async fn flow_with(server: &TestServer, name: &str, token: Option<&str>, env: &[(&str, &Path)]) {
+    let _one_browser = ONE_BROWSER.lock().await;
     let shots = workspace_root().join("target").join("inspector");
     let script = workspace_root().join("tests/v2_api/fixtures/inspector.mjs");
     let mut command = Command::new("node");
