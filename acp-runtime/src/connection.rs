@@ -389,14 +389,25 @@ impl Connection {
     /// Registers request id `raw_id` (raw JSON) as in flight until the
     /// returned guard is dropped, or, once the request is forwarded, until
     /// the router releases it with the answer ([`InFlightId::hand_over`]).
-    /// `None` if the id already is in flight: the second request is answered
-    /// with -32600 whoever would answer it, the agent or the runtime
-    /// (research/contract.md, "Transport: /v2/rpc", edge rules).
-    pub fn claim_request_id<'a>(&'a self, raw_id: &'a str) -> Option<InFlightId<'a>> {
-        let claimed = self.in_flight.lock().insert(raw_id.into());
-        // Built only when claimed: a guard dropped here would release the
-        // first request's claim.
-        claimed.then(|| InFlightId {
+    ///
+    /// # Errors
+    /// [`Refused::Duplicate`] if the id already is in flight: the second
+    /// request is answered with -32600 whoever would answer it, the agent or
+    /// the runtime (research/contract.md, "Transport: /v2/rpc", edge rules).
+    /// [`Refused::Full`] at [`MAX_IN_FLIGHT`] requests: `/acp` answers a
+    /// request 202 before it runs, so without this bound one client could
+    /// pile up pending requests (and their tasks) without end.
+    pub fn claim_request_id<'a>(&'a self, raw_id: &'a str) -> Result<InFlightId<'a>, Refused> {
+        let mut in_flight = self.in_flight.lock();
+        if in_flight.contains(raw_id) {
+            return Err(Refused::Duplicate);
+        }
+        if in_flight.len() >= MAX_IN_FLIGHT {
+            return Err(Refused::Full);
+        }
+        in_flight.insert(raw_id.into());
+        drop(in_flight);
+        Ok(InFlightId {
             connection: self,
             raw_id,
             armed: true,
@@ -422,6 +433,18 @@ impl Connection {
     pub fn attached_sessions(&self) -> Vec<Arc<str>> {
         self.sessions.lock().iter().cloned().collect()
     }
+}
+
+/// Requests one connection may have in flight at once.
+pub const MAX_IN_FLIGHT: usize = 1024;
+
+/// Why [`Connection::claim_request_id`] refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The id is already in flight on this connection.
+    Duplicate,
+    /// [`MAX_IN_FLIGHT`] requests are in flight already.
+    Full,
 }
 
 /// A request id claimed on its connection; released when dropped, unless
@@ -625,6 +648,26 @@ mod tests {
                     .to_owned()
             })
             .collect()
+    }
+
+    #[test]
+    fn request_ids_are_claimed_once_and_bounded_per_connection() {
+        let c = connection(16);
+        let first = c.claim_request_id("1").expect("free");
+        assert_eq!(c.claim_request_id("1").err(), Some(Refused::Duplicate));
+        // A refused claim leaves the first one in place.
+        assert_eq!(c.claim_request_id("1").err(), Some(Refused::Duplicate));
+        drop(first);
+        let ids: Vec<String> = (0..MAX_IN_FLIGHT).map(|i| format!("\"r{i}\"")).collect();
+        for id in &ids {
+            c.claim_request_id(id).expect("under the bound").hand_over();
+        }
+        assert_eq!(c.claim_request_id("7").err(), Some(Refused::Full));
+        c.release_request_id(&ids[0]);
+        assert!(
+            c.claim_request_id("7").is_ok(),
+            "room again after an answer"
+        );
     }
 
     #[test]

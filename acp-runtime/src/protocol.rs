@@ -65,6 +65,9 @@ pub mod code {
     pub const INTERNAL_ERROR: i64 = -32603;
     /// Resource not found (ACP): unknown or ended session.
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    /// Server error (JSON-RPC's implementation-defined range): too many
+    /// requests in flight on one connection.
+    pub const TOO_MANY_REQUESTS: i64 = -32001;
 }
 
 /// What kind of JSON-RPC object an [`Envelope`] is.

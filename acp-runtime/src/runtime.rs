@@ -9,7 +9,9 @@ use crate::agent::process::AgentProcess;
 use crate::agent::router::{Effect, RouteTargets};
 use crate::agent::{Agents, StartError};
 use crate::config::ServerConfig;
-use crate::connection::{ClientCapabilities, Connection, InFlightId, ReplayLimits};
+use crate::connection::{
+    ClientCapabilities, Connection, InFlightId, MAX_IN_FLIGHT, Refused, ReplayLimits,
+};
 use crate::connections::Connections;
 use crate::error::Error;
 use crate::event_log::LogLimits;
@@ -287,12 +289,24 @@ impl Runtime {
     ) -> Result<Reply, Error> {
         let client_id = envelope.id.unwrap_or(RawValue::NULL);
         let method = envelope.method();
-        let Some(in_flight) = connection.claim_request_id(client_id.get()) else {
-            let error = RpcError::new(
-                code::INVALID_REQUEST,
-                "request id already in flight on this connection",
-            );
-            return Ok(Reply::error(client_id, &error));
+        let in_flight = match connection.claim_request_id(client_id.get()) {
+            Ok(in_flight) => in_flight,
+            Err(Refused::Duplicate) => {
+                let error = RpcError::new(
+                    code::INVALID_REQUEST,
+                    "request id already in flight on this connection",
+                );
+                return Ok(Reply::error(client_id, &error));
+            }
+            Err(Refused::Full) => {
+                let error = RpcError::new(
+                    code::TOO_MANY_REQUESTS,
+                    format!(
+                        "{MAX_IN_FLIGHT} requests are in flight on this connection already; wait for answers"
+                    ),
+                );
+                return Ok(Reply::error(client_id, &error));
+            }
         };
         if method.starts_with(EXTENSION_PREFIX) {
             let answer = self.ext.call(connection, method, envelope.params).await;
