@@ -51,17 +51,27 @@ pub enum Launch {
 }
 
 impl AgentSpec {
-    /// The built-in mock agent: this executable with the `mock-agent` subcommand.
+    /// The built-in mock agent: this executable with the `mock-agent`
+    /// subcommand, keeping its sessions in `<data_dir>/homes/mock/sessions`
+    /// (`--state-dir`), so it can load them after a restart
+    /// (research/contract.md, "The mock agent" and "Data dir"). A data dir
+    /// whose path is not UTF-8 cannot be an argument: the mock then keeps
+    /// its sessions in memory only.
     ///
     /// # Errors
     /// When the path of the current executable cannot be read.
-    pub fn builtin_mock() -> std::io::Result<Self> {
+    pub fn builtin_mock(data_dir: &Path) -> std::io::Result<Self> {
+        let mut args = vec!["mock-agent".to_owned()];
+        let state_dir = data_dir.join("homes").join("mock").join("sessions");
+        if let Some(state_dir) = state_dir.to_str() {
+            args.extend(["--state-dir".to_owned(), state_dir.to_owned()]);
+        }
         Ok(Self {
             id: "mock".to_owned(),
             name: "Mock agent (built in)".to_owned(),
             launch: Launch::Command {
                 program: std::env::current_exe()?,
-                args: vec!["mock-agent".to_owned()],
+                args,
             },
             env: Vec::new(),
             client_capabilities: serde_json::json!({}),
@@ -270,8 +280,16 @@ pub struct ServerConfig {
     pub event_log_events: usize,
     /// Bytes kept per session in its event log.
     pub event_log_bytes: usize,
-    /// Ended sessions kept in the inventory (oldest forgotten first).
+    /// Ended sessions kept in the inventory (oldest forgotten first), in
+    /// memory and in the store.
     pub ended_sessions: usize,
+    /// Where sessions and their event logs are kept; `None`: the default,
+    /// `sqlite:<data_dir>/sessions.db` (research/contract.md, "Durable
+    /// sessions").
+    pub store: Option<crate::store::StoreUrl>,
+    /// The runtime id stored rows carry; `None`: the one in
+    /// `<data_dir>/runtime-id`, made on first start.
+    pub runtime_id: Option<String>,
     /// How long a terminated session's agent gets to end its turn before the
     /// runtime answers the pending prompt itself (stop reason `cancelled`).
     pub terminate_grace: Duration,
@@ -301,6 +319,10 @@ pub struct ServerConfig {
     pub max_upload_bytes: u64,
     /// Most entries one upload-batch archive may hold (413 past it).
     pub max_upload_entries: usize,
+    /// The agent a bare `/acp` connection gets when `initialize` names none
+    /// in `_meta` (research/contract.md, "The /acp profile"); `None`: such an
+    /// `initialize` is 400. Must be a known agent id.
+    pub default_agent: Option<String>,
 }
 
 impl ServerConfig {
@@ -331,6 +353,8 @@ impl ServerConfig {
             event_log_events: DEFAULT_EVENT_LOG_EVENTS,
             event_log_bytes: DEFAULT_EVENT_LOG_BYTES,
             ended_sessions: DEFAULT_ENDED_SESSIONS,
+            store: None,
+            runtime_id: None,
             terminate_grace: Duration::from_millis(DEFAULT_TERMINATE_GRACE_MS),
             agents,
             data_dir,
@@ -341,6 +365,7 @@ impl ServerConfig {
             fs_root: None,
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
             max_upload_entries: DEFAULT_MAX_UPLOAD_ENTRIES,
+            default_agent: None,
         }
     }
 }

@@ -152,6 +152,10 @@ pub enum Error {
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The session store could not be read (research/contract.md,
+    /// "Durable sessions"); the newest events are still served from memory.
+    #[error("the session store cannot be read right now: {0}")]
+    StoreUnavailable(String),
     /// A file system path that cannot be used: empty, with a NUL byte, `..`
     /// in a relative path, or naming the file system root where an entry is
     /// needed (research/contract.md, "Host file system").

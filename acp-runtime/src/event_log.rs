@@ -46,6 +46,22 @@ impl EventLog {
         }
     }
 
+    /// An empty log whose next event gets offset `count`: a session whose
+    /// earlier events are in the store only (research/contract.md,
+    /// "Durable sessions").
+    pub fn starting_at(limits: LogLimits, count: u64) -> Self {
+        Self {
+            first_offset: count,
+            ..Self::new(limits)
+        }
+    }
+
+    /// Offset of the oldest event held in memory (older ones are dropped,
+    /// or in the store).
+    pub fn first_offset(&self) -> u64 {
+        self.first_offset
+    }
+
     /// Records one JSON-RPC message (`message`: one JSON object) seen at `at`.
     pub fn record(&mut self, at: SystemTime, direction: Direction, message: Bytes) {
         self.bytes += message.len();

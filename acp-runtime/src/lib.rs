@@ -25,6 +25,8 @@
 //! - `connections`: the open connections, the connection cap, idle reaping.
 //! - `session`: the server-wide session inventory: attachments, metadata, hints.
 //! - `event_log`: each session's recorded ACP traffic.
+//! - [`store`]: durable sessions: SQLite or PostgreSQL, the writer task off
+//!   the request path (public: the CLI reads a store directly).
 //! - `ext`: the `_sandboxagent/*` methods (a jsonrpsee `RpcModule`).
 //! - `fs`: the host file system API (paths, confinement, transfers),
 //!   behind `/v2/fs/*` and the `_sandboxagent/fs/*` methods.
@@ -51,3 +53,4 @@ pub mod protocol;
 pub(crate) mod runtime;
 pub mod server;
 pub(crate) mod session;
+pub mod store;

@@ -18,6 +18,8 @@ use crate::event_log::LogLimits;
 use crate::ext::ExtMethods;
 use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
 use crate::session::{InventoryLimits, Session, Sessions};
+use crate::store::Store;
+use crate::store::writer::{Persist, StoreHealth};
 use agent_client_protocol::v1::schema::{ListSessionsRequest, ListSessionsResponse};
 use bytes::Bytes;
 use ext_methods::{
@@ -47,6 +49,19 @@ pub struct Runtime {
     pub ext: ExtMethods,
     /// Cancelled when the server starts shutting down.
     pub shutdown: CancellationToken,
+    /// The session store, for reads (`None` with `--store memory`).
+    pub store: Option<Store>,
+    /// The store's writer (`None` with `--store memory`).
+    pub persist: Option<Arc<Persist>>,
+}
+
+/// An opened store and its writer task, as [`Runtime::new`] takes them.
+#[derive(Debug)]
+pub struct Durable {
+    /// The store, for reads.
+    pub store: Store,
+    /// The writer task's handle.
+    pub persist: Arc<Persist>,
 }
 
 /// How a client of the `/acp` profile differs from one of `/v2/rpc`.
@@ -96,8 +111,13 @@ impl Reply {
 }
 
 impl Runtime {
-    /// A runtime for `config`; agents start on first use.
-    pub fn new(config: ServerConfig) -> Arc<Self> {
+    /// A runtime for `config`; agents start on first use. With `durable`,
+    /// every session change is also written to its store.
+    pub fn new(config: ServerConfig, durable: Option<Durable>) -> Arc<Self> {
+        let (store, persist) = match durable {
+            Some(Durable { store, persist }) => (Some(store), Some(persist)),
+            None => (None, None),
+        };
         let limits = ReplayLimits {
             events: config.replay_buffer_events.max(1),
             bytes: config.replay_buffer_bytes,
@@ -110,7 +130,7 @@ impl Runtime {
             ended_sessions: config.ended_sessions,
         };
         let routes = RouteTargets {
-            sessions: Arc::new(Sessions::new(inventory)),
+            sessions: Arc::new(Sessions::new(inventory, persist.clone())),
             connections: Arc::new(Connections::new(config.max_connections, limits)),
         };
         Arc::new_cyclic(|runtime| Self {
@@ -129,6 +149,8 @@ impl Runtime {
             )),
             ext: ExtMethods::new(runtime.clone()),
             shutdown: CancellationToken::new(),
+            store,
+            persist,
             config,
         })
     }
@@ -864,5 +886,70 @@ impl Drop for ResponseWaiter {
                 self.connection.push(&body);
             }
         }
+    }
+}
+
+impl Runtime {
+    /// The store's state for `GET /v2/health`.
+    pub fn store_health(&self) -> StoreHealth {
+        match &self.persist {
+            Some(persist) => persist.health(),
+            None => StoreHealth {
+                backend: "memory",
+                state: "memory",
+                error: None,
+                waiting: 0,
+                dropped_events: 0,
+            },
+        }
+    }
+
+    /// Up to `limit` events of `session` at or after `offset`: what memory
+    /// no longer holds (or never held: a session restored from the store)
+    /// is read from the store, the rest from memory.
+    ///
+    /// # Errors
+    /// 503 `store-unavailable` when the store cannot be read.
+    pub async fn session_events(
+        &self,
+        session: &Session,
+        offset: u64,
+        limit: usize,
+    ) -> Result<ext_methods::SessionEventsPage, Error> {
+        let in_memory = session.first_offset_in_memory();
+        let Some(store) = self.store.as_ref().filter(|_| offset < in_memory) else {
+            return Ok(session.events(offset, limit));
+        };
+        let stored = store
+            .events(&session.agent, &session.id, offset, limit)
+            .await
+            .map_err(|e| Error::StoreUnavailable(e.to_string()))?;
+        let mut events: Vec<ext_methods::SessionEvent> = stored
+            .into_iter()
+            .filter(|event| event.offset < in_memory)
+            .map(|event| ext_methods::SessionEvent {
+                offset: event.offset,
+                at: crate::session::rfc3339(crate::store::time_of(event.at_ns)),
+                direction: event.direction,
+                message: serde_json::from_slice(&event.message).unwrap_or_else(|_| {
+                    serde_json::Value::String(String::from_utf8_lossy(&event.message).into_owned())
+                }),
+            })
+            .collect();
+        if events.len() < limit {
+            let next = events
+                .last()
+                .map_or(in_memory, |e| (e.offset + 1).max(in_memory));
+            let rest = session.events(next, limit - events.len());
+            events.extend(rest.events);
+        }
+        let next_offset = events.last().map_or_else(
+            || offset.max(in_memory).min(session.meta().event_count),
+            |e| e.offset + 1,
+        );
+        Ok(ext_methods::SessionEventsPage {
+            events,
+            next_offset,
+        })
     }
 }

@@ -11,7 +11,9 @@
 use crate::config::ServerConfig;
 use crate::error::Error;
 use crate::http;
-use crate::runtime::Runtime;
+use crate::runtime::{Durable, Runtime};
+use crate::store::writer::Persist;
+use crate::store::{Store, StoreUrl};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -23,6 +25,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+/// Longest a graceful shutdown waits for the session store to take every
+/// queued write (research/contract.md, "Durable sessions").
+const STORE_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long open HTTP connections get to finish after agents stopped.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Open files kept free of HTTP connections: agent pipes, installs, logs.
@@ -44,14 +49,18 @@ const MAX_HTTP2_HEADER_BYTES: u32 = 64 * 1024;
 /// socket is bound (see `research/contract.md`).
 ///
 /// # Errors
-/// When the address cannot be bound or the signal handlers cannot be installed.
+/// When the session store cannot be opened (the message names the file or
+/// the redacted URL), the address cannot be bound or the signal handlers
+/// cannot be installed.
 pub async fn run(config: ServerConfig) -> std::io::Result<()> {
     // Before any agent can start: never two trees of one agent
     // (research/contract.md, "Agent process trees and a server that dies").
     crate::agent::orphans::reap_leftovers(&config.data_dir).await;
+    let (durable, restored) = open_store(&config).await?;
     let listener = TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
-    let runtime = Runtime::new(config);
+    let runtime = Runtime::new(config, durable);
+    runtime.sessions.restore(restored);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let shutdown = runtime.shutdown.clone();
     tokio::spawn(async move {
@@ -114,9 +123,28 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
         }
     }
     drop(listener);
+    // Sessions the shutdown ends come back dormant: their ends are not stored.
+    if let Some(persist) = &runtime.persist {
+        persist.begin_shutdown();
+    }
     runtime.agents.shutdown(runtime.config.shutdown_grace).await;
     for connection in runtime.connections.all() {
         runtime.connections.close(&connection.id, &runtime.sessions);
+    }
+    if let Some(persist) = &runtime.persist {
+        if persist.flush(STORE_FLUSH_TIMEOUT).await {
+            tracing::info!("session store flushed");
+        } else {
+            let health = persist.health();
+            tracing::warn!(
+                unwritten = health.waiting,
+                error = health.error.as_deref().unwrap_or("too slow"),
+                "session store: writes lost at shutdown"
+            );
+        }
+    }
+    if let Some(store) = &runtime.store {
+        store.close().await;
     }
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
         .await
@@ -126,6 +154,42 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Opens the store `config` names (default: SQLite in the data dir), with
+/// its writer task, and reads this runtime id's inventory back.
+///
+/// # Errors
+/// The store's error, naming the file or the redacted URL.
+async fn open_store(
+    config: &ServerConfig,
+) -> std::io::Result<(Option<Durable>, Vec<crate::store::SessionRow>)> {
+    let url = config
+        .store
+        .clone()
+        .unwrap_or_else(|| StoreUrl::default_for(&config.data_dir));
+    let failed = |e: crate::store::StoreError| std::io::Error::other(e.to_string());
+    if url == StoreUrl::Memory {
+        return Ok((None, Vec::new()));
+    }
+    let runtime_id = match &config.runtime_id {
+        Some(id) => id.clone(),
+        None => crate::store::default_runtime_id(&config.data_dir).map_err(failed)?,
+    };
+    let Some(store) = Store::open(&url, &runtime_id).await.map_err(failed)? else {
+        return Ok((None, Vec::new()));
+    };
+    let started = std::time::Instant::now();
+    let restored = store.sessions().await.map_err(failed)?;
+    tracing::info!(
+        store = store.describe(),
+        runtime_id,
+        sessions = restored.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "session store opened"
+    );
+    let persist = Persist::start(store.clone(), url.backend(), config.event_log_events);
+    Ok((Some(Durable { store, persist }), restored))
 }
 
 /// One builder for every TCP connection: HTTP/1.1, and cleartext HTTP/2 by

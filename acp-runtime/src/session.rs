@@ -8,6 +8,8 @@ use crate::connection::Connection;
 use crate::event_log::{EventLog, LogLimits};
 use crate::hints::Hints;
 use crate::protocol;
+use crate::store::writer::Persist;
+use crate::store::{self, EventRow, SessionRow};
 use agent_client_protocol::v1::schema::SessionInfo;
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -31,6 +33,8 @@ pub struct Session {
     pub process_generation: u64,
     /// When the runtime first saw it.
     pub created_at: SystemTime,
+    /// Where its changes are stored; `None` with `--store memory`.
+    persist: Option<Arc<Persist>>,
     state: Mutex<SessionState>,
 }
 
@@ -47,6 +51,9 @@ struct SessionState {
     mode: Option<String>,
     models: Option<Vec<ModelInfo>>,
     log: EventLog,
+    /// Restored from the store and not loaded since: its agent process is
+    /// gone (research/contract.md, "Durable sessions").
+    dormant: bool,
 }
 
 impl Session {
@@ -87,7 +94,11 @@ impl Session {
             return None;
         }
         state.ended = Some(reason);
+        state.dormant = false;
         state.updated_at = SystemTime::now();
+        if self.persist.as_ref().is_some_and(|p| !p.is_shutting_down()) {
+            self.store_row(&state);
+        }
         let attached = std::mem::take(&mut state.attached);
         drop(state);
         for connection in &attached {
@@ -105,7 +116,18 @@ impl Session {
             return false;
         };
         let line = protocol::notification_line(SESSION_ENDED, notice);
-        self.record(Direction::AgentToClient, Bytes::copy_from_slice(&line));
+        // An end the shutdown caused is not stored: the session comes back
+        // dormant (research/contract.md, "Durable sessions").
+        let stored = self.persist.as_ref().is_none_or(|p| !p.is_shutting_down());
+        {
+            let mut state = self.state.lock();
+            self.record_locked(
+                &mut state,
+                Direction::AgentToClient,
+                Bytes::copy_from_slice(&line),
+                stored,
+            );
+        }
         for connection in attached {
             connection.push(&line);
         }
@@ -126,35 +148,89 @@ impl Session {
     /// Records one ACP message of this session in its event log.
     pub fn record(&self, direction: Direction, message: Bytes) {
         let mut state = self.state.lock();
-        let now = SystemTime::now();
-        state.updated_at = now;
-        state.log.record(now, direction, message);
+        self.record_locked(&mut state, direction, message, true);
     }
 
     /// Records a message and pushes `line` (the same message) to every
     /// attached connection, under one lock and without copying the list.
     pub fn record_and_deliver(&self, direction: Direction, message: Bytes) {
         let mut state = self.state.lock();
-        let now = SystemTime::now();
-        state.updated_at = now;
         for connection in &state.attached {
             connection.push(&message);
         }
-        state.log.record(now, direction, message);
+        self.record_locked(&mut state, direction, message, true);
     }
 
     /// Records a message and returns the attached connections, under one lock.
     pub fn record_and_targets(&self, direction: Direction, message: Bytes) -> Vec<Arc<Connection>> {
         let mut state = self.state.lock();
-        let now = SystemTime::now();
-        state.updated_at = now;
-        state.log.record(now, direction, message);
+        self.record_locked(&mut state, direction, message, true);
         state.attached.clone()
     }
 
-    /// Up to `limit` logged events at or after `offset`.
+    /// Appends to the log and, when `stored`, queues the event for the
+    /// store. Under the state lock, so the store sees one session's writes
+    /// in the order they happened.
+    fn record_locked(
+        &self,
+        state: &mut SessionState,
+        direction: Direction,
+        message: Bytes,
+        stored: bool,
+    ) {
+        let now = SystemTime::now();
+        state.updated_at = now;
+        if stored && let Some(persist) = &self.persist {
+            let event = EventRow {
+                offset: state.log.count(),
+                at_ns: store::nanos(now),
+                direction,
+                message: message.clone(),
+            };
+            persist.event(&self.agent, &self.id, event);
+        }
+        state.log.record(now, direction, message);
+    }
+
+    /// Up to `limit` logged events at or after `offset`, from memory.
     pub fn events(&self, offset: u64, limit: usize) -> SessionEventsPage {
         self.state.lock().log.page(offset, limit)
+    }
+
+    /// Offset of the oldest event memory holds: older ones are only in the
+    /// store (or were dropped).
+    pub fn first_offset_in_memory(&self) -> u64 {
+        self.state.lock().log.first_offset()
+    }
+
+    /// Whether the session was restored from the store and not loaded since.
+    pub fn is_dormant(&self) -> bool {
+        self.state.lock().dormant
+    }
+
+    /// The entry as the store keeps it.
+    fn row(&self, state: &SessionState) -> SessionRow {
+        SessionRow {
+            agent: self.agent.clone(),
+            session_id: self.id.clone(),
+            cwd: state.cwd.clone(),
+            created_ns: store::nanos(self.created_at),
+            updated_ns: store::nanos(state.updated_at),
+            end_reason: state.ended,
+            metadata: state.metadata.clone(),
+            event_count: state.log.count(),
+            title: state.title.clone(),
+            model: state.model.clone(),
+            mode: state.mode.clone(),
+            models: state.models.clone(),
+        }
+    }
+
+    /// Queues the entry for the store (no-op with `--store memory`).
+    fn store_row(&self, state: &SessionState) {
+        if let Some(persist) = &self.persist {
+            persist.session(self.row(state));
+        }
     }
 
     /// Takes what an agent message said about title, mode and model.
@@ -172,6 +248,7 @@ impl Session {
         if let Some(models) = &hints.models {
             state.models = Some(models.clone());
         }
+        self.store_row(&state);
     }
 
     /// Merges `patch` into the stored metadata (JSON Merge Patch); `title`,
@@ -194,6 +271,7 @@ impl Session {
             }
         }
         state.updated_at = SystemTime::now();
+        self.store_row(&state);
     }
 
     /// The namespace object of this session's entry.
@@ -211,6 +289,7 @@ impl Session {
             created_at: rfc3339(self.created_at),
             updated_at: rfc3339(state.updated_at),
             ended: state.ended.is_some(),
+            dormant: state.dormant,
             event_count: state.log.count(),
             title: state.title.clone(),
             model: state.model.clone(),
@@ -279,6 +358,8 @@ pub struct Sessions {
     /// process"). Almost always one entry per id.
     map: DashMap<Arc<str>, Vec<Arc<Session>>>,
     limits: InventoryLimits,
+    /// Where changes are stored; `None` with `--store memory`.
+    persist: Option<Arc<Persist>>,
 }
 
 /// One page of `session/list` (ACP cursor pagination).
@@ -291,12 +372,48 @@ pub struct ListPage {
 }
 
 impl Sessions {
-    /// An empty inventory.
-    pub fn new(limits: InventoryLimits) -> Self {
+    /// An empty inventory whose changes go to `persist` (`None`: memory only).
+    pub(crate) fn new(limits: InventoryLimits, persist: Option<Arc<Persist>>) -> Self {
         Self {
             map: DashMap::new(),
             limits,
+            persist,
         }
+    }
+
+    /// Puts entries read from the store back: ended ones as they were, live
+    /// ones dormant (no agent process hosts them until a `session/load` or
+    /// `session/resume`; research/contract.md, "Durable sessions"). Their
+    /// events stay in the store: memory holds none of them.
+    pub fn restore(&self, rows: Vec<SessionRow>) {
+        for row in rows {
+            let state = SessionState {
+                cwd: row.cwd,
+                attached: Vec::new(),
+                updated_at: store::time_of(row.updated_ns),
+                ended: row.end_reason,
+                metadata: row.metadata,
+                title: row.title,
+                model: row.model,
+                mode: row.mode,
+                models: row.models,
+                log: EventLog::starting_at(self.limits.log, row.event_count),
+                dormant: row.end_reason.is_none(),
+            };
+            let session = Arc::new(Session {
+                id: row.session_id.clone(),
+                agent: row.agent,
+                process_generation: RESTORED_GENERATION,
+                created_at: store::time_of(row.created_ns),
+                persist: self.persist.clone(),
+                state: Mutex::new(state),
+            });
+            let mut entry = self.map.entry(row.session_id).or_default();
+            let of_agent = entry.value_mut();
+            of_agent.retain(|s| s.agent != session.agent);
+            of_agent.push(session);
+        }
+        self.forget_old_ended();
     }
 
     /// Session `id` of `agent`.
@@ -327,9 +444,12 @@ impl Sessions {
         cwd: Option<String>,
         metadata: Map<String, Value>,
     ) -> Arc<Session> {
-        let make = || {
+        // A fresh entry, or the revival of a dormant one: the same entry
+        // (created, metadata, hints) whose log goes on after the stored
+        // events (research/contract.md, "Durable sessions").
+        let make = |revived: Option<&Session>| {
             let now = SystemTime::now();
-            let state = SessionState {
+            let mut state = SessionState {
                 cwd: cwd.clone(),
                 attached: Vec::new(),
                 updated_at: now,
@@ -340,12 +460,26 @@ impl Sessions {
                 mode: None,
                 models: None,
                 log: EventLog::new(self.limits.log),
+                dormant: false,
             };
+            let mut created_at = now;
+            if let Some(old) = revived {
+                let old_state = old.state.lock();
+                created_at = old.created_at;
+                state.cwd = cwd.clone().or_else(|| old_state.cwd.clone());
+                state.metadata = old_state.metadata.clone();
+                state.title.clone_from(&old_state.title);
+                state.model.clone_from(&old_state.model);
+                state.mode.clone_from(&old_state.mode);
+                state.models.clone_from(&old_state.models);
+                state.log = EventLog::starting_at(self.limits.log, old_state.log.count());
+            }
             let session = Arc::new(Session {
                 id: id.into(),
                 agent: agent.clone(),
                 process_generation,
-                created_at: now,
+                created_at,
+                persist: self.persist.clone(),
                 state: Mutex::new(state),
             });
             session.apply_metadata(&metadata);
@@ -361,12 +495,20 @@ impl Sessions {
                 {
                     existing.clone()
                 }
+                Some(dormant) if dormant.is_dormant() => {
+                    *dormant = make(Some(dormant));
+                    dormant.clone()
+                }
                 Some(replaced) => {
-                    *replaced = make();
+                    // The old history goes with the old entry, in the store too.
+                    if let Some(persist) = &self.persist {
+                        persist.remove(&replaced.agent, &replaced.id);
+                    }
+                    *replaced = make(None);
                     replaced.clone()
                 }
                 None => {
-                    let fresh = make();
+                    let fresh = make(None);
                     of_agent.push(fresh.clone());
                     fresh
                 }
@@ -445,8 +587,13 @@ impl Sessions {
         })
     }
 
+    /// Past `--ended-sessions`, forgets the oldest sessions that no agent
+    /// process hosts: ended ones and dormant ones (restored from the store
+    /// and never loaded), so restarts cannot pile up dormant entries
+    /// (research/contract.md, "Durable sessions").
     fn forget_old_ended(&self) {
-        let mut ended: Vec<Arc<Session>> = self.each().filter(|s| s.is_ended()).collect();
+        let gone = |s: &Arc<Session>| s.is_ended() || s.is_dormant();
+        let mut ended: Vec<Arc<Session>> = self.each().filter(gone).collect();
         if ended.len() <= self.limits.ended_sessions {
             return;
         }
@@ -454,12 +601,19 @@ impl Sessions {
         let excess = ended.len() - self.limits.ended_sessions;
         for forgotten in ended.into_iter().take(excess) {
             self.map.remove_if_mut(&forgotten.id, |_, of_agent| {
-                of_agent.retain(|s| !(Arc::ptr_eq(s, &forgotten) && s.is_ended()));
+                of_agent.retain(|s| !(Arc::ptr_eq(s, &forgotten) && gone(s)));
                 of_agent.is_empty()
             });
+            if let Some(persist) = &self.persist {
+                persist.remove(&forgotten.agent, &forgotten.id);
+            }
         }
     }
 }
+
+/// The process generation of a session restored from the store: no agent
+/// process has it (live generations start at 1).
+pub const RESTORED_GENERATION: u64 = 0;
 
 /// Creation time (ns since the epoch), agent and id: a total order for listing.
 fn sort_key(session: &Arc<Session>) -> (u128, Arc<str>, Arc<str>) {
@@ -492,13 +646,16 @@ mod tests {
     use serde_json::json;
 
     fn sessions() -> Sessions {
-        Sessions::new(InventoryLimits {
-            log: LogLimits {
-                events: 10,
-                bytes: usize::MAX,
+        Sessions::new(
+            InventoryLimits {
+                log: LogLimits {
+                    events: 10,
+                    bytes: usize::MAX,
+                },
+                ended_sessions: 2,
             },
-            ended_sessions: 2,
-        })
+            None,
+        )
     }
 
     fn object(value: Value) -> Map<String, Value> {

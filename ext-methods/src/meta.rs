@@ -13,7 +13,14 @@ use std::time::SystemTime;
 
 /// Keys the runtime always sets itself in a session's namespace object; a
 /// client cannot override them (they are replaced on the way out).
-pub const RUNTIME_KEYS: &[&str] = &["agent", "createdAt", "updatedAt", "ended", "eventCount"];
+pub const RUNTIME_KEYS: &[&str] = &[
+    "agent",
+    "createdAt",
+    "updatedAt",
+    "ended",
+    "dormant",
+    "eventCount",
+];
 
 /// The namespace object of a params or result object:
 /// `holder._meta["sandboxagent.dev"]`, when it is an object.
@@ -92,6 +99,11 @@ pub struct SessionMeta {
     pub updated_at: String,
     /// Whether the session ended.
     pub ended: bool,
+    /// Restored from the session store after a restart and not loaded
+    /// since: listed and readable, and a `session/load` or `session/resume`
+    /// starts its agent to load it. Absent when `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dormant: bool,
     /// ACP messages recorded in the session's event log so far.
     pub event_count: u64,
     /// Title, from metadata or the agent's `session_info_update`.

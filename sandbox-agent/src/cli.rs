@@ -29,6 +29,8 @@ pub enum Command {
     Bridge(crate::commands::bridge::BridgeArgs),
     /// Files in and out of a running server: ls, stat, get, put, upload, rm, mv, mkdir.
     Fs(crate::commands::fs::FsArgs),
+    /// Sessions and their event logs, from a running server or a session store: list, show, events.
+    Sessions(crate::commands::sessions::SessionsArgs),
     /// Run the built-in mock ACP agent on stdin/stdout.
     MockAgent(MockAgentArgs),
     /// Measure the runtime against the raw stdio limit of the mock agent.
@@ -153,9 +155,14 @@ impl CatalogArgs {
     /// The known agents (built-ins, the agents file, `--agent-command`).
     ///
     /// # Errors
-    /// A message naming the file and entry, or the bad `--agent-command`.
+    /// A message naming the file and entry, or the bad `--agent-command`; no
+    /// data dir (see [`CatalogArgs::data_dir`]).
     pub fn agents(&self) -> Result<BTreeMap<String, AgentSpec>, String> {
-        catalog::load(self.agents_file.as_deref(), &self.agent_commands)
+        catalog::load(
+            &self.data_dir()?,
+            self.agents_file.as_deref(),
+            &self.agent_commands,
+        )
     }
 
     /// `--data-dir`, else the XDG default.
@@ -321,13 +328,27 @@ pub struct ServerArgs {
         default_value_t = config::DEFAULT_EVENT_LOG_BYTES
     )]
     pub event_log_bytes: usize,
-    /// Ended sessions kept in the inventory; the oldest are forgotten first.
+    /// Ended sessions kept in the inventory and the store, dormant ones (restored
+    /// after a restart, not loaded since) counted with them; the oldest are
+    /// forgotten first.
     #[arg(
         long,
         env = "SANDBOX_AGENT_ENDED_SESSIONS",
         default_value_t = config::DEFAULT_ENDED_SESSIONS
     )]
     pub ended_sessions: usize,
+    /// Where sessions and their event logs are kept, so a restart loses no
+    /// history: `sqlite:PATH`, `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`
+    /// (a fleet: sandboxes come and go, their history stays), or `memory`
+    /// (nothing written). Default: sqlite:<data-dir>/sessions.db.
+    #[arg(long, env = "SANDBOX_AGENT_STORE", value_name = "URL", value_parser = parse_store)]
+    pub store: Option<acp_runtime::store::StoreUrl>,
+    /// The id this runtime's rows carry in the store. A new sandbox started
+    /// with the id of an old one (and the same PostgreSQL) sees the old
+    /// one's sessions. Default: the id in <data-dir>/runtime-id, made on the
+    /// first start.
+    #[arg(long, env = "SANDBOX_AGENT_RUNTIME_ID", value_name = "ID")]
+    pub runtime_id: Option<String>,
     /// After _sandboxagent/session/terminate, how long the agent gets to end
     /// the turn before the runtime answers the prompt itself, in milliseconds.
     #[arg(
@@ -386,6 +407,11 @@ pub struct ServerArgs {
         default_value_t = config::DEFAULT_MAX_UPLOAD_BYTES
     )]
     pub max_upload_bytes: u64,
+    /// The agent a client of bare /acp gets when its initialize names none in
+    /// params._meta["sandboxagent.dev"].agent (an official ACP SDK pointed at
+    /// /acp). Without it such a client must use /acp/{agent}.
+    #[arg(long, env = "SANDBOX_AGENT_DEFAULT_AGENT", value_name = "ID")]
+    pub default_agent: Option<String>,
 }
 
 impl ServerArgs {
@@ -415,10 +441,20 @@ impl ServerArgs {
         }
         let agents = self.catalog.agents()?;
         let data_dir = self.catalog.data_dir()?;
+        if let Some(id) = &self.default_agent
+            && !agents.contains_key(id)
+        {
+            let known: Vec<&str> = agents.keys().map(String::as_str).collect();
+            return Err(format!(
+                "--default-agent {id:?} is not a known agent (known agents: {})",
+                known.join(", ")
+            ));
+        }
         let mut config = ServerConfig::new(SocketAddr::new(self.host, self.port), agents, data_dir);
         config.require_preinstall = self.require_preinstall;
         config.exit_on_stdin_eof = self.exit_on_stdin_eof;
         config.max_upload_bytes = self.max_upload_bytes;
+        config.default_agent = self.default_agent;
         if let Some(root) = &self.fs_root {
             let root = root
                 .canonicalize()
@@ -447,6 +483,15 @@ impl ServerArgs {
         config.event_log_events = self.event_log_events.max(1);
         config.event_log_bytes = self.event_log_bytes;
         config.ended_sessions = self.ended_sessions;
+        config.store = self.store;
+        if let Some(id) = &self.runtime_id
+            && (id.is_empty() || id.len() > 200 || id.chars().any(char::is_control))
+        {
+            return Err(format!(
+                "--runtime-id must be 1 to 200 characters without control characters, got {id:?}"
+            ));
+        }
+        config.runtime_id = self.runtime_id;
         config.terminate_grace = Duration::from_millis(self.terminate_grace_ms);
         Ok(config)
     }
@@ -474,4 +519,14 @@ pub struct MockAgentArgs {
     /// METHOD}` came (an agent that needs a credential).
     #[arg(long, value_name = "METHOD")]
     pub require_auth: Option<String>,
+    /// Keep every session (id, cwd, mode, model, the history `session/load`
+    /// replays) in DIR, one JSON file per session, so a later process can
+    /// load a session of an earlier one. Created when missing.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+/// `--store`: see [`acp_runtime::store::StoreUrl::parse`].
+fn parse_store(text: &str) -> Result<acp_runtime::store::StoreUrl, String> {
+    acp_runtime::store::StoreUrl::parse(text)
 }

@@ -7,7 +7,8 @@
 //!   `acp_runtime`), `prompt` (the quick start, on `sandbox-agent-sdk`),
 //!   `bridge` (ACP on stdio for editors, on `acp-http-client`), `agents`
 //!   (list and install), `bench` (the load generator), `mock_agent` (the
-//!   built-in deterministic agent the server runs as `mock`).
+//!   built-in deterministic agent the server runs as `mock`), `sessions`
+//!   (the inventory and event logs, from a server or a session store).
 //!
 //! One executable on purpose: embedded mode (the SDK) and the `mock` agent
 //! re-run it.
@@ -52,6 +53,10 @@ fn main() -> ExitCode {
             Command::Fs(args) => {
                 init_logging("error");
                 commands::fs::run(args).await
+            }
+            Command::Sessions(args) => {
+                init_logging("error");
+                commands::sessions::run(args).await
             }
         }
     });

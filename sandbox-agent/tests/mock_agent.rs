@@ -173,6 +173,11 @@ impl MockAgent {
             .await;
     }
 
+    /// Kills the process (SIGKILL: nothing runs after) and waits for it.
+    async fn kill(mut self) {
+        self.child.kill().await.expect("kill the agent");
+    }
+
     /// Closes stdin and waits for the exit: (exit code, everything on stderr).
     async fn exit(mut self) -> (Option<i32>, String) {
         drop(self.stdin);
@@ -785,6 +790,234 @@ async fn load_replays_the_history() {
             .await;
         assert!(updates.is_empty());
         assert_eq!(response["error"]["code"], -32002, "{response}");
+    })
+    .await;
+}
+
+/// A fresh directory for `--state-dir` tests, removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("mock-agent-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the temp dir");
+        Self(dir)
+    }
+
+    fn arg(&self) -> &str {
+        self.0.to_str().expect("the temp dir is UTF-8")
+    }
+
+    /// The names of the files in the directory, sorted.
+    fn files(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.0)
+            .expect("read the state dir")
+            .map(|entry| {
+                entry
+                    .expect("a directory entry")
+                    .file_name()
+                    .into_string()
+                    .expect("a UTF-8 file name")
+            })
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The (kind, text) of replayed message chunks, in order.
+fn replayed(updates: &[Value]) -> Vec<(String, String)> {
+    updates
+        .iter()
+        .map(|update| {
+            let update = &update["params"]["update"];
+            (
+                update["sessionUpdate"].as_str().expect("kind").to_owned(),
+                update["content"]["text"].as_str().expect("text").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn user(text: &str) -> (String, String) {
+    ("user_message_chunk".to_owned(), text.to_owned())
+}
+
+fn agent_reply(text: &str) -> (String, String) {
+    (
+        "agent_message_chunk".to_owned(),
+        format!("Hello from the mock agent. You said: {text}"),
+    )
+}
+
+#[tokio::test]
+async fn state_dir_carries_sessions_across_processes() {
+    within_timeout(async {
+        let dir = TempDir::new("across");
+        // An id with a slash, spaces and non-ASCII text: the file name must not care.
+        let args = ["--state-dir", dir.arg(), "--session-id-prefix", "a/b c é-"];
+
+        let mut first = MockAgent::initialized(&args).await;
+        let session = first.new_session().await;
+        let (_, response) = first
+            .call(
+                "session/set_mode",
+                json!({"sessionId": session, "modeId": "plan"}),
+            )
+            .await;
+        assert!(response["result"].is_object(), "{response}");
+        first.prompt(&session, "first").await;
+        first.kill().await;
+        let files = dir.files();
+        assert_eq!(
+            files.len(),
+            1,
+            "one file per session, no temp files: {files:?}"
+        );
+        let name = files[0].strip_suffix(".json").expect("a .json file");
+        assert!(
+            name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{name}"
+        );
+
+        // A new process: resume (no replay) and a new prompt continue it.
+        let mut second = MockAgent::initialized(&args).await;
+        let (updates, response) = second
+            .call(
+                "session/resume",
+                json!({"sessionId": session, "cwd": "/tmp"}),
+            )
+            .await;
+        assert!(updates.is_empty(), "resume does not replay: {updates:?}");
+        assert_eq!(response["result"]["modes"]["currentModeId"], "plan");
+        let (_, response) = second.prompt(&session, "second").await;
+        assert_eq!(stop_reason(&response), "end_turn");
+        second.kill().await;
+
+        // A third process replays the history of both.
+        let mut third = MockAgent::initialized(&args).await;
+        let (updates, response) = third
+            .call(
+                "session/load",
+                json!({"sessionId": session, "cwd": "/tmp", "mcpServers": []}),
+            )
+            .await;
+        assert_eq!(response["result"]["modes"]["currentModeId"], "plan");
+        assert_eq!(
+            replayed(&updates),
+            [
+                user("first"),
+                agent_reply("first"),
+                user("second"),
+                agent_reply("second")
+            ]
+        );
+        assert!(
+            updates
+                .iter()
+                .all(|u| u["params"]["sessionId"] == session.as_str()),
+            "{updates:?}"
+        );
+        let (_, response) = third.call("session/list", json!({})).await;
+        assert_eq!(
+            response["result"]["sessions"][0]["sessionId"],
+            session.as_str()
+        );
+        assert_eq!(response["result"]["sessions"][0]["cwd"], "/tmp");
+
+        // An id saved nowhere: the usual "session not found".
+        let (updates, response) = third
+            .call(
+                "session/load",
+                json!({"sessionId": "mock-unknown", "cwd": "/tmp", "mcpServers": []}),
+            )
+            .await;
+        assert!(updates.is_empty());
+        assert_eq!(response["error"]["code"], -32002, "{response}");
+        let (_, response) = third
+            .call(
+                "session/resume",
+                json!({"sessionId": "mock-unknown", "cwd": "/tmp"}),
+            )
+            .await;
+        assert_eq!(response["error"]["code"], -32002, "{response}");
+        assert_eq!(third.exit().await.0, Some(0));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn state_dir_keeps_the_user_message_of_a_turn_killed_midway() {
+    within_timeout(async {
+        let dir = TempDir::new("midway");
+        let args = ["--state-dir", dir.arg()];
+        let mut first = MockAgent::initialized(&args).await;
+        let session = first.new_session().await;
+        first.prompt(&session, "done").await;
+        first.start_prompt(&session, "!slow 50 100").await;
+        let message = first.read_message().await;
+        assert_eq!(chunk_texts(&[message]), ["chunk-1 "]);
+        first.kill().await;
+
+        let mut second = MockAgent::initialized(&args).await;
+        let (updates, _) = second
+            .call(
+                "session/load",
+                json!({"sessionId": session, "cwd": "/tmp", "mcpServers": []}),
+            )
+            .await;
+        assert_eq!(
+            replayed(&updates),
+            [user("done"), agent_reply("done"), user("!slow 50 100")]
+        );
+        // The session goes on: the next turn answers the new prompt.
+        let (_, response) = second.prompt(&session, "again").await;
+        assert_eq!(stop_reason(&response), "end_turn");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn state_dir_errors_are_named() {
+    within_timeout(async {
+        let dir = TempDir::new("errors");
+        let args = ["--state-dir", dir.arg()];
+        let mut first = MockAgent::initialized(&args).await;
+        let session = first.new_session().await;
+        first.kill().await;
+        let files = dir.files();
+        let file = dir.0.join(&files[0]);
+        std::fs::write(&file, "{not json").expect("corrupt the state file");
+
+        let mut second = MockAgent::initialized(&args).await;
+        let (_, response) = second
+            .call(
+                "session/load",
+                json!({"sessionId": session, "cwd": "/tmp", "mcpServers": []}),
+            )
+            .await;
+        assert_eq!(response["error"]["code"], -32603, "{response}");
+        let data = response["error"]["data"].as_str().expect("error data");
+        assert!(data.contains(file.to_str().expect("UTF-8")), "{data}");
+        second.kill().await;
+
+        // A state dir that cannot be created: the process ends at once, naming it.
+        let blocked = dir.0.join(&files[0]).join("sub");
+        let agent = MockAgent::spawn(&["--state-dir", blocked.to_str().expect("UTF-8")]);
+        let (code, stderr) = agent.exit().await;
+        assert_ne!(code, Some(0));
+        assert!(stderr.contains("--state-dir"), "{stderr}");
+        assert!(
+            stderr.contains(blocked.to_str().expect("UTF-8")),
+            "{stderr}"
+        );
     })
     .await;
 }

@@ -11,18 +11,20 @@ use crate::config::AgentSpec;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Every known agent by id.
+/// Every known agent by id. `data_dir` is the server's data dir (the mock
+/// agent keeps its sessions in its home there).
 ///
 /// # Errors
 /// A message for the user: the agents file cannot be read or parsed (naming
 /// the file and the entry), a bad `--agent-command`, or this executable's
 /// path is unknown (the mock agent runs it).
 pub fn load(
+    data_dir: &Path,
     agents_file: Option<&Path>,
     agent_commands: &[String],
 ) -> Result<BTreeMap<String, AgentSpec>, String> {
     let mut agents = BTreeMap::new();
-    let mock = AgentSpec::builtin_mock()
+    let mock = AgentSpec::builtin_mock(data_dir)
         .map_err(|e| format!("cannot locate this executable for the mock agent: {e}"))?;
     agents.insert(mock.id.clone(), mock);
     let builtin = manifest::parse(manifest::BUILTIN, "built-in manifest")
@@ -66,8 +68,12 @@ mod tests {
             ]}"#,
         )
         .expect("write agents file");
-        let agents =
-            load(Some(&file), &["claude=/bin/claude-acp --x".to_owned()]).expect("catalog");
+        let agents = load(
+            &dir,
+            Some(&file),
+            &["claude=/bin/claude-acp --x".to_owned()],
+        )
+        .expect("catalog");
         let _ = std::fs::remove_dir_all(&dir);
 
         let ids: Vec<&str> = agents.keys().map(String::as_str).collect();
@@ -76,6 +82,18 @@ mod tests {
             ["claude", "codex", "gemini", "mine", "mock", "opencode"]
         );
         assert_eq!(agents["mock"].source, AgentSource::Builtin);
+        let Launch::Command { args, .. } = &agents["mock"].launch else {
+            panic!("the mock is a command: {:?}", agents["mock"]);
+        };
+        let state_dir = dir.join("homes/mock/sessions");
+        assert_eq!(
+            args,
+            &[
+                "mock-agent",
+                "--state-dir",
+                state_dir.to_str().expect("UTF-8")
+            ]
+        );
         assert_eq!(agents["gemini"].source, AgentSource::Registry);
         let codex = &agents["codex"];
         assert_eq!(codex.name, "My Codex");
@@ -105,8 +123,12 @@ mod tests {
 
     #[test]
     fn a_missing_agents_file_is_named() {
-        let error =
-            load(Some(Path::new("/nonexistent/agents.json")), &[]).expect_err("missing file");
+        let error = load(
+            Path::new("/nonexistent/data"),
+            Some(Path::new("/nonexistent/agents.json")),
+            &[],
+        )
+        .expect_err("missing file");
         assert!(error.contains("/nonexistent/agents.json"), "{error}");
     }
 }

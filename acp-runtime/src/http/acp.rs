@@ -67,6 +67,8 @@ pub fn target(path: &str) -> Option<Option<&str>> {
 }
 
 /// Serves one request on the profile; `agent` is the agent named by path.
+/// On a bare `/acp` the server's `--default-agent` stands in for it, so an
+/// `initialize` takes its agent from `_meta`, else the default, else gets 400.
 ///
 /// # Errors
 /// The problem the RFD's routing table gives (400, 404, 406, 409, 415, 501)
@@ -76,6 +78,7 @@ pub async fn route(
     request: &mut HttpRequest,
     agent: Option<&str>,
 ) -> Result<Response<Body>, Error> {
+    let agent = agent.or(runtime.config.default_agent.as_deref());
     match *request.method() {
         Method::POST => post(runtime, request, agent).await,
         Method::GET if super::websocket::is_upgrade(request.headers()) => {
@@ -122,7 +125,7 @@ async fn post(
         }
         if path_agent.is_none() && protocol::meta_agent(envelope.params).is_none() {
             return Err(Error::InvalidRequest(format!(
-                "name the agent in the path: POST {PATH}/{{agent}} (known agents: {}), or in params._meta[\"sandboxagent.dev\"].agent of initialize",
+                "name the agent in the path: POST {PATH}/{{agent}} (known agents: {}), or in params._meta[\"sandboxagent.dev\"].agent of initialize (or start the server with --default-agent)",
                 runtime.agents.known_ids()
             )));
         }

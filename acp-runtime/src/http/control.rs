@@ -22,7 +22,7 @@ const DEFAULT_EVENTS_LIMIT: usize = 100;
 const MAX_EVENTS_LIMIT: usize = 1000;
 
 /// Routes `/v2/sessions…` and `/v2/agents`; `None` when `path` is not one of them.
-pub fn route(
+pub async fn route(
     runtime: &Arc<Runtime>,
     method: &Method,
     path: &str,
@@ -38,9 +38,13 @@ pub fn route(
         ["sessions", id] => get_only(method, || {
             session(runtime, &decode_segment(id)?, &SessionQuery::parse(query)?)
         }),
-        ["sessions", id, "events"] => get_only(method, || {
-            events(runtime, &decode_segment(id)?, &SessionQuery::parse(query)?)
-        }),
+        ["sessions", id, "events"] => match *method {
+            Method::GET | Method::HEAD => match (decode_segment(id), SessionQuery::parse(query)) {
+                (Ok(id), Ok(query)) => events(runtime, &id, &query).await,
+                (Err(error), _) | (_, Err(error)) => Err(error),
+            },
+            _ => Err(Error::MethodNotAllowed("GET")),
+        },
         ["agents"] => get_only(method, || agents(runtime)),
         _ => return None,
     };
@@ -168,8 +172,10 @@ fn session(
     json(&resolve(runtime, id, query)?.info())
 }
 
-/// `GET /v2/sessions/{id}/events?offset=N&limit=M[&agent=A]` → `SessionEventsPage`.
-fn events(
+/// `GET /v2/sessions/{id}/events?offset=N&limit=M[&agent=A]` → `SessionEventsPage`;
+/// events memory no longer holds come from the store (research/contract.md,
+/// "Durable sessions").
+async fn events(
     runtime: &Runtime,
     id: &str,
     query: &SessionQuery,
@@ -182,7 +188,11 @@ fn events(
             "limit must be between 1 and {MAX_EVENTS_LIMIT}"
         )));
     }
-    json(&session.events(offset, limit as usize))
+    json(
+        &runtime
+            .session_events(&session, offset, limit as usize)
+            .await?,
+    )
 }
 
 /// `GET /v2/agents` → `{"agents": [AgentInfo, …]}`.

@@ -191,7 +191,7 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
     }
     if path == "/v2/health" {
         return match *request.method() {
-            Method::GET | Method::HEAD => Ok(health()),
+            Method::GET | Method::HEAD => Ok(health(runtime)),
             _ => Err(Error::MethodNotAllowed("GET")),
         };
     }
@@ -248,13 +248,31 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
                 };
             }
             control::route(runtime, request.method(), path, request.uri().query())
+                .await
                 .unwrap_or_else(|| Err(Error::NotFound(path.to_owned())))
         }
     }
 }
 
-fn health() -> Response<Body> {
-    let body = serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") });
+/// `GET /v2/health`: `status`, `version`, and the session store's state
+/// (`store`: `ok`, `degraded` or `memory`; research/contract.md, "Durable
+/// sessions").
+fn health(runtime: &Runtime) -> Response<Body> {
+    let store = runtime.store_health();
+    let mut body = serde_json::json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "store": store.state,
+        "storeBackend": store.backend,
+        "storeWaiting": store.waiting,
+        "storeDroppedEvents": store.dropped_events,
+    });
+    if let Some(error) = store.error {
+        body["storeError"] = serde_json::Value::String(error);
+    }
+    if let Some(store) = &runtime.store {
+        body["runtimeId"] = serde_json::Value::String(store.runtime_id().to_owned());
+    }
     full(
         StatusCode::OK,
         "application/json",

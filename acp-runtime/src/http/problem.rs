@@ -50,7 +50,8 @@ impl Error {
             Self::AgentStartFailed { .. } | Self::InstallFailed(_) => StatusCode::BAD_GATEWAY,
             Self::TooManyConnections { .. }
             | Self::TooManyHttpConnections { .. }
-            | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            | Self::ShuttingDown
+            | Self::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::BatchNotSupported => StatusCode::NOT_IMPLEMENTED,
         }
@@ -85,6 +86,7 @@ impl Error {
             Self::TooManyConnections { .. } => "too-many-connections",
             Self::TooManyHttpConnections { .. } => "too-many-http-connections",
             Self::ShuttingDown => "shutting-down",
+            Self::StoreUnavailable(_) => "store-unavailable",
             Self::Timeout { .. } => "timeout",
             Self::InvalidPath(_) => "invalid-path",
             Self::OutsideRoot { .. } => "outside-root",

@@ -16,8 +16,11 @@
 //! - request handlers run in the SDK's dispatch loop and never wait for the
 //!   client; each prompt turn runs in a task spawned with `cx.spawn`, so
 //!   `session/cancel` is handled while a turn runs;
-//! - sessions live in one shared map ([`MockAgent::sessions`]).
+//! - sessions live in one shared map ([`MockAgent::sessions`]); with
+//!   `--state-dir` each is also kept in a file of its own ([`StateDir`]), so
+//!   `session/load` in a later process (after a runtime restart) finds it.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -25,7 +28,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
@@ -50,6 +53,7 @@ use agent_client_protocol::{
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -98,6 +102,14 @@ const CRASH_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn run(args: MockAgentArgs) -> io::Result<()> {
     if let Some(code) = args.exit_at_start {
         std::process::exit(code);
+    }
+    if let Some(dir) = &args.state_dir {
+        std::fs::create_dir_all(dir).map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("--state-dir {}: {error}", dir.display()),
+            )
+        })?;
     }
     let (stdout, writer) = Stdout::new();
     // The writer runs in a task of its own, so writing overlaps serializing.
@@ -568,6 +580,8 @@ struct MockAgent {
     require_auth: Option<String>,
     /// Whether `authenticate` with that method came.
     authenticated: AtomicBool,
+    /// `--state-dir`: where sessions are kept for later processes.
+    state: Option<StateDir>,
 }
 
 /// The session map, with a counter that orders sessions by creation.
@@ -592,14 +606,16 @@ struct Session {
     turn: Option<RunningTurn>,
 }
 
-/// A message of a session's history.
-#[derive(Clone)]
+/// A message of a session's history (in a state file: `{"from": "user" |
+/// "agent", "text": …}`).
+#[derive(Clone, Serialize, Deserialize)]
 struct Message {
     from: Speaker,
     text: String,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 enum Speaker {
     User,
     Agent,
@@ -637,6 +653,7 @@ impl MockAgent {
             turns: TaskTracker::new(),
             require_auth: args.require_auth.clone(),
             authenticated: AtomicBool::new(false),
+            state: args.state_dir.clone().map(|dir| StateDir { dir }),
         }
     }
 
@@ -708,6 +725,7 @@ impl MockAgent {
         cx: &ConnectionTo<Client>,
     ) -> Result<LoadSessionResponse, Error> {
         self.check_authenticated()?;
+        self.restore(&request.session_id)?;
         let (history, state) = self.with_session(&request.session_id, |session| {
             (session.history.clone(), session.state())
         })?;
@@ -724,6 +742,7 @@ impl MockAgent {
         request: &ResumeSessionRequest,
     ) -> Result<ResumeSessionResponse, Error> {
         self.check_authenticated()?;
+        self.restore(&request.session_id)?;
         let state = self.with_session(&request.session_id, |session| session.state())?;
         Ok(ResumeSessionResponse::new()
             .modes(state.modes)
@@ -732,6 +751,7 @@ impl MockAgent {
 
     fn fork_session(&self, request: ForkSessionRequest) -> Result<ForkSessionResponse, Error> {
         self.check_authenticated()?;
+        self.restore(&request.session_id)?;
         let fork = self.with_session(&request.session_id, |parent| parent.fork(request.cwd))?;
         let state = fork.state();
         let session_id = self.add_session(fork);
@@ -770,6 +790,7 @@ impl MockAgent {
         self.with_session(&request.session_id, |session| {
             session.mode = SessionModeId::new(mode);
             session.updated_at = SystemTime::now();
+            self.save(&request.session_id, session);
         })?;
         let update = CurrentModeUpdate::new(SessionModeId::new(mode));
         notify(
@@ -811,6 +832,7 @@ impl MockAgent {
         self.with_session(session_id, |session| {
             session.model = SessionConfigValueId::new(model);
             session.updated_at = SystemTime::now();
+            self.save(session_id, session);
             session.state()
         })
     }
@@ -825,8 +847,59 @@ impl MockAgent {
         let mut sessions = self.sessions.lock();
         sessions.created += 1;
         session.created = sessions.created;
+        self.save(&session_id, &session);
         sessions.by_id.insert(session_id.clone(), session);
         session_id
+    }
+
+    /// Makes a session of an earlier process known again: when `id` is not
+    /// in memory, reads it from `--state-dir` (if set). A session in neither
+    /// place is left to the caller's "session not found".
+    ///
+    /// # Errors
+    /// Internal error (`-32603`) naming the file when it exists but cannot
+    /// be read or parsed.
+    fn restore(&self, id: &SessionId) -> Result<(), Error> {
+        let Some(state) = &self.state else {
+            return Ok(());
+        };
+        if self.sessions.lock().by_id.contains_key(id) {
+            return Ok(());
+        }
+        // Read without the lock: a long history is a large file.
+        let mut session = match state.load(id) {
+            Ok(Some(session)) => session,
+            Ok(None) => return Ok(()),
+            Err(error) => {
+                return Err(Error::internal_error().data(format!(
+                    "cannot read session {:?} from {}: {error}",
+                    id.0,
+                    state.path(id).display()
+                )));
+            }
+        };
+        let mut sessions = self.sessions.lock();
+        sessions.created += 1;
+        session.created = sessions.created;
+        // A `session/load` that raced this one restored it first.
+        sessions.by_id.entry(id.clone()).or_insert(session);
+        Ok(())
+    }
+
+    /// Writes a session to `--state-dir`, if set, after each change of it
+    /// (called with the session map locked, so writes of one session land
+    /// in order). A failure is reported on stderr; the session goes on in
+    /// memory.
+    fn save(&self, id: &SessionId, session: &Session) {
+        if let Some(state) = &self.state
+            && let Err(error) = state.save(id, session)
+        {
+            eprintln!(
+                "mock agent: cannot save session {:?} to {}: {error}",
+                id.0,
+                state.path(id).display()
+            );
+        }
     }
 
     /// Runs `f` on a session, or returns the ACP "session not found" error (`-32002`).
@@ -893,6 +966,91 @@ impl Message {
             Speaker::User => SessionUpdate::UserMessageChunk(chunk),
             Speaker::Agent => SessionUpdate::AgentMessageChunk(chunk),
         }
+    }
+}
+
+/// `--state-dir`: one JSON file per session, `<sha256 of the id, hex>.json`
+/// (a name safe for any session id), holding a [`SavedSession`]. Each write
+/// goes to a temp file first and is renamed over the old one, so a process
+/// killed mid-write leaves the previous version whole.
+struct StateDir {
+    dir: PathBuf,
+}
+
+/// A session as kept in its state file (`Cow`, so saving borrows the
+/// session and loading owns what it reads).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SavedSession<'a> {
+    /// The session's id, checked on load.
+    session_id: Cow<'a, SessionId>,
+    cwd: Cow<'a, Path>,
+    mode: Cow<'a, SessionModeId>,
+    model: Cow<'a, SessionConfigValueId>,
+    /// Milliseconds since the Unix epoch.
+    updated_at_ms: u64,
+    /// What `session/load` replays, in order.
+    history: Cow<'a, [Message]>,
+}
+
+impl StateDir {
+    /// The state file of session `id`.
+    fn path(&self, id: &SessionId) -> PathBuf {
+        let digest = Sha256::digest(id.0.as_bytes());
+        let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+        self.dir.join(format!("{hex}.json"))
+    }
+
+    fn save(&self, id: &SessionId, session: &Session) -> io::Result<()> {
+        let saved = SavedSession {
+            session_id: Cow::Borrowed(id),
+            cwd: Cow::Borrowed(&session.cwd),
+            mode: Cow::Borrowed(&session.mode),
+            model: Cow::Borrowed(&session.model),
+            updated_at_ms: session
+                .updated_at
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| {
+                    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+                }),
+            history: Cow::Borrowed(&session.history),
+        };
+        let bytes = serde_json::to_vec(&saved).map_err(io::Error::other)?;
+        let path = self.path(id);
+        let mut temp = path.clone().into_os_string();
+        temp.push(format!(".{}.tmp", std::process::id()));
+        let temp = PathBuf::from(temp);
+        let written = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, &path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        written
+    }
+
+    /// The saved session `id`, or `None` when it has no state file.
+    fn load(&self, id: &SessionId) -> io::Result<Option<Session>> {
+        let bytes = match std::fs::read(self.path(id)) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let saved: SavedSession<'static> = serde_json::from_slice(&bytes)
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
+        if saved.session_id.as_ref() != id {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the file holds session {:?}", saved.session_id.0),
+            ));
+        }
+        Ok(Some(Session {
+            created: 0,
+            cwd: saved.cwd.into_owned(),
+            mode: saved.mode.into_owned(),
+            model: saved.model.into_owned(),
+            history: saved.history.into_owned(),
+            updated_at: UNIX_EPOCH + Duration::from_millis(saved.updated_at_ms),
+            turn: None,
+        }))
     }
 }
 
@@ -1108,9 +1266,12 @@ impl MockAgent {
             from: Speaker::User,
             text: text.to_owned(),
         });
+        self.save(session_id, session);
         Ok(running)
     }
 
+    /// Marks the turn as over and saves the session with the agent's reply
+    /// (the reply's chunks are not saved one by one: `!emit` sends 100,000).
     fn end_turn(&self, session_id: &SessionId, turn_id: u64) {
         let mut sessions = self.sessions.lock();
         if let Some(session) = sessions.by_id.get_mut(session_id)
@@ -1118,6 +1279,7 @@ impl MockAgent {
         {
             session.turn = None;
             session.updated_at = SystemTime::now();
+            self.save(session_id, session);
         }
     }
 

@@ -9,3 +9,4 @@ pub mod fs;
 pub mod mock_agent;
 pub mod prompt;
 pub mod server;
+pub mod sessions;

@@ -30,6 +30,8 @@
 //!   its stdio, as an editor drives it.
 //! - [`proxy`]: [`CutProxy`], a loopback TCP proxy that logs request heads
 //!   and cuts connections on demand.
+//! - [`postgres`]: [`PgServer`], a private PostgreSQL server (its own
+//!   `initdb` dir, a loopback port, a non-root user) for the store's tests.
 //!
 //! # Timeouts
 //! Every wait in the harness is bounded, so no test can hang; the bounds are
@@ -41,6 +43,7 @@ pub mod agents;
 pub mod api;
 pub mod bridge;
 pub mod ext;
+pub mod postgres;
 pub mod problem;
 pub mod procfs;
 pub mod proxy;
@@ -51,6 +54,7 @@ use std::time::Duration;
 
 pub use api::{Api, Reply};
 pub use bridge::BridgeProcess;
+pub use postgres::PgServer;
 pub use problem::assert_problem;
 pub use proxy::CutProxy;
 pub use server::{TestServer, mock_agent_command, shell_quote};

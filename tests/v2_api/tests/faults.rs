@@ -304,7 +304,10 @@ async fn agents_that_cannot_start_are_502() {
 
 #[tokio::test]
 async fn a_client_that_never_reads_its_stream_costs_bounded_memory() {
-    let server = TestServer::start(&["--replay-buffer", "8"]).await;
+    // The ring under test only: the session store's writer holds what it
+    // has not written yet (bounded on its own: research/contract.md,
+    // "Durable sessions"), which would blur what this measures.
+    let server = TestServer::start(&["--replay-buffer", "8", "--store", "memory"]).await;
     let conn = server.initialize(MOCK).await;
     let session = server.new_session(&conn).await;
     // Warm up the agent, the HTTP stack and the allocator.

@@ -29,13 +29,16 @@ impl Fixture {
     fn new() -> Self {
         let (stdin, receiver) = mpsc::channel(1024);
         let targets = RouteTargets {
-            sessions: Arc::new(Sessions::new(InventoryLimits {
-                log: LogLimits {
-                    events: 10_000,
-                    bytes: usize::MAX,
+            sessions: Arc::new(Sessions::new(
+                InventoryLimits {
+                    log: LogLimits {
+                        events: 10_000,
+                        bytes: usize::MAX,
+                    },
+                    ended_sessions: 16,
                 },
-                ended_sessions: 16,
-            })),
+                None,
+            )),
             connections: Arc::new(Connections::new(
                 16,
                 ReplayLimits {

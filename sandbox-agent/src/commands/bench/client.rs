@@ -108,6 +108,26 @@ impl HttpClient {
         Ok(status)
     }
 
+    /// `GET path` (a control-plane route); returns status and the whole body.
+    ///
+    /// # Errors
+    /// Transport failures.
+    pub async fn get(&mut self, path: &str) -> Result<(StatusCode, Bytes), BenchError> {
+        let mut builder = Request::builder()
+            .uri(path)
+            .header(http::header::HOST, &self.host);
+        if let Some(token) = &self.token {
+            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = builder
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| BenchError::Unexpected(e.to_string()))?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let (parts, body) = response.into_parts();
+        Ok((parts.status, body.collect().await?.to_bytes()))
+    }
+
     /// Opens the SSE stream (optionally resuming after `last_event_id`).
     ///
     /// # Errors

@@ -13,6 +13,7 @@ pub mod client;
 pub mod fs;
 pub mod report;
 pub mod scenarios;
+pub mod store;
 pub mod transports;
 
 use client::BenchError;
@@ -46,6 +47,11 @@ pub enum Scenario {
     /// 1 GiB file GET / PUT and a 1000-file upload-batch against cat, dd
     /// and tar -x (writes 3 GiB to the temp dir; not in the default run).
     Fs,
+    /// The session store: SSE and 16-connection prompts with SQLite against
+    /// `--store memory`, start-up on 10,000 stored sessions and a million
+    /// events, event pages read from the store (about two minutes and
+    /// 1 GB in the temp dir; not in the default run).
+    Store,
 }
 
 impl Scenario {
@@ -225,6 +231,7 @@ pub async fn measure(options: BenchOptions) -> Result<report::Report, BenchError
             Scenario::Websocket => transports::websocket(&target, &options).await,
             Scenario::Http2 => transports::http2(&target, &options).await,
             Scenario::Fs => fs::fs(&target, &options).await,
+            Scenario::Store => store::store(&options).await,
         };
         match outcome {
             Ok(results) => report.results.extend(results),

@@ -234,6 +234,43 @@ impl Report {
             }
             checks.push(Check::at_least("stream updates/s over SSE", sse, 100_000.0));
         }
+        // The durable store (research/contract.md, "Durable sessions").
+        if let (Some(sqlite), Some(memory)) = (
+            self.find("store: stream SSE (sqlite)").and_then(eps),
+            self.find("store: stream SSE (memory)").and_then(eps),
+        ) {
+            checks.push(Check::at_least(
+                "store: SSE updates/s sqlite / memory",
+                sqlite / memory,
+                0.8,
+            ));
+        }
+        if let (Some(sqlite), Some(memory)) = (
+            self.find("store: prompts, 16 connections (sqlite)")
+                .and_then(rps),
+            self.find("store: prompts, 16 connections (memory)")
+                .and_then(rps),
+        ) {
+            checks.push(Check::at_least(
+                "store: prompts/s (16 conns) sqlite / memory",
+                sqlite / memory,
+                0.8,
+            ));
+        }
+        if let Some(startup) = self.find("store: startup, seeded").and_then(p50) {
+            checks.push(Check::at_most(
+                "store: startup on 10k sessions / 1M events, p50 (ms)",
+                startup / 1e3,
+                1000.0,
+            ));
+        }
+        if let Some(page) = self.find("store: events page").and_then(p50) {
+            checks.push(Check::at_most(
+                "store: events page of 1000 from the store, p50 (ms)",
+                page / 1e3,
+                20.0,
+            ));
+        }
         if let Some(replay) = self.find("replay").and_then(|r| r.latency) {
             checks.push(Check::at_most("replay p50 (ms)", replay.p50_us / 1e3, 10.0));
         }

@@ -7,7 +7,7 @@ use super::{BenchOptions, Target};
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 
-const AGENT: &str = "mock";
+pub(super) const AGENT: &str = "mock";
 /// Requests before measuring, to warm caches, allocators and the agent.
 const WARMUP: usize = 200;
 /// Requests in flight in the pipelined stdio run (the same as the
@@ -18,7 +18,7 @@ fn echo(id: u64) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"_mock/echo","params":{{"n":{id}}}}}"#)
 }
 
-fn prompt(id: &str, session: &str, text: &str) -> String {
+pub(super) fn prompt(id: &str, session: &str, text: &str) -> String {
     serde_json::json!({
         "jsonrpc": "2.0", "id": id, "method": "session/prompt",
         "params": {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
@@ -26,7 +26,7 @@ fn prompt(id: &str, session: &str, text: &str) -> String {
     .to_string()
 }
 
-async fn open(target: &Target) -> Result<(HttpClient, String), BenchError> {
+pub(super) async fn open(target: &Target) -> Result<(HttpClient, String), BenchError> {
     let mut client = HttpClient::connect(target.address, target.token.as_deref()).await?;
     let connection = client.initialize(AGENT).await?;
     Ok((client, connection))
@@ -439,7 +439,7 @@ pub async fn startup(options: &BenchOptions) -> Result<Vec<ScenarioResult>, Benc
     Ok(vec![result])
 }
 
-async fn health(address: std::net::SocketAddr) -> bool {
+pub(super) async fn health(address: std::net::SocketAddr) -> bool {
     let Ok(stream) = tokio::net::TcpStream::connect(address).await else {
         return false;
     };

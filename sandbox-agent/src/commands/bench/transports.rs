@@ -20,6 +20,10 @@ const WARMUP: usize = 200;
 const PIPELINE_DEPTH: usize = 16;
 /// Concurrent streams on the one HTTP/2 connection.
 const HTTP2_STREAMS: usize = 32;
+/// Bytes one WebSocket read asks for: tungstenite zero-fills this much
+/// before every read (128 KiB by default), a cost the stdio client (a
+/// `BufReader`) does not pay.
+const WS_READ_CHUNK: usize = 16 * 1024;
 
 fn echo(id: u64) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"_mock/echo","params":{{"n":{id}}}}}"#)
@@ -73,7 +77,9 @@ pub async fn websocket(
     {
         request.headers_mut().insert("authorization", value);
     }
-    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .read_buffer_size(WS_READ_CHUNK);
+    let (mut socket, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), true)
         .await
         .map_err(|error| failed("WebSocket upgrade", error))?;
     send(&mut socket, INITIALIZE.to_owned()).await?;

@@ -1,0 +1,732 @@
+//! Durable sessions: the session inventory and every session's event log in
+//! SQLite (the default, `<data-dir>/sessions.db`) or PostgreSQL, behind one
+//! small interface (research/contract.md, "Durable sessions").
+//!
+//! Memory stays the serving layer: the runtime answers from its own
+//! inventory and logs, and [`writer`] copies every change to the store off
+//! the request path. The store is read at start-up (the inventory of this
+//! runtime id) and when a client pages events older than what memory holds.
+//!
+//! Rows are keyed by (runtime id, agent, session id). Both backends go
+//! through one `sqlx` `Any` pool; the SQL is written once with `$N`
+//! placeholders and rewritten to SQLite's `?N` form.
+
+pub(crate) mod writer;
+
+use bytes::Bytes;
+use ext_methods::{Direction, EndReason, ModelInfo};
+use serde_json::{Map, Value};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+use sqlx::{AnyPool, Row};
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The file the SQLite store has in the data dir by default.
+pub const DEFAULT_SQLITE_FILE: &str = "sessions.db";
+/// The file in the data dir that holds the default runtime id.
+pub const RUNTIME_ID_FILE: &str = "runtime-id";
+/// Longest a connection attempt may take at start-up and on each retry.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Rows per multi-row `INSERT` of events (7 parameters each: 1792, within
+/// SQLite's 32766 and PostgreSQL's 65535 bound parameters).
+const EVENTS_PER_INSERT: usize = 256;
+
+/// Where sessions are kept (`--store`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// Nothing is written; a restart forgets every session.
+    Memory,
+    /// A SQLite file, created when missing.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database, `postgres://user[:password]@host[:port]/db[?…]`.
+    Postgres(String),
+}
+
+impl StoreUrl {
+    /// Parses `memory`, `sqlite:PATH` (or `sqlite://PATH`) and
+    /// `postgres://…` / `postgresql://…`.
+    ///
+    /// # Errors
+    /// A message naming the accepted forms.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "memory" {
+            return Ok(Self::Memory);
+        }
+        if let Some(path) = text
+            .strip_prefix("sqlite://")
+            .or_else(|| text.strip_prefix("sqlite:"))
+        {
+            if path.is_empty() {
+                return Err("sqlite: needs a file path, as in sqlite:/data/sessions.db".into());
+            }
+            return Ok(Self::Sqlite(PathBuf::from(path)));
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(Self::Postgres(text.to_owned()));
+        }
+        Err(format!(
+            "unknown store {text:?}: use memory, sqlite:PATH or postgres://USER@HOST:PORT/DB"
+        ))
+    }
+
+    /// The default: `sqlite:<data_dir>/sessions.db`.
+    pub fn default_for(data_dir: &Path) -> Self {
+        Self::Sqlite(data_dir.join(DEFAULT_SQLITE_FILE))
+    }
+
+    /// The backend's name as `GET /v2/health` shows it.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Sqlite(_) => "sqlite",
+            Self::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The URL with any password replaced by `***`, for logs and errors.
+    pub fn redacted(&self) -> String {
+        match self {
+            Self::Memory => "memory".into(),
+            Self::Sqlite(path) => format!("sqlite:{}", path.display()),
+            Self::Postgres(url) => redact_password(url),
+        }
+    }
+}
+
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) if user_info.contains(':') => {
+            let user = user_info.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Why the store could not be opened or used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Connecting, or opening the SQLite file, failed.
+    #[error("cannot open the session store {what}: {source}")]
+    Open {
+        /// The store, password redacted (for SQLite: the file).
+        what: String,
+        /// What the driver said.
+        source: sqlx::Error,
+    },
+    /// A schema migration failed (or the database is newer than this binary).
+    #[error("cannot migrate the session store {what}: {source}")]
+    Migrate {
+        /// The store, password redacted.
+        what: String,
+        /// What the migrator said.
+        source: sqlx::migrate::MigrateError,
+    },
+    /// A read or write failed.
+    #[error("session store: {0}")]
+    Query(#[from] sqlx::Error),
+    /// A stored row could not be understood.
+    #[error("session store: unreadable row: {0}")]
+    Row(String),
+    /// The data dir (the SQLite file's folder, the runtime id file) failed.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// One inventory entry as stored: what `/v2/sessions`, `session/list` and
+/// `_sandboxagent/session/get` show of a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRow {
+    /// The agent id that hosts the session.
+    pub agent: Arc<str>,
+    /// The agent's session id.
+    pub session_id: Arc<str>,
+    /// The working directory given at creation.
+    pub cwd: Option<String>,
+    /// First seen, in nanoseconds since the Unix epoch.
+    pub created_ns: i64,
+    /// Last activity, in nanoseconds since the Unix epoch.
+    pub updated_ns: i64,
+    /// Why it ended; `None` while live (after a restart: dormant).
+    pub end_reason: Option<EndReason>,
+    /// `_meta["sandboxagent.dev"]` as stored.
+    pub metadata: Map<String, Value>,
+    /// Events recorded so far (the next event's offset).
+    pub event_count: u64,
+    /// Title hint.
+    pub title: Option<String>,
+    /// Model hint.
+    pub model: Option<String>,
+    /// Mode hint.
+    pub mode: Option<String>,
+    /// The models the agent offered for it.
+    pub models: Option<Vec<ModelInfo>>,
+}
+
+/// One recorded ACP message of a session, as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    /// Its offset in the session's log (0-based, gapless until pruned).
+    pub offset: u64,
+    /// When the runtime saw it, in nanoseconds since the Unix epoch.
+    pub at_ns: i64,
+    /// Which side sent it.
+    pub direction: Direction,
+    /// The JSON-RPC message, one JSON object.
+    pub message: Bytes,
+}
+
+/// Nanoseconds since the Unix epoch (0 before it; saturates in 2262).
+pub fn nanos(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// The point in time `nanos` after the Unix epoch (negative: the epoch).
+pub fn time_of(nanos: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
+}
+
+/// Which database a [`Store`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// An open store, migrated to this binary's schema, scoped to one runtime id.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+    runtime_id: Arc<str>,
+    what: Arc<str>,
+}
+
+/// The embedded migrations of one backend (`acp-runtime/migrations/<backend>/`).
+#[derive(Debug)]
+struct Embedded(&'static [(i64, &'static str, &'static str)]);
+
+const SQLITE_MIGRATIONS: Embedded = Embedded(&[
+    (
+        1,
+        "sessions and events",
+        include_str!("../../migrations/sqlite/0001_sessions_and_events.sql"),
+    ),
+    (
+        2,
+        "hints and listing index",
+        include_str!("../../migrations/sqlite/0002_hints_and_listing_index.sql"),
+    ),
+]);
+
+const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
+    (
+        1,
+        "sessions and events",
+        include_str!("../../migrations/postgres/0001_sessions_and_events.sql"),
+    ),
+    (
+        2,
+        "hints and listing index",
+        include_str!("../../migrations/postgres/0002_hints_and_listing_index.sql"),
+    ),
+]);
+
+impl<'s> MigrationSource<'s> for &'s Embedded {
+    fn resolve(
+        self,
+    ) -> futures::future::BoxFuture<'s, Result<Vec<Migration>, sqlx::error::BoxDynError>> {
+        Box::pin(async move {
+            Ok(self
+                .0
+                .iter()
+                .map(|(version, description, sql)| {
+                    Migration::new(
+                        *version,
+                        Cow::Borrowed(*description),
+                        MigrationType::Simple,
+                        Cow::Borrowed(*sql),
+                        false,
+                    )
+                })
+                .collect())
+        })
+    }
+}
+
+/// The SQL of the schema versions this binary knows, per backend
+/// (`"sqlite"` or `"postgres"`): `(version, description, sql)` in order.
+/// Tests use it to build a database at an older version.
+pub fn migrations(backend: &str) -> &'static [(i64, &'static str, &'static str)] {
+    match backend {
+        "postgres" => POSTGRES_MIGRATIONS.0,
+        _ => SQLITE_MIGRATIONS.0,
+    }
+}
+
+/// Reads `<data_dir>/runtime-id`, writing a new random id there first when
+/// it is missing: the default runtime id is stable per data dir.
+///
+/// # Errors
+/// When the file cannot be read or written.
+pub fn default_runtime_id(data_dir: &Path) -> Result<String, StoreError> {
+    let path = data_dir.join(RUNTIME_ID_FILE);
+    let io = |e: std::io::Error| StoreError::Io(format!("{}: {e}", path.display()));
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_owned()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    std::fs::create_dir_all(data_dir).map_err(io)?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let temporary = data_dir.join(format!(".{RUNTIME_ID_FILE}.{}", std::process::id()));
+    std::fs::write(&temporary, format!("{id}\n")).map_err(io)?;
+    std::fs::rename(&temporary, &path).map_err(io)?;
+    Ok(id)
+}
+
+impl Store {
+    /// Opens (SQLite: creates) the store at `url`, runs the migrations this
+    /// binary has, and scopes every read and write to `runtime_id`.
+    /// `Ok(None)` for [`StoreUrl::Memory`].
+    ///
+    /// # Errors
+    /// [`StoreError::Open`] naming the file or (redacted) URL when it cannot
+    /// be opened, is not a database or is not writable;
+    /// [`StoreError::Migrate`] when the schema cannot be brought up to date.
+    pub async fn open(url: &StoreUrl, runtime_id: &str) -> Result<Option<Self>, StoreError> {
+        sqlx::any::install_default_drivers();
+        let what = url.redacted();
+        let (connect, backend, pool_size) = match url {
+            StoreUrl::Memory => return Ok(None),
+            StoreUrl::Sqlite(path) => {
+                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| StoreError::Io(format!("{}: {e}", parent.display())))?;
+                }
+                let path = path.to_str().ok_or_else(|| {
+                    StoreError::Io(format!("{}: the path is not UTF-8", path.display()))
+                })?;
+                let encoded = percent_encoding::utf8_percent_encode(path, SQLITE_PATH).to_string();
+                (format!("sqlite://{encoded}?mode=rwc"), Backend::Sqlite, 4)
+            }
+            StoreUrl::Postgres(url) => (url.clone(), Backend::Postgres, 4),
+        };
+        let open_error = |source| StoreError::Open {
+            what: what.clone(),
+            source,
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(pool_size)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .after_connect(move |connection, _| Box::pin(prepare(connection, backend)))
+            .connect(&connect)
+            .await
+            .map_err(open_error)?;
+        let migrations = match backend {
+            Backend::Sqlite => &SQLITE_MIGRATIONS,
+            Backend::Postgres => &POSTGRES_MIGRATIONS,
+        };
+        let migrator = Migrator::new(migrations)
+            .await
+            .map_err(|source| StoreError::Migrate {
+                what: what.clone(),
+                source,
+            })?;
+        migrator
+            .run(&pool)
+            .await
+            .map_err(|source| StoreError::Migrate {
+                what: what.clone(),
+                source,
+            })?;
+        Ok(Some(Self {
+            pool,
+            backend,
+            runtime_id: runtime_id.into(),
+            what: what.into(),
+        }))
+    }
+
+    /// The store as logs name it (password redacted).
+    pub fn describe(&self) -> &str {
+        &self.what
+    }
+
+    /// The runtime id every row read or written here carries.
+    pub fn runtime_id(&self) -> &str {
+        &self.runtime_id
+    }
+
+    /// `sql` in this backend's placeholder form.
+    fn sql<'a>(&self, sql: &'a str) -> Cow<'a, str> {
+        match self.backend {
+            Backend::Postgres => Cow::Borrowed(sql),
+            Backend::Sqlite => Cow::Owned(sql.replace('$', "?")),
+        }
+    }
+
+    /// Every inventory entry of this runtime id, newest first.
+    ///
+    /// # Errors
+    /// A failed query or an unreadable row.
+    pub async fn sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
+        let sql = self.sql(
+            "SELECT agent, session_id, cwd, created_ns, updated_ns, end_reason, metadata, \
+             event_count, title, model, mode, models FROM sessions WHERE runtime_id = $1 \
+             ORDER BY created_ns DESC, agent DESC, session_id DESC",
+        );
+        let rows = sqlx::query(&sql)
+            .bind(&*self.runtime_id)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(session_row).collect()
+    }
+
+    /// Up to `limit` events of (`agent`, `session_id`) at or after `offset`,
+    /// in order. Pruned events are skipped (the first offset is then larger).
+    ///
+    /// # Errors
+    /// A failed query or an unreadable row.
+    pub async fn events(
+        &self,
+        agent: &str,
+        session_id: &str,
+        offset: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let sql = self.sql(
+            "SELECT event_offset, at_ns, direction, message FROM events \
+             WHERE runtime_id = $1 AND agent = $2 AND session_id = $3 AND event_offset >= $4 \
+             ORDER BY event_offset LIMIT $5",
+        );
+        let rows = sqlx::query(&sql)
+            .bind(&*self.runtime_id)
+            .bind(agent)
+            .bind(session_id)
+            .bind(i64::try_from(offset).unwrap_or(i64::MAX))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(event_row).collect()
+    }
+
+    /// Writes `batch` in one transaction, in order; returns the event count
+    /// each session reached in it (for pruning).
+    async fn apply(
+        &self,
+        batch: &[writer::Write],
+    ) -> Result<Vec<(Arc<str>, Arc<str>, u64)>, sqlx::Error> {
+        use writer::Write;
+        let mut tx = self.pool.begin().await?;
+        let mut counts: Vec<(Arc<str>, Arc<str>, u64, i64)> = Vec::new();
+        let mut events: Vec<&Write> = Vec::new();
+        for write in batch {
+            if matches!(write, Write::Event { .. }) {
+                events.push(write);
+                continue;
+            }
+            self.insert_events(&mut tx, &mut events, &mut counts)
+                .await?;
+            match write {
+                Write::Session(row) => self.upsert(&mut tx, row).await?,
+                Write::Remove { agent, session } => {
+                    counts.retain(|(a, s, _, _)| !(a == agent && s == session));
+                    for table in ["events", "sessions"] {
+                        let sql = self.sql(&format!(
+                            "DELETE FROM {table} WHERE runtime_id = $1 AND agent = $2 AND session_id = $3"
+                        )).into_owned();
+                        sqlx::query(&sql)
+                            .bind(&*self.runtime_id)
+                            .bind(&**agent)
+                            .bind(&**session)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                }
+                Write::Event { .. } | Write::Flush(_) => {}
+            }
+        }
+        self.insert_events(&mut tx, &mut events, &mut counts)
+            .await?;
+        let sql = self.sql(
+            "UPDATE sessions SET event_count = $1, updated_ns = $2 \
+             WHERE runtime_id = $3 AND agent = $4 AND session_id = $5 AND event_count < $1",
+        );
+        for (agent, session, count, updated) in &counts {
+            sqlx::query(&sql)
+                .bind(i64::try_from(*count).unwrap_or(i64::MAX))
+                .bind(*updated)
+                .bind(&*self.runtime_id)
+                .bind(&**agent)
+                .bind(&**session)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(counts
+            .into_iter()
+            .map(|(agent, session, count, _)| (agent, session, count))
+            .collect())
+    }
+
+    /// Inserts the gathered events (multi-row `INSERT`s) and notes each
+    /// session's new count and latest time.
+    async fn insert_events(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        events: &mut Vec<&writer::Write>,
+        counts: &mut Vec<(Arc<str>, Arc<str>, u64, i64)>,
+    ) -> Result<(), sqlx::Error> {
+        for chunk in events.chunks(EVENTS_PER_INSERT) {
+            let mut sql = String::from(
+                "INSERT INTO events (runtime_id, agent, session_id, event_offset, at_ns, direction, message) VALUES ",
+            );
+            // SQLite: bare `?`s. A numbered parameter costs a linear scan
+            // of the statement's parameter names at every bind (SQLite's
+            // `sqlite3_bind_parameter_name`), quadratic in a 1792-parameter
+            // statement: it was a third of the server's CPU under load.
+            let numbered = self.backend == Backend::Postgres;
+            for row in 0..chunk.len() {
+                if row > 0 {
+                    sql.push(',');
+                }
+                sql.push('(');
+                for column in 0..7 {
+                    if column > 0 {
+                        sql.push(',');
+                    }
+                    if numbered {
+                        sql.push('$');
+                        sql.push_str(itoa::Buffer::new().format(row * 7 + column + 1));
+                    } else {
+                        sql.push('?');
+                    }
+                }
+                sql.push(')');
+            }
+            sql.push_str(" ON CONFLICT DO NOTHING");
+            let mut query = sqlx::query(&sql);
+            for write in chunk {
+                let writer::Write::Event {
+                    agent,
+                    session,
+                    event,
+                } = write
+                else {
+                    continue;
+                };
+                query = query
+                    .bind(&*self.runtime_id)
+                    .bind(&**agent)
+                    .bind(&**session)
+                    .bind(i64::try_from(event.offset).unwrap_or(i64::MAX))
+                    .bind(event.at_ns)
+                    .bind(direction_text(event.direction))
+                    .bind(&*event.message);
+                let count = event.offset + 1;
+                match counts
+                    .iter_mut()
+                    .find(|(a, s, _, _)| a == agent && s == session)
+                {
+                    Some(entry) => {
+                        entry.2 = entry.2.max(count);
+                        entry.3 = entry.3.max(event.at_ns);
+                    }
+                    None => counts.push((agent.clone(), session.clone(), count, event.at_ns)),
+                }
+            }
+            query.execute(&mut **tx).await?;
+        }
+        events.clear();
+        Ok(())
+    }
+
+    async fn upsert(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        row: &SessionRow,
+    ) -> Result<(), sqlx::Error> {
+        let sql = self.sql(
+            "INSERT INTO sessions (runtime_id, agent, session_id, cwd, created_ns, updated_ns, \
+             end_reason, metadata, event_count, title, model, mode, models) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ON CONFLICT (runtime_id, agent, session_id) DO UPDATE SET cwd = excluded.cwd, \
+             created_ns = excluded.created_ns, updated_ns = excluded.updated_ns, \
+             end_reason = excluded.end_reason, metadata = excluded.metadata, \
+             event_count = excluded.event_count, title = excluded.title, \
+             model = excluded.model, mode = excluded.mode, models = excluded.models",
+        );
+        sqlx::query(&sql)
+            .bind(&*self.runtime_id)
+            .bind(&*row.agent)
+            .bind(&*row.session_id)
+            .bind(row.cwd.as_deref())
+            .bind(row.created_ns)
+            .bind(row.updated_ns)
+            .bind(row.end_reason.map(end_reason_text))
+            .bind(serde_json::to_string(&row.metadata).unwrap_or_else(|_| "{}".into()))
+            .bind(i64::try_from(row.event_count).unwrap_or(i64::MAX))
+            .bind(row.title.as_deref())
+            .bind(row.model.as_deref())
+            .bind(row.mode.as_deref())
+            .bind(
+                row.models
+                    .as_ref()
+                    .and_then(|models| serde_json::to_string(models).ok()),
+            )
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes the events of a session below `offset` (the per-session
+    /// event cap, `--event-log-events`).
+    async fn prune(&self, agent: &str, session: &str, below: u64) -> Result<(), sqlx::Error> {
+        let sql = self.sql(
+            "DELETE FROM events WHERE runtime_id = $1 AND agent = $2 AND session_id = $3 \
+             AND event_offset < $4",
+        );
+        sqlx::query(&sql)
+            .bind(&*self.runtime_id)
+            .bind(agent)
+            .bind(session)
+            .bind(i64::try_from(below).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Closes the pool (waits for connections in use to come back).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Per-connection settings. SQLite: WAL (readers never wait for the
+/// writer), `synchronous = NORMAL` (a power cut may lose the last commits,
+/// never corrupt the file; SQLite docs, "WAL mode"), and a busy timeout.
+async fn prepare(
+    connection: &mut sqlx::AnyConnection,
+    backend: Backend,
+) -> Result<(), sqlx::Error> {
+    if backend == Backend::Sqlite {
+        for pragma in [
+            "PRAGMA journal_mode = WAL",
+            "PRAGMA synchronous = NORMAL",
+            "PRAGMA busy_timeout = 5000",
+        ] {
+            sqlx::query(pragma).execute(&mut *connection).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Characters of a SQLite path escaped in its URL (`%`, `?`, `#`: the URL
+/// parser would take them as an escape, the query or a fragment).
+const SQLITE_PATH: &percent_encoding::AsciiSet =
+    &percent_encoding::CONTROLS.add(b'%').add(b'?').add(b'#');
+
+fn direction_text(direction: Direction) -> &'static str {
+    match direction {
+        Direction::AgentToClient => "agent_to_client",
+        Direction::ClientToAgent => "client_to_agent",
+    }
+}
+
+fn end_reason_text(reason: EndReason) -> &'static str {
+    match reason {
+        EndReason::Completed => "completed",
+        EndReason::Error => "error",
+        EndReason::Terminated => "terminated",
+    }
+}
+
+fn session_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
+    let bad = |e: sqlx::Error| StoreError::Row(e.to_string());
+    let end_reason = match row
+        .try_get::<Option<String>, _>("end_reason")
+        .map_err(bad)?
+    {
+        None => None,
+        Some(text) => Some(match text.as_str() {
+            "completed" => EndReason::Completed,
+            "error" => EndReason::Error,
+            "terminated" => EndReason::Terminated,
+            other => return Err(StoreError::Row(format!("unknown end reason {other:?}"))),
+        }),
+    };
+    let metadata: String = row.try_get("metadata").map_err(bad)?;
+    let models: Option<String> = row.try_get("models").map_err(bad)?;
+    let agent: String = row.try_get("agent").map_err(bad)?;
+    let session_id: String = row.try_get("session_id").map_err(bad)?;
+    Ok(SessionRow {
+        agent: agent.into(),
+        session_id: session_id.into(),
+        cwd: row.try_get("cwd").map_err(bad)?,
+        created_ns: row.try_get("created_ns").map_err(bad)?,
+        updated_ns: row.try_get("updated_ns").map_err(bad)?,
+        end_reason,
+        metadata: serde_json::from_str(&metadata).unwrap_or_default(),
+        event_count: u64::try_from(row.try_get::<i64, _>("event_count").map_err(bad)?).unwrap_or(0),
+        title: row.try_get("title").map_err(bad)?,
+        model: row.try_get("model").map_err(bad)?,
+        mode: row.try_get("mode").map_err(bad)?,
+        models: models.and_then(|text| serde_json::from_str(&text).ok()),
+    })
+}
+
+fn event_row(row: &AnyRow) -> Result<EventRow, StoreError> {
+    let bad = |e: sqlx::Error| StoreError::Row(e.to_string());
+    let direction: String = row.try_get("direction").map_err(bad)?;
+    let direction = match direction.as_str() {
+        "agent_to_client" => Direction::AgentToClient,
+        "client_to_agent" => Direction::ClientToAgent,
+        other => return Err(StoreError::Row(format!("unknown direction {other:?}"))),
+    };
+    let message: Vec<u8> = row.try_get("message").map_err(bad)?;
+    Ok(EventRow {
+        offset: u64::try_from(row.try_get::<i64, _>("event_offset").map_err(bad)?).unwrap_or(0),
+        at_ns: row.try_get("at_ns").map_err(bad)?,
+        direction,
+        message: Bytes::from(message),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_urls() {
+        assert_eq!(StoreUrl::parse("memory"), Ok(StoreUrl::Memory));
+        assert_eq!(
+            StoreUrl::parse("sqlite:/d/s.db"),
+            Ok(StoreUrl::Sqlite("/d/s.db".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite:///d/s.db"),
+            Ok(StoreUrl::Sqlite("/d/s.db".into()))
+        );
+        assert!(StoreUrl::parse("sqlite:").is_err());
+        assert!(StoreUrl::parse("mysql://x").is_err());
+        let url = StoreUrl::parse("postgres://u:secret@h:5432/db").expect("postgres");
+        assert_eq!(url.redacted(), "postgres://u:***@h:5432/db");
+        assert_eq!(
+            StoreUrl::parse("postgresql://u@h/db")
+                .expect("postgresql")
+                .redacted(),
+            "postgresql://u@h/db"
+        );
+    }
+}

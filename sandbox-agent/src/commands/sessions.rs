@@ -1,0 +1,884 @@
+//! `sandbox-agent sessions list|show ID|events ID [--follow]`: the session
+//! inventory and the event logs for people who live in a terminal
+//! (research/contract.md, "Durable sessions", "CLI: sandbox-agent
+//! sessions").
+//!
+//! Two sources, one output:
+//! - a running server (`--url`, the default `http://127.0.0.1:2468`):
+//!   its control plane, `GET /v2/sessions`, `GET /v2/sessions/{id}` and
+//!   `GET /v2/sessions/{id}/events` (research/contract.md, "Control plane");
+//! - a session store (`--store sqlite:PATH` or `postgres://…`), read
+//!   directly with the runtime's own store code, for a server that is not
+//!   running. Its rows are turned into the control plane's JSON shapes, so
+//!   `--json` and the tables look the same either way.
+//!
+//! The tables go to stdout, one line per session or event; `--json` prints
+//! the control plane's JSON instead (`events --follow --json`: one event
+//! per line). A failure is a message for the user: the server's problem
+//! `detail`, or why the store could not be read.
+
+use acp_runtime::store::{self, Store, StoreUrl};
+use clap::{Args, Subcommand};
+use ext_methods::{Direction, SessionEvent, SessionEventsPage, SessionMeta};
+use reqwest::Url;
+use reqwest::header::{AUTHORIZATION, HeaderValue};
+use sandbox_agent_sdk::schema::SessionInfo;
+use serde_json::{Map, Value, json};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+/// The server asked when neither `--url` nor `SANDBOX_AGENT_URL` names one:
+/// `sandbox-agent server`'s default address.
+const DEFAULT_URL: &str = "http://127.0.0.1:2468";
+/// The environment variable that names the server when `--url` does not
+/// (as for `sandbox-agent fs`).
+const URL_ENV: &str = "SANDBOX_AGENT_URL";
+/// Longest one control-plane request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Events asked for per page: the control plane's largest `limit`
+/// (research/contract.md, "Control plane").
+const PAGE_EVENTS: u64 = 1000;
+/// Time between two polls of `events --follow`.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
+/// Longest summary on an event line, in characters (then `…`).
+const SUMMARY_CHARS: usize = 100;
+
+/// `sandbox-agent sessions`.
+#[derive(Debug, Clone, Args)]
+pub struct SessionsArgs {
+    /// What to show.
+    #[command(subcommand)]
+    pub command: SessionsCommand,
+    /// The server to ask (http://host:port). Default: $SANDBOX_AGENT_URL,
+    /// else http://127.0.0.1:2468.
+    // The variable is read in `Source::open`, not by clap: clap would count
+    // it as given and refuse it next to --store.
+    #[arg(long, global = true, value_name = "URL", conflicts_with = "store")]
+    pub url: Option<String>,
+    /// Its bearer token.
+    #[arg(
+        long,
+        global = true,
+        env = "SANDBOX_AGENT_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// Read a session store instead of asking a server: `sqlite:PATH` (a
+    /// server's default is sqlite:<data-dir>/sessions.db) or
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`. Opening it brings its
+    /// schema up to this binary's version.
+    #[arg(long, global = true, value_name = "URL", value_parser = parse_store)]
+    pub store: Option<StoreUrl>,
+    /// With --store: whose sessions to read. Default: the id in
+    /// <data-dir>/runtime-id.
+    #[arg(
+        long,
+        global = true,
+        env = "SANDBOX_AGENT_RUNTIME_ID",
+        value_name = "ID"
+    )]
+    pub runtime_id: Option<String>,
+    /// With --store: the data dir that holds the runtime-id file. Default:
+    /// $XDG_DATA_HOME/sandbox-agent or ~/.local/share/sandbox-agent, as for
+    /// the server.
+    #[arg(
+        long,
+        global = true,
+        env = "SANDBOX_AGENT_DATA_DIR",
+        value_name = "DIR"
+    )]
+    pub data_dir: Option<PathBuf>,
+    /// Only sessions of this agent; picks one when agents share a session id.
+    #[arg(long, global = true, value_name = "ID")]
+    pub agent: Option<String>,
+    /// Print the control plane's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// The `sessions` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum SessionsCommand {
+    /// One line per session, newest first: id, agent, state
+    /// (live/dormant/ended), events, last activity, title.
+    List,
+    /// Every field of one session.
+    Show {
+        /// The session id.
+        id: String,
+    },
+    /// The session's recorded ACP messages, one line each: offset, time,
+    /// direction, method (or result/error and the request id), a summary.
+    Events {
+        /// The session id.
+        id: String,
+        /// Keep polling for new events (every 500 ms) until Ctrl-C; needs a
+        /// server.
+        #[arg(long, short)]
+        follow: bool,
+        /// The first offset to show.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        from: u64,
+    },
+}
+
+/// Runs `sandbox-agent sessions …`.
+///
+/// # Errors
+/// A message for the user: the server's problem `detail` (an unknown
+/// session, a session id several agents share, a bad token), a server that
+/// cannot be reached, a store that cannot be opened or read.
+pub async fn run(args: SessionsArgs) -> Result<(), String> {
+    if matches!(args.command, SessionsCommand::Events { follow: true, .. }) && args.store.is_some()
+    {
+        return Err("--follow needs a server (--url); a store is read once".to_owned());
+    }
+    let source = Source::open(&args).await?;
+    let result = match &args.command {
+        SessionsCommand::List => list(&source, &args).await,
+        SessionsCommand::Show { id } => {
+            let entry = source.show(id, args.agent.as_deref()).await?;
+            if args.json {
+                print_json(&entry)
+            } else {
+                print_entry(&entry)
+            }
+        }
+        SessionsCommand::Events { id, follow, from } => {
+            events(&source, &args, id, *from, *follow).await
+        }
+    };
+    if let Source::Store(store) = &source {
+        store.close().await;
+    }
+    result
+}
+
+/// `list`: the inventory, `--agent`'s sessions only when given.
+async fn list(source: &Source, args: &SessionsArgs) -> Result<(), String> {
+    let mut body = source.list().await?;
+    if let Some(agent) = &args.agent
+        && let Some(sessions) = body.get_mut("sessions").and_then(Value::as_array_mut)
+    {
+        sessions.retain(|entry| entry_meta(entry).is_some_and(|meta| &meta.agent == agent));
+    }
+    if args.json {
+        return print_json(&body);
+    }
+    let entries = body
+        .get("sessions")
+        .and_then(Value::as_array)
+        .ok_or("the server's session list has no \"sessions\" array")?;
+    if entries.is_empty() {
+        eprintln!("no sessions");
+        return Ok(());
+    }
+    let rows: Vec<[String; 6]> = entries.iter().map(list_row).collect();
+    let header = ["ID", "AGENT", "STATE", "EVENTS", "UPDATED (UTC)", "TITLE"].map(str::to_owned);
+    let mut widths = [0; 6];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let [id, agent, state, count, updated, title] = row;
+        let line = format!(
+            "{id:<w0$}  {agent:<w1$}  {state:<w2$}  {count:>w3$}  {updated:<w4$}  {title}",
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+            w4 = widths[4],
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    emit(&out)
+}
+
+/// The cells of one `list` line.
+fn list_row(entry: &Value) -> [String; 6] {
+    let id = entry
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+        .to_owned();
+    let Some(meta) = entry_meta(entry) else {
+        return [
+            id,
+            "?".into(),
+            "?".into(),
+            "?".into(),
+            "?".into(),
+            "".into(),
+        ];
+    };
+    [
+        id,
+        meta.agent.clone(),
+        state(&meta).to_owned(),
+        meta.event_count.to_string(),
+        date_time(&meta.updated_at),
+        one_line(meta.title.as_deref().unwrap_or("")),
+    ]
+}
+
+/// `show`: one field per line.
+fn print_entry(entry: &Value) -> Result<(), String> {
+    let info: SessionInfo = serde_json::from_value(entry.clone())
+        .map_err(|e| format!("the server's session entry is not an ACP SessionInfo: {e}"))?;
+    let meta = entry_meta(entry);
+    let text = |value: Option<&str>| value.map_or_else(|| "-".to_owned(), one_line);
+    let mut fields = vec![
+        ("id", info.session_id.0.to_string()),
+        ("agent", text(meta.as_ref().map(|m| m.agent.as_str()))),
+        ("state", text(meta.as_ref().map(state))),
+        ("cwd", info.cwd.display().to_string()),
+        (
+            "title",
+            text(meta.as_ref().and_then(|m| m.title.as_deref())),
+        ),
+        (
+            "model",
+            text(meta.as_ref().and_then(|m| m.model.as_deref())),
+        ),
+        ("mode", text(meta.as_ref().and_then(|m| m.mode.as_deref()))),
+    ];
+    if let Some(meta) = &meta {
+        fields.push(("created", format!("{} UTC", date_time(&meta.created_at))));
+        fields.push(("updated", format!("{} UTC", date_time(&meta.updated_at))));
+        fields.push(("events", meta.event_count.to_string()));
+        if !meta.extra.is_empty() {
+            fields.push(("metadata", Value::Object(meta.extra.clone()).to_string()));
+        }
+    }
+    let mut out = String::new();
+    for (name, value) in fields {
+        out.push_str(&format!("{name:<9} {value}\n"));
+    }
+    emit(&out)
+}
+
+/// `events`: every page from `from` on; with `follow`, then a poll every
+/// [`FOLLOW_INTERVAL`] until Ctrl-C.
+async fn events(
+    source: &Source,
+    args: &SessionsArgs,
+    id: &str,
+    from: u64,
+    follow: bool,
+) -> Result<(), String> {
+    // Resolve the session once (an unknown id fails here), then page with
+    // its agent, so a session of another agent with the same id that
+    // appears later cannot switch the log under us.
+    let entry = source.show(id, args.agent.as_deref()).await?;
+    let agent = entry_meta(&entry)
+        .map(|meta| meta.agent)
+        .or_else(|| args.agent.clone());
+    let agent = agent.as_deref();
+    let mut offset = from;
+    let mut collected = Vec::new();
+    loop {
+        let page = source.events(id, agent, offset, PAGE_EVENTS).await?;
+        let done = (page.events.len() as u64) < PAGE_EVENTS;
+        offset = page.next_offset.max(offset);
+        if args.json && !follow {
+            collected.extend(page.events);
+        } else {
+            print_events(&page.events, args.json)?;
+        }
+        if done {
+            break;
+        }
+    }
+    if !follow {
+        if args.json {
+            return print_json(&SessionEventsPage {
+                events: collected,
+                next_offset: offset,
+            });
+        }
+        return Ok(());
+    }
+    let poll = async {
+        loop {
+            tokio::time::sleep(FOLLOW_INTERVAL).await;
+            loop {
+                let page = source.events(id, agent, offset, PAGE_EVENTS).await?;
+                let done = (page.events.len() as u64) < PAGE_EVENTS;
+                offset = page.next_offset.max(offset);
+                print_events(&page.events, args.json)?;
+                if done {
+                    break;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        result = poll => result,
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+/// Prints `events`: a line each, or (`json`) one compact JSON object each.
+fn print_events(events: &[SessionEvent], json: bool) -> Result<(), String> {
+    let mut out = String::new();
+    for event in events {
+        if json {
+            out.push_str(&serde_json::to_string(event).map_err(|e| e.to_string())?);
+        } else {
+            out.push_str(event_line(event).trim_end());
+        }
+        out.push('\n');
+    }
+    emit(&out)
+}
+
+/// One event as a line: `offset  time  arrow  label  summary`.
+fn event_line(event: &SessionEvent) -> String {
+    let arrow = match event.direction {
+        Direction::ClientToAgent => '→',
+        Direction::AgentToClient => '←',
+    };
+    let (label, summary) = describe(&event.message);
+    format!(
+        "{:>6}  {}  {arrow}  {label:<26}  {}",
+        event.offset,
+        clock(&event.at),
+        truncate(&summary)
+    )
+}
+
+/// What a JSON-RPC message is (`session/prompt #2`, `session/update`,
+/// `result #2`, `error #2`) and a short summary of it.
+fn describe(message: &Value) -> (String, String) {
+    let id = message.get("id").map(|id| format!(" #{}", short_id(id)));
+    if let Some(method) = message.get("method").and_then(Value::as_str) {
+        let label = format!("{method}{}", id.unwrap_or_default());
+        let params = message.get("params").unwrap_or(&Value::Null);
+        return (label, params_summary(method, params));
+    }
+    let id = id.unwrap_or_default();
+    if let Some(error) = message.get("error") {
+        let code = error.get("code").map(Value::to_string).unwrap_or_default();
+        let text = error.get("message").and_then(Value::as_str).unwrap_or("");
+        return (format!("error{id}"), format!("{code} {text}"));
+    }
+    if let Some(result) = message.get("result") {
+        return (format!("result{id}"), result_summary(result));
+    }
+    ("?".to_owned(), compact(message))
+}
+
+/// A JSON-RPC id as shown: a number as is, a long string (a UUID) cut to
+/// its first 8 characters, enough to match a request with its answer.
+fn short_id(id: &Value) -> String {
+    match id {
+        Value::String(text) if text.chars().count() > 12 => {
+            let mut short: String = text.chars().take(8).collect();
+            short.push('…');
+            short
+        }
+        Value::String(text) => one_line(text),
+        _ => id.to_string(),
+    }
+}
+
+/// The part of a request's or notification's params worth a glance.
+fn params_summary(method: &str, params: &Value) -> String {
+    match method {
+        "session/update" => {
+            let update = &params["update"];
+            let kind = update["sessionUpdate"].as_str().unwrap_or("?");
+            let detail = update["content"]["text"]
+                .as_str()
+                .map(|text| format!("{text:?}"))
+                .or_else(|| update["title"].as_str().map(|title| format!("{title:?}")))
+                .or_else(|| update["status"].as_str().map(str::to_owned));
+            match detail {
+                Some(detail) => format!("{kind} {detail}"),
+                None => kind.to_owned(),
+            }
+        }
+        "session/prompt" => {
+            let texts: Vec<&str> = params["prompt"]
+                .as_array()
+                .map(|blocks| {
+                    blocks
+                        .iter()
+                        .filter_map(|block| block["text"].as_str())
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!("{:?}", texts.join(" "))
+        }
+        "session/new" | "session/load" | "session/resume" => params["cwd"]
+            .as_str()
+            .map_or_else(|| compact(params), |cwd| format!("cwd {cwd}")),
+        "session/request_permission" => params["toolCall"]["title"]
+            .as_str()
+            .map_or_else(|| compact(params), |title| format!("{title:?}")),
+        _ => compact(params),
+    }
+}
+
+/// The part of a result worth a glance: a stop reason, a new session id.
+fn result_summary(result: &Value) -> String {
+    if let Some(reason) = result["stopReason"].as_str() {
+        return reason.to_owned();
+    }
+    if let Some(session) = result["sessionId"].as_str() {
+        return format!("sessionId {session}");
+    }
+    compact(result)
+}
+
+/// `value` as one line of JSON; nothing for `null` and `{}`.
+fn compact(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::Object(map) if map.is_empty() => String::new(),
+        _ => value.to_string(),
+    }
+}
+
+/// At most [`SUMMARY_CHARS`] characters of `text`, on one line.
+fn truncate(text: &str) -> String {
+    let text = one_line(text);
+    if text.chars().count() <= SUMMARY_CHARS {
+        return text;
+    }
+    let mut short: String = text.chars().take(SUMMARY_CHARS - 1).collect();
+    short.push('…');
+    short
+}
+
+/// `text` with line breaks and other control characters as spaces, so a
+/// title or a chunk cannot break a table's lines.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// `live`, `dormant` (restored from the store, agent not started) or
+/// `ended`.
+fn state(meta: &SessionMeta) -> &'static str {
+    if meta.ended {
+        "ended"
+    } else if meta.dormant {
+        "dormant"
+    } else {
+        "live"
+    }
+}
+
+/// The `_meta["sandboxagent.dev"]` of an inventory entry.
+fn entry_meta(entry: &Value) -> Option<SessionMeta> {
+    let namespace = ext_methods::meta::read(entry)?;
+    serde_json::from_value(Value::Object(namespace.clone())).ok()
+}
+
+/// An RFC 3339 time as `2026-12-01 04:05:24.123` (UTC); as given when it
+/// does not parse.
+fn date_time(at: &str) -> String {
+    let Some(time) = ext_methods::meta::parse_time(at) else {
+        return at.to_owned();
+    };
+    let text = humantime::format_rfc3339_millis(time).to_string();
+    text.trim_end_matches('Z').replacen('T', " ", 1)
+}
+
+/// An RFC 3339 time as its time of day, `04:05:24.123` (UTC).
+fn clock(at: &str) -> String {
+    let full = date_time(at);
+    match full.split_once(' ') {
+        Some((_, time)) => time.to_owned(),
+        None => full,
+    }
+}
+
+/// Writes `text` to stdout.
+fn emit(text: &str) -> Result<(), String> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| format!("cannot write to stdout: {e}"))
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    emit(&format!("{text}\n"))
+}
+
+/// `--store`: see [`StoreUrl::parse`].
+fn parse_store(text: &str) -> Result<StoreUrl, String> {
+    StoreUrl::parse(text)
+}
+
+/// Where the sessions are read from.
+enum Source {
+    /// A running server's control plane.
+    Server(ControlPlane),
+    /// A session store, read directly.
+    Store(Store),
+}
+
+impl Source {
+    /// The source `args` name: `--store`, else the server at `--url`.
+    async fn open(args: &SessionsArgs) -> Result<Source, String> {
+        let Some(url) = &args.store else {
+            let base = args
+                .url
+                .clone()
+                .or_else(|| std::env::var(URL_ENV).ok().filter(|url| !url.is_empty()))
+                .unwrap_or_else(|| DEFAULT_URL.to_owned());
+            return ControlPlane::new(&base, args.token.as_deref()).map(Source::Server);
+        };
+        if let StoreUrl::Sqlite(path) = url
+            && !path.is_file()
+        {
+            // Opening would create an empty one.
+            return Err(format!("no session store at {}", path.display()));
+        }
+        let runtime_id = match &args.runtime_id {
+            Some(id) => id.clone(),
+            None => {
+                let data_dir = args
+                    .data_dir
+                    .clone()
+                    .or_else(acp_runtime::config::default_data_dir)
+                    .ok_or(
+                        "no data dir: set --runtime-id or --data-dir (or SANDBOX_AGENT_DATA_DIR)",
+                    )?;
+                let file = data_dir.join(store::RUNTIME_ID_FILE);
+                if !file.is_file() {
+                    // Reading it would make a new id, with no sessions.
+                    return Err(format!(
+                        "no runtime id at {}: pass --runtime-id, or --data-dir of the server that wrote the store",
+                        file.display()
+                    ));
+                }
+                store::default_runtime_id(&data_dir).map_err(|e| e.to_string())?
+            }
+        };
+        match Store::open(url, &runtime_id).await {
+            Ok(Some(store)) => Ok(Source::Store(store)),
+            Ok(None) => Err("--store memory keeps nothing to read".to_owned()),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    /// `{"sessions": [entry, …]}`, newest first.
+    async fn list(&self) -> Result<Value, String> {
+        match self {
+            Source::Server(server) => server.get(&["v2", "sessions"], &[]).await,
+            Source::Store(store) => {
+                let rows = store.sessions().await.map_err(|e| e.to_string())?;
+                let sessions: Vec<Value> = rows.iter().map(stored_entry).collect();
+                Ok(json!({ "sessions": sessions }))
+            }
+        }
+    }
+
+    /// One inventory entry: session `id` of `agent`, or the one session
+    /// with that id.
+    async fn show(&self, id: &str, agent: Option<&str>) -> Result<Value, String> {
+        match self {
+            Source::Server(server) => {
+                let query: Vec<(&str, &str)> = agent.map(|a| ("agent", a)).into_iter().collect();
+                server.get(&["v2", "sessions", id], &query).await
+            }
+            Source::Store(store) => {
+                let rows = store.sessions().await.map_err(|e| e.to_string())?;
+                let mut found: Vec<_> = rows
+                    .iter()
+                    .filter(|row| &*row.session_id == id)
+                    .filter(|row| agent.is_none_or(|agent| &*row.agent == agent))
+                    .collect();
+                match found.len() {
+                    0 => Err(format!("no session with id {id:?} in {}", store.describe())),
+                    1 => Ok(stored_entry(found.remove(0))),
+                    _ => {
+                        let agents: Vec<&str> = found.iter().map(|row| &*row.agent).collect();
+                        Err(format!(
+                            "session id {id:?} is used by the agents {}; pick one with --agent",
+                            agents.join(", ")
+                        ))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Up to `limit` events of the session from `offset` on.
+    async fn events(
+        &self,
+        id: &str,
+        agent: Option<&str>,
+        offset: u64,
+        limit: u64,
+    ) -> Result<SessionEventsPage, String> {
+        match self {
+            Source::Server(server) => {
+                let (offset, limit) = (offset.to_string(), limit.to_string());
+                let mut query = vec![("offset", offset.as_str()), ("limit", limit.as_str())];
+                if let Some(agent) = agent {
+                    query.push(("agent", agent));
+                }
+                let page = server
+                    .get(&["v2", "sessions", id, "events"], &query)
+                    .await?;
+                serde_json::from_value(page)
+                    .map_err(|e| format!("the server's event page has an unexpected shape: {e}"))
+            }
+            Source::Store(store) => {
+                let agent = agent.ok_or("the session's agent is not known")?;
+                let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+                let rows = store
+                    .events(agent, id, offset, limit)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let events: Vec<SessionEvent> = rows.into_iter().map(stored_event).collect();
+                let next_offset = events.last().map_or(offset, |event| event.offset + 1);
+                Ok(SessionEventsPage {
+                    events,
+                    next_offset,
+                })
+            }
+        }
+    }
+}
+
+/// A stored inventory entry in the shape `GET /v2/sessions` gives it (ACP
+/// `SessionInfo` with `_meta["sandboxagent.dev"]`). A session the store
+/// has not seen end is dormant: no agent holds it while only the store is
+/// read (research/contract.md, "Durable sessions").
+fn stored_entry(row: &store::SessionRow) -> Value {
+    let mut extra = row.metadata.clone();
+    for key in ext_methods::meta::RUNTIME_KEYS
+        .iter()
+        .chain(&["title", "model", "mode"])
+    {
+        extra.remove(*key);
+    }
+    let meta = SessionMeta {
+        agent: row.agent.to_string(),
+        created_at: rfc3339(store::time_of(row.created_ns)),
+        updated_at: rfc3339(store::time_of(row.updated_ns)),
+        ended: row.end_reason.is_some(),
+        dormant: row.end_reason.is_none(),
+        event_count: row.event_count,
+        title: row.title.clone(),
+        model: row.model.clone(),
+        mode: row.mode.clone(),
+        extra,
+    };
+    let mut namespace = Map::new();
+    namespace.insert(
+        ext_methods::NAMESPACE.to_owned(),
+        serde_json::to_value(&meta).unwrap_or(Value::Null),
+    );
+    let info = SessionInfo::new(
+        row.session_id.to_string(),
+        row.cwd.clone().unwrap_or_default(),
+    )
+    .title(row.title.clone())
+    .updated_at(meta.updated_at.clone())
+    .meta(namespace);
+    serde_json::to_value(&info).unwrap_or(Value::Null)
+}
+
+/// A stored event in the shape `GET /v2/sessions/{id}/events` gives it.
+fn stored_event(row: store::EventRow) -> SessionEvent {
+    SessionEvent {
+        offset: row.offset,
+        at: rfc3339(store::time_of(row.at_ns)),
+        direction: row.direction,
+        message: serde_json::from_slice(&row.message)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&row.message).into_owned())),
+    }
+}
+
+/// RFC 3339 with milliseconds, UTC: the control plane's times.
+fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+/// A server's control plane over HTTP.
+struct ControlPlane {
+    http: reqwest::Client,
+    base: Url,
+    /// `Bearer <token>`, marked sensitive.
+    authorization: Option<HeaderValue>,
+}
+
+impl ControlPlane {
+    /// The control plane of the server at `base`.
+    fn new(base: &str, token: Option<&str>) -> Result<ControlPlane, String> {
+        let url = Url::parse(base).map_err(|e| format!("--url {base:?}: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
+            return Err(format!(
+                "--url {base:?}: must be an http or https URL, as in {DEFAULT_URL}"
+            ));
+        }
+        let authorization = token
+            .map(|token| {
+                let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|_| "--token is not a valid header value".to_owned())?;
+                value.set_sensitive(true);
+                Ok::<_, String>(value)
+            })
+            .transpose()?;
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+        Ok(ControlPlane {
+            http,
+            base: url,
+            authorization,
+        })
+    }
+
+    /// `GET` the path made of `segments` (each percent-encoded, so a session
+    /// id may hold `/` or spaces): its JSON body on 2xx; the problem's
+    /// `detail` otherwise.
+    async fn get(&self, segments: &[&str], query: &[(&str, &str)]) -> Result<Value, String> {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        let mut request = self
+            .http
+            .get(url.clone())
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some(authorization) = &self.authorization {
+            request = request.header(AUTHORIZATION, authorization.clone());
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| format!("cannot reach {}: {}", self.base, root_cause(&e)))?;
+        if !response.status().is_success() {
+            let failure = acp_http_client::HttpFailure::from_response(response).await;
+            return Err(problem_message(&failure));
+        }
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| format!("GET {}: {}", url.path(), root_cause(&e)))?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| format!("GET {}: the answer is not JSON: {e}", url.path()))
+    }
+}
+
+/// What the user reads for a failed request: the problem's `detail`, with
+/// a hint where the CLI spells the fix differently from the HTTP API.
+fn problem_message(failure: &acp_http_client::HttpFailure) -> String {
+    let Some(problem) = &failure.problem else {
+        return failure.to_string();
+    };
+    let Some(detail) = problem.detail.as_deref().or(problem.title.as_deref()) else {
+        return failure.to_string();
+    };
+    if problem.problem_type.ends_with("ambiguous-session") {
+        return format!("{detail} (--agent picks one)");
+    }
+    detail.to_owned()
+}
+
+/// The innermost source of `error` ("Connection refused (os error 111)"):
+/// reqwest's own message only says "error sending request for url …".
+fn root_cause(error: &dyn std::error::Error) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(direction: Direction, message: Value) -> SessionEvent {
+        SessionEvent {
+            offset: 7,
+            at: "2026-12-01T04:05:24.123Z".to_owned(),
+            direction,
+            message,
+        }
+    }
+
+    #[test]
+    fn a_chunk_shows_its_kind_and_text() {
+        let line = event_line(&event(
+            Direction::AgentToClient,
+            json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s",
+                "update": {"sessionUpdate": "agent_message_chunk",
+                           "content": {"type": "text", "text": "Hello\n"}}}}),
+        ));
+        assert_eq!(
+            line,
+            format!(
+                "     7  04:05:24.123  ←  {:<26}  agent_message_chunk \"Hello\\n\"",
+                "session/update"
+            )
+        );
+    }
+
+    #[test]
+    fn requests_and_answers_carry_their_id() {
+        let prompt = json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+            "params": {"sessionId": "s", "prompt": [{"type": "text", "text": "hi there"}]}});
+        assert_eq!(
+            describe(&prompt),
+            ("session/prompt #2".to_owned(), "\"hi there\"".to_owned())
+        );
+        let result = json!({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}});
+        assert_eq!(
+            describe(&result),
+            ("result #2".to_owned(), "end_turn".to_owned())
+        );
+        let error =
+            json!({"jsonrpc": "2.0", "id": "a", "error": {"code": -32000, "message": "no"}});
+        assert_eq!(
+            describe(&error),
+            ("error #a".to_owned(), "-32000 no".to_owned())
+        );
+    }
+
+    #[test]
+    fn long_string_ids_are_cut() {
+        let id = json!("4038730b-086d-410c-8cf9-ac66f72399e6");
+        assert_eq!(short_id(&id), "4038730b…");
+        assert_eq!(short_id(&json!(12)), "12");
+    }
+
+    #[test]
+    fn long_summaries_are_cut() {
+        let long = "x".repeat(300);
+        let cut = truncate(&long);
+        assert_eq!(cut.chars().count(), SUMMARY_CHARS);
+        assert!(cut.ends_with('…'));
+        assert_eq!(truncate("a\nb"), "a b");
+    }
+
+    #[test]
+    fn times_are_shown_in_utc() {
+        assert_eq!(
+            date_time("2026-12-01T04:05:24.123Z"),
+            "2026-12-01 04:05:24.123"
+        );
+        assert_eq!(clock("2026-12-01T04:05:24.123Z"), "04:05:24.123");
+        assert_eq!(clock("yesterday"), "yesterday");
+    }
+}

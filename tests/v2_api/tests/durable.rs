@@ -1,0 +1,711 @@
+//! Durable sessions (research/contract.md, "Durable sessions"): the real
+//! server writes its inventory and event logs to a real SQLite file or a
+//! real PostgreSQL server (a private one per test, started here), is killed
+//! or stopped, and a new server on the same store shows everything again.
+//!
+//! Every scenario that makes sense for both backends runs against both:
+//! `<scenario>::sqlite` and `<scenario>::postgres`.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use v2_api_tests::{PgServer, TestServer, acp, server::sandbox_agent_command};
+
+const MOCK: &str = "mock";
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh directory under the temp dir, removed on drop.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(what: &str) -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "v2-durable-{what}-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create a test dir");
+        Self(path)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Where a scenario's servers keep their sessions.
+struct Backend {
+    /// `--store` (`None`: the default, SQLite in the data dir).
+    store: Option<String>,
+    /// The private PostgreSQL server, for PostgreSQL scenarios.
+    pg: Option<PgServer>,
+}
+
+impl Backend {
+    fn sqlite() -> Self {
+        Self {
+            store: None,
+            pg: None,
+        }
+    }
+
+    async fn postgres() -> Self {
+        let pg = PgServer::start().await;
+        pg.create_database("sessions").await;
+        Self {
+            store: Some(pg.url("sessions")),
+            pg: Some(pg),
+        }
+    }
+
+    /// Starts a server on `data_dir` with this store and `runtime_id`.
+    async fn start(&self, data_dir: &Path, runtime_id: Option<&str>) -> TestServer {
+        let data_dir = data_dir.to_str().expect("UTF-8 temp dir").to_owned();
+        let mut args = vec!["--data-dir".to_owned(), data_dir];
+        if let Some(store) = &self.store {
+            args.extend(["--store".to_owned(), store.clone()]);
+        }
+        if let Some(id) = runtime_id {
+            args.extend(["--runtime-id".to_owned(), id.to_owned()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        TestServer::start(&args).await
+    }
+}
+
+/// Runs `$scenario(backend)` once per backend, as `$scenario::sqlite` and
+/// `$scenario::postgres`.
+macro_rules! on_both_backends {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$scenario(super::Backend::sqlite()).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                super::$scenario(super::Backend::postgres().await).await;
+            }
+        }
+    )*};
+}
+
+on_both_backends!(
+    killed_mid_turn_then_restarted_the_history_is_back_and_load_continues,
+    sigterm_loses_nothing_and_live_sessions_come_back_dormant,
+    runtime_ids_see_only_their_own_sessions,
+    a_store_at_schema_version_1_is_migrated_at_start,
+);
+
+fn segment(id: &str) -> String {
+    percent_encode(id)
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+async fn new_session_with_metadata(server: &TestServer, conn: &str, title: &str) -> String {
+    let params = json!({
+        "cwd": "/tmp",
+        "mcpServers": [],
+        "_meta": {"sandboxagent.dev": {"agent": MOCK, "title": title, "labels": {"team": "infra"}}}
+    });
+    let answer = server.rpc(conn, 1, "session/new", params).await;
+    answer["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("session/new failed: {answer}"))
+        .to_owned()
+}
+
+async fn entry(server: &TestServer, session: &str) -> Value {
+    server
+        .get_json(&format!("/v2/sessions/{}?agent={MOCK}", segment(session)))
+        .await
+}
+
+/// Every logged event of `session`, paging from offset 0.
+async fn all_events(server: &TestServer, session: &str) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut offset = 0;
+    loop {
+        let page = server
+            .get_json(&format!(
+                "/v2/sessions/{}/events?agent={MOCK}&offset={offset}&limit=1000",
+                segment(session)
+            ))
+            .await;
+        let batch = page["events"].as_array().cloned().unwrap_or_default();
+        let next = page["nextOffset"].as_u64().expect("nextOffset");
+        if batch.is_empty() {
+            return events;
+        }
+        events.extend(batch);
+        offset = next;
+    }
+}
+
+/// Waits until the store holds everything queued (`storeWaiting` 0).
+async fn store_caught_up(server: &TestServer) {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let health = server.health().await.json();
+        assert_eq!(health["store"], "ok", "store not ok: {health}");
+        if health["storeWaiting"] == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "store did not catch up: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until `/v2/health` says `"store": want`.
+async fn store_state(server: &TestServer, want: &str, within: Duration) -> Value {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let health = server.health().await.json();
+        if health["store"] == want {
+            return health;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "store did not become {want} within {within:?}: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The text of the `agent_message_chunk`s in `events` (event log entries).
+fn agent_text(events: &[Value]) -> String {
+    events
+        .iter()
+        .filter(|e| e["message"]["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|e| e["message"]["params"]["update"]["content"]["text"].as_str())
+        .collect()
+}
+
+fn offsets(events: &[Value]) -> Vec<u64> {
+    events
+        .iter()
+        .map(|e| e["offset"].as_u64().expect("offset"))
+        .collect()
+}
+
+async fn killed_mid_turn_then_restarted_the_history_is_back_and_load_continues(backend: Backend) {
+    let data = Dir::new("kill");
+    let mut first = backend.start(&data.0, None).await;
+    let conn = first.initialize(MOCK).await;
+    let session = new_session_with_metadata(&first, &conn, "Durable one").await;
+    let answer = first.prompt(&conn, &session, json!(2), "hello one").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let settled = all_events(&first, &session).await;
+    assert!(agent_text(&settled).contains("hello one"), "{settled:?}");
+
+    // A second turn streams slowly; the server is killed in the middle of it.
+    let mut stream = first.open_stream(&conn, None).await;
+    let api = first.api();
+    let (conn2, session2) = (conn.clone(), session.clone());
+    let turn = tokio::spawn(async move {
+        api.post(
+            Some(&conn2),
+            &acp::request(
+                3,
+                "session/prompt",
+                acp::prompt_params(&session2, "!slow 200 20"),
+            ),
+        )
+        .await
+    });
+    let mut chunks_seen = 0;
+    while chunks_seen < 10 {
+        let event = stream.next_event(TIMEOUT).await;
+        if event.update_kind() == Some("agent_message_chunk") {
+            chunks_seen += 1;
+        }
+    }
+    let seen_before_kill = first
+        .get_json(&format!("/v2/sessions/{}?agent={MOCK}", segment(&session)))
+        .await["_meta"]["sandboxagent.dev"]["eventCount"]
+        .as_u64()
+        .expect("eventCount");
+    // The documented bound: what was recorded more than a batch ago is stored.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first
+        .kill_now(TIMEOUT)
+        .await
+        .expect("SIGKILL ends the server");
+    drop(stream);
+    let _ = turn.await;
+    drop(first);
+
+    let second = backend.start(&data.0, None).await;
+    let restored = entry(&second, &session).await;
+    let meta = &restored["_meta"]["sandboxagent.dev"];
+    assert_eq!(
+        meta["dormant"], true,
+        "a live session comes back dormant: {restored}"
+    );
+    assert_eq!(meta["ended"], false, "{restored}");
+    assert_eq!(restored["title"], "Durable one", "{restored}");
+    assert_eq!(meta["labels"], json!({"team": "infra"}), "{restored}");
+    assert_eq!(restored["cwd"], "/tmp", "{restored}");
+    let count = meta["eventCount"].as_u64().expect("eventCount");
+    assert!(
+        count >= seen_before_kill,
+        "events recorded 500 ms before the kill are stored: {count} < {seen_before_kill}"
+    );
+    let events = all_events(&second, &session).await;
+    assert_eq!(
+        offsets(&events),
+        (0..count).collect::<Vec<_>>(),
+        "the stored log is whole and in order"
+    );
+    assert_eq!(
+        &events[..settled.len()],
+        &settled[..],
+        "the first turn reads back byte for byte (offsets, times, directions, messages)"
+    );
+
+    // session/load on the dormant session: the agent starts, loads it from
+    // its own state and replays; the conversation goes on.
+    let conn = second.initialize(MOCK).await;
+    let mut stream = second.open_stream(&conn, None).await;
+    let load = second
+        .rpc(
+            &conn,
+            10,
+            "session/load",
+            json!({"sessionId": session, "cwd": "/tmp", "mcpServers": []}),
+        )
+        .await;
+    assert!(load.get("result").is_some(), "session/load failed: {load}");
+    let replayed = stream
+        .collect_until(
+            |e| {
+                e.chunk_text("user_message_chunk")
+                    .is_some_and(|t| t.contains("hello one"))
+            },
+            TIMEOUT,
+        )
+        .await;
+    assert!(!replayed.is_empty());
+    let answer = second.prompt(&conn, &session, json!(11), "hello two").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let after = entry(&second, &session).await;
+    assert!(
+        after["_meta"]["sandboxagent.dev"].get("dormant").is_none(),
+        "loaded: no longer dormant: {after}"
+    );
+    assert_eq!(
+        after["title"], "Durable one",
+        "metadata kept across the load"
+    );
+    let events = all_events(&second, &session).await;
+    let total = events.len() as u64;
+    assert_eq!(
+        offsets(&events),
+        (0..total).collect::<Vec<_>>(),
+        "the log goes on after the stored events"
+    );
+    assert!(total > count);
+    assert!(agent_text(&events[count as usize..]).contains("hello two"));
+}
+
+async fn sigterm_loses_nothing_and_live_sessions_come_back_dormant(backend: Backend) {
+    let data = Dir::new("term");
+    let mut first = backend.start(&data.0, None).await;
+    let conn = first.initialize(MOCK).await;
+    let session = new_session_with_metadata(&first, &conn, "Kept").await;
+    for (id, text) in [(2, "first words"), (3, "second words")] {
+        let answer = first.prompt(&conn, &session, json!(id), text).await;
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    }
+    let patch = first
+        .rpc(
+            &conn,
+            4,
+            "_sandboxagent/session/set_metadata",
+            json!({"sessionId": session, "metadata": {"title": "Renamed", "ticket": 42}}),
+        )
+        .await;
+    assert!(patch.get("result").is_some(), "{patch}");
+    let before = all_events(&first, &session).await;
+    // SIGTERM at once: nothing may be waiting for a batch any more.
+    first.send_sigterm();
+    first
+        .wait_exit(TIMEOUT)
+        .await
+        .expect("SIGTERM ends the server");
+    drop(first);
+
+    let second = backend.start(&data.0, None).await;
+    let restored = entry(&second, &session).await;
+    let meta = &restored["_meta"]["sandboxagent.dev"];
+    assert_eq!(restored["title"], "Renamed", "{restored}");
+    assert_eq!(meta["ticket"], 42, "{restored}");
+    assert_eq!(meta["dormant"], true, "{restored}");
+    assert_eq!(
+        meta["ended"], false,
+        "a shutdown does not end sessions: {restored}"
+    );
+    assert_eq!(meta["eventCount"], before.len(), "{restored}");
+    assert_eq!(
+        all_events(&second, &session).await,
+        before,
+        "every event, exactly"
+    );
+    let listed = second.get_json("/v2/sessions").await;
+    let ids: Vec<&str> = listed["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .filter_map(|s| s["sessionId"].as_str())
+        .collect();
+    assert_eq!(ids, [session.as_str()]);
+    // session/list (answered by the runtime) shows it too.
+    let conn = second.initialize(MOCK).await;
+    let list = second.rpc(&conn, 5, "session/list", json!({})).await;
+    assert_eq!(
+        list["result"]["sessions"][0]["sessionId"],
+        session.as_str(),
+        "{list}"
+    );
+    // Terminating a dormant session ends it for good: no longer dormant.
+    let ended = second
+        .rpc(
+            &conn,
+            6,
+            "_sandboxagent/session/terminate",
+            json!({"sessionId": session}),
+        )
+        .await;
+    assert_eq!(ended["result"]["alreadyEnded"], false, "{ended}");
+    let after = entry(&second, &session).await;
+    assert_eq!(after["_meta"]["sandboxagent.dev"]["ended"], true, "{after}");
+    assert!(
+        after["_meta"]["sandboxagent.dev"].get("dormant").is_none(),
+        "{after}"
+    );
+}
+
+async fn runtime_ids_see_only_their_own_sessions(backend: Backend) {
+    let (dir_a, dir_b, dir_c) = (Dir::new("rid-a"), Dir::new("rid-b"), Dir::new("rid-c"));
+    // SQLite: one file both runtimes share; PostgreSQL: one database.
+    let shared = Dir::new("rid-shared");
+    let backend = match backend.store {
+        Some(_) => backend,
+        None => Backend {
+            store: Some(format!("sqlite:{}", shared.0.join("shared.db").display())),
+            pg: None,
+        },
+    };
+    let mut a = backend.start(&dir_a.0, Some("sandbox-a")).await;
+    let b = backend.start(&dir_b.0, Some("sandbox-b")).await;
+    let conn_a = a.initialize(MOCK).await;
+    let conn_b = b.initialize(MOCK).await;
+    let session_a = new_session_with_metadata(&a, &conn_a, "of a").await;
+    let session_b = new_session_with_metadata(&b, &conn_b, "of b").await;
+    a.prompt(&conn_a, &session_a, json!(2), "words of a").await;
+    store_caught_up(&a).await;
+    store_caught_up(&b).await;
+    let ids = |listing: &Value| -> Vec<String> {
+        listing["sessions"]
+            .as_array()
+            .expect("sessions")
+            .iter()
+            .filter_map(|s| s["sessionId"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(ids(&a.get_json("/v2/sessions").await), [session_a.as_str()]);
+    assert_eq!(ids(&b.get_json("/v2/sessions").await), [session_b.as_str()]);
+    assert_eq!(a.health().await.json()["runtimeId"], "sandbox-a");
+    let events_a = all_events(&a, &session_a).await;
+    a.send_sigterm();
+    a.wait_exit(TIMEOUT).await.expect("a stops");
+    drop(a);
+
+    // A new sandbox (its own data dir) with a's id sees a's sessions, not b's.
+    let c = backend.start(&dir_c.0, Some("sandbox-a")).await;
+    assert_eq!(ids(&c.get_json("/v2/sessions").await), [session_a.as_str()]);
+    assert_eq!(all_events(&c, &session_a).await, events_a);
+    // Its mock agent never saw that session: load answers with the agent's
+    // own JSON-RPC error, and the entry stays.
+    let conn = c.initialize(MOCK).await;
+    let load = c
+        .rpc(
+            &conn,
+            3,
+            "session/load",
+            json!({"sessionId": session_a, "cwd": "/tmp", "mcpServers": []}),
+        )
+        .await;
+    assert!(
+        load.get("error").is_some(),
+        "the agent cannot load it: {load}"
+    );
+    assert_eq!(entry(&c, &session_a).await["title"], "of a");
+    drop(b);
+}
+
+/// The SQL of schema version 1, as an older binary applied it.
+#[derive(Debug)]
+struct Version1(&'static str);
+
+impl<'s> MigrationSource<'s> for Version1 {
+    fn resolve(
+        self,
+    ) -> futures::future::BoxFuture<'s, Result<Vec<Migration>, sqlx::error::BoxDynError>> {
+        Box::pin(async move {
+            Ok(vec![Migration::new(
+                1,
+                Cow::Borrowed("sessions and events"),
+                MigrationType::Simple,
+                Cow::Borrowed(self.0),
+                false,
+            )])
+        })
+    }
+}
+
+async fn a_store_at_schema_version_1_is_migrated_at_start(backend: Backend) {
+    let data = Dir::new("migrate");
+    let (url, sql) = match &backend.store {
+        Some(url) => (
+            url.clone(),
+            include_str!("../../../acp-runtime/migrations/postgres/0001_sessions_and_events.sql"),
+        ),
+        None => (
+            format!("sqlite://{}?mode=rwc", data.0.join("sessions.db").display()),
+            include_str!("../../../acp-runtime/migrations/sqlite/0001_sessions_and_events.sql"),
+        ),
+    };
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url).await.expect("open the store");
+    Migrator::new(Version1(sql))
+        .await
+        .expect("version 1 migrator")
+        .run(&pool)
+        .await
+        .expect("schema version 1");
+    let placeholders = |n: usize| -> String {
+        let mark = if backend.store.is_some() { "$" } else { "?" };
+        (1..=n)
+            .map(|i| format!("{mark}{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let created: i64 = 1_700_000_000_000_000_000;
+    sqlx::query(&format!(
+        "INSERT INTO sessions (runtime_id, agent, session_id, cwd, created_ns, updated_ns, \
+         end_reason, metadata, event_count) VALUES ({})",
+        placeholders(9)
+    ))
+    .bind("old-runtime")
+    .bind(MOCK)
+    .bind("old-session")
+    .bind("/srv")
+    .bind(created)
+    .bind(created + 1_000_000)
+    .bind("completed")
+    .bind(r#"{"title":"From v1","labels":{"k":"v"}}"#)
+    .bind(2_i64)
+    .execute(&pool)
+    .await
+    .expect("a version 1 session");
+    for (offset, direction, message) in [
+        (
+            0_i64,
+            "client_to_agent",
+            r#"{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"old-session","prompt":[]}}"#,
+        ),
+        (
+            1,
+            "agent_to_client",
+            r#"{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}"#,
+        ),
+    ] {
+        sqlx::query(&format!(
+            "INSERT INTO events (runtime_id, agent, session_id, event_offset, at_ns, direction, \
+             message) VALUES ({})",
+            placeholders(7)
+        ))
+        .bind("old-runtime")
+        .bind(MOCK)
+        .bind("old-session")
+        .bind(offset)
+        .bind(created + offset)
+        .bind(direction)
+        .bind(message.as_bytes().to_vec())
+        .execute(&pool)
+        .await
+        .expect("a version 1 event");
+    }
+    pool.close().await;
+
+    let server = backend.start(&data.0, Some("old-runtime")).await;
+    let restored = entry(&server, "old-session").await;
+    let meta = &restored["_meta"]["sandboxagent.dev"];
+    assert_eq!(restored["cwd"], "/srv", "{restored}");
+    assert_eq!(meta["ended"], true, "{restored}");
+    assert!(
+        meta.get("dormant").is_none(),
+        "an ended session is not dormant"
+    );
+    assert_eq!(meta["createdAt"], "2023-11-14T22:13:20.000Z", "{restored}");
+    assert_eq!(meta["eventCount"], 2);
+    assert_eq!(meta["labels"], json!({"k": "v"}));
+    assert_eq!(
+        restored["title"], "From v1",
+        "the v1 title (metadata) still shows"
+    );
+    let events = all_events(&server, "old-session").await;
+    assert_eq!(offsets(&events), [0, 1]);
+    assert_eq!(events[1]["message"]["result"]["stopReason"], "end_turn");
+    assert_eq!(events[0]["direction"], "client_to_agent");
+    // A new session is written with the version 2 columns.
+    let conn = server.initialize(MOCK).await;
+    let fresh = new_session_with_metadata(&server, &conn, "v2").await;
+    assert_eq!(entry(&server, &fresh).await["title"], "v2");
+}
+
+#[tokio::test]
+async fn postgres_stopped_mid_run_the_runtime_serves_on_and_writes_later() {
+    let backend = Backend::postgres().await;
+    let pg = backend.pg.as_ref().expect("postgres");
+    let data = Dir::new("pg-down");
+    let mut first = backend.start(&data.0, None).await;
+    let conn = first.initialize(MOCK).await;
+    let session = new_session_with_metadata(&first, &conn, "outage").await;
+    store_caught_up(&first).await;
+
+    pg.stop().await;
+    let answer = first
+        .prompt(
+            &conn,
+            &session,
+            json!(2),
+            "said while the database was down",
+        )
+        .await;
+    assert_eq!(
+        answer["result"]["stopReason"], "end_turn",
+        "serving goes on without the store: {answer}"
+    );
+    let degraded = store_state(&first, "degraded", Duration::from_secs(40)).await;
+    assert!(degraded["storeError"].is_string(), "{degraded}");
+    assert!(degraded["storeWaiting"].as_u64() > Some(0), "{degraded}");
+    // Memory still answers the event log while the store is away.
+    let during = all_events(&first, &session).await;
+    assert!(agent_text(&during).contains("said while the database was down"));
+
+    pg.start_again().await;
+    let healthy = store_state(&first, "ok", Duration::from_secs(40)).await;
+    assert_eq!(healthy["storeDroppedEvents"], 0, "{healthy}");
+    store_caught_up(&first).await;
+    first.kill_now(TIMEOUT).await.expect("SIGKILL");
+    drop(first);
+
+    let second = backend.start(&data.0, None).await;
+    let events = all_events(&second, &session).await;
+    assert_eq!(events, during, "what was said during the outage is stored");
+}
+
+#[tokio::test]
+async fn a_corrupt_or_unwritable_sqlite_file_is_a_clear_start_up_error() {
+    let data = Dir::new("corrupt");
+    let file = data.0.join("sessions.db");
+    std::fs::write(&file, vec![0x5a_u8; 8192]).expect("write garbage");
+    let (status, stderr) =
+        run_server_expecting_exit(&["--data-dir", data.0.to_str().expect("utf-8")]).await;
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&file.display().to_string()),
+        "the error names the file: {stderr}"
+    );
+    assert!(stderr.contains("session store"), "{stderr}");
+
+    // A path that cannot be a file: its parent is a regular file.
+    let blocker = data.0.join("not-a-dir");
+    std::fs::write(&blocker, b"x").expect("write");
+    let store = format!("sqlite:{}", blocker.join("sessions.db").display());
+    let (status, stderr) = run_server_expecting_exit(&[
+        "--data-dir",
+        data.0.to_str().expect("utf-8"),
+        "--store",
+        &store,
+    ])
+    .await;
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&blocker.display().to_string()),
+        "the error names the path: {stderr}"
+    );
+
+    // Not a store URL at all: refused by the command line.
+    let (status, stderr) = run_server_expecting_exit(&["--store", "mysql://x/y"]).await;
+    assert!(!status.success());
+    assert!(stderr.contains("unknown store"), "{stderr}");
+}
+
+async fn run_server_expecting_exit(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let mut command = sandbox_agent_command();
+    command
+        .args(["server", "--no-token", "--host", "127.0.0.1", "--port", "0"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let child = tokio::process::Command::from(command)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the server");
+    let output = tokio::time::timeout(TIMEOUT, child.wait_with_output())
+        .await
+        .expect("the server exits at once")
+        .expect("its output");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn with_store_memory_nothing_is_written_and_health_says_so() {
+    let data = Dir::new("memory");
+    let server = TestServer::start(&[
+        "--data-dir",
+        data.0.to_str().expect("utf-8"),
+        "--store",
+        "memory",
+    ])
+    .await;
+    let health = server.health().await;
+    assert_eq!(health.status, StatusCode::OK);
+    let health = health.json();
+    assert_eq!(health["store"], "memory", "{health}");
+    let conn = server.initialize(MOCK).await;
+    server.new_session(&conn).await;
+    assert!(!data.0.join("sessions.db").exists());
+}
