@@ -535,6 +535,7 @@ impl Runtime {
                 Some(session) => Effect::AttachSession {
                     session,
                     cwd: cwd(),
+                    request: body.clone(),
                 },
                 None => Effect::None,
             },

@@ -64,6 +64,12 @@ function meta(holder) {
   return (holder && holder._meta && holder._meta[META]) || {};
 }
 
+/** `live`, `dormant` (restored after a restart, not loaded since) or `ended`. */
+function stateOf(m) {
+  if (m.ended) return "ended";
+  return m.dormant ? "dormant" : "live";
+}
+
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // ---------------------------------------------------------------------------
@@ -451,6 +457,7 @@ class SessionsView {
       { "aria-label": "Filter by state" },
       el("option", { value: "" }, "any state"),
       el("option", { value: "live" }, "live"),
+      el("option", { value: "dormant" }, "dormant"),
       el("option", { value: "ended" }, "ended"),
     );
     for (const filter of [this.agentFilter, this.stateFilter]) filter.addEventListener("change", () => this.render());
@@ -515,10 +522,10 @@ class SessionsView {
     const state = this.stateFilter.value;
     const rows = (this.sessions || [])
       .filter((s) => !agent || meta(s).agent === agent)
-      .filter((s) => !state || (state === "ended") === Boolean(meta(s).ended))
+      .filter((s) => !state || state === stateOf(meta(s)))
       .map((s) => {
         const m = meta(s);
-        const stateName = m.ended ? "ended" : "live";
+        const stateName = stateOf(m);
         return el(
           "tr",
           {},
@@ -587,7 +594,7 @@ class SessionView {
   async mount(root) {
     this.root = root;
     this.title = el("h1", {}, this.id);
-    this.state = el("span", { class: "badge" }, "…");
+    this.state = el("span", { class: "badge", id: "session-state" }, "…");
     this.modeSelect = el("select", { "aria-label": "Mode", hidden: true });
     this.modelSelect = el("select", { "aria-label": "Model", hidden: true });
     this.modeSelect.addEventListener("change", () => this.setMode());
@@ -643,8 +650,9 @@ class SessionView {
     this.title.textContent = entry.title || this.id;
     document.title = `${entry.title || this.id} · sandbox-agent`;
     this.ended = Boolean(m.ended);
-    this.state.textContent = this.ended ? "ended" : "live";
-    this.state.className = `badge ${this.ended ? "ended" : "live"}`;
+    const stateName = stateOf(m);
+    this.state.textContent = stateName;
+    this.state.className = `badge ${stateName}`;
     for (const control of [this.input, this.sendButton, this.cancelButton, this.terminateButton]) control.disabled = this.ended;
     if (m.model && this.modelSelect.value !== m.model) this.modelSelect.value = m.model;
     if (m.mode && this.modeSelect.value !== m.mode) this.modeSelect.value = m.mode;
@@ -670,6 +678,8 @@ class SessionView {
     this.connection.attached.add(this.id);
     this.connection.persist();
     this.markAttached();
+    // A dormant session (restored after a restart) is live again once loaded.
+    if (this.state.textContent === "dormant") await this.refreshEntry();
   }
 
   /** Says on the page that live events of the session reach this tab. */

@@ -106,6 +106,10 @@ pub enum Effect {
         session: String,
         /// `params.cwd` of the request.
         cwd: Option<String>,
+        /// The client's request: the event log gets it before the history
+        /// the agent replays when the session was not live (a dormant one,
+        /// or one of an earlier process), as it does for a live one.
+        request: Bytes,
     },
 }
 
@@ -516,7 +520,15 @@ impl Router {
                     return None;
                 }
             },
-            Effect::AttachSession { session, cwd } => (session, cwd, Map::new(), None),
+            Effect::AttachSession {
+                session,
+                cwd,
+                request,
+            } => {
+                // A live session logged the request when it was forwarded.
+                let logged = self.live_session(&session).is_some();
+                (session, cwd, Map::new(), (!logged).then_some(request))
+            }
         };
         let session = self.targets.sessions.insert(
             &session_id,

@@ -330,6 +330,12 @@ async fn killed_mid_turn_then_restarted_the_history_is_back_and_load_continues(b
         "the log goes on after the stored events"
     );
     assert!(total > count);
+    assert_eq!(
+        events[count as usize]["message"]["method"],
+        "session/load",
+        "the load request comes first, before the history the agent replays: {:?}",
+        &events[count as usize..]
+    );
     assert!(agent_text(&events[count as usize..]).contains("hello two"));
 }
 

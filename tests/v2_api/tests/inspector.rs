@@ -148,6 +148,41 @@ async fn files_are_browsed_downloaded_and_uploaded() {
 }
 
 #[tokio::test]
+async fn a_dormant_session_is_shown_and_loads_when_opened() {
+    let data = std::env::temp_dir().join(format!("inspector-dormant-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let dir = data.to_str().expect("UTF-8 temp dir");
+    let mut first = TestServer::start(&["--data-dir", dir]).await;
+    let conn = first.initialize("mock").await;
+    let session = first.new_session(&conn).await;
+    let answer = first
+        .prompt(
+            &conn,
+            &session,
+            serde_json::json!(2),
+            "remember the word kiwi",
+        )
+        .await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    first.send_sigterm();
+    first
+        .wait_exit(Duration::from_secs(20))
+        .await
+        .expect("SIGTERM ends the server");
+    drop(first);
+    let second = TestServer::start(&["--data-dir", dir]).await;
+    flow_with(
+        &second,
+        "dormant",
+        None,
+        &[("SESSION", Path::new(&session))],
+    )
+    .await;
+    drop(second);
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+#[tokio::test]
 async fn two_tabs_on_one_session_both_see_the_turn() {
     let server = TestServer::start(&[]).await;
     flow(&server, "two-tabs", None).await;

@@ -745,6 +745,7 @@ async fn a_waiting_session_request_reaches_the_next_connection_that_attaches() {
     let effect = Effect::AttachSession {
         session: "s-1".to_owned(),
         cwd: Some("/work".to_owned()),
+        request: Bytes::from_static(b"{}"),
     };
     f.router.prepare_attach(&b, "s-1");
     let (mut receiver, agent_id) = f
@@ -785,6 +786,7 @@ async fn a_failed_load_undoes_the_early_attach() {
     let effect = Effect::AttachSession {
         session: "s-1".to_owned(),
         cwd: None,
+        request: Bytes::from_static(b"{}"),
     };
     let (mut receiver, agent_id) = f
         .send_and_read_id(
@@ -828,6 +830,7 @@ async fn attaching_without_the_capability_does_not_refuse_a_delivered_request() 
     let effect = Effect::AttachSession {
         session: "s-1".to_owned(),
         cwd: None,
+        request: Bytes::from_static(b"{}"),
     };
     f.router.prepare_attach(&plain, "s-1");
     let (_receiver, agent_id) = f
