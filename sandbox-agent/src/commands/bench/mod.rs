@@ -215,9 +215,15 @@ pub async fn run(args: crate::cli::BenchArgs) -> Result<(), String> {
 /// # Errors
 /// When the server cannot be started or reached.
 pub async fn measure(options: BenchOptions) -> Result<report::Report, BenchError> {
+    // The embedded server keeps its sessions (the default SQLite store) in
+    // a data dir of its own: benchmark sessions stay out of the user's.
+    let data_dir = std::env::temp_dir().join(format!("sandbox-agent-bench-{}", std::process::id()));
     let target = match options.url {
         Some(address) => Target::remote(address, options.token.clone()),
-        None => Target::start(&options.program, &[]).await?,
+        None => {
+            let dir = data_dir.to_string_lossy().into_owned();
+            Target::start(&options.program, &["--data-dir", &dir]).await?
+        }
     };
     let mut report = report::Report::new(&options, target.pid.is_some());
     for scenario in &options.scenarios {
@@ -239,5 +245,6 @@ pub async fn measure(options: BenchOptions) -> Result<report::Report, BenchError
         }
     }
     target.stop().await;
+    let _ = std::fs::remove_dir_all(&data_dir);
     Ok(report)
 }

@@ -289,6 +289,7 @@ async fn startup(
     events: u64,
 ) -> Result<ScenarioResult, BenchError> {
     let mut latencies = Vec::new();
+    let mut rss = None;
     for _ in 0..STARTUP_RUNS {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -319,6 +320,8 @@ async fn startup(
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        rss = child.id().and_then(super::rss_bytes);
         let _ = child.kill().await;
     }
     let mut result = ScenarioResult::timed(
@@ -327,8 +330,9 @@ async fn startup(
         latencies,
         0,
     );
+    result.rss_after = rss;
     result.note(format!(
-        "{} sessions, {events} events in SQLite; process start to /v2/health 200",
+        "{} sessions, {events} events in SQLite; process start to /v2/health 200; RSS: idle, 200 ms after, every session restored (dormant)",
         SEED_SESSIONS + 1
     ));
     Ok(result)
