@@ -4,9 +4,12 @@
 use crate::backoff::ReconnectPolicy;
 use crate::error::{Error, HttpFailure};
 use crate::in_flight::InFlight;
-use crate::options::{Direction, EnvelopeObserver, TransportOptions};
-use crate::protocol::{self, APPLICATION_JSON, INITIALIZE, Kind, LAST_EVENT_ID_HEADER};
+use crate::options::{Direction, EnvelopeObserver, Transport, TransportOptions};
+use crate::protocol::{
+    self, ACP_SESSION_ID_HEADER, APPLICATION_JSON, INITIALIZE, Kind, LAST_EVENT_ID_HEADER,
+};
 use crate::sse;
+use crate::websocket::Link;
 use futures::StreamExt;
 use futures::channel::mpsc;
 use parking_lot::Mutex;
@@ -100,9 +103,17 @@ impl HttpConnection {
             headers.insert(AUTHORIZATION, value);
         }
         let (tx, rx) = mpsc::unbounded();
+        let endpoint = options.endpoint();
+        let websocket = match options.transport {
+            Transport::WebSocket => Some(Link::new(&endpoint)?),
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             http,
-            endpoint: options.endpoint(),
+            endpoint,
+            connect_timeout: options.connect_timeout,
+            session_header: options.transport == Transport::AcpHttp,
+            websocket,
             connection_id_header: options.connection_id_header,
             headers,
             request_timeout: options.request_timeout,
@@ -246,6 +257,13 @@ pub(crate) struct Shared {
     pub(crate) http: reqwest::Client,
     /// The endpoint URL (POST, GET and DELETE all go here).
     pub(crate) endpoint: Url,
+    /// Limit on establishing a connection (the WebSocket handshake).
+    pub(crate) connect_timeout: Option<Duration>,
+    /// The socket of [`Transport::WebSocket`]; `None` for HTTP.
+    pub(crate) websocket: Option<Link>,
+    /// Send `Acp-Session-Id` with messages naming a session
+    /// ([`Transport::AcpHttp`]).
+    session_header: bool,
     /// Name of the connection-id header.
     pub(crate) connection_id_header: HeaderName,
     /// `Authorization` and the caller's extra headers, on every request.
@@ -296,6 +314,9 @@ pub(crate) struct Prepared {
     kind: Kind,
     /// Present for an `initialize` sent while no connection id is known.
     initialize: Option<InitializeGuard>,
+    /// Over WebSocket the message is already queued; this says when it was
+    /// written.
+    written: Option<tokio::sync::oneshot::Receiver<Result<(), Error>>>,
 }
 
 impl Prepared {
@@ -393,6 +414,18 @@ impl Shared {
         if let Some(id) = kind.request_id() {
             self.in_flight.lock().insert(id);
         }
+        if let Some(link) = &self.websocket {
+            self.observe(Direction::Outgoing, &message);
+            let written = link
+                .queue(self, message)
+                .map_err(|error| self.release(&kind, error))?;
+            return Ok(Prepared {
+                message: String::new(),
+                kind,
+                initialize: None,
+                written: Some(written),
+            });
+        }
         let initialize = (kind.method() == Some(INITIALIZE) && self.state.borrow().id.is_none())
             .then(|| {
                 self.state
@@ -406,6 +439,7 @@ impl Shared {
             message,
             kind,
             initialize,
+            written: None,
         })
     }
 
@@ -417,13 +451,26 @@ impl Shared {
             message,
             kind,
             initialize,
+            written,
         } = prepared;
+        if let Some(written) = written {
+            // A message that never reached the socket will not be answered.
+            return match written.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(self.release(&kind, error)),
+                Err(_) => Err(self.release(&kind, Error::Closed)),
+            };
+        }
         let is_initialize = kind.method() == Some(INITIALIZE);
         let connection_id = match self.connection_id_for(is_initialize).await {
             Ok(id) => id,
             Err(error) => return Err(self.release(&kind, error)),
         };
 
+        let session = (self.session_header && !matches!(kind, Kind::Response { .. }))
+            .then(|| protocol::params_session_id(&message))
+            .flatten()
+            .and_then(|id| HeaderValue::from_str(&id).ok());
         let mut request = self
             .http
             .post(self.endpoint.clone())
@@ -431,6 +478,9 @@ impl Shared {
             .header(CONTENT_TYPE, APPLICATION_JSON)
             .header(ACCEPT, APPLICATION_JSON)
             .body(message);
+        if let Some(session) = session {
+            request = request.header(ACP_SESSION_ID_HEADER, session);
+        }
         if let Some(id) = &connection_id {
             request = request.header(&self.connection_id_header, id.header.clone());
         }
@@ -576,6 +626,12 @@ impl Shared {
             return Ok(());
         }
         self.closed.cancel();
+        if let Some(link) = &self.websocket {
+            // Closing the socket closes the connection on the server.
+            link.wait_closed().await;
+            self.incoming.close_channel();
+            return Ok(());
+        }
         let id = self.state.borrow().id.clone();
         let result = match id {
             Some(id) => self.delete(&id).await,
@@ -635,6 +691,11 @@ impl Shared {
                 () = self.closed.cancelled() => return Err(Error::Closed),
             }
         }
+    }
+
+    /// Records the connection id a WebSocket's 101 answer named.
+    pub(crate) fn set_connection_id(&self, id: ConnectionId) {
+        self.state.send_modify(|state| state.id = Some(id));
     }
 
     /// One `initialize` POST finished; `header` is the connection id it

@@ -51,6 +51,14 @@ pub enum Error {
     /// An outgoing message is not one JSON object.
     #[error("invalid JSON-RPC message: {0}")]
     InvalidMessage(String),
+    /// The WebSocket opening handshake could not reach the server (connect
+    /// failure or timeout): nothing was sent.
+    #[error("WebSocket connect failed: {0}")]
+    WebSocketConnect(String),
+    /// The WebSocket failed or was closed by the server. A WebSocket
+    /// cannot be resumed: what was in flight on it is lost.
+    #[error("WebSocket: {0}")]
+    WebSocket(String),
     /// The [`TransportOptions`](crate::TransportOptions) cannot work (a
     /// base URL that is not absolute http(s), a token that is not a valid
     /// header value, a client that cannot be built).

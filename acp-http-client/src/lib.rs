@@ -21,6 +21,8 @@
 //!   messages; its [`Incoming`] stream yields everything that comes back,
 //!   de-duplicated.
 //! - `sse`: the event stream task: open, read, reconnect with back-off.
+//! - `websocket`: the [`Transport::WebSocket`] socket task (one text frame
+//!   per message, no resume).
 //! - `options`: [`TransportOptions`] (URL, headers, token, timeouts, hook).
 //! - `backoff`: [`ReconnectPolicy`] and the delay computation.
 //! - `in_flight`: the requests waiting for a response (exactly-once delivery).
@@ -110,10 +112,16 @@ mod options;
 mod protocol;
 mod sse;
 mod transport;
+mod websocket;
 
 pub use backoff::ReconnectPolicy;
 pub use connection::{HttpConnection, Incoming, SendError};
 pub use error::{Error, HttpFailure, Problem};
-pub use options::{DEFAULT_MAX_MESSAGE_BYTES, Direction, EnvelopeObserver, TransportOptions};
-pub use protocol::{DEFAULT_CONNECTION_ID_HEADER, DEFAULT_PATH, LAST_EVENT_ID_HEADER};
+pub use options::{
+    DEFAULT_MAX_MESSAGE_BYTES, Direction, EnvelopeObserver, Transport, TransportOptions,
+};
+pub use protocol::{
+    ACP_CONNECTION_ID_HEADER, ACP_PATH, ACP_SESSION_ID_HEADER, DEFAULT_CONNECTION_ID_HEADER,
+    DEFAULT_PATH, LAST_EVENT_ID_HEADER,
+};
 pub use transport::{HttpTransport, TransportHandle, http_failure};

@@ -2,7 +2,9 @@
 
 use crate::backoff::ReconnectPolicy;
 use crate::error::Error;
-use crate::protocol::{DEFAULT_CONNECTION_ID_HEADER, DEFAULT_PATH};
+use crate::protocol::{
+    ACP_CONNECTION_ID_HEADER, ACP_PATH, DEFAULT_CONNECTION_ID_HEADER, DEFAULT_PATH,
+};
 use reqwest::Url;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::fmt;
@@ -18,6 +20,34 @@ pub enum Direction {
     /// error response this crate made up for a failed request), after
     /// duplicates were dropped.
     Incoming,
+}
+
+/// Which wire a connection's messages travel over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Transport {
+    /// `POST` each message, read the rest from a Server-Sent Events stream
+    /// resumed with `Last-Event-ID` after a drop (sandbox-agent's
+    /// research/contract.md, "Transport: /v2/rpc"). No answer or update is
+    /// lost while the server's replay ring holds it.
+    #[default]
+    Http,
+    /// One WebSocket on `/acp` (research/contract.md, "The /acp profile",
+    /// WebSocket): each message one text frame, the lowest latency. **No
+    /// resume**: a WebSocket cannot rejoin its connection, so a dropped
+    /// socket ends [`Incoming`](crate::Incoming) with an error and loses
+    /// what was in flight (the sessions live on for `session/load`). Only
+    /// `http://` base URLs (no TLS for WebSockets in this crate).
+    WebSocket,
+    /// The ACP transports RFD's Streamable HTTP at `/acp`
+    /// (research/contract.md, "The /acp profile"): `initialize` answers
+    /// 200 with `Acp-Connection-Id`, every other message 202 with its
+    /// answer on the connection's event stream (resumed with
+    /// `Last-Event-ID` as over [`Transport::Http`]); session-scoped
+    /// messages carry `Acp-Session-Id` (taken from `params.sessionId`).
+    /// Unlike `/v2/rpc`, [`close`](crate::HttpConnection::close) (DELETE)
+    /// ends the sessions only this connection is attached to.
+    AcpHttp,
 }
 
 /// Default of [`TransportOptions::max_message_bytes`]: 64 MiB.
@@ -46,6 +76,7 @@ pub struct TransportOptions {
     pub(crate) max_message_bytes: usize,
     pub(crate) reconnect: ReconnectPolicy,
     pub(crate) observer: Option<EnvelopeObserver>,
+    pub(crate) transport: Transport,
 }
 
 impl TransportOptions {
@@ -77,7 +108,24 @@ impl TransportOptions {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             reconnect: ReconnectPolicy::default(),
             observer: None,
+            transport: Transport::Http,
         })
+    }
+
+    /// The wire to use (default [`Transport::Http`]). Also sets the
+    /// transport's own [`path`](Self::path) and
+    /// [`connection_id_header`](Self::connection_id_header): `/v2/rpc` and
+    /// `x-acp-connection-id` for HTTP, `/acp` and `acp-connection-id` for
+    /// WebSocket and AcpHttp (call those after this one to change them).
+    pub fn transport(mut self, transport: Transport) -> Self {
+        let (path, header) = match transport {
+            Transport::Http => (DEFAULT_PATH, DEFAULT_CONNECTION_ID_HEADER),
+            Transport::WebSocket | Transport::AcpHttp => (ACP_PATH, ACP_CONNECTION_ID_HEADER),
+        };
+        self.transport = transport;
+        self.path = path.to_owned();
+        self.connection_id_header = HeaderName::from_static(header);
+        self
     }
 
     /// Path of the endpoint under the base URL. Default `/v2/rpc`.
@@ -187,6 +235,7 @@ impl fmt::Debug for TransportOptions {
             .field("stream_idle_timeout", &self.stream_idle_timeout)
             .field("reconnect", &self.reconnect)
             .field("observer", &self.observer.is_some())
+            .field("transport", &self.transport)
             .finish()
     }
 }

@@ -11,6 +11,18 @@ pub const DEFAULT_PATH: &str = "/v2/rpc";
 /// Default name of the header that carries the connection id.
 pub const DEFAULT_CONNECTION_ID_HEADER: &str = "x-acp-connection-id";
 
+/// Path of the ACP transports RFD profile (sandbox-agent's
+/// research/contract.md, "The /acp profile"); `/acp/{agent}` names the
+/// agent, bare `/acp` takes it from `_meta` or the server's default.
+pub const ACP_PATH: &str = "/acp";
+
+/// The connection-id header of the `/acp` profile (RFD, "Identity Model").
+pub const ACP_CONNECTION_ID_HEADER: &str = "acp-connection-id";
+
+/// The session-id header of the `/acp` profile: session-scoped requests
+/// (`session/prompt`, `session/cancel`, …) must carry it.
+pub const ACP_SESSION_ID_HEADER: &str = "acp-session-id";
+
 /// Response header of a POST answer naming the newest event id of the
 /// connection when the answer was released; the client holds the answer
 /// until its event stream delivered that event, so a turn's updates always
@@ -101,6 +113,22 @@ pub fn classify(text: &str) -> Result<Kind, serde_json::Error> {
     })
 }
 
+/// `params.sessionId` of a message, when it is a string.
+pub fn params_session_id(text: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow, rename = "sessionId")]
+        session_id: Option<Cow<'a, str>>,
+    }
+    #[derive(Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        params: Option<Params<'a>>,
+    }
+    let message: Message<'_> = serde_json::from_str(text).ok()?;
+    message.params?.session_id.map(Cow::into_owned)
+}
+
 /// A JSON-RPC error response for the request whose raw id text is `raw_id`,
 /// built by hand so the id keeps its exact bytes.
 ///
@@ -176,6 +204,21 @@ impl EventIds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn params_session_id_reads_a_string_session_id_only() {
+        let prompt = r#"{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":{"sessionId":"s-1","prompt":[]}}"#;
+        assert_eq!(params_session_id(prompt).as_deref(), Some("s-1"));
+        assert_eq!(
+            params_session_id(r#"{"id":1,"method":"x","params":{}}"#),
+            None
+        );
+        assert_eq!(params_session_id(r#"{"id":1,"method":"x"}"#), None);
+        assert_eq!(
+            params_session_id(r#"{"method":"x","params":{"sessionId":7}}"#),
+            None
+        );
+    }
 
     #[test]
     fn classifies_the_four_shapes_and_keeps_raw_ids() {

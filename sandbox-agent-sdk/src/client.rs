@@ -305,6 +305,7 @@ impl SandboxAgentClient {
         // client applies (`within_timeout`), which thus reports it.
         let mut transport = TransportOptions::new(&shared.base_url)
             .map_err(Error::from_transport)?
+            .transport(shared.options.transport)
             .request_timeout(
                 shared
                     .options

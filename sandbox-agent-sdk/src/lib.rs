@@ -151,7 +151,7 @@ pub use events::{Event, Events, PermissionDecision, PermissionHandler, Permissio
 pub use meta::{Metadata, SessionEntry, WithMeta, sandbox_meta, session_meta};
 pub use options::{
     ClientOptions, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STARTUP_TIMEOUT,
-    DEFAULT_UNREAD_PERMISSION_TIMEOUT, Mode, ServerLogs,
+    DEFAULT_UNREAD_PERMISSION_TIMEOUT, Mode, ServerLogs, Transport,
 };
 pub use turn::{TurnEvent, TurnStream};
 

@@ -3,6 +3,7 @@
 
 use crate::error::Error;
 use crate::events::{PermissionDecision, PermissionHandler};
+pub use acp_http_client::Transport;
 use agent_client_protocol::v1::schema::RequestPermissionRequest;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -74,6 +75,7 @@ pub struct ClientOptions {
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) permission_handler: Option<PermissionHandler>,
     pub(crate) unread_permission_timeout: Duration,
+    pub(crate) transport: Transport,
     pub(crate) embedded: EmbeddedSettings,
 }
 
@@ -110,6 +112,7 @@ impl ClientOptions {
             request_timeout: None,
             permission_handler: None,
             unread_permission_timeout: DEFAULT_UNREAD_PERMISSION_TIMEOUT,
+            transport: Transport::Http,
             embedded: EmbeddedSettings {
                 binary: None,
                 startup_timeout: DEFAULT_STARTUP_TIMEOUT,
@@ -119,6 +122,23 @@ impl ClientOptions {
                 logs: ServerLogs::Capture,
             },
         }
+    }
+
+    /// The wire to the server (research/contract.md, "The SDK and
+    /// `sandbox-agent prompt`"). Default [`Transport::Http`]: POST on
+    /// `/v2/rpc` and a Server-Sent Events stream that resumes after a drop,
+    /// so no answer or update is lost. [`Transport::WebSocket`]: one
+    /// WebSocket on `/acp`, lower latency, but it cannot resume: a dropped
+    /// socket ends the connection and the calls in flight fail
+    /// ([`Error::is_connection_lost`]); the sessions live on for
+    /// `load_session` on a new connection ([`open`](crate::SandboxAgentClient::open)).
+    /// `http://` base URLs only for WebSocket. [`Transport::AcpHttp`]: the
+    /// ACP transports RFD's Streamable HTTP on `/acp` (resumable like the
+    /// default, but [`close`](crate::SandboxAgentClient::close) ends the
+    /// sessions only this client was attached to).
+    pub fn transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
     }
 
     /// Base URL of a running server, e.g. `http://127.0.0.1:2468` (a path

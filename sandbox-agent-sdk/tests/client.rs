@@ -638,3 +638,101 @@ async fn forcing_a_mode_against_the_options_is_refused() -> TestResult {
     assert!(error.is_connection_lost(), "{error:?}");
     Ok(())
 }
+
+/// `ClientOptions::transport(Transport::WebSocket)`: the same client over
+/// one WebSocket on `/acp` (token on the upgrade), a plain turn and a
+/// permission turn; closing it closes the connection on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_websocket_transport_runs_turns_with_permissions() -> TestResult {
+    turns_over(sandbox_agent_sdk::Transport::WebSocket).await
+}
+
+/// `ClientOptions::transport(Transport::AcpHttp)`: the same over the RFD's
+/// Streamable HTTP on `/acp` (202s, answers on the event stream,
+/// `Acp-Session-Id` on the prompts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acp_http_transport_runs_turns_with_permissions() -> TestResult {
+    turns_over(sandbox_agent_sdk::Transport::AcpHttp).await
+}
+
+/// A plain turn and a permission turn over `transport`, then close: the
+/// server no longer knows the connection.
+async fn turns_over(transport: sandbox_agent_sdk::Transport) -> TestResult {
+    let server = TestServer::start(&["--token", "ws-secret"]).await;
+    let options = server_options(&server).transport(transport);
+    let client = within("connect", SandboxAgentClient::connect(options)).await?;
+    let connection = client
+        .connection_id()
+        .ok_or("the 101 names the connection")?;
+    let mut events = client.take_events().ok_or("events")?;
+    let session = client.new_session(NewSessionRequest::new("/tmp")).await?;
+
+    let (result, turn) = run_turn(&client, &mut events, &session.session_id, "hello", |_| {}).await;
+    assert_eq!(result?.stop_reason, StopReason::EndTurn);
+    assert_eq!(turn.text, "Hello from the mock agent. You said: hello");
+
+    let (result, turn) = run_turn(
+        &client,
+        &mut events,
+        &session.session_id,
+        "please ask permission",
+        |request| {
+            if let Err(error) = request.decide(PermissionDecision::Allow) {
+                panic!("answering failed: {error}");
+            }
+        },
+    )
+    .await;
+    assert_eq!(result?.stop_reason, StopReason::EndTurn);
+    assert_eq!(turn.permissions, ["Write to mock.txt"]);
+    assert!(
+        turn.text.starts_with("Permission granted."),
+        "{}",
+        turn.text
+    );
+
+    // Closing the socket closes the connection; the session lives on.
+    client.close().await?;
+    let reply = server
+        .api()
+        .post(
+            Some(&connection),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "session/list", "params": {}}),
+        )
+        .await;
+    reply.assert_status(404);
+    Ok(())
+}
+
+/// A WebSocket cannot resume: a socket cut mid-turn fails the prompt with
+/// a lost connection, and the session lives on for `load_session` on a new
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_websocket_fails_the_turn_and_the_session_can_be_loaded() -> TestResult {
+    let server = TestServer::start(&[]).await;
+    let proxy = v2_api_tests::CutProxy::start(server.addr()).await;
+    let options = ClientOptions::new("mock")
+        .base_url(proxy.url())
+        .transport(sandbox_agent_sdk::Transport::WebSocket);
+    let client = within("connect", SandboxAgentClient::connect(options)).await?;
+    let session = client.new_session(NewSessionRequest::new("/tmp")).await?;
+    let request = sandbox_agent_sdk::schema::PromptRequest::new(
+        session.session_id.clone(),
+        vec!["!stall".into()],
+    );
+    let turn = tokio::spawn({
+        let client = client.clone();
+        async move { client.prompt(request).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(proxy.cut() > 0);
+    let outcome = within("the cut turn", turn).await?;
+    let error = outcome.err().ok_or("the turn survived a cut socket")?;
+    assert!(error.is_connection_lost(), "{error:?}");
+
+    client.open().await?;
+    client
+        .load_session(LoadSessionRequest::new(session.session_id.clone(), "/tmp"))
+        .await?;
+    Ok(())
+}

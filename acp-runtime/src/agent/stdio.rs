@@ -54,6 +54,16 @@ pub async fn write_stdin(stdin: ChildStdin, mut lines: mpsc::Receiver<Bytes>) {
                 return;
             }
         }
+        // Pipelined requests are queued by their own tasks, each of which
+        // wakes this one: one pass of the scheduler lets the rest queue
+        // theirs, so a burst is one write (research/benchmarks.md, "The /acp
+        // transports").
+        tokio::task::yield_now().await;
+        while let Ok(line) = lines.try_recv() {
+            if writer.write_all(&line).await.is_err() {
+                return;
+            }
+        }
         if writer.flush().await.is_err() {
             return;
         }

@@ -39,6 +39,12 @@ use tokio_tungstenite::tungstenite::{self, Message};
 /// Most bytes the socket buffers for writing before a send waits (the ring
 /// holds the rest).
 const MAX_WRITE_BUFFER: usize = 1024 * 1024;
+/// Most bytes one socket read asks for. tungstenite zero-fills this much of
+/// its read buffer before every read (128 KiB by default, a memset per
+/// frame of a pipelined client); JSON-RPC messages are small, and a big one
+/// is still read whole, in more reads (research/benchmarks.md, "The /acp
+/// transports").
+const READ_CHUNK: usize = 16 * 1024;
 
 type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
@@ -121,7 +127,8 @@ pub fn upgrade(
     let config = WebSocketConfig::default()
         .max_message_size(Some(runtime.config.max_body_bytes))
         .max_frame_size(Some(runtime.config.max_body_bytes))
-        .max_write_buffer_size(MAX_WRITE_BUFFER);
+        .max_write_buffer_size(MAX_WRITE_BUFFER)
+        .read_buffer_size(READ_CHUNK);
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
@@ -270,7 +277,7 @@ impl Peer {
         }
         if self.agent.is_none() && !names_agent {
             let error = Error::InvalidRequest(format!(
-                "name the agent in the path: {}/{{agent}} (known agents: {}), or in params._meta[\"sandboxagent.dev\"].agent of initialize",
+                "name the agent in the path: {}/{{agent}} (known agents: {}), or in params._meta[\"sandboxagent.dev\"].agent of initialize (or start the server with --default-agent)",
                 super::acp::PATH,
                 self.runtime.agents.known_ids()
             ));
@@ -367,6 +374,11 @@ async fn next_batch(stream: &mut Option<Stream>) -> Option<Bytes> {
         // A push between `next_batch` and here leaves a permit: no miss.
         let wake = stream.wake().clone();
         wake.notified().await;
+        // Answers come in bursts (one read of the agent's stdout settles
+        // several requests, each pushed by its own task): one pass of the
+        // scheduler lets the others push theirs, so one write carries the
+        // burst.
+        tokio::task::yield_now().await;
     }
 }
 

@@ -459,6 +459,69 @@ async fn routing_table_statuses() {
     assert_problem(&reply, 404, "unknown-connection");
 }
 
+/// `--default-agent`: a bare `/acp` `initialize` without `_meta` gets the
+/// default agent (over POST and over WebSocket); `_meta` still wins; an
+/// unknown default is refused at start-up.
+#[tokio::test]
+async fn default_agent_serves_bare_acp() {
+    let server = TestServer::start(&["--default-agent", MOCK]).await;
+    let api = server.api();
+    let init = acp::request(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let reply = Api::send(acp_post(&api, "/acp", None, None).body(init.to_string())).await;
+    reply.assert_status(200);
+    assert!(reply.json()["result"]["agentInfo"].is_object(), "{reply:?}");
+    let conn = reply
+        .header(ACP_CONNECTION)
+        .expect("connection id")
+        .to_owned();
+    // The connection is the mock's: its extension method answers.
+    let mut stream = open(acp_get(&api, Some(&conn), None, None)).await;
+    accepted(
+        &api,
+        &conn,
+        None,
+        &acp::request(1, "_mock/echo", json!({"n": 7})),
+    )
+    .await;
+    let answer = stream
+        .next_event_matching(|e| e.is_response_to(&json!(1)), EVENT_TIMEOUT)
+        .await;
+    assert_eq!(answer.data["result"], json!({"n": 7}), "{answer:?}");
+    // `_meta` naming an agent still takes precedence (here: an unknown one).
+    let named = acp::request(0, "initialize", acp::initialize_params("nope"));
+    let reply = Api::send(acp_post(&api, "/acp", None, None).body(named.to_string())).await;
+    assert_problem(&reply, 404, "unknown-agent");
+    // WebSocket on bare /acp.
+    let url = format!("ws://{}/acp", api.addr());
+    let (mut socket, _) = tokio::time::timeout(REQUEST_TIMEOUT, connect_async(url))
+        .await
+        .expect("upgrade within the bound")
+        .expect("WebSocket upgrade");
+    send_text(&mut socket, init.to_string()).await;
+    let answer = next_json(&mut socket).await;
+    assert!(answer["result"]["agentInfo"].is_object(), "{answer}");
+
+    // An unknown default agent: the server refuses to start, naming it.
+    let output = v2_api_tests::server::sandbox_agent_command()
+        .args([
+            "server",
+            "--no-token",
+            "--port",
+            "0",
+            "--default-agent",
+            "nope",
+        ])
+        .output()
+        .expect("run sandbox-agent server");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--default-agent \"nope\""), "{stderr}");
+}
+
 /// The bearer token guards `/acp` as it guards `/v2`.
 #[tokio::test]
 async fn acp_requires_the_bearer_token() {

@@ -485,3 +485,87 @@ async fn a_stream_lost_for_good_fails_every_waiting_request_and_exits_non_zero()
         Vec::<String>::new()
     );
 }
+
+/// `--transport ws`: the same relay over one WebSocket on `/acp` (token on
+/// the upgrade): a full turn with a permission round trip, then stdin EOF
+/// closes the socket and the bridge exits 0.
+#[tokio::test]
+async fn over_websocket_a_full_turn_with_a_permission_round_trip() {
+    let server = TestServer::start(&["--token", "ws-secret"]).await;
+    let proxy = CutProxy::start(server.addr()).await;
+    let mut bridge = BridgeProcess::start(
+        &proxy.url(),
+        MOCK,
+        &["--transport", "ws", "--token", "ws-secret"],
+        &[],
+    );
+    let session = open_session(&mut bridge).await;
+    let heads = proxy.heads();
+    assert!(
+        !heads.is_empty() && heads.iter().all(|h| h.method == "GET"),
+        "one upgrade, no POSTs: {heads:?}"
+    );
+
+    bridge
+        .send(&request(
+            3,
+            "session/prompt",
+            prompt_params(&session, "please ask for permission"),
+        ))
+        .await;
+    let ask = loop {
+        let message = bridge.next().await;
+        if message["method"] == "session/request_permission" {
+            break message;
+        }
+        assert!(message.get("id").is_none(), "{message}");
+    };
+    assert_eq!(ask["params"]["sessionId"], session.as_str());
+    bridge
+        .send(&permission_answer(ask["id"].clone(), "allow-once"))
+        .await;
+    let (done, after) = bridge.until_response(&json!(3)).await;
+    assert_eq!(stop_reason(&done), Some("end_turn"), "{done}");
+    assert_eq!(chunk_texts(&after), word_chunks("Permission granted."));
+
+    // A plain turn too, answered in order after its updates.
+    bridge
+        .send(&request(4, "session/prompt", prompt_params(&session, "hi")))
+        .await;
+    let (done, updates) = bridge.until_response(&json!(4)).await;
+    assert_eq!(stop_reason(&done), Some("end_turn"), "{done}");
+    assert_eq!(chunk_texts(&updates), mock_reply_chunks("hi"));
+
+    bridge.close_stdin();
+    let status = bridge.wait_exit(EXIT_TIMEOUT).await;
+    assert!(status.success(), "{status:?}\n{}", bridge.stderr_text());
+    assert_eq!(proxy.heads().len(), 1, "{:?}", proxy.heads());
+}
+
+/// A WebSocket cannot resume: a socket cut mid-turn fails every waiting
+/// request with a message saying so, and the bridge exits non-zero.
+#[tokio::test]
+async fn over_websocket_a_cut_socket_is_fatal() {
+    let server = TestServer::start(&[]).await;
+    let proxy = CutProxy::start(server.addr()).await;
+    let mut bridge = BridgeProcess::start(&proxy.url(), MOCK, &["--transport", "ws"], &[]);
+    let session = open_session(&mut bridge).await;
+    bridge
+        .send(&request(
+            3,
+            "session/prompt",
+            prompt_params(&session, "!stall"),
+        ))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(proxy.cut() > 0);
+    let answer = bridge.next().await;
+    assert_eq!(answer["id"], 3, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("lost the WebSocket") && message.contains(&proxy.url()),
+        "{answer}"
+    );
+    let status = bridge.wait_exit(EXIT_TIMEOUT).await;
+    assert!(!status.success(), "{status:?}");
+}

@@ -45,6 +45,10 @@ pub fn post_failure(error: &Error, target: &Target, connected: bool) -> Diagnosi
             error: unreachable(target, error, &cause_text(cause)),
             fatal: !connected,
         },
+        Error::WebSocketConnect(cause) => Diagnosis {
+            error: unreachable(target, error, cause),
+            fatal: !connected,
+        },
         Error::Request(cause) => Diagnosis {
             error: transport_error(
                 format!(
@@ -132,6 +136,14 @@ pub fn stream_failure(error: &Error, target: &Target) -> RpcError {
                  attempts failed (last: {}); is `sandbox-agent server` still running?",
                 target.url,
                 error_cause(last)
+            ),
+            error,
+        ),
+        Error::WebSocket(cause) => transport_error(
+            format!(
+                "lost the WebSocket to the sandbox-agent runtime at {}: {cause}; a WebSocket \
+                 cannot resume (the default transport can)",
+                target.url
             ),
             error,
         ),

@@ -11,6 +11,9 @@
 //! `Last-Event-ID`, de-duplication, answer ordering) is entirely the
 //! client crate's; the bridge adds the agent choice and the editor-facing
 //! error handling. Logs go to stderr only: stdout is the ACP channel.
+//! With `--transport ws` the same relay runs over one WebSocket on `/acp`
+//! instead (the client crate's `Transport::WebSocket`): no resume, so a
+//! dropped socket is fatal like a lost event stream.
 //!
 //! # Layout
 //! - this file: the arguments and the relay loop.
@@ -38,7 +41,9 @@ pub mod diagnose;
 pub mod message;
 pub mod stdio;
 
-use acp_http_client::{HttpConnection, Incoming, ReconnectPolicy, SendError, TransportOptions};
+use acp_http_client::{
+    HttpConnection, Incoming, ReconnectPolicy, SendError, Transport, TransportOptions,
+};
 use acp_runtime::agent::framing::Line;
 use acp_runtime::protocol::RpcError;
 use clap::Args;
@@ -85,6 +90,20 @@ pub struct BridgeArgs {
     /// the bridge gives up (back-off 250 ms doubling to 10 s, jittered).
     #[arg(long, default_value_t = ReconnectPolicy::default().max_attempts)]
     pub reconnect_attempts: u32,
+    /// How to reach the runtime: `http` (POST and a resumable event stream
+    /// on /v2/rpc) or `ws` (one WebSocket on /acp: lower latency, but a
+    /// dropped socket is fatal, nothing is replayed).
+    #[arg(long, value_enum, default_value_t = BridgeTransport::Http)]
+    pub transport: BridgeTransport,
+}
+
+/// `--transport` of the bridge (research/contract.md, "Bridge").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BridgeTransport {
+    /// `/v2/rpc`: POST each message, Server-Sent Events resumed after a drop.
+    Http,
+    /// `/acp` over WebSocket: one text frame per message, no resume.
+    Ws,
 }
 
 /// Runs the bridge on this process's stdin and stdout until stdin closes.
@@ -184,6 +203,9 @@ fn transport_options(args: &BridgeArgs) -> Result<TransportOptions, String> {
             max_attempts: args.reconnect_attempts,
             ..ReconnectPolicy::default()
         });
+    if args.transport == BridgeTransport::Ws {
+        options = options.transport(Transport::WebSocket);
+    }
     if let Some(token) = args.token.as_deref().filter(|t| !t.is_empty()) {
         options = options.token(token);
     }
