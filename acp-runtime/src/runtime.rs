@@ -901,6 +901,7 @@ impl Runtime {
                 error: None,
                 waiting: 0,
                 dropped_events: 0,
+                rejected_writes: 0,
             },
         }
     }
@@ -922,7 +923,13 @@ impl Runtime {
             return Ok(session.events(offset, limit));
         };
         let stored = store
-            .events(&session.agent, &session.id, offset, limit)
+            .events(
+                &session.agent,
+                &session.id,
+                offset,
+                limit,
+                self.config.event_log_bytes.max(1),
+            )
             .await
             .map_err(|e| Error::StoreUnavailable(e.to_string()))?;
         let mut events: Vec<ext_methods::SessionEvent> = stored

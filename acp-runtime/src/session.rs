@@ -35,6 +35,9 @@ pub struct Session {
     pub created_at: SystemTime,
     /// Where its changes are stored; `None` with `--store memory`.
     persist: Option<Arc<Persist>>,
+    /// Replaced, revived or forgotten: another entry owns its store key now,
+    /// so nothing of this one is stored any more.
+    retired: std::sync::atomic::AtomicBool,
     state: Mutex<SessionState>,
 }
 
@@ -96,7 +99,7 @@ impl Session {
         state.ended = Some(reason);
         state.dormant = false;
         state.updated_at = SystemTime::now();
-        if self.persist.as_ref().is_some_and(|p| !p.is_shutting_down()) {
+        if self.store().is_some_and(|p| !p.is_shutting_down()) {
             self.store_row(&state);
         }
         let attached = std::mem::take(&mut state.attached);
@@ -180,7 +183,7 @@ impl Session {
     ) {
         let now = SystemTime::now();
         state.updated_at = now;
-        if stored && let Some(persist) = &self.persist {
+        if stored && let Some(persist) = self.store() {
             let event = EventRow {
                 offset: state.log.count(),
                 at_ns: store::nanos(now),
@@ -201,6 +204,20 @@ impl Session {
     /// store (or were dropped).
     pub fn first_offset_in_memory(&self) -> u64 {
         self.state.lock().log.first_offset()
+    }
+
+    /// Stops storing anything of this entry (see `retired`).
+    fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Where this entry's changes go: `None` with `--store memory` or once
+    /// it is retired.
+    fn store(&self) -> Option<&Arc<Persist>> {
+        self.persist
+            .as_ref()
+            .filter(|_| !self.retired.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Whether the session was restored from the store and not loaded since.
@@ -228,7 +245,7 @@ impl Session {
 
     /// Queues the entry for the store (no-op with `--store memory`).
     fn store_row(&self, state: &SessionState) {
-        if let Some(persist) = &self.persist {
+        if let Some(persist) = self.store() {
             persist.session(self.row(state));
         }
     }
@@ -406,6 +423,7 @@ impl Sessions {
                 process_generation: RESTORED_GENERATION,
                 created_at: store::time_of(row.created_ns),
                 persist: self.persist.clone(),
+                retired: std::sync::atomic::AtomicBool::new(false),
                 state: Mutex::new(state),
             });
             let mut entry = self.map.entry(row.session_id).or_default();
@@ -436,6 +454,10 @@ impl Sessions {
     /// the old history goes with it (research/contract.md,
     /// "Routing: connections, sessions, one agent process"). A live entry of
     /// the same process is kept and returned.
+    ///
+    /// `load` says a `session/load` or `session/resume` succeeded: only then
+    /// is a dormant entry revived; a `session/new` or `fork` that reuses its
+    /// id replaces it like an ended one.
     pub fn insert(
         &self,
         id: &str,
@@ -443,6 +465,7 @@ impl Sessions {
         process_generation: u64,
         cwd: Option<String>,
         metadata: Map<String, Value>,
+        load: bool,
     ) -> Arc<Session> {
         // A fresh entry, or the revival of a dormant one: the same entry
         // (created, metadata, hints) whose log goes on after the stored
@@ -480,6 +503,7 @@ impl Sessions {
                 process_generation,
                 created_at,
                 persist: self.persist.clone(),
+                retired: std::sync::atomic::AtomicBool::new(false),
                 state: Mutex::new(state),
             });
             session.apply_metadata(&metadata);
@@ -495,12 +519,14 @@ impl Sessions {
                 {
                     existing.clone()
                 }
-                Some(dormant) if dormant.is_dormant() => {
+                Some(dormant) if load && dormant.is_dormant() => {
+                    dormant.retire();
                     *dormant = make(Some(dormant));
                     dormant.clone()
                 }
                 Some(replaced) => {
                     // The old history goes with the old entry, in the store too.
+                    replaced.retire();
                     if let Some(persist) = &self.persist {
                         persist.remove(&replaced.agent, &replaced.id);
                     }
@@ -600,12 +626,20 @@ impl Sessions {
         ended.sort_by_key(sort_key);
         let excess = ended.len() - self.limits.ended_sessions;
         for forgotten in ended.into_iter().take(excess) {
+            let mut dropped = false;
             self.map.remove_if_mut(&forgotten.id, |_, of_agent| {
+                let before = of_agent.len();
                 of_agent.retain(|s| !(Arc::ptr_eq(s, &forgotten) && gone(s)));
+                dropped = of_agent.len() != before;
                 of_agent.is_empty()
             });
-            if let Some(persist) = &self.persist {
-                persist.remove(&forgotten.agent, &forgotten.id);
+            // Only when this very entry went: a newer session with the same
+            // id may have replaced it meanwhile, and its rows stay.
+            if dropped {
+                forgotten.retire();
+                if let Some(persist) = &self.persist {
+                    persist.remove(&forgotten.agent, &forgotten.id);
+                }
             }
         }
     }
@@ -671,6 +705,7 @@ mod tests {
             1,
             Some("/w".into()),
             object(json!({"agent": "mock", "variant": "x", "title": "T", "eventCount": 99})),
+            false,
         );
         session.record(Direction::AgentToClient, Bytes::from_static(b"{}"));
         let meta = session.meta();
@@ -689,7 +724,7 @@ mod tests {
     #[test]
     fn set_metadata_side_effects() {
         let inventory = sessions();
-        let session = inventory.insert("s", "mock".into(), 1, None, Map::new());
+        let session = inventory.insert("s", "mock".into(), 1, None, Map::new(), false);
         session.apply_metadata(&object(
             json!({"title": "A", "model": "m", "mode": "plan", "labels": {"k": 1}}),
         ));
@@ -714,7 +749,7 @@ mod tests {
     fn list_is_newest_first_with_cursor_pages() {
         let inventory = sessions();
         for id in ["a", "b", "c", "d", "e"] {
-            inventory.insert(id, "mock".into(), 1, Some("/w".into()), Map::new());
+            inventory.insert(id, "mock".into(), 1, Some("/w".into()), Map::new(), false);
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         let page = inventory.list(None, None, 2).expect("page");
@@ -747,20 +782,20 @@ mod tests {
     #[test]
     fn ended_sessions_are_replaced_and_pruned() {
         let inventory = sessions();
-        let first = inventory.insert("s", "mock".into(), 1, None, Map::new());
+        let first = inventory.insert("s", "mock".into(), 1, None, Map::new(), false);
         assert!(first.end(EndReason::Error).is_some());
         assert!(
             first.end(EndReason::Error).is_none(),
             "ending twice reports nothing new"
         );
-        let second = inventory.insert("s", "mock".into(), 1, None, Map::new());
+        let second = inventory.insert("s", "mock".into(), 1, None, Map::new(), false);
         assert!(!Arc::ptr_eq(&first, &second));
         for id in ["x", "y", "z"] {
             inventory
-                .insert(id, "mock".into(), 1, None, Map::new())
+                .insert(id, "mock".into(), 1, None, Map::new(), false)
                 .end(EndReason::Completed);
         }
-        inventory.insert("w", "mock".into(), 1, None, Map::new());
+        inventory.insert("w", "mock".into(), 1, None, Map::new(), false);
         let ended = inventory.all().iter().filter(|s| s.is_ended()).count();
         assert_eq!(ended, 2, "only the newest ended sessions are kept");
         assert!(inventory.get("mock", "x").is_none());
@@ -769,8 +804,8 @@ mod tests {
     #[test]
     fn two_agents_keep_their_own_session_of_the_same_id() {
         let inventory = sessions();
-        let a = inventory.insert("s-1", "a".into(), 1, Some("/a".into()), Map::new());
-        let b = inventory.insert("s-1", "b".into(), 2, Some("/b".into()), Map::new());
+        let a = inventory.insert("s-1", "a".into(), 1, Some("/a".into()), Map::new(), false);
+        let b = inventory.insert("s-1", "b".into(), 2, Some("/b".into()), Map::new(), false);
         assert!(!Arc::ptr_eq(&a, &b));
         let of_a = inventory.get("a", "s-1").expect("a's session");
         assert!(Arc::ptr_eq(&of_a, &a));
@@ -780,7 +815,7 @@ mod tests {
         assert_eq!(inventory.all().len(), 2);
         // Ending and replacing a's entry leaves b's alone.
         a.end(EndReason::Completed);
-        let again = inventory.insert("s-1", "a".into(), 3, None, Map::new());
+        let again = inventory.insert("s-1", "a".into(), 3, None, Map::new(), false);
         assert!(!Arc::ptr_eq(&again, &a));
         assert!(Arc::ptr_eq(&inventory.get("b", "s-1").expect("b's"), &b));
         assert_eq!(inventory.by_id("s-1").len(), 2);
@@ -789,8 +824,8 @@ mod tests {
     #[test]
     fn listing_pages_through_sessions_of_two_agents_with_one_id() {
         let inventory = sessions();
-        inventory.insert("s-1", "a".into(), 1, None, Map::new());
-        inventory.insert("s-1", "b".into(), 2, None, Map::new());
+        inventory.insert("s-1", "a".into(), 1, None, Map::new(), false);
+        inventory.insert("s-1", "b".into(), 2, None, Map::new(), false);
         let first = inventory.list(None, None, 1).expect("page 1");
         let cursor = first.next_cursor.expect("a second page");
         let second = inventory.list(None, Some(&cursor), 1).expect("page 2");

@@ -341,7 +341,13 @@ pub struct ServerArgs {
     /// history: `sqlite:PATH`, `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`
     /// (a fleet: sandboxes come and go, their history stays), or `memory`
     /// (nothing written). Default: sqlite:<data-dir>/sessions.db.
-    #[arg(long, env = "SANDBOX_AGENT_STORE", value_name = "URL", value_parser = parse_store)]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_STORE",
+        hide_env_values = true,
+        value_name = "URL",
+        value_parser = parse_store
+    )]
     pub store: Option<acp_runtime::store::StoreUrl>,
     /// The id this runtime's rows carry in the store. A new sandbox started
     /// with the id of an old one (and the same PostgreSQL) sees the old
@@ -484,12 +490,9 @@ impl ServerArgs {
         config.event_log_bytes = self.event_log_bytes;
         config.ended_sessions = self.ended_sessions;
         config.store = self.store;
-        if let Some(id) = &self.runtime_id
-            && (id.is_empty() || id.len() > 200 || id.chars().any(char::is_control))
-        {
-            return Err(format!(
-                "--runtime-id must be 1 to 200 characters without control characters, got {id:?}"
-            ));
+        if let Some(id) = &self.runtime_id {
+            acp_runtime::store::check_runtime_id(id)
+                .map_err(|rule| format!("--runtime-id: {rule}"))?;
         }
         config.runtime_id = self.runtime_id;
         config.terminate_grace = Duration::from_millis(self.terminate_grace_ms);

@@ -68,6 +68,10 @@ pub fn spawn(
     let mut command = Command::new(&launch.program);
     command
         .args(&launch.args)
+        // The server's secrets are not the agent's: the bearer token and
+        // the store URL (it may hold a database password).
+        .env_remove("SANDBOX_AGENT_TOKEN")
+        .env_remove("SANDBOX_AGENT_STORE")
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -505,6 +505,7 @@ impl Router {
         effect: Effect,
         result: &RawValue,
     ) -> Option<Arc<Session>> {
+        let load = matches!(effect, Effect::AttachSession { .. });
         let (session_id, cwd, metadata, request) = match effect {
             Effect::None | Effect::SetHints(_) => return None,
             Effect::CreateSession {
@@ -536,6 +537,7 @@ impl Router {
             self.generation,
             cwd,
             metadata,
+            load,
         );
         if let Some(request) = request {
             session.record(Direction::ClientToAgent, request);

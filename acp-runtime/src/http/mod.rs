@@ -266,12 +266,17 @@ fn health(runtime: &Runtime) -> Response<Body> {
         "storeBackend": store.backend,
         "storeWaiting": store.waiting,
         "storeDroppedEvents": store.dropped_events,
+        "storeRejectedWrites": store.rejected_writes,
     });
-    if let Some(error) = store.error {
-        body["storeError"] = serde_json::Value::String(error);
-    }
-    if let Some(store) = &runtime.store {
-        body["runtimeId"] = serde_json::Value::String(store.runtime_id().to_owned());
+    // Health needs no token: with one set, what could name hosts or ids
+    // (the driver's error, the runtime id) stays off it.
+    if runtime.config.token.is_none() {
+        if let Some(error) = store.error {
+            body["storeError"] = serde_json::Value::String(error);
+        }
+        if let Some(store) = &runtime.store {
+            body["runtimeId"] = serde_json::Value::String(store.runtime_id().to_owned());
+        }
     }
     full(
         StatusCode::OK,

@@ -18,7 +18,7 @@ use ext_methods::{Direction, EndReason, ModelInfo};
 use serde_json::{Map, Value};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
-use sqlx::{AnyPool, Row};
+use sqlx::{AnyPool, Connection as _, Row};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -96,19 +96,55 @@ impl StoreUrl {
     }
 }
 
+/// `url` with the password (in the user info or a `password=` query
+/// parameter) replaced by `***`; a URL that does not parse shows only its
+/// scheme, since a password may be anywhere in it.
 fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+    let Ok(mut parsed) = reqwest::Url::parse(url) else {
+        let scheme = url
+            .split_once("://")
+            .map_or("postgres", |(scheme, _)| scheme);
+        return format!("{scheme}://*** (unparsable URL, not shown)");
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) if user_info.contains(':') => {
-            let user = user_info.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***@{host}{tail}")
-        }
-        _ => url.to_owned(),
+    if parsed.password().is_some() {
+        let _ = parsed.set_password(Some("***"));
     }
+    if parsed.query().is_some() {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(key, value)| {
+                let secret = key.eq_ignore_ascii_case("password");
+                (
+                    key.into_owned(),
+                    if secret {
+                        "***".to_owned()
+                    } else {
+                        value.into_owned()
+                    },
+                )
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.to_string()
+}
+
+/// The rules of a runtime id (`--runtime-id` and `<data-dir>/runtime-id`):
+/// 1 to 200 characters, not only white space, no control characters.
+///
+/// # Errors
+/// A message saying which rule `id` breaks.
+pub fn check_runtime_id(id: &str) -> Result<(), String> {
+    let length = id.chars().count();
+    if !(1..=200).contains(&length) || id.trim().is_empty() {
+        return Err(format!(
+            "a runtime id is 1 to 200 characters, not only white space (got {length})"
+        ));
+    }
+    if id.chars().any(char::is_control) {
+        return Err("a runtime id has no control characters".to_owned());
+    }
+    Ok(())
 }
 
 /// Why the store could not be opened or used.
@@ -282,7 +318,16 @@ pub fn default_runtime_id(data_dir: &Path) -> Result<String, StoreError> {
     let path = data_dir.join(RUNTIME_ID_FILE);
     let io = |e: std::io::Error| StoreError::Io(format!("{}: {e}", path.display()));
     match std::fs::read_to_string(&path) {
-        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_owned()),
+        Ok(text) if !text.trim().is_empty() => {
+            let id = text.trim();
+            check_runtime_id(id).map_err(|rule| {
+                StoreError::Io(format!(
+                    "{}: {rule}; fix or delete the file (a new id is made when it is missing)",
+                    path.display()
+                ))
+            })?;
+            return Ok(id.to_owned());
+        }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(e)),
@@ -326,6 +371,25 @@ impl Store {
             what: what.clone(),
             source,
         };
+        if backend == Backend::Sqlite {
+            // One plain connection first: the pool retries a failing open
+            // until its timeout and then reports only the timeout.
+            let mut probe = sqlx::AnyConnection::connect(&connect)
+                .await
+                .map_err(open_error)?;
+            prepare(&mut probe, backend).await.map_err(open_error)?;
+            // SQLite opens a file it cannot write read-only, silently: a
+            // write of the header (the same user_version back) says so now.
+            let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+                .fetch_one(&mut probe)
+                .await
+                .map_err(open_error)?;
+            sqlx::query(&format!("PRAGMA user_version = {version}"))
+                .execute(&mut probe)
+                .await
+                .map_err(open_error)?;
+            let _ = sqlx::Connection::close(probe).await;
+        }
         let pool = AnyPoolOptions::new()
             .max_connections(pool_size)
             .acquire_timeout(CONNECT_TIMEOUT)
@@ -363,6 +427,11 @@ impl Store {
         &self.what
     }
 
+    /// Whether this is a PostgreSQL store (else SQLite).
+    pub(crate) fn is_postgres(&self) -> bool {
+        self.backend == Backend::Postgres
+    }
+
     /// The runtime id every row read or written here carries.
     pub fn runtime_id(&self) -> &str {
         &self.runtime_id
@@ -390,42 +459,101 @@ impl Store {
             .bind(&*self.runtime_id)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter().map(session_row).collect()
+        Ok(rows
+            .iter()
+            .filter_map(|row| match session_row(row) {
+                Ok(session) => Some(session),
+                Err(error) => {
+                    let name = |column| row.try_get::<String, _>(column).unwrap_or_default();
+                    tracing::warn!(
+                        store = self.describe(),
+                        agent = name("agent"),
+                        session = name("session_id"),
+                        %error,
+                        "skipping a session the store holds but this runtime cannot read"
+                    );
+                    None
+                }
+            })
+            .collect())
     }
 
     /// Up to `limit` events of (`agent`, `session_id`) at or after `offset`,
-    /// in order. Pruned events are skipped (the first offset is then larger).
+    /// in order, and no more message bytes than `max_bytes` (the first event
+    /// always comes, whatever its size). Pruned events are skipped (the
+    /// first offset is then larger); a row this runtime cannot read is
+    /// skipped too, with a warning (a gap, not a failed page).
     ///
     /// # Errors
-    /// A failed query or an unreadable row.
+    /// A failed query.
     pub async fn events(
         &self,
         agent: &str,
         session_id: &str,
         offset: u64,
         limit: usize,
+        max_bytes: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
+        // Read in small steps, so a page of large messages stops at the
+        // byte budget instead of loading `limit` of them at once.
+        const STEP: usize = 64;
         let sql = self.sql(
             "SELECT event_offset, at_ns, direction, message FROM events \
              WHERE runtime_id = $1 AND agent = $2 AND session_id = $3 AND event_offset >= $4 \
              ORDER BY event_offset LIMIT $5",
         );
-        let rows = sqlx::query(&sql)
-            .bind(&*self.runtime_id)
-            .bind(agent)
-            .bind(session_id)
-            .bind(i64::try_from(offset).unwrap_or(i64::MAX))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(event_row).collect()
+        let mut events = Vec::new();
+        let mut bytes = 0_usize;
+        let mut next = i64::try_from(offset).unwrap_or(i64::MAX);
+        while events.len() < limit {
+            let step = STEP.min(limit - events.len());
+            let rows = sqlx::query(&sql)
+                .bind(&*self.runtime_id)
+                .bind(agent)
+                .bind(session_id)
+                .bind(next)
+                .bind(i64::try_from(step).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await?;
+            let fetched = rows.len();
+            let before = next;
+            for row in &rows {
+                if let Ok(offset) = row.try_get::<i64, _>("event_offset") {
+                    next = next.max(offset.saturating_add(1));
+                }
+                match event_row(row) {
+                    Ok(event) => {
+                        if !events.is_empty() && bytes + event.message.len() > max_bytes {
+                            return Ok(events);
+                        }
+                        bytes += event.message.len();
+                        events.push(event);
+                    }
+                    Err(error) => tracing::warn!(
+                        store = self.describe(),
+                        agent,
+                        session = session_id,
+                        %error,
+                        "skipping an event the store holds but this runtime cannot read"
+                    ),
+                }
+            }
+            // The end, or rows whose offsets cannot be read: no progress.
+            if fetched < step || next == before {
+                break;
+            }
+        }
+        Ok(events)
     }
 
     /// Writes `batch` in one transaction, in order; returns the event count
-    /// each session reached in it (for pruning).
+    /// each session reached in it (for pruning). An entry change is written
+    /// with its row in `rows` (the newest, see [`writer`]), or skipped when
+    /// `rows` has none of its sequence number (removed or superseded).
     async fn apply(
         &self,
         batch: &[writer::Write],
+        rows: &writer::RowSnapshot,
     ) -> Result<Vec<(Arc<str>, Arc<str>, u64)>, sqlx::Error> {
         use writer::Write;
         let mut tx = self.pool.begin().await?;
@@ -439,7 +567,15 @@ impl Store {
             self.insert_events(&mut tx, &mut events, &mut counts)
                 .await?;
             match write {
-                Write::Session(row) => self.upsert(&mut tx, row).await?,
+                Write::Session {
+                    agent,
+                    session,
+                    seq,
+                } => {
+                    if let Some(row) = writer::row_of(rows, agent, session, *seq) {
+                        self.upsert(&mut tx, row).await?;
+                    }
+                }
                 Write::Remove { agent, session } => {
                     counts.retain(|(a, s, _, _)| !(a == agent && s == session));
                     for table in ["events", "sessions"] {
@@ -571,15 +707,15 @@ impl Store {
             .bind(&*self.runtime_id)
             .bind(&*row.agent)
             .bind(&*row.session_id)
-            .bind(row.cwd.as_deref())
+            .bind(row.cwd.as_deref().map(text))
             .bind(row.created_ns)
             .bind(row.updated_ns)
             .bind(row.end_reason.map(end_reason_text))
             .bind(serde_json::to_string(&row.metadata).unwrap_or_else(|_| "{}".into()))
             .bind(i64::try_from(row.event_count).unwrap_or(i64::MAX))
-            .bind(row.title.as_deref())
-            .bind(row.model.as_deref())
-            .bind(row.mode.as_deref())
+            .bind(row.title.as_deref().map(text))
+            .bind(row.model.as_deref().map(text))
+            .bind(row.mode.as_deref().map(text))
             .bind(
                 row.models
                     .as_ref()
@@ -636,6 +772,12 @@ async fn prepare(
 /// parser would take them as an escape, the query or a fragment).
 const SQLITE_PATH: &percent_encoding::AsciiSet =
     &percent_encoding::CONTROLS.add(b'%').add(b'?').add(b'#');
+
+/// Text for a `TEXT` column: PostgreSQL refuses NUL in text, so it becomes
+/// U+FFFD (SQLite would keep it; one rule for both).
+fn text(value: &str) -> String {
+    value.replace('\0', "\u{FFFD}")
+}
 
 fn direction_text(direction: Direction) -> &'static str {
     match direction {

@@ -11,12 +11,20 @@
 //! - A failing store (unreachable, full, read-only) keeps its writes queued
 //!   inside the same caps and is retried with back-off; `GET /v2/health`
 //!   says `"store": "degraded"` meanwhile.
+//! - A write the database refuses for what it holds (a value or key it
+//!   cannot take: SQLSTATE classes 22, 23, 54; SQLite's TOOBIG, CONSTRAINT,
+//!   MISMATCH, RANGE) is found by retrying the batch one write at a time,
+//!   then dropped, counted and logged: one bad value never stalls the rest.
+//! - Inventory entries are coalesced: a changed entry queues a marker once,
+//!   and the newest row is kept beside the queue until written, so an entry
+//!   changed a thousand times while the store is down costs one row.
 
 use super::{EventRow, SessionRow, Store};
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64 as Sequence;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -33,11 +41,45 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// A session's store key: (agent, session id).
+type Key = (Arc<str>, Arc<str>);
+
+/// The newest unwritten row of an entry, and which marker writes it.
+#[derive(Debug)]
+struct PendingRow {
+    /// The marker's sequence number.
+    seq: u64,
+    /// Bumped by each change coalesced into it.
+    version: u64,
+    row: Box<SessionRow>,
+}
+
+/// The rows a batch writes, cloned from the pending ones when it is built:
+/// key → (marker sequence number, version, row).
+pub(crate) type RowSnapshot = HashMap<Key, (u64, u64, Box<SessionRow>)>;
+
+/// The row a marker of (`agent`, `session`) with sequence number `seq` writes.
+pub(crate) fn row_of<'a>(
+    rows: &'a RowSnapshot,
+    agent: &Arc<str>,
+    session: &Arc<str>,
+    seq: u64,
+) -> Option<&'a SessionRow> {
+    rows.get(&(agent.clone(), session.clone()))
+        .filter(|(marker, _, _)| *marker == seq)
+        .map(|(_, _, row)| row.as_ref())
+}
+
 /// One change for the store.
 #[derive(Debug)]
 pub(crate) enum Write {
-    /// Insert or replace an inventory entry.
-    Session(Box<SessionRow>),
+    /// An inventory entry changed: write its newest row (kept in
+    /// `Persist::rows` under this sequence number).
+    Session {
+        agent: Arc<str>,
+        session: Arc<str>,
+        seq: u64,
+    },
     /// Append one event to a session's log.
     Event {
         agent: Arc<str>,
@@ -73,6 +115,8 @@ pub(crate) struct StoreHealth {
     pub waiting: usize,
     /// Events dropped because the waiting writes hit their cap.
     pub dropped_events: u64,
+    /// Writes the database refused for what they hold (dropped, logged).
+    pub rejected_writes: u64,
 }
 
 /// The hot path's handle on the writer task.
@@ -83,6 +127,10 @@ pub(crate) struct Persist {
     waiting: AtomicUsize,
     waiting_bytes: AtomicUsize,
     dropped: AtomicU64,
+    rejected: AtomicU64,
+    /// The newest unwritten row of each changed entry.
+    rows: Mutex<HashMap<Key, PendingRow>>,
+    next_seq: Sequence,
     /// Set when shutdown begins: session ends from then on are the
     /// shutdown's, not the sessions', and are not stored (research/contract.md,
     /// "Durable sessions": live sessions come back dormant).
@@ -102,6 +150,9 @@ impl Persist {
             waiting: AtomicUsize::new(0),
             waiting_bytes: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            rows: Mutex::new(HashMap::new()),
+            next_seq: Sequence::new(0),
             shutting_down: AtomicBool::new(false),
             degraded: Mutex::new(None),
             backend,
@@ -117,9 +168,73 @@ impl Persist {
         persist
     }
 
-    /// Queues an inventory entry (never dropped: entries are few).
+    /// Queues an inventory entry: the newest row of an entry already queued
+    /// replaces the one waiting (one row per entry, never dropped).
     pub(crate) fn session(&self, row: SessionRow) {
-        self.send(Write::Session(Box::new(row)));
+        let key: Key = (row.agent.clone(), row.session_id.clone());
+        let mut rows = self.rows.lock();
+        if let Some(pending) = rows.get_mut(&key) {
+            *pending.row = row;
+            pending.version += 1;
+            return;
+        }
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        rows.insert(
+            key.clone(),
+            PendingRow {
+                seq,
+                version: 0,
+                row: Box::new(row),
+            },
+        );
+        drop(rows);
+        self.send(Write::Session {
+            agent: key.0,
+            session: key.1,
+            seq,
+        });
+    }
+
+    /// Clones the pending rows the markers of `batch` write.
+    fn snapshot(&self, batch: &[Write]) -> RowSnapshot {
+        let rows = self.rows.lock();
+        batch
+            .iter()
+            .filter_map(|write| match write {
+                Write::Session {
+                    agent,
+                    session,
+                    seq,
+                } => {
+                    let key: Key = (agent.clone(), session.clone());
+                    let pending = rows.get(&key).filter(|p| p.seq == *seq)?;
+                    Some((key, (pending.seq, pending.version, pending.row.clone())))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// After `snapshot` was written: forgets the rows written; a row changed
+    /// since gets a new marker.
+    fn written_rows(&self, snapshot: RowSnapshot) {
+        let mut rows = self.rows.lock();
+        for (key, (seq, version, _)) in snapshot {
+            let Some(pending) = rows.get_mut(&key).filter(|p| p.seq == seq) else {
+                continue;
+            };
+            if pending.version == version {
+                rows.remove(&key);
+                continue;
+            }
+            let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+            pending.seq = seq;
+            self.send(Write::Session {
+                agent: key.0,
+                session: key.1,
+                seq,
+            });
+        }
     }
 
     /// Queues one event; dropped (counted, logged) past the waiting caps.
@@ -144,8 +259,10 @@ impl Persist {
         });
     }
 
-    /// Queues the removal of a session and its events.
+    /// Queues the removal of a session and its events (and drops its
+    /// unwritten row).
     pub(crate) fn remove(&self, agent: &Arc<str>, session: &Arc<str>) {
+        self.rows.lock().remove(&(agent.clone(), session.clone()));
         self.send(Write::Remove {
             agent: agent.clone(),
             session: session.clone(),
@@ -195,6 +312,7 @@ impl Persist {
             error,
             waiting: self.waiting.load(Ordering::Relaxed),
             dropped_events: self.dropped.load(Ordering::Relaxed),
+            rejected_writes: self.rejected.load(Ordering::Relaxed),
         }
     }
 }
@@ -208,7 +326,9 @@ async fn run(
 ) {
     let mut queue: VecDeque<Write> = VecDeque::new();
     let mut retry = RETRY_FIRST;
-    let mut pruned: HashMap<(Arc<str>, Arc<str>), u64> = HashMap::new();
+    let mut pruned: HashMap<Key, u64> = HashMap::new();
+    // Writes left to retry one at a time after the database refused a batch.
+    let mut isolate = 0_usize;
     let failure_warning = LogLimit::new(WARN_INTERVAL, |count, interval| {
         tracing::warn!(count, ?interval, "session store: writes still failing");
     });
@@ -225,59 +345,138 @@ async fn run(
                 Err(_) => break,
             }
         }
-        let take = queue.len().min(MAX_BATCH);
+        let take = if isolate > 0 {
+            1
+        } else {
+            queue.len().min(MAX_BATCH)
+        };
         let batch = &queue.make_contiguous()[..take];
-        let outcome = tokio::time::timeout(WRITE_TIMEOUT, store.apply(batch)).await;
-        match outcome {
+        let rows = persist.snapshot(batch);
+        let outcome = tokio::time::timeout(WRITE_TIMEOUT, store.apply(batch, &rows)).await;
+        let error = match outcome {
             Ok(Ok(counts)) => {
-                for write in queue.drain(..take) {
-                    persist.written(&write);
-                    match write {
-                        Write::Flush(done) => {
-                            let _ = done.send(());
-                        }
-                        Write::Remove { agent, session } => {
-                            pruned.remove(&(agent, session));
-                        }
-                        _ => {}
-                    }
-                }
+                written(&mut queue, take, &persist, &mut pruned);
+                persist.written_rows(rows);
+                isolate = isolate.saturating_sub(1);
                 if persist.degraded.lock().take().is_some() {
                     tracing::info!(store = store.describe(), "session store is writable again");
                 }
                 retry = RETRY_FIRST;
                 prune(&store, counts, &mut pruned, event_cap).await;
+                continue;
             }
-            failed => {
-                let error = match failed {
-                    Ok(Err(error)) => error.to_string(),
-                    _ => format!("a write took longer than {WRITE_TIMEOUT:?}"),
-                };
-                if failure_warning.admit() {
-                    tracing::warn!(
-                        store = store.describe(),
-                        %error,
-                        waiting = queue.len(),
-                        "session store write failed: serving from memory, retrying"
-                    );
-                }
-                *persist.degraded.lock() = Some(error);
-                // Keep taking writes while waiting, within the caps.
-                let pause = tokio::time::sleep(retry);
-                tokio::pin!(pause);
-                loop {
-                    tokio::select! {
-                        () = &mut pause => break,
-                        write = rx.recv() => match write {
-                            Some(write) => queue.push_back(write),
-                            None => break,
-                        },
-                    }
-                }
-                shed(&mut queue, &persist);
-                retry = (retry * 2).min(RETRY_MAX);
+            Ok(Err(error)) => error,
+            Err(_) => sqlx::Error::PoolTimedOut,
+        };
+        if refused(&error, store.is_postgres()) {
+            if take > 1 {
+                // Find the write it refuses: the same writes, one at a time.
+                isolate = take;
+                continue;
+            }
+            let rejected = persist.rejected.fetch_add(1, Ordering::Relaxed) + 1;
+            tracing::warn!(
+                store = store.describe(),
+                %error,
+                rejected,
+                write = describe(&queue[0]),
+                "session store refused a write for what it holds: dropped"
+            );
+            written(&mut queue, 1, &persist, &mut pruned);
+            isolate = isolate.saturating_sub(1);
+            continue;
+        }
+        let code = match &error {
+            sqlx::Error::Database(database) => database.code().map(|c| c.into_owned()),
+            _ => None,
+        };
+        let error = match error {
+            sqlx::Error::PoolTimedOut => format!("a write took longer than {WRITE_TIMEOUT:?}"),
+            other => other.to_string(),
+        };
+        if failure_warning.admit() {
+            tracing::warn!(
+                store = store.describe(),
+                %error,
+                code = code.as_deref().unwrap_or("-"),
+                waiting = queue.len(),
+                "session store write failed: serving from memory, retrying"
+            );
+        }
+        *persist.degraded.lock() = Some(error);
+        // Keep taking writes while waiting, within the caps.
+        let pause = tokio::time::sleep(retry);
+        tokio::pin!(pause);
+        loop {
+            tokio::select! {
+                () = &mut pause => break,
+                write = rx.recv() => match write {
+                    Some(write) => queue.push_back(write),
+                    None => break,
+                },
             }
         }
+        shed(&mut queue, &persist);
+        retry = (retry * 2).min(RETRY_MAX);
+    }
+}
+
+/// Takes the first `count` writes off the queue once they are in the
+/// store (or dropped): answers flushes, forgets removed sessions.
+fn written(
+    queue: &mut VecDeque<Write>,
+    count: usize,
+    persist: &Persist,
+    pruned: &mut HashMap<Key, u64>,
+) {
+    for write in queue.drain(..count) {
+        persist.written(&write);
+        match write {
+            Write::Flush(done) => {
+                let _ = done.send(());
+            }
+            Write::Remove { agent, session } => {
+                pruned.remove(&(agent, session));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether the database refused a write for what it holds (a value or key
+/// it cannot take), as opposed to being unreachable, full or busy.
+fn refused(error: &sqlx::Error, postgres: bool) -> bool {
+    let sqlx::Error::Database(database) = error else {
+        return false;
+    };
+    let Some(code) = database.code() else {
+        return false;
+    };
+    if postgres {
+        // SQLSTATE classes: data exception, integrity constraint violation,
+        // program limit exceeded (an index row too large).
+        return ["22", "23", "54"]
+            .iter()
+            .any(|class| code.starts_with(class));
+    }
+    // SQLite: the primary result code is the low byte of the extended one
+    // (SQLITE_TOOBIG 18, SQLITE_CONSTRAINT 19, SQLITE_MISMATCH 20,
+    // SQLITE_RANGE 25).
+    code.parse::<u32>()
+        .is_ok_and(|number| matches!(number & 0xff, 18 | 19 | 20 | 25))
+}
+
+/// A write, for a log line (no message contents).
+fn describe(write: &Write) -> String {
+    match write {
+        Write::Session { agent, session, .. } => format!("entry of session {session:?} of {agent}"),
+        Write::Event {
+            agent,
+            session,
+            event,
+        } => format!("event {} of session {session:?} of {agent}", event.offset),
+        Write::Remove { agent, session } => format!("removal of session {session:?} of {agent}"),
+        Write::Flush(_) => "flush".to_owned(),
     }
 }
 

@@ -640,7 +640,13 @@ impl Source {
                 let agent = agent.ok_or("the session's agent is not known")?;
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
                 let rows = store
-                    .events(agent, id, offset, limit)
+                    .events(
+                        agent,
+                        id,
+                        offset,
+                        limit,
+                        acp_runtime::config::DEFAULT_EVENT_LOG_BYTES,
+                    )
                     .await
                     .map_err(|e| e.to_string())?;
                 let events: Vec<SessionEvent> = rows.into_iter().map(stored_event).collect();
