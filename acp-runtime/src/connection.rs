@@ -560,6 +560,17 @@ impl Stream {
         if out.is_empty() && first.seq + 1 == state.next_seq {
             return Batch::Data(first.frame.clone());
         }
+        // Size the batch first: one allocation, not one per doubling (a
+        // pipelined WebSocket client gets a batch of small answers per
+        // write; research/benchmarks.md, "The /acp transports").
+        let mut wanted = out.len() + first.frame.len();
+        for event in frames.clone() {
+            if wanted + event.frame.len() > BATCH_BYTES {
+                break;
+            }
+            wanted += event.frame.len();
+        }
+        out.reserve(wanted - out.len());
         out.extend_from_slice(&first.frame);
         let mut full = false;
         for event in frames {

@@ -88,13 +88,13 @@ pub enum Kind {
 #[derive(Debug, Deserialize)]
 pub struct Envelope<'a> {
     /// `"jsonrpc"`; must be `"2.0"` for client messages.
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
     pub jsonrpc: Option<Cow<'a, str>>,
     /// `"id"` as written, including an explicit `null`.
     #[serde(default, borrow, deserialize_with = "present")]
     pub id: Option<&'a RawValue>,
     /// `"method"`.
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
     pub method: Option<Cow<'a, str>>,
     /// `"params"` as written.
     #[serde(default, borrow, deserialize_with = "present")]
@@ -110,6 +110,86 @@ pub struct Envelope<'a> {
 /// Keeps a member that is present with the value `null` apart from an absent one.
 fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error> {
     <&RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// A string member (`null` is `None`), borrowed from the input unless it has
+/// escapes. serde borrows a bare `Cow<str>` field, but not one inside an
+/// `Option`: that one is always an owned copy, two allocations per message
+/// (`jsonrpc`, `method`) on every hop (research/benchmarks.md, "The /acp
+/// transports").
+fn borrowed_str<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Cow<'de, str>>, D::Error> {
+    Ok(Option::<BorrowedStr<'de>>::deserialize(deserializer)?.map(|text| text.0))
+}
+
+/// A JSON string, borrowed when it has no escapes (see [`borrowed_str`]).
+struct BorrowedStr<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for BorrowedStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrVisitor;
+        impl<'de> Visitor<'de> for StrVisitor {
+            type Value = BorrowedStr<'de>;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                // The words of `String`'s own visitor: error texts unchanged.
+                formatter.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Self::Value, E> {
+                Ok(BorrowedStr(Cow::Borrowed(text)))
+            }
+            fn visit_str<E>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(BorrowedStr(Cow::Owned(text.to_owned())))
+            }
+            fn visit_string<E>(self, text: String) -> Result<Self::Value, E> {
+                Ok(BorrowedStr(Cow::Owned(text)))
+            }
+        }
+        deserializer.deserialize_str(StrVisitor)
+    }
+}
+
+/// An [`Envelope`] that owns copies of its members, to move a parsed
+/// message into a task (an `Envelope` borrows the frame it was parsed
+/// from). The members are copied as written: no second parse.
+#[derive(Debug)]
+pub struct OwnedEnvelope {
+    /// `"2.0"` (what a strict parse accepts) is not copied.
+    jsonrpc: Option<Cow<'static, str>>,
+    id: Option<Box<RawValue>>,
+    method: Option<Box<str>>,
+    params: Option<Box<RawValue>>,
+    result: Option<Box<RawValue>>,
+    error: Option<Box<RawValue>>,
+}
+
+impl OwnedEnvelope {
+    /// Copies the members of `envelope`.
+    pub fn new(envelope: &Envelope<'_>) -> Self {
+        Self {
+            jsonrpc: envelope.jsonrpc.as_deref().map(|version| match version {
+                "2.0" => Cow::Borrowed("2.0"),
+                other => Cow::Owned(other.to_owned()),
+            }),
+            id: envelope.id.map(RawValue::to_owned),
+            method: envelope.method.as_deref().map(Box::from),
+            params: envelope.params.map(RawValue::to_owned),
+            result: envelope.result.map(RawValue::to_owned),
+            error: envelope.error.map(RawValue::to_owned),
+        }
+    }
+
+    /// The envelope again, borrowed from this copy.
+    pub fn envelope(&self) -> Envelope<'_> {
+        Envelope {
+            jsonrpc: self.jsonrpc.as_deref().map(Cow::Borrowed),
+            id: self.id.as_deref(),
+            method: self.method.as_deref().map(Cow::Borrowed),
+            params: self.params.as_deref(),
+            result: self.result.as_deref(),
+            error: self.error.as_deref(),
+        }
+    }
 }
 
 /// Why bytes are not a JSON-RPC 2.0 object.
@@ -329,13 +409,13 @@ fn expect_object(bytes: &[u8]) -> Result<(), EnvelopeError> {
 #[derive(Debug, Deserialize)]
 pub struct AgentMessage<'a> {
     /// `"jsonrpc"`; must be `"2.0"`.
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
     pub jsonrpc: Option<Cow<'a, str>>,
     /// `"id"` as written, including an explicit `null`.
     #[serde(default, borrow, deserialize_with = "present")]
     pub id: Option<&'a RawValue>,
     /// `"method"`.
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
     pub method: Option<Cow<'a, str>>,
     /// What routing reads from `"params"`.
     #[serde(default, borrow)]
@@ -783,6 +863,32 @@ pub fn meta_agent(params: Option<&RawValue>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn method_and_version_are_borrowed_unless_escaped() {
+        let line = br#"{"jsonrpc":"2.0","id":1,"method":"a\/b","params":{"x":1}}"#;
+        let (envelope, _) = Envelope::parse(line, true).expect("request");
+        assert!(matches!(envelope.jsonrpc, Some(Cow::Borrowed("2.0"))));
+        assert!(matches!(envelope.method, Some(Cow::Owned(ref m)) if m == "a/b"));
+        let (message, _) = AgentMessage::parse(br#"{"jsonrpc":"2.0","method":"m"}"#).expect("ok");
+        assert!(matches!(message.method, Some(Cow::Borrowed("m"))));
+        // null is absent, another type the same error as before.
+        let (envelope, _) = Envelope::parse(
+            br#"{"jsonrpc":"2.0","id":1,"method":null,"result":1}"#,
+            true,
+        )
+        .expect("response");
+        assert_eq!(envelope.method, None);
+        let error = Envelope::parse(br#"{"jsonrpc":"2.0","method":5}"#, true).expect_err("5");
+        assert!(error.to_string().contains("expected a string"), "{error}");
+        // The owned copy gives back the same members.
+        let owned = OwnedEnvelope::new(&Envelope::parse(line, true).expect("request").0);
+        let again = owned.envelope();
+        assert_eq!(again.method(), "a/b");
+        assert_eq!(again.id.map(RawValue::get), Some("1"));
+        assert_eq!(again.params.map(RawValue::get), Some(r#"{"x":1}"#));
+        assert_eq!(again.jsonrpc.as_deref(), Some("2.0"));
+    }
 
     #[test]
     fn classifies_the_three_kinds() {

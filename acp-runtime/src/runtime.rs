@@ -197,14 +197,39 @@ impl Runtime {
             return self.initialize(&envelope, profile).await;
         };
         let connection = self.connections.lookup(connection_id)?;
+        self.handle_parsed(&connection, &envelope, kind, &body, agent.is_some())
+            .await
+    }
+
+    /// The part of [`Runtime::handle_post_for`] after the parse and the
+    /// connection lookup, for a caller that did both already (a WebSocket
+    /// frame, a POST on `/acp`): each message is parsed once
+    /// (research/benchmarks.md, "The /acp transports"). `body` must be one
+    /// line ([`protocol::one_line`]) and `envelope` of `kind` parsed from it
+    /// (strict); `agent_implied` as for [`Profile::agent`].
+    ///
+    /// # Errors
+    /// As [`Runtime::handle_post`]; [`Error::UnknownConnection`] once the
+    /// connection is closed, as the lookup would have answered.
+    pub(crate) async fn handle_parsed(
+        self: &Arc<Self>,
+        connection: &Arc<Connection>,
+        envelope: &Envelope<'_>,
+        kind: Kind,
+        body: &Bytes,
+        agent_implied: bool,
+    ) -> Result<Reply, Error> {
+        if connection.is_closed() {
+            return Err(Error::UnknownConnection(connection.id.to_string()));
+        }
         let _active = connection.begin_request();
         match kind {
             Kind::Request => {
-                self.request(&connection, &envelope, &body, agent.is_some())
+                self.request(connection, envelope, body, agent_implied)
                     .await
             }
-            Kind::Notification => self.notification(&connection, &envelope, &body).await,
-            Kind::Response => self.answer(&connection, &envelope, &body).await,
+            Kind::Notification => self.notification(connection, envelope, body).await,
+            Kind::Response => self.answer(connection, envelope, body).await,
         }
     }
 

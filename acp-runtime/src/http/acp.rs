@@ -13,7 +13,7 @@ use super::headers::{accepts, is_json_content, last_event_id};
 use super::{Body, HttpRequest, empty, full, read_body, sse};
 use crate::connection::Connection;
 use crate::error::Error;
-use crate::protocol::{self, Envelope, Kind, method};
+use crate::protocol::{self, Envelope, EnvelopeError, Kind, OwnedEnvelope, method};
 use crate::runtime::{Profile, Reply, Runtime};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
@@ -115,8 +115,10 @@ async fn post(
     }
     let connection_id = header(request.headers(), CONNECTION_ID_HEADER)?;
     let session_header = header(request.headers(), SESSION_ID_HEADER)?;
-    let (envelope, kind) = Envelope::parse(&body, true)
-        .map_err(|error| Error::InvalidRequest(format!("invalid JSON-RPC message: {error}")))?;
+    let invalid =
+        |error: EnvelopeError| Error::InvalidRequest(format!("invalid JSON-RPC message: {error}"));
+    let body = one_line_message(body).map_err(invalid)?;
+    let (envelope, kind) = Envelope::parse(&body, true).map_err(invalid)?;
     let Some(connection_id) = connection_id else {
         if kind != Kind::Request || envelope.method() != method::INITIALIZE {
             return Err(Error::InvalidRequest(format!(
@@ -155,14 +157,13 @@ async fn post(
     } else {
         session_header.or(params_session)
     };
-    drop(envelope);
     let dispatch = Dispatch {
         runtime: runtime.clone(),
         connection,
         request_id,
         lane,
     };
-    dispatch.start(kind, body).await;
+    dispatch.start(&envelope, kind, &body).await;
     Ok(empty(StatusCode::ACCEPTED))
 }
 
@@ -207,33 +208,30 @@ pub(crate) struct Dispatch {
 }
 
 impl Dispatch {
-    /// Runs `body` of `kind`: a request in its own task (its answer may
+    /// Runs `envelope` of `kind`, parsed from `body` (one line, see
+    /// [`one_line_message`]): a request in its own task (its answer may
     /// take a whole prompt turn), a notification or an answer to an agent
     /// request before returning, so a later message cannot overtake it on
-    /// its way to the agent.
-    pub(crate) async fn start(self, kind: Kind, body: Bytes) {
+    /// its way to the agent. The message is not parsed again: a request's
+    /// task gets a copy of its members ([`OwnedEnvelope`]).
+    pub(crate) async fn start(self, envelope: &Envelope<'_>, kind: Kind, body: &Bytes) {
         if kind == Kind::Request {
-            tokio::spawn(self.run(body));
+            let owned = OwnedEnvelope::new(envelope);
+            let body = body.clone();
+            tokio::spawn(async move { self.run(&owned.envelope(), kind, &body).await });
         } else {
-            self.run(body).await;
+            self.run(envelope, kind, body).await;
         }
     }
 
-    /// Hands `body` to the runtime and pushes what comes back to the
+    /// Hands the message to the runtime and pushes what comes back to the
     /// connection's ring: the answer, or a JSON-RPC error carrying the
-    /// problem a `/v2/rpc` POST would have answered with.
-    async fn run(self, body: Bytes) {
-        let agent = self.connection.agent.clone();
+    /// problem a `/v2/rpc` POST would have answered with. The connection's
+    /// agent stands in for `_meta` ([`Profile::agent`]).
+    async fn run(self, envelope: &Envelope<'_>, kind: Kind, body: &Bytes) {
         let reply = self
             .runtime
-            .handle_post_for(
-                Some(&self.connection.id),
-                body,
-                Profile {
-                    agent: Some(&agent),
-                    connection_id: None,
-                },
-            )
+            .handle_parsed(&self.connection, envelope, kind, body, true)
             .await;
         let line = match reply {
             Ok(Reply::Json { body, .. }) => body,
@@ -248,6 +246,22 @@ impl Dispatch {
         };
         self.connection.push_in(&line, self.lane.as_deref());
     }
+}
+
+/// The message of `body` as one line, ready for the one parse that
+/// [`Dispatch::start`] takes: `body` itself when it has no CR or LF (the
+/// common case); else, once it parsed as a JSON-RPC message, a copy with them
+/// flattened ([`protocol::one_line`] is only for bytes that parsed: a raw
+/// newline inside a string must stay an error).
+///
+/// # Errors
+/// Why `body` is not a JSON-RPC message, when it has a CR or LF.
+pub(crate) fn one_line_message(body: Bytes) -> Result<Bytes, EnvelopeError> {
+    if !protocol::has_newline(&body) {
+        return Ok(body);
+    }
+    Envelope::parse(&body, true)?;
+    Ok(Bytes::from(protocol::one_line(&body).into_owned()))
 }
 
 /// `GET`: the connection's stream, or with `Acp-Session-Id` that session's.

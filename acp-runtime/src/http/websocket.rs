@@ -13,7 +13,7 @@
 //! closed socket closes its connection; the sessions live on for
 //! `session/load` on another.
 
-use super::acp::Dispatch;
+use super::acp::{Dispatch, one_line_message};
 use super::{Body, HttpRequest, empty};
 use crate::connection::{Batch, Connection, Stream};
 use crate::connections;
@@ -313,18 +313,25 @@ impl Peer {
     /// A message on an open connection: handled as a POST on `/acp` is, its
     /// answer pushed to the ring. An answer frame only for a message that
     /// does not parse.
+    ///
+    /// The frame is parsed once, here: the runtime takes the parsed message
+    /// ([`Dispatch::start`]).
     async fn message(&self, connection: &Arc<Connection>, body: Bytes) -> Option<Bytes> {
-        let (request_id, kind) = match Envelope::parse(&body, true) {
-            Ok((envelope, kind)) => (envelope.id.map(RawValue::to_owned), kind),
+        let body = match one_line_message(body) {
+            Ok(body) => body,
+            Err(error) => return Some(parse_error(&error.to_string())),
+        };
+        let (envelope, kind) = match Envelope::parse(&body, true) {
+            Ok(parsed) => parsed,
             Err(error) => return Some(parse_error(&error.to_string())),
         };
         let dispatch = Dispatch {
             runtime: self.runtime.clone(),
             connection: connection.clone(),
-            request_id,
+            request_id: envelope.id.map(RawValue::to_owned),
             lane: None,
         };
-        dispatch.start(kind, body).await;
+        dispatch.start(&envelope, kind, &body).await;
         None
     }
 }
