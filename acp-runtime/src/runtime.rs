@@ -944,6 +944,13 @@ impl Runtime {
         limit: usize,
     ) -> Result<ext_methods::SessionEventsPage, Error> {
         let in_memory = session.first_offset_in_memory();
+        // The store keeps the last `--event-log-events` too, pruned a little
+        // behind the writer: below that floor an event counts as dropped
+        // whether or not its row is gone yet, as in memory.
+        let floor = session
+            .event_count()
+            .saturating_sub(self.config.event_log_events as u64);
+        let offset = offset.max(floor);
         let Some(store) = self.store.as_ref().filter(|_| offset < in_memory) else {
             return Ok(session.events(offset, limit));
         };

@@ -200,6 +200,11 @@ impl Session {
         self.state.lock().log.page(offset, limit)
     }
 
+    /// Events recorded so far (the next event's offset).
+    pub fn event_count(&self) -> u64 {
+        self.state.lock().log.count()
+    }
+
     /// Offset of the oldest event memory holds: older ones are only in the
     /// store (or were dropped).
     pub fn first_offset_in_memory(&self) -> u64 {

@@ -877,7 +877,12 @@ async fn websocket_auth_on_the_upgrade() {
 /// still serves.
 #[tokio::test]
 async fn websocket_client_that_never_reads_stays_bounded() {
+    // The ring under test only: the session store's writer holds what it
+    // has not written yet, bounded on its own (research/contract.md,
+    // "Durable sessions"), which would blur what this measures.
     let server = TestServer::start(&[
+        "--store",
+        "memory",
         "--heartbeat-ms",
         "500",
         "--replay-buffer-bytes",
