@@ -371,6 +371,13 @@ impl Store {
             what: what.clone(),
             source,
         };
+        // Servers started at once on one SQLite file take turns to open and
+        // migrate it: SQLite answers "database is locked" at once (no busy
+        // wait) when two migrating transactions both upgrade to writing.
+        let _open_lock = match url {
+            StoreUrl::Sqlite(path) => Some(open_lock(path).await?),
+            _ => None,
+        };
         if backend == Backend::Sqlite {
             // One plain connection first: the pool retries a failing open
             // until its timeout and then reports only the timeout.
@@ -749,6 +756,31 @@ impl Store {
     }
 }
 
+/// An exclusive `flock` on `<file>.lock`, held while a SQLite store is
+/// opened and migrated; released when dropped.
+///
+/// # Errors
+/// When the lock file cannot be created or locked.
+async fn open_lock(file: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, StoreError> {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".lock");
+    let path = PathBuf::from(name);
+    let failed = |e: String| StoreError::Io(format!("{}: {e}", path.display()));
+    let lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| failed(e.to_string()))?;
+    tokio::task::spawn_blocking(move || {
+        nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| errno.to_string())
+    })
+    .await
+    .map_err(|e| failed(e.to_string()))?
+    .map_err(failed)
+}
+
 /// Per-connection settings. SQLite: WAL (readers never wait for the
 /// writer), `synchronous = NORMAL` (a power cut may lose the last commits,
 /// never corrupt the file; SQLite docs, "WAL mode"), and a busy timeout.
@@ -757,10 +789,12 @@ async fn prepare(
     backend: Backend,
 ) -> Result<(), sqlx::Error> {
     if backend == Backend::Sqlite {
+        // The busy timeout first: switching to WAL takes a lock another
+        // process may hold for a moment.
         for pragma in [
+            "PRAGMA busy_timeout = 5000",
             "PRAGMA journal_mode = WAL",
             "PRAGMA synchronous = NORMAL",
-            "PRAGMA busy_timeout = 5000",
         ] {
             sqlx::query(pragma).execute(&mut *connection).await?;
         }

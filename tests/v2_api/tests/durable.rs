@@ -718,3 +718,23 @@ async fn with_store_memory_nothing_is_written_and_health_says_so() {
     server.new_session(&conn).await;
     assert!(!data.0.join("sessions.db").exists());
 }
+
+/// Servers started at once on one data dir (the real-agent tests share an
+/// agent cache this way) all open and migrate the same SQLite file: SQLite
+/// answers "database is locked" at once, without waiting, when two
+/// migrations race, so opening takes turns (research/contract.md,
+/// "Durable sessions").
+#[tokio::test]
+async fn servers_started_at_once_on_one_sqlite_file_all_start() {
+    let data = Dir::new("together");
+    let dir = data.0.to_str().expect("UTF-8 temp dir").to_owned();
+    let starts = (0..4).map(|_| {
+        let dir = dir.clone();
+        tokio::spawn(async move { TestServer::start(&["--data-dir", &dir]).await })
+    });
+    let servers = futures::future::join_all(starts).await;
+    for server in servers {
+        let server = server.expect("every server starts");
+        assert_eq!(server.health().await.json()["store"], "ok");
+    }
+}
