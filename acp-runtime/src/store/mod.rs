@@ -336,8 +336,21 @@ pub fn default_runtime_id(data_dir: &Path) -> Result<String, StoreError> {
     let id = uuid::Uuid::new_v4().to_string();
     let temporary = data_dir.join(format!(".{RUNTIME_ID_FILE}.{}", std::process::id()));
     std::fs::write(&temporary, format!("{id}\n")).map_err(io)?;
-    std::fs::rename(&temporary, &path).map_err(io)?;
-    Ok(id)
+    // A hard link, not a rename: of servers started at once on a new data
+    // dir, the first one's id stays and the others read it.
+    let linked = std::fs::hard_link(&temporary, &path);
+    let _ = std::fs::remove_file(&temporary);
+    match linked {
+        Ok(()) => Ok(id),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let text = std::fs::read_to_string(&path).map_err(io)?;
+            let id = text.trim();
+            check_runtime_id(id)
+                .map_err(|rule| StoreError::Io(format!("{}: {rule}", path.display())))?;
+            Ok(id.to_owned())
+        }
+        Err(e) => Err(io(e)),
+    }
 }
 
 impl Store {

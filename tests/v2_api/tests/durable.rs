@@ -733,8 +733,16 @@ async fn servers_started_at_once_on_one_sqlite_file_all_start() {
         tokio::spawn(async move { TestServer::start(&["--data-dir", &dir]).await })
     });
     let servers = futures::future::join_all(starts).await;
+    let mut ids = Vec::new();
     for server in servers {
         let server = server.expect("every server starts");
-        assert_eq!(server.health().await.json()["store"], "ok");
+        let health = server.health().await.json();
+        assert_eq!(health["store"], "ok", "{health}");
+        ids.push(health["runtimeId"].as_str().expect("runtimeId").to_owned());
     }
+    let written = std::fs::read_to_string(data.0.join("runtime-id")).expect("runtime-id");
+    assert!(
+        ids.iter().all(|id| id == written.trim()),
+        "one data dir, one runtime id (the file's): {ids:?} vs {written:?}"
+    );
 }
