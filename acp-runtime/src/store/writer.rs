@@ -259,6 +259,16 @@ impl Persist {
         });
     }
 
+    /// Drops the unwritten row of (`agent`, `session`) if marker `seq`
+    /// still owns it.
+    fn forget_row(&self, agent: &Arc<str>, session: &Arc<str>, seq: u64) {
+        let mut rows = self.rows.lock();
+        let key: Key = (agent.clone(), session.clone());
+        if rows.get(&key).is_some_and(|pending| pending.seq == seq) {
+            rows.remove(&key);
+        }
+    }
+
     /// Queues the removal of a session and its events (and drops its
     /// unwritten row).
     pub(crate) fn remove(&self, agent: &Arc<str>, session: &Arc<str>) {
@@ -382,6 +392,15 @@ async fn run(
                 write = describe(&queue[0]),
                 "session store refused a write for what it holds: dropped"
             );
+            if let Write::Session {
+                agent,
+                session,
+                seq,
+            } = &queue[0]
+            {
+                // Its row goes too, so the entry's next change queues anew.
+                persist.forget_row(agent, session, *seq);
+            }
             written(&mut queue, 1, &persist, &mut pruned);
             isolate = isolate.saturating_sub(1);
             continue;
