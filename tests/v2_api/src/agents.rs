@@ -51,6 +51,14 @@ impl TempDir {
         &self.0
     }
 
+    /// Its path as text, for a command-line argument.
+    ///
+    /// # Panics
+    /// If the temp dir's path is not UTF-8.
+    pub fn utf8(&self) -> &str {
+        self.0.to_str().expect("UTF-8 temp dir")
+    }
+
     /// Writes `contents` to `name` inside it; returns the file's path.
     ///
     /// # Panics

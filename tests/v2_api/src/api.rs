@@ -489,6 +489,19 @@ pub fn echo_body_of_len(len: usize) -> String {
     body
 }
 
+/// `text` as one URL path segment: every byte but RFC 3986's unreserved
+/// characters percent-encoded (ACP session ids are arbitrary strings).
+pub fn path_segment(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,7 +52,8 @@ pub mod sse;
 
 use std::time::Duration;
 
-pub use api::{Api, Reply};
+pub use agents::TempDir;
+pub use api::{Api, Reply, path_segment};
 pub use bridge::BridgeProcess;
 pub use postgres::PgServer;
 pub use problem::assert_problem;

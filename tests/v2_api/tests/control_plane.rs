@@ -11,7 +11,7 @@ use v2_api_tests::ext::{
 };
 use v2_api_tests::{
     Api, EVENT_TIMEOUT, MOCK, REQUEST_TIMEOUT, TestServer, assert_problem, join_within,
-    mock_agent_command,
+    mock_agent_command, path_segment,
 };
 
 /// `GET /v2/sessions/{session}/events` with `query`; the page.
@@ -229,7 +229,7 @@ async fn session_ids_are_percent_decoded_in_paths_and_queries_form_decoded() {
     let reply = server.prompt(&conn, &session, json!(1), "hi").await;
     assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
 
-    let escaped = percent_encode(&session);
+    let escaped = path_segment(&session);
     let entry = server.get_json(&format!("/v2/sessions/{escaped}")).await;
     assert_eq!(entry["sessionId"], session.as_str(), "{entry}");
     // `%31` is `1`: query values are form-decoded like any URL query.
@@ -249,16 +249,6 @@ async fn session_ids_are_percent_decoded_in_paths_and_queries_form_decoded() {
 }
 
 /// Every byte outside RFC 3986 `unreserved` as `%XX`.
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                char::from(byte).to_string()
-            }
-            _ => format!("%{byte:02X}"),
-        })
-        .collect()
-}
 
 #[tokio::test]
 async fn session_events_errors_are_problems() {

@@ -10,38 +10,15 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use v2_api_tests::{PgServer, TestServer, acp, server::sandbox_agent_command};
+use v2_api_tests::{
+    PgServer, TempDir, TestServer, acp, path_segment, server::sandbox_agent_command,
+};
 
 const MOCK: &str = "mock";
 const TIMEOUT: Duration = Duration::from_secs(20);
-
-static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
-
-/// A fresh directory under the temp dir, removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(what: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "v2-durable-{what}-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create a test dir");
-        Self(path)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Where a scenario's servers keep their sessions.
 struct Backend {
@@ -108,22 +85,6 @@ on_both_backends!(
     a_store_at_schema_version_1_is_migrated_at_start,
 );
 
-fn segment(id: &str) -> String {
-    percent_encode(id)
-}
-
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
 async fn new_session_with_metadata(server: &TestServer, conn: &str, title: &str) -> String {
     let params = json!({
         "cwd": "/tmp",
@@ -139,7 +100,10 @@ async fn new_session_with_metadata(server: &TestServer, conn: &str, title: &str)
 
 async fn entry(server: &TestServer, session: &str) -> Value {
     server
-        .get_json(&format!("/v2/sessions/{}?agent={MOCK}", segment(session)))
+        .get_json(&format!(
+            "/v2/sessions/{}?agent={MOCK}",
+            path_segment(session)
+        ))
         .await
 }
 
@@ -151,7 +115,7 @@ async fn all_events(server: &TestServer, session: &str) -> Vec<Value> {
         let page = server
             .get_json(&format!(
                 "/v2/sessions/{}/events?agent={MOCK}&offset={offset}&limit=1000",
-                segment(session)
+                path_segment(session)
             ))
             .await;
         let batch = page["events"].as_array().cloned().unwrap_or_default();
@@ -214,8 +178,8 @@ fn offsets(events: &[Value]) -> Vec<u64> {
 }
 
 async fn killed_mid_turn_then_restarted_the_history_is_back_and_load_continues(backend: Backend) {
-    let data = Dir::new("kill");
-    let mut first = backend.start(&data.0, None).await;
+    let data = TempDir::new("kill");
+    let mut first = backend.start(data.path(), None).await;
     let conn = first.initialize(MOCK).await;
     let session = new_session_with_metadata(&first, &conn, "Durable one").await;
     let answer = first.prompt(&conn, &session, json!(2), "hello one").await;
@@ -246,7 +210,10 @@ async fn killed_mid_turn_then_restarted_the_history_is_back_and_load_continues(b
         }
     }
     let seen_before_kill = first
-        .get_json(&format!("/v2/sessions/{}?agent={MOCK}", segment(&session)))
+        .get_json(&format!(
+            "/v2/sessions/{}?agent={MOCK}",
+            path_segment(&session)
+        ))
         .await["_meta"]["sandboxagent.dev"]["eventCount"]
         .as_u64()
         .expect("eventCount");
@@ -263,7 +230,7 @@ async fn killed_mid_turn_then_restarted_the_history_is_back_and_load_continues(b
     let _ = turn.await;
     drop(first);
 
-    let second = backend.start(&data.0, None).await;
+    let second = backend.start(data.path(), None).await;
     let restored = entry(&second, &session).await;
     let meta = &restored["_meta"]["sandboxagent.dev"];
     assert_eq!(
@@ -343,8 +310,8 @@ async fn killed_mid_turn_then_restarted_the_history_is_back_and_load_continues(b
 }
 
 async fn sigterm_loses_nothing_and_live_sessions_come_back_dormant(backend: Backend) {
-    let data = Dir::new("term");
-    let mut first = backend.start(&data.0, None).await;
+    let data = TempDir::new("term");
+    let mut first = backend.start(data.path(), None).await;
     let conn = first.initialize(MOCK).await;
     let session = new_session_with_metadata(&first, &conn, "Kept").await;
     for (id, text) in [(2, "first words"), (3, "second words")] {
@@ -369,7 +336,7 @@ async fn sigterm_loses_nothing_and_live_sessions_come_back_dormant(backend: Back
         .expect("SIGTERM ends the server");
     drop(first);
 
-    let second = backend.start(&data.0, None).await;
+    let second = backend.start(data.path(), None).await;
     let restored = entry(&second, &session).await;
     let meta = &restored["_meta"]["sandboxagent.dev"];
     assert_eq!(restored["title"], "Renamed", "{restored}");
@@ -420,18 +387,25 @@ async fn sigterm_loses_nothing_and_live_sessions_come_back_dormant(backend: Back
 }
 
 async fn runtime_ids_see_only_their_own_sessions(backend: Backend) {
-    let (dir_a, dir_b, dir_c) = (Dir::new("rid-a"), Dir::new("rid-b"), Dir::new("rid-c"));
+    let (dir_a, dir_b, dir_c) = (
+        TempDir::new("rid-a"),
+        TempDir::new("rid-b"),
+        TempDir::new("rid-c"),
+    );
     // SQLite: one file both runtimes share; PostgreSQL: one database.
-    let shared = Dir::new("rid-shared");
+    let shared = TempDir::new("rid-shared");
     let backend = match backend.store {
         Some(_) => backend,
         None => Backend {
-            store: Some(format!("sqlite:{}", shared.0.join("shared.db").display())),
+            store: Some(format!(
+                "sqlite:{}",
+                shared.path().join("shared.db").display()
+            )),
             pg: None,
         },
     };
-    let mut a = backend.start(&dir_a.0, Some("sandbox-a")).await;
-    let b = backend.start(&dir_b.0, Some("sandbox-b")).await;
+    let mut a = backend.start(dir_a.path(), Some("sandbox-a")).await;
+    let b = backend.start(dir_b.path(), Some("sandbox-b")).await;
     let conn_a = a.initialize(MOCK).await;
     let conn_b = b.initialize(MOCK).await;
     let session_a = new_session_with_metadata(&a, &conn_a, "of a").await;
@@ -456,7 +430,7 @@ async fn runtime_ids_see_only_their_own_sessions(backend: Backend) {
     drop(a);
 
     // A new sandbox (its own data dir) with a's id sees a's sessions, not b's.
-    let c = backend.start(&dir_c.0, Some("sandbox-a")).await;
+    let c = backend.start(dir_c.path(), Some("sandbox-a")).await;
     assert_eq!(ids(&c.get_json("/v2/sessions").await), [session_a.as_str()]);
     assert_eq!(all_events(&c, &session_a).await, events_a);
     // Its mock agent never saw that session: load answers with the agent's
@@ -499,14 +473,17 @@ impl<'s> MigrationSource<'s> for Version1 {
 }
 
 async fn a_store_at_schema_version_1_is_migrated_at_start(backend: Backend) {
-    let data = Dir::new("migrate");
+    let data = TempDir::new("migrate");
     let (url, sql) = match &backend.store {
         Some(url) => (
             url.clone(),
             include_str!("../../../acp-runtime/migrations/postgres/0001_sessions_and_events.sql"),
         ),
         None => (
-            format!("sqlite://{}?mode=rwc", data.0.join("sessions.db").display()),
+            format!(
+                "sqlite://{}?mode=rwc",
+                data.path().join("sessions.db").display()
+            ),
             include_str!("../../../acp-runtime/migrations/sqlite/0001_sessions_and_events.sql"),
         ),
     };
@@ -573,7 +550,7 @@ async fn a_store_at_schema_version_1_is_migrated_at_start(backend: Backend) {
     }
     pool.close().await;
 
-    let server = backend.start(&data.0, Some("old-runtime")).await;
+    let server = backend.start(data.path(), Some("old-runtime")).await;
     let restored = entry(&server, "old-session").await;
     let meta = &restored["_meta"]["sandboxagent.dev"];
     assert_eq!(restored["cwd"], "/srv", "{restored}");
@@ -603,8 +580,8 @@ async fn a_store_at_schema_version_1_is_migrated_at_start(backend: Backend) {
 async fn postgres_stopped_mid_run_the_runtime_serves_on_and_writes_later() {
     let backend = Backend::postgres().await;
     let pg = backend.pg.as_ref().expect("postgres");
-    let data = Dir::new("pg-down");
-    let mut first = backend.start(&data.0, None).await;
+    let data = TempDir::new("pg-down");
+    let mut first = backend.start(data.path(), None).await;
     let conn = first.initialize(MOCK).await;
     let session = new_session_with_metadata(&first, &conn, "outage").await;
     store_caught_up(&first).await;
@@ -636,18 +613,17 @@ async fn postgres_stopped_mid_run_the_runtime_serves_on_and_writes_later() {
     first.kill_now(TIMEOUT).await.expect("SIGKILL");
     drop(first);
 
-    let second = backend.start(&data.0, None).await;
+    let second = backend.start(data.path(), None).await;
     let events = all_events(&second, &session).await;
     assert_eq!(events, during, "what was said during the outage is stored");
 }
 
 #[tokio::test]
 async fn a_corrupt_or_unwritable_sqlite_file_is_a_clear_start_up_error() {
-    let data = Dir::new("corrupt");
-    let file = data.0.join("sessions.db");
+    let data = TempDir::new("corrupt");
+    let file = data.path().join("sessions.db");
     std::fs::write(&file, vec![0x5a_u8; 8192]).expect("write garbage");
-    let (status, stderr) =
-        run_server_expecting_exit(&["--data-dir", data.0.to_str().expect("utf-8")]).await;
+    let (status, stderr) = run_server_expecting_exit(&["--data-dir", data.utf8()]).await;
     assert!(!status.success());
     assert!(
         stderr.contains(&file.display().to_string()),
@@ -656,16 +632,11 @@ async fn a_corrupt_or_unwritable_sqlite_file_is_a_clear_start_up_error() {
     assert!(stderr.contains("session store"), "{stderr}");
 
     // A path that cannot be a file: its parent is a regular file.
-    let blocker = data.0.join("not-a-dir");
+    let blocker = data.path().join("not-a-dir");
     std::fs::write(&blocker, b"x").expect("write");
     let store = format!("sqlite:{}", blocker.join("sessions.db").display());
-    let (status, stderr) = run_server_expecting_exit(&[
-        "--data-dir",
-        data.0.to_str().expect("utf-8"),
-        "--store",
-        &store,
-    ])
-    .await;
+    let (status, stderr) =
+        run_server_expecting_exit(&["--data-dir", data.utf8(), "--store", &store]).await;
     assert!(!status.success());
     assert!(
         stderr.contains(&blocker.display().to_string()),
@@ -702,21 +673,15 @@ async fn run_server_expecting_exit(args: &[&str]) -> (std::process::ExitStatus, 
 
 #[tokio::test]
 async fn with_store_memory_nothing_is_written_and_health_says_so() {
-    let data = Dir::new("memory");
-    let server = TestServer::start(&[
-        "--data-dir",
-        data.0.to_str().expect("utf-8"),
-        "--store",
-        "memory",
-    ])
-    .await;
+    let data = TempDir::new("memory");
+    let server = TestServer::start(&["--data-dir", data.utf8(), "--store", "memory"]).await;
     let health = server.health().await;
     assert_eq!(health.status, StatusCode::OK);
     let health = health.json();
     assert_eq!(health["store"], "memory", "{health}");
     let conn = server.initialize(MOCK).await;
     server.new_session(&conn).await;
-    assert!(!data.0.join("sessions.db").exists());
+    assert!(!data.path().join("sessions.db").exists());
 }
 
 /// Servers started at once on one data dir (the real-agent tests share an
@@ -726,8 +691,8 @@ async fn with_store_memory_nothing_is_written_and_health_says_so() {
 /// "Durable sessions").
 #[tokio::test]
 async fn servers_started_at_once_on_one_sqlite_file_all_start() {
-    let data = Dir::new("together");
-    let dir = data.0.to_str().expect("UTF-8 temp dir").to_owned();
+    let data = TempDir::new("together");
+    let dir = data.utf8().to_owned();
     let starts = (0..4).map(|_| {
         let dir = dir.clone();
         tokio::spawn(async move { TestServer::start(&["--data-dir", &dir]).await })
@@ -740,7 +705,7 @@ async fn servers_started_at_once_on_one_sqlite_file_all_start() {
         assert_eq!(health["store"], "ok", "{health}");
         ids.push(health["runtimeId"].as_str().expect("runtimeId").to_owned());
     }
-    let written = std::fs::read_to_string(data.0.join("runtime-id")).expect("runtime-id");
+    let written = std::fs::read_to_string(data.path().join("runtime-id")).expect("runtime-id");
     assert!(
         ids.iter().all(|id| id == written.trim()),
         "one data dir, one runtime id (the file's): {ids:?} vs {written:?}"

@@ -6,41 +6,12 @@
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use v2_api_tests::server::{mock_agent_command, sandbox_agent_command};
-use v2_api_tests::{PgServer, TestServer};
+use v2_api_tests::{PgServer, TempDir, TestServer};
 
 const MOCK: &str = "mock";
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
-
-/// A fresh directory under the temp dir, removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(what: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "v2-durable-attack-{what}-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create a test dir");
-        Self(path)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("UTF-8 temp dir")
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Runs `server <args>` until it exits (a start-up error); its stderr.
 async fn start_up_error(args: &[&str]) -> String {
@@ -68,12 +39,12 @@ async fn start_up_error(args: &[&str]) -> String {
 /// with an unescaped `/` ends the authority early.
 #[tokio::test]
 async fn a_password_anywhere_in_a_postgres_url_is_never_shown() {
-    let data = Dir::new("password");
+    let data = TempDir::new("password");
     for url in [
         "postgres://user@127.0.0.1:1/db?password=hunter2query",
         "postgres://user:hunter2/slash@127.0.0.1:1/db",
     ] {
-        let stderr = start_up_error(&["--data-dir", data.path(), "--store", url]).await;
+        let stderr = start_up_error(&["--data-dir", data.utf8(), "--store", url]).await;
         assert!(
             stderr.contains("cannot open the session store"),
             "a start-up error about the store: {stderr}"
@@ -106,8 +77,8 @@ async fn edit_sqlite(data: &Path, statements: &[&str]) {
 }
 
 /// A store made by a first start, then stopped.
-async fn fresh_sqlite_store(data: &Dir) {
-    let mut first = TestServer::start(&["--data-dir", data.path()]).await;
+async fn fresh_sqlite_store(data: &TempDir) {
+    let mut first = TestServer::start(&["--data-dir", data.utf8()]).await;
     first.send_sigterm();
     first.wait_exit(TIMEOUT).await.expect("SIGTERM stops it");
 }
@@ -118,10 +89,10 @@ async fn fresh_sqlite_store(data: &Dir) {
 /// "unreadable row: unknown end reason", without naming the row).
 #[tokio::test]
 async fn one_unreadable_session_row_does_not_keep_the_server_down() {
-    let data = Dir::new("bad-session-row");
+    let data = TempDir::new("bad-session-row");
     fresh_sqlite_store(&data).await;
     edit_sqlite(
-        &data.0,
+        data.path(),
         &[
             "INSERT INTO sessions (runtime_id, agent, session_id, cwd, created_ns, updated_ns, \
              end_reason, metadata, event_count) VALUES (?1, 'mock', 'good', '/tmp', 1, 2, \
@@ -138,7 +109,7 @@ async fn one_unreadable_session_row_does_not_keep_the_server_down() {
     let mut command = sandbox_agent_command();
     command
         .args(["server", "--no-token", "--host", "127.0.0.1", "--port", "0"])
-        .args(["--data-dir", data.path()])
+        .args(["--data-dir", data.utf8()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -155,7 +126,7 @@ async fn one_unreadable_session_row_does_not_keep_the_server_down() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let server = TestServer::start(&["--data-dir", data.path()]).await;
+    let server = TestServer::start(&["--data-dir", data.utf8()]).await;
     let good = server.get("/v2/sessions/good?agent=mock").await;
     good.assert_status(200);
 }
@@ -165,10 +136,10 @@ async fn one_unreadable_session_row_does_not_keep_the_server_down() {
 /// "cannot be read right now", forever, hiding the good events around it.
 #[tokio::test]
 async fn one_unreadable_event_row_does_not_hide_the_rest_of_the_log() {
-    let data = Dir::new("bad-event-row");
+    let data = TempDir::new("bad-event-row");
     fresh_sqlite_store(&data).await;
     edit_sqlite(
-        &data.0,
+        data.path(),
         &[
             "INSERT INTO sessions (runtime_id, agent, session_id, cwd, created_ns, updated_ns, \
              end_reason, metadata, event_count) VALUES (?1, 'mock', 's', '/tmp', 1, 2, \
@@ -180,7 +151,7 @@ async fn one_unreadable_event_row_does_not_hide_the_rest_of_the_log() {
         ],
     )
     .await;
-    let server = TestServer::start(&["--data-dir", data.path()]).await;
+    let server = TestServer::start(&["--data-dir", data.utf8()]).await;
     let page = server
         .get("/v2/sessions/s/events?agent=mock&offset=0&limit=10")
         .await;
@@ -246,9 +217,9 @@ async fn after_a_refused_value_the_store_goes_on(
 async fn a_title_with_nul_does_not_stall_the_postgres_store() {
     let pg = PgServer::start().await;
     pg.create_database("sessions").await;
-    let data = Dir::new("pg-nul");
+    let data = TempDir::new("pg-nul");
     let server =
-        TestServer::start(&["--data-dir", data.path(), "--store", &pg.url("sessions")]).await;
+        TestServer::start(&["--data-dir", data.utf8(), "--store", &pg.url("sessions")]).await;
     let params = json!({
         "cwd": "/tmp",
         "mcpServers": [],
@@ -263,14 +234,14 @@ async fn a_title_with_nul_does_not_stall_the_postgres_store() {
 async fn a_very_long_session_id_does_not_stall_the_postgres_store() {
     let pg = PgServer::start().await;
     pg.create_database("sessions").await;
-    let data = Dir::new("pg-long-id");
+    let data = TempDir::new("pg-long-id");
     let long_id: String = (0..600u32)
         .map(|i| format!("{:08x}", i.wrapping_mul(2_654_435_761)))
         .collect();
     let agent = mock_agent_command("longid", &format!("--session-id {long_id}"));
     let server = TestServer::start(&[
         "--data-dir",
-        data.path(),
+        data.utf8(),
         "--store",
         &pg.url("sessions"),
         "--agent-command",
@@ -294,9 +265,9 @@ async fn a_very_long_session_id_does_not_stall_the_postgres_store() {
 async fn entry_changes_while_the_store_is_down_stay_within_the_waiting_bytes() {
     let pg = PgServer::start().await;
     pg.create_database("sessions").await;
-    let data = Dir::new("pg-entry-copies");
+    let data = TempDir::new("pg-entry-copies");
     let server =
-        TestServer::start(&["--data-dir", data.path(), "--store", &pg.url("sessions")]).await;
+        TestServer::start(&["--data-dir", data.utf8(), "--store", &pg.url("sessions")]).await;
     let conn = server.initialize(MOCK).await;
     let session = server.new_session(&conn).await;
     let blob: String = (0..2_000_000u32)
@@ -382,12 +353,12 @@ impl Drop for ReadOnlyMount {
 /// said only "pool timed out while waiting for an open connection").
 #[tokio::test]
 async fn a_sqlite_store_on_a_read_only_file_system_is_a_prompt_clear_error() {
-    let data = Dir::new("ro-mount");
-    let folder = data.0.join("store");
+    let data = TempDir::new("ro-mount");
+    let folder = data.path().join("store");
     std::fs::create_dir_all(&folder).expect("store folder");
     let file = folder.join("sessions.db");
     let store = format!("sqlite:{}", file.display());
-    let mut first = TestServer::start(&["--data-dir", data.path(), "--store", &store]).await;
+    let mut first = TestServer::start(&["--data-dir", data.utf8(), "--store", &store]).await;
     first.send_sigterm();
     first.wait_exit(TIMEOUT).await.expect("SIGTERM stops it");
     let Some(_mount) = ReadOnlyMount::over(&folder) else {
@@ -395,7 +366,7 @@ async fn a_sqlite_store_on_a_read_only_file_system_is_a_prompt_clear_error() {
         return;
     };
     let started = std::time::Instant::now();
-    let stderr = start_up_error(&["--data-dir", data.path(), "--store", &store]).await;
+    let stderr = start_up_error(&["--data-dir", data.utf8(), "--store", &store]).await;
     let took = started.elapsed();
     assert!(stderr.contains(&file.display().to_string()), "{stderr}");
     assert!(
@@ -414,12 +385,12 @@ async fn a_runtime_id_file_breaking_the_id_rules_is_not_used() {
         ("control", "bad\u{1}id\n".to_owned()),
         ("huge", "x".repeat(100_000)),
     ] {
-        let data = Dir::new(what);
-        std::fs::write(data.0.join("runtime-id"), &text).expect("write runtime-id");
+        let data = TempDir::new(what);
+        std::fs::write(data.path().join("runtime-id"), &text).expect("write runtime-id");
         let mut command = sandbox_agent_command();
         command
             .args(["server", "--no-token", "--host", "127.0.0.1", "--port", "0"])
-            .args(["--data-dir", data.path()])
+            .args(["--data-dir", data.utf8()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -435,7 +406,7 @@ async fn a_runtime_id_file_breaking_the_id_rules_is_not_used() {
             assert!(stderr.contains("runtime-id"), "{what}: {stderr}");
             continue;
         }
-        let server = TestServer::start(&["--data-dir", data.path()]).await;
+        let server = TestServer::start(&["--data-dir", data.utf8()]).await;
         let health = server.health().await.json();
         let id = health["runtimeId"].as_str().expect("runtimeId");
         assert!(
@@ -454,10 +425,10 @@ async fn a_runtime_id_file_breaking_the_id_rules_is_not_used() {
 /// creation time and history at offsets 0..).
 #[tokio::test]
 async fn a_new_session_reusing_a_dormant_id_does_not_inherit_its_history() {
-    let data = Dir::new("reuse-dormant");
+    let data = TempDir::new("reuse-dormant");
     let agent = mock_agent_command("fixed", "--session-id fixedid");
     let mut first =
-        TestServer::start(&["--data-dir", data.path(), "--agent-command", &agent]).await;
+        TestServer::start(&["--data-dir", data.utf8(), "--agent-command", &agent]).await;
     let conn = first.initialize("fixed").await;
     let old = first.new_session_for(&conn, "fixed").await;
     let answer = first.prompt(&conn, &old, json!(2), "first life").await;
@@ -465,7 +436,7 @@ async fn a_new_session_reusing_a_dormant_id_does_not_inherit_its_history() {
     first.send_sigterm();
     first.wait_exit(TIMEOUT).await.expect("SIGTERM stops it");
 
-    let second = TestServer::start(&["--data-dir", data.path(), "--agent-command", &agent]).await;
+    let second = TestServer::start(&["--data-dir", data.utf8(), "--agent-command", &agent]).await;
     let dormant = second.get_json("/v2/sessions/fixedid?agent=fixed").await;
     assert_eq!(
         dormant["_meta"]["sandboxagent.dev"]["dormant"], true,
@@ -514,9 +485,9 @@ fn peak_rss(pid: u32) -> u64 {
 /// `--event-log-bytes` per request.
 #[tokio::test]
 async fn a_page_read_from_the_store_is_bounded_in_bytes() {
-    let data = Dir::new("big-page");
+    let data = TempDir::new("big-page");
     let server =
-        TestServer::start(&["--data-dir", data.path(), "--event-log-bytes", "1048576"]).await;
+        TestServer::start(&["--data-dir", data.utf8(), "--event-log-bytes", "1048576"]).await;
     let conn = server.initialize(MOCK).await;
     let session = server.new_session(&conn).await;
     let text: String = "0123456789abcdef".repeat(256 * 1024);
