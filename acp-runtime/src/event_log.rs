@@ -95,13 +95,13 @@ impl EventLog {
             .enumerate()
             .skip(start)
             .take(limit)
-            .map(|(index, entry)| SessionEvent {
-                offset: self.first_offset + index as u64,
-                at: humantime::format_rfc3339_millis(entry.at).to_string(),
-                direction: entry.direction,
-                message: serde_json::from_slice(&entry.message).unwrap_or_else(|_| {
-                    serde_json::Value::String(String::from_utf8_lossy(&entry.message).into_owned())
-                }),
+            .map(|(index, entry)| {
+                wire_event(
+                    self.first_offset + index as u64,
+                    entry.at,
+                    entry.direction,
+                    &entry.message,
+                )
             })
             .collect();
         let next_offset = events
@@ -113,6 +113,25 @@ impl EventLog {
             events,
             next_offset,
         }
+    }
+}
+
+/// One recorded message as `GET /v2/sessions/{id}/events` shows it, from
+/// memory or from the store: RFC 3339 time with milliseconds; the message
+/// as JSON, or as a string when its bytes are not JSON.
+pub fn wire_event(
+    offset: u64,
+    at: SystemTime,
+    direction: Direction,
+    message: &[u8],
+) -> SessionEvent {
+    SessionEvent {
+        offset,
+        at: humantime::format_rfc3339_millis(at).to_string(),
+        direction,
+        message: serde_json::from_slice(message).unwrap_or_else(|_| {
+            serde_json::Value::String(String::from_utf8_lossy(message).into_owned())
+        }),
     }
 }
 

@@ -967,13 +967,13 @@ impl Runtime {
         let mut events: Vec<ext_methods::SessionEvent> = stored
             .into_iter()
             .filter(|event| event.offset < in_memory)
-            .map(|event| ext_methods::SessionEvent {
-                offset: event.offset,
-                at: crate::session::rfc3339(crate::store::time_of(event.at_ns)),
-                direction: event.direction,
-                message: serde_json::from_slice(&event.message).unwrap_or_else(|_| {
-                    serde_json::Value::String(String::from_utf8_lossy(&event.message).into_owned())
-                }),
+            .map(|event| {
+                crate::event_log::wire_event(
+                    event.offset,
+                    crate::store::time_of(event.at_ns),
+                    event.direction,
+                    &event.message,
+                )
             })
             .collect();
         if events.len() < limit {
@@ -984,7 +984,7 @@ impl Runtime {
             events.extend(rest.events);
         }
         let next_offset = events.last().map_or_else(
-            || offset.max(in_memory).min(session.meta().event_count),
+            || offset.max(in_memory).min(session.event_count()),
             |e| e.offset + 1,
         );
         Ok(ext_methods::SessionEventsPage {

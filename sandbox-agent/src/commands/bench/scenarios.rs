@@ -394,49 +394,57 @@ pub async fn startup(options: &BenchOptions) -> Result<Vec<ScenarioResult>, Benc
     let mut latencies = Vec::with_capacity(options.startup_runs);
     let mut idle_rss = Vec::new();
     for _ in 0..options.startup_runs {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let started = Instant::now();
-        let mut child = tokio::process::Command::new(&options.program)
-            .args([
-                "server",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--no-token",
-            ])
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()?;
-        let deadline = started + Duration::from_secs(10);
-        loop {
-            if health(address).await {
-                latencies.push(started.elapsed());
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(BenchError::Unexpected(
-                    "server did not answer /v2/health within 10 s".into(),
-                ));
-            }
-            tokio::time::sleep(Duration::from_micros(500)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        if let Some(rss) = child.id().and_then(super::rss_bytes) {
-            idle_rss.push(rss);
-        }
-        let _ = child.kill().await;
+        let (latency, rss) = start_to_healthy(options, &[], Duration::from_secs(10)).await?;
+        latencies.push(latency);
+        idle_rss.extend(rss);
     }
     let mut result = ScenarioResult::timed("startup", latencies.iter().sum(), latencies, 0);
     idle_rss.sort_unstable();
     result.rss_after = idle_rss.get(idle_rss.len() / 2).copied();
     result.note("RSS column: idle server, 200 ms after its first health answer".to_owned());
     Ok(vec![result])
+}
+
+/// Starts `program server --no-token` with `extra` on a free loopback port
+/// and times process start to the first `/v2/health` 200; returns that and
+/// the server's RSS 200 ms later (then kills it).
+///
+/// # Errors
+/// When it does not answer within `within`.
+pub(super) async fn start_to_healthy(
+    options: &BenchOptions,
+    extra: &[&str],
+    within: Duration,
+) -> Result<(Duration, Option<u64>), BenchError> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(&options.program)
+        .args(["server", "--host", "127.0.0.1", "--no-token", "--port"])
+        .arg(port.to_string())
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let latency = loop {
+        if health(address).await {
+            break started.elapsed();
+        }
+        if started.elapsed() > within {
+            return Err(BenchError::Unexpected(format!(
+                "server did not answer /v2/health within {within:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rss = child.id().and_then(super::rss_bytes);
+    let _ = child.kill().await;
+    Ok((latency, rss))
 }
 
 pub(super) async fn health(address: std::net::SocketAddr) -> bool {

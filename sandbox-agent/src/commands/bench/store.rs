@@ -15,10 +15,10 @@
 
 use super::client::{BenchError, EventCounter, HttpClient, count_events};
 use super::report::ScenarioResult;
-use super::scenarios::{AGENT, health, open, prompt};
+use super::scenarios::{AGENT, open, prompt, start_to_healthy};
 use super::{BenchOptions, Target};
 use bytes::Bytes;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Sessions the seeded store holds.
@@ -288,41 +288,21 @@ async fn startup(
     store: &str,
     events: u64,
 ) -> Result<ScenarioResult, BenchError> {
+    let dir = dir.to_string_lossy();
+    let extra = [
+        "--data-dir",
+        &dir,
+        "--store",
+        store,
+        "--ended-sessions",
+        "100000",
+    ];
     let mut latencies = Vec::new();
     let mut rss = None;
     for _ in 0..STARTUP_RUNS {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let started = Instant::now();
-        let mut child = tokio::process::Command::new(&options.program)
-            .args(["server", "--host", "127.0.0.1", "--no-token", "--port"])
-            .arg(port.to_string())
-            .arg("--data-dir")
-            .arg(PathBuf::from(dir))
-            .args(["--store", store, "--ended-sessions", "100000"])
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()?;
-        let deadline = started + Duration::from_secs(60);
-        loop {
-            if health(address).await {
-                latencies.push(started.elapsed());
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(BenchError::Unexpected(
-                    "server on the seeded store did not answer within 60 s".into(),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        rss = child.id().and_then(super::rss_bytes);
-        let _ = child.kill().await;
+        let (latency, idle) = start_to_healthy(options, &extra, Duration::from_secs(60)).await?;
+        latencies.push(latency);
+        rss = idle;
     }
     let mut result = ScenarioResult::timed(
         "store: startup, seeded",
