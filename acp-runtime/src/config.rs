@@ -236,9 +236,13 @@ pub const DEFAULT_INSTALL_TIMEOUT_MS: u64 = 15 * 60 * 1000;
 /// `initialize`) is not tried again, in milliseconds: requests get the
 /// failure at once instead of each running npm.
 pub const DEFAULT_INSTALL_RETRY_BACKOFF_MS: u64 = 10_000;
-/// Largest file `PUT /v2/fs/file` or archive `POST /v2/fs/upload-batch`
-/// accepts, and the most an archive may unpack to, in bytes (64 GiB).
-pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 64 << 30;
+/// Largest body `PUT /v2/fs/file` or `POST /v2/fs/upload-batch` accepts, as
+/// sent, in bytes (4 GiB: a repository or a build output, on a sandbox disk).
+pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 4 << 30;
+/// Most bytes of file content one upload-batch archive may unpack to (8 GiB:
+/// twice the body cap, as a compressed repository needs; a gzip bomb stops
+/// there).
+pub const DEFAULT_MAX_UNPACKED_BYTES: u64 = 8 << 30;
 /// Most entries one `POST /v2/fs/upload-batch` archive may hold.
 pub const DEFAULT_MAX_UPLOAD_ENTRIES: usize = 100_000;
 
@@ -314,9 +318,12 @@ pub struct ServerConfig {
     /// symlinks are resolved (403 outside); `None`: the whole file system
     /// the server's user can reach (research/contract.md, "Host file system").
     pub fs_root: Option<PathBuf>,
-    /// Largest upload (`PUT /v2/fs/file` body, upload-batch archive and what
-    /// it unpacks to), in bytes (413 past it).
+    /// Largest upload body as sent (`PUT /v2/fs/file`, upload-batch), in
+    /// bytes (413 past it).
     pub max_upload_bytes: u64,
+    /// Most bytes of file content one upload-batch archive may unpack to
+    /// (413 past it).
+    pub max_unpacked_bytes: u64,
     /// Most entries one upload-batch archive may hold (413 past it).
     pub max_upload_entries: usize,
     /// The agent a bare `/acp` connection gets when `initialize` names none
@@ -364,6 +371,7 @@ impl ServerConfig {
             exit_on_stdin_eof: false,
             fs_root: None,
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
+            max_unpacked_bytes: DEFAULT_MAX_UNPACKED_BYTES,
             max_upload_entries: DEFAULT_MAX_UPLOAD_ENTRIES,
             default_agent: None,
         }

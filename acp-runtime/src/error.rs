@@ -194,7 +194,7 @@ pub enum Error {
     /// An upload-batch archive that is not a safe, readable tar.
     #[error("{0}")]
     InvalidArchive(String),
-    /// An upload-batch archive past `--max-upload-bytes` unpacked, or past
+    /// An upload-batch archive past `--max-unpacked-bytes` unpacked, or past
     /// the entry cap.
     #[error("{0}")]
     ArchiveTooLarge(String),

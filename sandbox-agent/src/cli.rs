@@ -405,14 +405,22 @@ pub struct ServerArgs {
     /// otherwise). Without it the API reaches what the server's user can.
     #[arg(long, env = "SANDBOX_AGENT_FS_ROOT", value_name = "DIR")]
     pub fs_root: Option<PathBuf>,
-    /// Largest file upload (PUT /v2/fs/file) or upload-batch archive, and the
-    /// most an archive may unpack to, in bytes (413 past it).
+    /// Largest upload body as sent, in bytes: a file (PUT /v2/fs/file) or an
+    /// upload-batch archive, compressed or not (413 past it).
     #[arg(
         long,
         env = "SANDBOX_AGENT_MAX_UPLOAD_BYTES",
         default_value_t = config::DEFAULT_MAX_UPLOAD_BYTES
     )]
     pub max_upload_bytes: u64,
+    /// Most bytes of file content one upload-batch archive may unpack to
+    /// (413 past it): what stops a small gzip that inflates to fill the disk.
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_MAX_UNPACKED_BYTES",
+        default_value_t = config::DEFAULT_MAX_UNPACKED_BYTES
+    )]
+    pub max_unpacked_bytes: u64,
     /// The agent a client of bare /acp gets when its initialize names none in
     /// params._meta["sandboxagent.dev"].agent (an official ACP SDK pointed at
     /// /acp). Without it such a client must use /acp/{agent}.
@@ -460,6 +468,7 @@ impl ServerArgs {
         config.require_preinstall = self.require_preinstall;
         config.exit_on_stdin_eof = self.exit_on_stdin_eof;
         config.max_upload_bytes = self.max_upload_bytes;
+        config.max_unpacked_bytes = self.max_unpacked_bytes;
         config.default_agent = self.default_agent;
         if let Some(root) = &self.fs_root {
             let root = root

@@ -23,9 +23,9 @@ use std::rc::Rc;
 /// before it yields the entry they describe, so without a bound a small
 /// compressed archive could claim gigabytes of memory. Real ones are a few
 /// hundred bytes.
-const MAX_TAR_RECORD_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_TAR_RECORD_BYTES: u64 = 1 << 20;
 /// Tar header block and padding slack added to every read allowance.
-const TAR_BLOCK_SLACK: u64 = 2048;
+pub(crate) const TAR_BLOCK_SLACK: u64 = 2048;
 
 /// How an archive is packed, judged by the URL's path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,14 +60,15 @@ impl Limits {
 }
 
 /// Counts what an archive unpacks against its [`Limits`].
-struct Budget {
+pub(crate) struct Budget {
     limits: Limits,
     bytes: u64,
     entries: usize,
 }
 
 impl Budget {
-    fn new(limits: Limits) -> Self {
+    /// Nothing counted yet.
+    pub(crate) fn new(limits: Limits) -> Self {
         Self {
             limits,
             bytes: 0,
@@ -76,7 +77,10 @@ impl Budget {
     }
 
     /// Counts one entry of `size` bytes.
-    fn take(&mut self, size: u64) -> Result<(), String> {
+    ///
+    /// # Errors
+    /// A message when past either cap.
+    pub(crate) fn take(&mut self, size: u64) -> Result<(), String> {
         self.entries += 1;
         if self.entries > self.limits.max_entries {
             return Err(format!(
@@ -210,7 +214,10 @@ pub fn safe_relative(path: &Path) -> Result<PathBuf, String> {
 
 /// Checks that a symlink at `entry` (relative to the folder) pointing at
 /// `target` stays inside the folder when read lexically.
-fn check_link_target(entry: &Path, target: &Path) -> Result<(), String> {
+///
+/// # Errors
+/// A message naming the link when its target is absolute or climbs out.
+pub(crate) fn check_link_target(entry: &Path, target: &Path) -> Result<(), String> {
     if target.is_absolute() {
         return Err(format!(
             "symlink {} points to the absolute path {}",
@@ -246,9 +253,16 @@ fn check_link_target(entry: &Path, target: &Path) -> Result<(), String> {
 /// A reader that fails once it has read more than its allowance, which the
 /// unpack loop sets before each step: header records may take
 /// [`MAX_TAR_RECORD_BYTES`], an entry's data its own (budgeted) size.
-struct Allowance<R> {
+pub(crate) struct Allowance<R> {
     inner: R,
     left: Rc<Cell<u64>>,
+}
+
+impl<R> Allowance<R> {
+    /// `inner`, read no further than `left` allows at each read.
+    pub(crate) fn new(inner: R, left: Rc<Cell<u64>>) -> Self {
+        Self { inner, left }
+    }
 }
 
 impl<R: Read> Read for Allowance<R> {
@@ -266,7 +280,7 @@ impl<R: Read> Read for Allowance<R> {
     }
 }
 
-/// Why [`unpack_tar_stream`] stopped.
+/// Why unpacking a tar archive stopped.
 #[derive(Debug)]
 pub struct Refused {
     /// What kind of failure it is.
@@ -300,41 +314,6 @@ impl Refused {
             message,
         }
     }
-}
-
-/// Unpacks the tar stream `reader` into the existing folder `dest` with the
-/// rules of this module (see the module doc), calling `on_entry` with the
-/// relative path of each entry unpacked, in archive order. Files already in
-/// `dest` are replaced by entries of the same path (unlinked first, never
-/// written through); every symlink the archive created must resolve inside
-/// `dest` at the end. Used by agent installs and by the file system API's
-/// upload-batch (research/contract.md, "Host file system").
-///
-/// # Errors
-/// [`Refused`]: over `limits`, an unsafe entry or unreadable archive, or an
-/// I/O failure writing into `dest`. What was unpacked before stays.
-pub fn unpack_tar_stream(
-    reader: impl Read,
-    dest: &Path,
-    limits: Limits,
-    mut on_entry: impl FnMut(&Path),
-) -> Result<(), Refused> {
-    let mut budget = Budget::new(limits);
-    let mut links = Vec::new();
-    unpack_tar(reader, dest, &mut budget, |path, is_link| {
-        if is_link {
-            links.push(path.to_owned());
-        }
-        on_entry(path);
-    })?;
-    let root = dest
-        .canonicalize()
-        .map_err(|e| Refused::unsafe_entry(format!("cannot resolve {}: {e}", dest.display())))?;
-    for link in links {
-        check_link_inside(&root, &root.join(&link), &link.display())
-            .map_err(Refused::unsafe_entry)?;
-    }
-    Ok(())
 }
 
 fn unpack_tar(
@@ -712,24 +691,6 @@ mod tests {
             assert!(error.contains(needle), "{path}: {error}");
             assert!(!dir.0.join("evil").exists());
         }
-    }
-
-    #[test]
-    fn a_stream_lists_its_entries_and_skips_the_dot_entry() {
-        let dir = TempDir::new();
-        let mut builder = tar::Builder::new(Vec::new());
-        raw_entry(&mut builder, tar::EntryType::Directory, "./", None, b"");
-        raw_entry(&mut builder, tar::EntryType::Regular, "./a/b", None, b"hi");
-        raw_entry(&mut builder, tar::EntryType::Char, "dev", None, b"");
-        let tar = builder.into_inner().expect("tar");
-        let mut seen = Vec::new();
-        unpack_tar_stream(&tar[..], &dir.dest(), Limits::DEFAULT, |path| {
-            seen.push(path.to_owned());
-        })
-        .expect("unpack");
-        assert_eq!(seen, [PathBuf::from("a/b")]);
-        assert_eq!(std::fs::read(dir.dest().join("a/b")).expect("file"), b"hi");
-        assert!(!dir.dest().join("dev").exists());
     }
 
     #[test]

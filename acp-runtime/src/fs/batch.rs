@@ -1,24 +1,61 @@
 //! Upload-batch (research/contract.md, "Host file system"): a tar stream
-//! (gzip accepted, recognized by its magic bytes) unpacked into a directory
-//! with the installer's rules, [`crate::agent::archive::unpack_tar_stream`]:
-//! no absolute paths, no `..`, no links out, no device files, caps on bytes
-//! and entries.
+//! (gzip accepted, recognized by its magic bytes, every member of a
+//! multi-member gzip read) unpacked into a directory.
+//!
+//! The tar crate only reads the archive here; every entry is written by this
+//! module through directory descriptors, never by path, so nothing a client
+//! or another process does to the tree while the archive streams in can
+//! redirect a write:
+//! - the target directory is opened and checked once ([`Scope::make_dirs`])
+//!   and checked again, where it is now, before every entry;
+//! - an entry's parents are opened from it one component at a time with
+//!   `O_NOFOLLOW` (created when missing): nothing is unpacked through a
+//!   symlink, whether the archive made it or it was there before;
+//! - files are created `O_CREAT | O_EXCL | O_NOFOLLOW` after whatever was at
+//!   the name (a file or a symlink, never a directory) is unlinked, so
+//!   nothing is written through an existing link;
+//! - a symlink must be relative and stay inside the directory when read
+//!   lexically; once the archive is done (or has failed), every symlink it
+//!   made is resolved again and removed, failing the archive, if it lands
+//!   outside the directory;
+//! - a hard link may only point to a file this same archive unpacked, still
+//!   the same inode;
+//! - no absolute paths, no `..`, no device files or FIFOs (skipped), caps on
+//!   unpacked bytes and entries ([`Limits`]).
 
-use super::{Scope, shown};
-use crate::agent::archive::{self, Limits, RefusedKind};
-use crate::error::Error;
+use super::{Dir, Scope, shown};
+use crate::agent::archive::{
+    Allowance, Budget, Limits, MAX_TAR_RECORD_BYTES, TAR_BLOCK_SLACK, check_link_target,
+    safe_relative,
+};
+use crate::error::{Error, FsConflict};
 use ext_methods::FsUploadBatchResult;
-use std::io::{BufRead, BufReader, ErrorKind, Read};
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat};
+use nix::sys::stat::{Mode, mkdirat};
+use nix::unistd::{UnlinkatFlags, linkat, symlinkat, unlinkat};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::{File, Metadata};
+use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 /// Most paths listed in the answer; `truncated` says when more were unpacked.
 pub(crate) const MAX_LISTED_PATHS: usize = 1000;
+
+/// Bytes copied per read of an entry's data.
+const COPY_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Unpacks the archive `reader` into the directory `path` (created with its
 /// parents). Blocks.
 ///
 /// # Errors
 /// 400 `invalid-archive` (unsafe entry, not a tar), 403, 409
-/// `not-a-directory`, 413 past `limits`, 507.
+/// `not-a-directory` / `is-a-directory`, 413 past `limits`, 507.
 pub(crate) fn unpack(
     scope: &Scope,
     path: &str,
@@ -31,35 +68,371 @@ pub(crate) fn unpack(
         .fill_buf()
         .map_err(|error| Error::InvalidRequest(format!("cannot read the archive: {error}")))?
         .starts_with(&[0x1f, 0x8b]);
-    let mut paths = Vec::new();
-    let mut count = 0usize;
-    let on_entry = |relative: &std::path::Path| {
-        count += 1;
-        if paths.len() < MAX_LISTED_PATHS {
-            paths.push(shown(&dir.real.join(relative)));
-        }
+    let mut unpacker = Unpacker {
+        scope,
+        dir: &dir,
+        budget: Budget::new(limits),
+        parent: None,
+        files: HashMap::new(),
+        links: Vec::new(),
+        paths: Vec::new(),
+        count: 0,
     };
     let unpacked = if gzip {
-        archive::unpack_tar_stream(
-            flate2::read::GzDecoder::new(reader),
-            &dir.real,
-            limits,
-            on_entry,
-        )
+        unpacker.run(flate2::read::MultiGzDecoder::new(reader))
     } else {
-        archive::unpack_tar_stream(reader, &dir.real, limits, on_entry)
+        unpacker.run(reader)
     };
-    unpacked.map_err(|refused| match refused.kind {
-        RefusedKind::Limit => Error::ArchiveTooLarge(refused.message),
-        RefusedKind::Unsafe => Error::InvalidArchive(refused.message),
-        RefusedKind::Io(ErrorKind::StorageFull | ErrorKind::QuotaExceeded) => {
-            Error::InsufficientStorage(refused.message)
-        }
-        RefusedKind::Io(ErrorKind::PermissionDenied) => Error::PermissionDenied(refused.message),
-        RefusedKind::Io(_) => Error::FsIo(refused.message),
-    })?;
+    // Also after a failure: no link that escapes is left behind.
+    let links = unpacker.check_links();
+    unpacked?;
+    links?;
     Ok(FsUploadBatchResult {
-        truncated: count > paths.len(),
-        paths,
+        truncated: unpacker.count > unpacker.paths.len(),
+        paths: unpacker.paths,
     })
+}
+
+/// One archive being unpacked into `dir`.
+struct Unpacker<'a> {
+    scope: &'a Scope,
+    /// The target directory, opened and checked.
+    dir: &'a Dir,
+    /// What the archive has unpacked so far, against its caps.
+    budget: Budget,
+    /// The last entry's parent (relative path and descriptor): archives
+    /// list a directory's entries together.
+    parent: Option<(PathBuf, OwnedFd)>,
+    /// Files this archive unpacked (relative path → device and inode), the
+    /// only targets a hard link may have.
+    files: HashMap<PathBuf, (u64, u64)>,
+    /// Symlinks this archive made (relative paths), resolved again at the end.
+    links: Vec<PathBuf>,
+    /// Real paths for the answer, at most [`MAX_LISTED_PATHS`].
+    paths: Vec<String>,
+    /// Entries unpacked.
+    count: usize,
+}
+
+impl Unpacker<'_> {
+    fn run(&mut self, reader: impl Read) -> Result<(), Error> {
+        use tar::EntryType;
+        let left = Rc::new(Cell::new(0));
+        let mut archive = tar::Archive::new(Allowance::new(reader, left.clone()));
+        let mut entries = archive
+            .entries()
+            .map_err(|error| invalid(format!("not a readable tar archive: {error}")))?;
+        loop {
+            // Room for the next header, its records and the end-of-archive
+            // blocks.
+            left.set(MAX_TAR_RECORD_BYTES + TAR_BLOCK_SLACK);
+            let Some(entry) = entries.next() else { break };
+            let mut entry = entry.map_err(corrupt)?;
+            let raw_path = entry
+                .path()
+                .map_err(|error| invalid(format!("tar entry with an unreadable path: {error}")))?
+                .into_owned();
+            let kind = entry.header().entry_type();
+            // `./`, which `tar -C dir -c .` writes first: the folder itself.
+            if kind == EntryType::Directory
+                && raw_path
+                    .components()
+                    .all(|c| c == std::path::Component::CurDir)
+            {
+                self.budget.take(0).map_err(Error::ArchiveTooLarge)?;
+                continue;
+            }
+            let path = safe_relative(&raw_path)
+                .map_err(|error| invalid(format!("unsafe tar entry: {error}")))?;
+            // `size()` is what follows in the archive: the header's size, or
+            // a PAX `size` record's.
+            let size = entry.size();
+            self.budget.take(size).map_err(Error::ArchiveTooLarge)?;
+            left.set(size.saturating_add(TAR_BLOCK_SLACK));
+            self.dir.recheck(self.scope)?;
+            match kind {
+                EntryType::Regular | EntryType::Continuous => {
+                    let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
+                    let mtime = entry.header().mtime().ok();
+                    self.file(&path, &mut entry, mode, mtime)?;
+                }
+                EntryType::Directory => self.directory(&path)?,
+                EntryType::Symlink => {
+                    let target = link_name(&entry, &path)?;
+                    check_link_target(&path, &target)
+                        .map_err(|error| invalid(format!("unsafe tar entry: {error}")))?;
+                    self.symlink(&path, &target)?;
+                }
+                EntryType::Link => {
+                    let target = link_name(&entry, &path)?;
+                    let target = safe_relative(&target).map_err(|error| {
+                        invalid(format!(
+                            "unsafe tar entry: hard link {}: {error}",
+                            path.display()
+                        ))
+                    })?;
+                    self.hard_link(&path, &target)?;
+                }
+                // Devices, FIFOs and metadata records are not unpacked; their
+                // data (if any) is read past, within the allowance.
+                _ => {
+                    io::copy(&mut entry, &mut io::sink()).map_err(corrupt)?;
+                    continue;
+                }
+            }
+            // Data a directory or link entry carried, read past.
+            io::copy(&mut entry, &mut io::sink()).map_err(corrupt)?;
+            self.count += 1;
+            if self.paths.len() < MAX_LISTED_PATHS {
+                self.paths.push(shown(&self.dir.real.join(&path)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The parent directory of `path`, opened beneath the target directory
+    /// one component at a time (created when missing, never through a
+    /// symlink), and the entry's name in it.
+    fn parent<'p>(&mut self, path: &'p Path) -> Result<(&OwnedFd, &'p OsStr), Error> {
+        let name = path
+            .file_name()
+            .ok_or_else(|| invalid(format!("path {} names nothing", path.display())))?;
+        let parent = path.parent().unwrap_or(Path::new(""));
+        let cached = matches!(&self.parent, Some((at, _)) if at == parent);
+        if !cached {
+            let fd = open_beneath(self.dir, parent, true)?;
+            self.parent = Some((parent.to_owned(), fd));
+        }
+        match &self.parent {
+            Some((_, fd)) => Ok((fd, name)),
+            None => Err(Error::FsIo(
+                "the parent directory was not opened".to_owned(),
+            )),
+        }
+    }
+
+    /// A regular file: whatever was at the name (not a directory) is
+    /// unlinked, the file created anew and filled.
+    fn file(
+        &mut self,
+        path: &Path,
+        data: &mut impl Read,
+        mode: u32,
+        mtime: Option<u64>,
+    ) -> Result<(), Error> {
+        let real = self.dir.real.join(path);
+        let (parent, name) = self.parent(path)?;
+        make_room(parent, name, &real)?;
+        let fd = openat(
+            parent,
+            name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        )
+        .map_err(|errno| write_error(errno.into(), &real))?;
+        let mut file = File::from(fd);
+        let mut buffer = vec![0; COPY_BUFFER_BYTES];
+        loop {
+            let read = data.read(&mut buffer).map_err(corrupt)?;
+            if read == 0 {
+                break;
+            }
+            file.write_all(&buffer[..read])
+                .map_err(|error| write_error(error, &real))?;
+        }
+        if let Some(mtime) = mtime.and_then(|m| i64::try_from(m).ok()) {
+            let omit = nix::sys::time::TimeSpec::UTIME_OMIT;
+            let when = nix::sys::time::TimeSpec::new(mtime, 0);
+            // A file system without times is no reason to fail the archive.
+            let _ = nix::sys::stat::futimens(file.as_fd(), &omit, &when);
+        }
+        let meta = file.metadata().map_err(|error| write_error(error, &real))?;
+        self.files.insert(path.to_owned(), (meta.dev(), meta.ino()));
+        Ok(())
+    }
+
+    /// A directory: created, or already one (a symlink there is refused).
+    fn directory(&mut self, path: &Path) -> Result<(), Error> {
+        // Opening it beneath the target creates it, and refuses a symlink or
+        // a file on the way or at the end.
+        let fd = open_beneath(self.dir, path, true)?;
+        self.parent = Some((path.to_owned(), fd));
+        Ok(())
+    }
+
+    /// A symlink (its target already checked lexically).
+    fn symlink(&mut self, path: &Path, target: &Path) -> Result<(), Error> {
+        let real = self.dir.real.join(path);
+        let (parent, name) = self.parent(path)?;
+        make_room(parent, name, &real)?;
+        symlinkat(target, parent, name).map_err(|errno| write_error(errno.into(), &real))?;
+        self.links.push(path.to_owned());
+        Ok(())
+    }
+
+    /// A hard link to `target`, a file this archive unpacked.
+    fn hard_link(&mut self, path: &Path, target: &Path) -> Result<(), Error> {
+        let Some(&(dev, ino)) = self.files.get(target) else {
+            return Err(invalid(format!(
+                "unsafe tar entry: hard link {} points to {}, which this archive did not unpack \
+                 before it",
+                path.display(),
+                target.display()
+            )));
+        };
+        let target_parent =
+            open_beneath(self.dir, target.parent().unwrap_or(Path::new("")), false)?;
+        let target_name = target.file_name().unwrap_or_default();
+        let same = metadata_at(&target_parent, target_name)
+            .is_ok_and(|meta| meta.is_file() && meta.dev() == dev && meta.ino() == ino);
+        if !same {
+            return Err(invalid(format!(
+                "hard link {}: {} was replaced while the archive was unpacked",
+                path.display(),
+                target.display()
+            )));
+        }
+        let real = self.dir.real.join(path);
+        let (parent, name) = self.parent(path)?;
+        make_room(parent, name, &real)?;
+        linkat(&target_parent, target_name, parent, name, AtFlags::empty())
+            .map_err(|errno| write_error(errno.into(), &real))?;
+        self.files.insert(path.to_owned(), (dev, ino));
+        Ok(())
+    }
+
+    /// Resolves every symlink the archive made, through the target
+    /// directory's descriptor, and removes each one that lands outside it
+    /// (or nowhere).
+    ///
+    /// # Errors
+    /// 400 `invalid-archive` naming the first such link.
+    fn check_links(&self) -> Result<(), Error> {
+        let mut first = None;
+        for link in &self.links {
+            let inside = match (
+                self.dir.child(link.as_os_str()).canonicalize(),
+                here(self.dir),
+            ) {
+                (Ok(resolved), Some(dir)) => resolved.starts_with(dir),
+                _ => false,
+            };
+            if inside {
+                continue;
+            }
+            if let Ok(parent) =
+                open_beneath(self.dir, link.parent().unwrap_or(Path::new("")), false)
+            {
+                let _ = unlinkat(
+                    &parent,
+                    link.file_name().unwrap_or_default(),
+                    UnlinkatFlags::NoRemoveDir,
+                );
+            }
+            first.get_or_insert_with(|| {
+                invalid(format!(
+                    "unsafe archive: symlink {} resolves outside {} (or to nothing); it was removed",
+                    link.display(),
+                    self.dir.real.display()
+                ))
+            });
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+/// Where `dir` is now.
+fn here(dir: &Dir) -> Option<PathBuf> {
+    Some(dir.current())
+}
+
+/// Opens `relative` beneath `dir` one component at a time, never through a
+/// symlink; with `create`, missing directories are made.
+///
+/// # Errors
+/// 400 `invalid-archive` for a symlink or a file on the way; as the system's
+/// otherwise.
+fn open_beneath(dir: &Dir, relative: &Path, create: bool) -> Result<OwnedFd, Error> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut fd = openat(dir.fd(), ".", flags, Mode::empty())
+        .map_err(|errno| Error::from_io(&errno.into(), &dir.real))?;
+    let mut walked = PathBuf::new();
+    for component in relative.components() {
+        let std::path::Component::Normal(name) = component else {
+            continue;
+        };
+        walked.push(name);
+        if create {
+            match mkdirat(&fd, name, Mode::from_bits_truncate(0o777)) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(errno) => return Err(write_error(errno.into(), &dir.real.join(&walked))),
+            }
+        }
+        fd = openat(&fd, name, flags, Mode::empty()).map_err(|errno| match errno {
+            Errno::ELOOP | Errno::ENOTDIR => invalid(format!(
+                "{} is a symlink or a file, not a directory; nothing is unpacked through it",
+                dir.real.join(&walked).display()
+            )),
+            other => write_error(other.into(), &dir.real.join(&walked)),
+        })?;
+    }
+    Ok(fd)
+}
+
+/// The `lstat` of `name` in the directory `parent`.
+fn metadata_at(parent: &OwnedFd, name: &OsStr) -> io::Result<Metadata> {
+    let fd = openat(
+        parent,
+        name,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    File::from(fd).metadata()
+}
+
+/// Unlinks what is at `name` in `parent` (a file or a symlink) so an entry
+/// can take its place; a directory there is a conflict.
+fn make_room(parent: &OwnedFd, name: &OsStr, real: &Path) -> Result<(), Error> {
+    match metadata_at(parent, name) {
+        Err(error) if error.kind() == ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(write_error(error, real)),
+        Ok(meta) if meta.is_dir() => Err(Error::FsConflict {
+            conflict: FsConflict::IsADirectory,
+            detail: format!(
+                "{} is a directory; the archive has a non-directory entry there",
+                real.display()
+            ),
+        }),
+        Ok(_) => unlinkat(parent, name, UnlinkatFlags::NoRemoveDir)
+            .map_err(|errno| write_error(errno.into(), real)),
+    }
+}
+
+/// The link name of a symlink or hard link entry.
+fn link_name(entry: &tar::Entry<'_, impl Read>, path: &Path) -> Result<PathBuf, Error> {
+    entry
+        .link_name()
+        .map_err(|error| invalid(format!("tar link {} unreadable: {error}", path.display())))?
+        .map(|target| target.into_owned())
+        .ok_or_else(|| invalid(format!("tar link {} has no target", path.display())))
+}
+
+/// 400 `invalid-archive`.
+fn invalid(message: String) -> Error {
+    Error::InvalidArchive(message)
+}
+
+/// A failure reading the archive (its own corruption, or the body's).
+fn corrupt(error: io::Error) -> Error {
+    invalid(format!("corrupt tar archive: {error}"))
+}
+
+/// A failure writing `real`: disk full is 507, permission 403.
+fn write_error(error: io::Error, real: &Path) -> Error {
+    let message = format!("cannot unpack {}: {error}", real.display());
+    match error.kind() {
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded => Error::InsufficientStorage(message),
+        ErrorKind::PermissionDenied => Error::PermissionDenied(message),
+        _ => Error::FsIo(message),
+    }
 }

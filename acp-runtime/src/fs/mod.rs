@@ -5,20 +5,31 @@
 //! - this file: [`Scope`], path resolution and `--fs-root` confinement.
 //! - `ops`: list, stat, mkdir, move, delete.
 //! - `transfer`: streaming file reads and writes (temp file, fsync, rename).
-//! - `batch`: upload-batch, a tar stream unpacked with the installer's rules.
+//! - `batch`: upload-batch, a tar stream unpacked entry by entry through
+//!   directory descriptors.
 //!
 //! Path rules: absolute paths are taken as given; relative ones start at the
 //! named session's `cwd`, else the server's working directory, and may not
 //! contain `..`. With `--fs-root`, every path must resolve, symlinks
-//! followed, inside the root.
+//! followed, inside the root; a path outside is 403 whether or not anything
+//! is there, and the 403 names the path as the client gave it, never where
+//! it resolved.
 //!
 //! Check and use: a path is resolved to a real directory, that directory is
-//! opened (`O_DIRECTORY | O_NOFOLLOW`), and the opened descriptor's own path
-//! (`/proc/self/fd/N`) is checked against the root. Every operation then goes
-//! through that descriptor (`/proc/self/fd/N/name`, the final name opened with
-//! `O_NOFOLLOW` or renamed with `renameat2`), so a symlink swapped into the
-//! path after the check cannot redirect it. Where `/proc` is not mounted the
-//! checked real path is used instead (check, then use).
+//! opened one component at a time from `/` (each `openat` with
+//! `O_DIRECTORY | O_NOFOLLOW`, so a symlink swapped in after the resolution
+//! fails the open instead of being followed), and the opened descriptor's
+//! own path (`/proc/self/fd/N`) is checked against the root. Every operation
+//! then goes through that descriptor (`openat`, `mkdirat`, `unlinkat`,
+//! `renameat2`, `linkat`, `symlinkat` on one final name, never followed), so
+//! nothing re-resolves a path string after the check. A symlink is never
+//! trusted for where it pointed when it was made (a later move can re-aim
+//! it): it is resolved, and checked, again on every use.
+//!
+//! What this does not defend against: a process with write access both inside
+//! and outside the root can move an opened directory out between the check
+//! and the use, or plant a hard link to an outside file (which cannot be told
+//! from any multiply-linked file); research/decisions.md.
 //!
 //! Every function here blocks; callers run them on the blocking pool.
 
@@ -28,10 +39,13 @@ pub(crate) mod transfer;
 
 use crate::error::{Error, FsConflict};
 use crate::runtime::Runtime;
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::{Mode, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 use std::ffi::{OsStr, OsString};
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{File, Metadata};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -120,17 +134,21 @@ impl Scope {
         Ok(self.base.join(path))
     }
 
-    /// Checks that the real path `real` is inside the root.
+    /// Checks that the real path `real` is inside the root; `shown` (the
+    /// path as the client gave it) is what a refusal names.
     ///
     /// # Errors
     /// 403 `outside-root`.
-    pub(crate) fn check(&self, real: &Path) -> Result<(), Error> {
+    pub(crate) fn check(&self, real: &Path, shown: &Path) -> Result<(), Error> {
         match &self.root {
-            Some(root) if !real.starts_with(root) => Err(Error::OutsideRoot {
-                path: real.display().to_string(),
-            }),
+            Some(root) if !real.starts_with(root) => Err(outside_root(shown)),
             _ => Ok(()),
         }
+    }
+
+    /// Whether `--fs-root` confines this scope.
+    pub(crate) fn confined(&self) -> bool {
+        self.root.is_some()
     }
 
     /// Whether `real` is the confinement root itself.
@@ -138,28 +156,73 @@ impl Scope {
         self.root.as_deref() == Some(real)
     }
 
-    /// Opens the directory at `path` (its last component not followed) and
-    /// checks where the descriptor really is.
+    /// `error`, met resolving `path`, as the client sees it: with a root, a
+    /// path whose nearest existing ancestor resolves outside it is 403
+    /// `outside-root` whatever the error, so "missing outside" cannot be told
+    /// from "exists outside" (research/contract.md, "Host file system").
+    pub(crate) fn resolve_error(&self, error: &std::io::Error, path: &Path) -> Error {
+        if self.root.is_some() && self.outside(path) {
+            return outside_root(path);
+        }
+        Error::from_io(error, path)
+    }
+
+    /// Whether `path` (absolute) resolves outside the root: its nearest
+    /// existing ancestor resolved, the rest appended as written.
+    fn outside(&self, path: &Path) -> bool {
+        let mut existing = path;
+        loop {
+            if let Ok(mut real) = existing.canonicalize() {
+                let rest = path.strip_prefix(existing).unwrap_or(Path::new(""));
+                for component in rest.components() {
+                    match component {
+                        Component::Normal(name) => real.push(name),
+                        Component::ParentDir => {
+                            real.pop();
+                        }
+                        _ => {}
+                    }
+                }
+                return self.check(&real, path).is_err();
+            }
+            match existing.parent() {
+                Some(parent) => existing = parent,
+                None => return false,
+            }
+        }
+    }
+
+    /// Opens the directory at the real path `real` one component at a time
+    /// from `/` (none followed) and checks where the descriptor really is;
+    /// `shown` names the client's path in errors.
     ///
     /// # Errors
-    /// 404, 409 `not-a-directory`, 403 (outside the root, permission, a
-    /// symlink swapped in).
-    pub(crate) fn open_dir(&self, path: &Path) -> Result<Dir, Error> {
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(|error| Error::from_io(&error, path))?;
-        let (real, handle) = match fd_path(&file) {
-            Some(handle) => {
-                let real =
-                    std::fs::read_link(&handle).map_err(|error| Error::from_io(&error, path))?;
-                (real, handle)
+    /// 404, 409 `not-a-directory` (also for a component swapped for a symlink
+    /// after `real` was resolved), 403 (outside the root, permission).
+    pub(crate) fn open_dir(&self, real: &Path, shown: &Path) -> Result<Dir, Error> {
+        let io = |error: std::io::Error| self.resolve_error(&error, shown);
+        let mut fd: OwnedFd = File::open("/").map_err(io)?.into();
+        for component in real.components() {
+            match component {
+                Component::Normal(name) => {
+                    fd = openat(&fd, name, DIR_FLAGS, Mode::empty()).map_err(|errno| {
+                        if errno == Errno::ELOOP {
+                            swapped(shown)
+                        } else {
+                            io(errno.into())
+                        }
+                    })?;
+                }
+                Component::RootDir | Component::CurDir => {}
+                Component::ParentDir | Component::Prefix(_) => {
+                    return Err(Error::InvalidPath(format!(
+                        "{} is not a resolved path",
+                        real.display()
+                    )));
+                }
             }
-            None => (path.to_owned(), path.to_owned()),
-        };
-        self.check(&real)?;
-        Ok(Dir { file, real, handle })
+        }
+        Dir::checked(self, File::from(fd), real.to_owned(), shown)
     }
 
     /// The entry at `raw` as a name in its opened parent directory. With
@@ -171,37 +234,46 @@ impl Scope {
     /// As [`Scope::absolute`] and [`Scope::open_dir`]; 400 for the file system
     /// root; 403 for the confinement root itself without `follow`.
     pub(crate) fn locate(&self, raw: &str, follow: bool) -> Result<Located, Error> {
-        let mut path = self.absolute(raw)?;
+        let absolute = self.absolute(raw)?;
+        self.locate_absolute(&absolute, follow)
+    }
+
+    /// [`Scope::locate`] for a path already absolute.
+    pub(crate) fn locate_absolute(&self, absolute: &Path, follow: bool) -> Result<Located, Error> {
+        let mut path = absolute.to_owned();
         let last_is_normal = matches!(path.components().next_back(), Some(Component::Normal(_)));
         if follow || !last_is_normal {
             match path.canonicalize() {
                 Ok(real) => path = real,
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound && last_is_normal => {}
-                Err(error) => return Err(Error::from_io(&error, &path)),
+                Err(error) => return Err(self.resolve_error(&error, absolute)),
             }
         }
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            if self.confined() {
+                return Err(outside_root(absolute));
+            }
             return Err(Error::InvalidPath(format!(
                 "{} is the file system root; name an entry inside it",
-                path.display()
+                absolute.display()
             )));
         };
         let parent_real = parent
             .canonicalize()
-            .map_err(|error| Error::from_io(&error, parent))?;
+            .map_err(|error| self.resolve_error(&error, absolute))?;
         if self.is_root(&parent_real.join(name)) && !follow {
             return Err(Error::OutsideRoot {
-                path: format!("{} (the root itself)", path.display()),
+                path: format!("{} (the root itself)", absolute.display()),
             });
         }
         Ok(Located {
-            dir: self.open_dir(&parent_real)?,
+            dir: self.open_dir(&parent_real, absolute)?,
             name: name.to_owned(),
         })
     }
 
     /// The directory `raw`, created with its missing parents (like
-    /// `mkdir -p`), each created one opened and checked before the next.
+    /// `mkdir -p`), each created through its opened, checked parent.
     ///
     /// # Errors
     /// As [`Scope::open_dir`]; 400 for `..` below a directory that does not
@@ -215,12 +287,12 @@ impl Scope {
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                     existing = existing
                         .parent()
-                        .ok_or_else(|| Error::from_io(&error, &path))?;
+                        .ok_or_else(|| self.resolve_error(&error, &path))?;
                 }
-                Err(error) => return Err(Error::from_io(&error, existing)),
+                Err(error) => return Err(self.resolve_error(&error, &path)),
             }
         };
-        let mut dir = self.open_dir(&real)?;
+        let mut dir = self.open_dir(&real, &path)?;
         let rest = path.strip_prefix(existing).unwrap_or(Path::new(""));
         for component in rest.components() {
             let Component::Normal(name) = component else {
@@ -229,15 +301,37 @@ impl Scope {
                     path.display()
                 )));
             };
-            let next = dir.child(name);
-            match std::fs::create_dir(&next) {
-                Ok(()) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(error) => return Err(Error::from_io(&error, &dir.real.join(name))),
+            match mkdirat(dir.fd(), name, Mode::from_bits_truncate(0o777)) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(errno) => return Err(Error::from_io(&errno.into(), &dir.real.join(name))),
             }
-            dir = self.open_dir(&next)?;
+            dir = dir.open_dir(self, name, &path)?;
         }
         Ok(dir)
+    }
+}
+
+/// Flags of every directory opened on the way: never through a symlink.
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// 403 `outside-root` naming the client's `path`.
+fn outside_root(path: &Path) -> Error {
+    Error::OutsideRoot {
+        path: path.display().to_string(),
+    }
+}
+
+/// 409 for a directory that turned into a symlink while it was opened.
+fn swapped(path: &Path) -> Error {
+    Error::FsConflict {
+        conflict: FsConflict::NotADirectory,
+        detail: format!(
+            "{}: a directory on the way was replaced by a symlink while it was opened; try again",
+            path.display()
+        ),
     }
 }
 
@@ -248,20 +342,134 @@ pub(crate) struct Dir {
     file: File,
     /// Its real path (shown in answers, checked against the root).
     pub(crate) real: PathBuf,
-    /// The path operations go through: `/proc/self/fd/N`, or `real` where
-    /// `/proc` is missing.
+    /// The path `read_dir` and `remove_dir_all` go through:
+    /// `/proc/self/fd/N`, or `real` where `/proc` is missing.
     handle: PathBuf,
 }
 
 impl Dir {
-    /// The path of `name` in this directory, through the descriptor.
+    /// `file`, opened at `real`, checked against the root where it really
+    /// is now (`/proc/self/fd/N`).
+    fn checked(scope: &Scope, file: File, real: PathBuf, shown: &Path) -> Result<Self, Error> {
+        let (real, handle) = match fd_path(&file) {
+            Some(handle) => {
+                let now =
+                    std::fs::read_link(&handle).map_err(|error| Error::from_io(&error, shown))?;
+                (now, handle)
+            }
+            None => (real.clone(), real),
+        };
+        scope.check(&real, shown)?;
+        Ok(Self { file, real, handle })
+    }
+
+    /// Opens the directory `name` in this one (not followed) and checks it;
+    /// `shown` names the client's path in errors.
+    ///
+    /// # Errors
+    /// 404, 409 `not-a-directory` (a file or a symlink there), 403.
+    pub(crate) fn open_dir(&self, scope: &Scope, name: &OsStr, shown: &Path) -> Result<Dir, Error> {
+        let real = self.real.join(name);
+        let fd = openat(self.fd(), name, DIR_FLAGS, Mode::empty()).map_err(|errno| {
+            if errno == Errno::ELOOP {
+                Error::FsConflict {
+                    conflict: FsConflict::NotADirectory,
+                    detail: format!("{} is a symlink, not a directory", real.display()),
+                }
+            } else {
+                Error::from_io(&errno.into(), &real)
+            }
+        })?;
+        Dir::checked(scope, File::from(fd), real, shown)
+    }
+
+    /// Where this directory is now (`/proc/self/fd/N`'s target), or its
+    /// checked path where `/proc` is missing.
+    pub(crate) fn current(&self) -> PathBuf {
+        fd_path(&self.file)
+            .and_then(|handle| std::fs::read_link(handle).ok())
+            .unwrap_or_else(|| self.real.clone())
+    }
+
+    /// Checks again that this directory is inside the root, where it is now.
+    ///
+    /// # Errors
+    /// 403 `outside-root` when it was moved out.
+    pub(crate) fn recheck(&self, scope: &Scope) -> Result<(), Error> {
+        match fd_path(&self.file) {
+            Some(handle) => {
+                let now = std::fs::read_link(&handle)
+                    .map_err(|error| Error::from_io(&error, &self.real))?;
+                scope.check(&now, &self.real)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The path of `name` in this directory, through the descriptor, for the
+    /// few std calls without an `*at` form (`read_dir`, `remove_dir_all`).
     pub(crate) fn child(&self, name: &OsStr) -> PathBuf {
         self.handle.join(name)
     }
 
-    /// The descriptor, for `renameat2` and `fsync`.
+    /// The descriptor, for the `*at` calls.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    /// The descriptor as a file, for `fsync`.
     pub(crate) fn file(&self) -> &File {
         &self.file
+    }
+
+    /// The `lstat` of `name` in this directory (a symlink not followed).
+    ///
+    /// # Errors
+    /// As the system's: `NotFound` when nothing is there.
+    pub(crate) fn metadata(&self, name: &OsStr) -> std::io::Result<Metadata> {
+        let fd = openat(
+            self.fd(),
+            name,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        File::from(fd).metadata()
+    }
+
+    /// Opens `name` in this directory with `flags` (`O_NOFOLLOW` and
+    /// `O_CLOEXEC` always added) and, when created, `mode`.
+    ///
+    /// # Errors
+    /// As the system's; a symlink at `name` fails (`ELOOP`).
+    pub(crate) fn open_file(&self, name: &OsStr, flags: OFlag, mode: u32) -> std::io::Result<File> {
+        let fd = openat(
+            self.fd(),
+            name,
+            flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        )?;
+        Ok(File::from(fd))
+    }
+
+    /// Removes the file, symlink or (with `directory`) empty directory `name`.
+    ///
+    /// # Errors
+    /// As the system's.
+    pub(crate) fn remove(&self, name: &OsStr, directory: bool) -> std::io::Result<()> {
+        let flag = if directory {
+            UnlinkatFlags::RemoveDir
+        } else {
+            UnlinkatFlags::NoRemoveDir
+        };
+        Ok(unlinkat(self.fd(), name, flag)?)
+    }
+
+    /// The target text of the symlink `name`.
+    ///
+    /// # Errors
+    /// As the system's (`EINVAL`: not a symlink).
+    pub(crate) fn read_link(&self, name: &OsStr) -> std::io::Result<PathBuf> {
+        Ok(PathBuf::from(nix::fcntl::readlinkat(self.fd(), name)?))
     }
 }
 
@@ -283,6 +491,16 @@ impl Located {
     /// The real path, for answers and messages.
     pub(crate) fn real(&self) -> PathBuf {
         self.dir.real.join(&self.name)
+    }
+
+    /// The entry's `lstat`.
+    ///
+    /// # Errors
+    /// 404 when nothing is there, as [`Error::from_io`] otherwise.
+    pub(crate) fn metadata(&self) -> Result<Metadata, Error> {
+        self.dir
+            .metadata(&self.name)
+            .map_err(|error| Error::from_io(&error, &self.real()))
     }
 }
 
@@ -345,17 +563,29 @@ mod tests {
     #[test]
     fn the_root_confines_by_component() {
         let confined = scope(Some(Path::new("/srv/root")));
-        assert!(confined.check(Path::new("/srv/root")).is_ok());
-        assert!(confined.check(Path::new("/srv/root/a/b")).is_ok());
+        assert!(
+            confined
+                .check(Path::new("/srv/root"), Path::new("/x"))
+                .is_ok()
+        );
+        assert!(
+            confined
+                .check(Path::new("/srv/root/a/b"), Path::new("/x"))
+                .is_ok()
+        );
         for outside in ["/srv/rootless", "/srv", "/etc/passwd"] {
             assert!(
                 matches!(
-                    confined.check(Path::new(outside)),
+                    confined.check(Path::new(outside), Path::new(outside)),
                     Err(Error::OutsideRoot { .. })
                 ),
                 "{outside}"
             );
         }
-        assert!(scope(None).check(Path::new("/anything")).is_ok());
+        assert!(
+            scope(None)
+                .check(Path::new("/anything"), Path::new("/x"))
+                .is_ok()
+        );
     }
 }

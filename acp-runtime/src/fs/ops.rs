@@ -11,7 +11,7 @@ use nix::fcntl::RenameFlags;
 use std::ffi::OsStr;
 use std::fs::Metadata;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `list_entries`: the entries of the directory `path` (default `.`),
 /// sorted by name.
@@ -23,8 +23,8 @@ pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error
     let absolute = scope.absolute(raw)?;
     let real = absolute
         .canonicalize()
-        .map_err(|error| Error::from_io(&error, &absolute))?;
-    let dir = scope.open_dir(&real)?;
+        .map_err(|error| scope.resolve_error(&error, &absolute))?;
+    let dir = scope.open_dir(&real, &absolute)?;
     let read = std::fs::read_dir(dir.child(OsStr::new("")))
         .map_err(|error| Error::from_io(&error, &real))?;
     let mut entries = Vec::new();
@@ -33,13 +33,12 @@ pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error
         let name = item.file_name();
         // An entry removed while listing is simply not listed.
         let Ok(meta) = item.metadata() else { continue };
-        entries.push(entry(
-            scope,
-            &name,
-            &dir.real.join(&name),
-            &dir.child(&name),
-            &meta,
-        ));
+        let path = dir.real.join(&name);
+        let link = meta
+            .file_type()
+            .is_symlink()
+            .then(|| link_of(scope, &dir, &name, &path));
+        entries.push(entry(&name, &path, &meta, link));
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(FsEntries { entries })
@@ -48,37 +47,78 @@ pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error
 /// `stat`: the entry at `path`, a symlink reported as what it points to.
 ///
 /// # Errors
-/// 400, 403 (also for a link whose target is outside the root), 404.
+/// 400, 403 (also for a link whose target is outside the root, and for any
+/// path outside whether or not it exists), 404.
 pub(crate) fn stat(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
     let absolute = scope.absolute(path)?;
-    let real = absolute
+    if absolute
         .canonicalize()
-        .map_err(|error| Error::from_io(&error, &absolute))?;
-    scope.check(&real)?;
-    let meta =
-        std::fs::symlink_metadata(&absolute).map_err(|error| Error::from_io(&error, &absolute))?;
+        .is_ok_and(|real| real == Path::new("/"))
+        && !scope.confined()
+    {
+        let meta = std::fs::metadata("/").map_err(|error| Error::from_io(&error, &absolute))?;
+        return Ok(entry(OsStr::new("/"), &absolute, &meta, None));
+    }
+    // Resolved and checked first, so nothing is told about a path outside.
+    let target = scope.locate_absolute(&absolute, true)?;
+    let target_meta = target.metadata()?;
+    // The path itself, when it names a symlink (through its parent, not
+    // followed).
+    let link = scope
+        .locate_absolute(&absolute, false)
+        .ok()
+        .and_then(|located| {
+            let meta = located.dir.metadata(&located.name).ok()?;
+            meta.file_type().is_symlink().then_some((located, meta))
+        });
+    let real = target.real();
     let name = absolute
         .file_name()
         .or_else(|| real.file_name())
         .unwrap_or(OsStr::new("/"))
         .to_owned();
-    Ok(entry(scope, &name, &absolute, &absolute, &meta))
+    Ok(match link {
+        Some((located, meta)) => entry(
+            &name,
+            &absolute,
+            &meta,
+            Some(Link {
+                target: located.dir.read_link(&located.name).ok(),
+                followed: Some(target_meta),
+            }),
+        ),
+        None => entry(&name, &absolute, &target_meta, None),
+    })
 }
 
-/// The entry `name` at `path` (`lstat` result `meta`, `access` the path to
-/// follow a link through).
-fn entry(scope: &Scope, name: &OsStr, path: &Path, access: &Path, meta: &Metadata) -> FsEntry {
-    let mut followed = None;
-    let mut symlink_target = None;
-    if meta.file_type().is_symlink() {
-        symlink_target = std::fs::read_link(access).ok().map(|t| shown(&t));
-        // A link is followed only to something inside the root.
-        followed = access
-            .canonicalize()
+/// What a symlink in a listing or a stat shows: its text, and what it
+/// points to when that is inside the root.
+struct Link {
+    /// The link's text.
+    target: Option<PathBuf>,
+    /// The `lstat` of what it resolves to, when inside the root.
+    followed: Option<Metadata>,
+}
+
+/// The symlink `name` in `dir` (real path `path`), resolved again now and
+/// followed only to something inside the root.
+fn link_of(scope: &Scope, dir: &super::Dir, name: &OsStr, path: &Path) -> Link {
+    Link {
+        target: dir.read_link(name).ok(),
+        followed: scope
+            .locate_absolute(path, true)
             .ok()
-            .filter(|real| scope.check(real).is_ok())
-            .and_then(|real| std::fs::metadata(real).ok());
+            .and_then(|located| located.dir.metadata(&located.name).ok()),
     }
+}
+
+/// The entry `name` at `path` (`lstat` result `meta`; `link` when it is a
+/// symlink).
+fn entry(name: &OsStr, path: &Path, meta: &Metadata, link: Option<Link>) -> FsEntry {
+    let (followed, symlink_target) = match link {
+        Some(link) => (link.followed, link.target.map(|t| shown(&t))),
+        None => (None, None),
+    };
     let (entry_type, described) = match (&followed, meta.file_type().is_symlink()) {
         (Some(target), _) if target.is_dir() => (FsEntryType::Directory, target),
         (Some(target), _) => (FsEntryType::File, target),
@@ -143,8 +183,7 @@ pub(crate) fn mkdir(scope: &Scope, path: &str) -> Result<FsPathResult, Error> {
 pub(crate) fn rename(scope: &Scope, params: &FsMoveParams) -> Result<FsMoveResult, Error> {
     let from = scope.locate(&params.from, false)?;
     let to = scope.locate(&params.to, false)?;
-    std::fs::symlink_metadata(from.handle())
-        .map_err(|error| Error::from_io(&error, &from.real()))?;
+    from.metadata()?;
     let flags = if params.overwrite {
         RenameFlags::empty()
     } else {
@@ -160,14 +199,19 @@ pub(crate) fn rename(scope: &Scope, params: &FsMoveParams) -> Result<FsMoveResul
     match renamed {
         // A file system without RENAME_NOREPLACE: check, then rename.
         Err(nix::errno::Errno::EINVAL) if !params.overwrite => {
-            if std::fs::symlink_metadata(to.handle()).is_ok() {
+            if to.dir.metadata(&to.name).is_ok() {
                 return Err(Error::from_io(
                     &std::io::Error::from(std::io::ErrorKind::AlreadyExists),
                     &to.real(),
                 ));
             }
-            std::fs::rename(from.handle(), to.handle())
-                .map_err(|error| Error::from_io(&error, &to.real()))?;
+            nix::fcntl::renameat(
+                from.dir.fd(),
+                from.name.as_os_str(),
+                to.dir.fd(),
+                to.name.as_os_str(),
+            )
+            .map_err(|errno| Error::from_io(&errno.into(), &to.real()))?;
         }
         Err(errno) => {
             return Err(Error::from_io(&std::io::Error::from(errno), &to.real()));
@@ -187,17 +231,17 @@ pub(crate) fn rename(scope: &Scope, params: &FsMoveParams) -> Result<FsMoveResul
 /// 400, 403, 404, 409 `directory-not-empty`.
 pub(crate) fn delete(scope: &Scope, params: &FsDeleteParams) -> Result<FsPathResult, Error> {
     let located = scope.locate(&params.path, false)?;
-    let target = located.handle();
     let real = located.real();
-    let meta = std::fs::symlink_metadata(&target).map_err(|error| Error::from_io(&error, &real))?;
+    let meta = located.metadata()?;
     let removed = if !meta.is_dir() {
-        std::fs::remove_file(&target)
+        located.dir.remove(&located.name, false)
     } else if params.recursive {
         // std's remove_dir_all opens each level relative to its parent and
-        // never follows symlinks.
-        std::fs::remove_dir_all(&target)
+        // never follows symlinks; it starts at the checked parent's
+        // descriptor (`/proc/self/fd/N/name`).
+        std::fs::remove_dir_all(located.handle())
     } else {
-        std::fs::remove_dir(&target)
+        located.dir.remove(&located.name, true)
     };
     removed.map_err(|error| Error::from_io(&error, &real))?;
     Ok(FsPathResult { path: shown(&real) })

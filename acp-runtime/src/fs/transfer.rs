@@ -7,8 +7,9 @@ use super::{Located, Scope, is_a_directory, shown};
 use crate::error::Error;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use std::fs::{File, Metadata, OpenOptions};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use nix::fcntl::OFlag;
+use std::fs::{File, Metadata};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use tokio::io::AsyncWriteExt;
 
@@ -46,10 +47,9 @@ impl OpenFile {
 pub(crate) fn open(scope: &Scope, path: &str) -> Result<OpenFile, Error> {
     let located = scope.locate(path, true)?;
     let real = located.real();
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(located.handle())
+    let file = located
+        .dir
+        .open_file(&located.name, OFlag::O_RDONLY | OFlag::O_NONBLOCK, 0)
         .map_err(|error| Error::from_io(&error, &real))?;
     let meta = file
         .metadata()
@@ -78,7 +78,7 @@ struct TempFile {
 impl Drop for TempFile {
     fn drop(&mut self) {
         if !self.committed {
-            let _ = std::fs::remove_file(self.located.dir.child(&self.name));
+            let _ = self.located.dir.remove(&self.name, false);
         }
     }
 }
@@ -140,7 +140,11 @@ fn begin(scope: &Scope, path: &str) -> Result<(TempFile, File), Error> {
     }
     let located = scope.locate(path, true)?;
     let real = located.real();
-    if std::fs::symlink_metadata(located.handle()).is_ok_and(|meta| meta.is_dir()) {
+    if located
+        .dir
+        .metadata(&located.name)
+        .is_ok_and(|meta| meta.is_dir())
+    {
         return Err(is_a_directory(&real));
     }
     let mut name = std::ffi::OsString::from(".");
@@ -149,12 +153,13 @@ fn begin(scope: &Scope, path: &str) -> Result<(TempFile, File), Error> {
         ".sandbox-agent-upload-{}",
         uuid::Uuid::new_v4().simple()
     ));
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(located.dir.child(&name))
+    let file = located
+        .dir
+        .open_file(
+            &name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
+            0o644,
+        )
         .map_err(|error| Error::from_io(&error, &real))?;
     Ok((
         TempFile {

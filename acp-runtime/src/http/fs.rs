@@ -395,7 +395,7 @@ async fn upload_batch(
     let scope = query.scope(runtime)?;
     let path = query.required_path()?;
     let limits = Limits {
-        max_bytes: limit,
+        max_bytes: runtime.config.max_unpacked_bytes,
         max_entries: runtime.config.max_upload_entries,
     };
     // The body's own failure (408, 413 on the compressed bytes) is kept

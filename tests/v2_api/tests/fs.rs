@@ -841,7 +841,13 @@ async fn upload_batch_unpacks_tar_and_gzip_and_refuses_hostile_archives() {
 
 #[tokio::test]
 async fn upload_caps_hold_with_max_upload_bytes() {
-    let server = TestServer::start(&["--max-upload-bytes", "100000"]).await;
+    let server = TestServer::start(&[
+        "--max-upload-bytes",
+        "100000",
+        "--max-unpacked-bytes",
+        "100000",
+    ])
+    .await;
     let dir = TempDir::new("fs-caps");
     let file = dir.write("keep.txt", b"old");
 
