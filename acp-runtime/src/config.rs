@@ -324,6 +324,10 @@ pub struct ServerConfig {
     /// Most bytes of file content one upload-batch archive may unpack to
     /// (413 past it).
     pub max_unpacked_bytes: u64,
+    /// Starts each agent process under a tree supervisor (this binary
+    /// re-run; research/contract.md, "Agent process trees and a server that
+    /// dies"); `None` starts agents directly, with a keeper.
+    pub tree_supervisor: Option<crate::agent::tree::TreeSupervisor>,
     /// Most entries one upload-batch archive may hold (413 past it).
     pub max_upload_entries: usize,
     /// The agent a bare `/acp` connection gets when `initialize` names none
@@ -372,6 +376,7 @@ impl ServerConfig {
             fs_root: None,
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
             max_unpacked_bytes: DEFAULT_MAX_UNPACKED_BYTES,
+            tree_supervisor: None,
             max_upload_entries: DEFAULT_MAX_UPLOAD_ENTRIES,
             default_agent: None,
         }

@@ -137,16 +137,19 @@ impl Runtime {
             connections: routes.connections.clone(),
             sessions: routes.sessions.clone(),
             routes,
-            agents: Arc::new(Agents::new(
-                &config.agents,
-                config.max_line_bytes,
-                config.request_timeout,
-                Arc::new(
-                    Installer::new(config.data_dir.clone(), config.install_timeout)
-                        .with_retry_backoff(config.install_retry_backoff),
-                ),
-                config.require_preinstall,
-            )),
+            agents: Arc::new(
+                Agents::new(
+                    &config.agents,
+                    config.max_line_bytes,
+                    config.request_timeout,
+                    Arc::new(
+                        Installer::new(config.data_dir.clone(), config.install_timeout)
+                            .with_retry_backoff(config.install_retry_backoff),
+                    ),
+                    config.require_preinstall,
+                )
+                .with_tree_supervisor(config.tree_supervisor.clone()),
+            ),
             ext: ExtMethods::new(runtime.clone()),
             shutdown: CancellationToken::new(),
             store,

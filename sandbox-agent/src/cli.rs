@@ -35,6 +35,23 @@ pub enum Command {
     MockAgent(MockAgentArgs),
     /// Measure the runtime against the raw stdio limit of the mock agent.
     Bench(BenchArgs),
+    /// The tree supervisor the server starts each agent under (internal).
+    #[command(hide = true)]
+    Supervise(SuperviseArgs),
+}
+
+/// `sandbox-agent supervise --grace-ms N -- PROGRAM ARGS…`: what the server
+/// runs each agent process under (`acp_runtime::agent::tree`).
+#[derive(Debug, Clone, Args)]
+pub struct SuperviseArgs {
+    /// SIGTERM to SIGKILL of the tree in a graceful stop, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub grace_ms: u64,
+    /// The program to run.
+    pub program: std::ffi::OsString,
+    /// Its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 /// `sandbox-agent bench`.
@@ -495,6 +512,15 @@ impl ServerArgs {
         config.idle_timeout = Duration::from_millis(self.idle_timeout_ms);
         config.cors_allow_origins = self.cors_allow_origin;
         config.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
+        // Each agent runs under this binary's tree supervisor, which reaches
+        // escapees before the server's own SIGKILL at the end of its grace.
+        config.tree_supervisor =
+            std::env::current_exe()
+                .ok()
+                .map(|binary| acp_runtime::agent::tree::TreeSupervisor {
+                    binary,
+                    grace: config.shutdown_grace / 2,
+                });
         config.event_log_events = self.event_log_events.max(1);
         config.event_log_bytes = self.event_log_bytes;
         config.ended_sessions = self.ended_sessions;

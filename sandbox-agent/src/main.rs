@@ -22,6 +22,16 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any runtime thread exists: the supervisor blocks signals for
+    // the whole process and reads them from a signalfd.
+    if let Command::Supervise(args) = &cli.command {
+        let status = acp_runtime::agent::tree::run(
+            std::time::Duration::from_millis(args.grace_ms),
+            &args.program,
+            &args.args,
+        );
+        return ExitCode::from(u8::try_from(status).unwrap_or(1));
+    }
     let runtime = match runtime_for(&cli.command).enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -50,6 +60,8 @@ fn main() -> ExitCode {
                 .await
                 .map_err(|e| e.to_string()),
             Command::Bench(args) => commands::bench::run(args).await,
+            // Handled above, before the async runtime.
+            Command::Supervise(_) => Ok(()),
             Command::Fs(args) => {
                 init_logging("error");
                 commands::fs::run(args).await

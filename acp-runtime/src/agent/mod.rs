@@ -18,6 +18,9 @@
 //!   and exit, signals.
 //! - `orphans`: no agent tree outlives the server: the group's keeper, the
 //!   group records in the data dir and the start-up reaping of leftovers.
+//! - [`tree`]: the tree supervisor the server re-runs its binary as, one per
+//!   agent process: a child subreaper that kills every descendant, `setsid`
+//!   ones included, on a stop, when the agent exits or when the server dies.
 //! - `stdio`: the stdin writer, the stdout loop (lines in order to the
 //!   router, then reaping) and the stderr capture.
 //! - [`framing`]: stdout line framing with a maximum line length.
@@ -34,5 +37,6 @@ pub(crate) mod process;
 pub(crate) mod router;
 pub(crate) mod stdio;
 pub mod supervisor;
+pub mod tree;
 
 pub use supervisor::{Agents, StartError};

@@ -7,6 +7,7 @@ use super::framing::LineDecoder;
 use super::orphans::{self, GroupRecordFile};
 use super::router::{ReportedHints, RouteTargets, Router};
 use super::stdio::{self, StderrCapture};
+use super::tree::{self, TreeSupervisor};
 use bytes::Bytes;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -64,10 +65,25 @@ pub fn spawn(
     launch: &LaunchCommand,
     max_line_bytes: usize,
     data_dir: &Path,
+    tree_supervisor: Option<&TreeSupervisor>,
 ) -> std::io::Result<Spawned> {
-    let mut command = Command::new(&launch.program);
+    let mut command = match tree_supervisor {
+        Some(supervisor) => {
+            let mut command = Command::new(&supervisor.binary);
+            command.args(tree::command_args(
+                supervisor.grace,
+                launch.program.as_os_str(),
+                &launch.args,
+            ));
+            command
+        }
+        None => {
+            let mut command = Command::new(&launch.program);
+            command.args(&launch.args);
+            command
+        }
+    };
     command
-        .args(&launch.args)
         // The server's secrets are not the agent's: the bearer token and
         // the store URL (it may hold a database password).
         .env_remove("SANDBOX_AGENT_TOKEN")
@@ -82,7 +98,10 @@ pub fn spawn(
     let mut child = command.spawn()?;
     let pid = child.id().unwrap_or(0);
     let group_record = orphans::record_group(data_dir, agent, pid);
-    if let Err(error) = orphans::spawn_keeper(pid) {
+    // A tree supervisor watches for the server's death itself.
+    if tree_supervisor.is_none()
+        && let Err(error) = orphans::spawn_keeper(pid)
+    {
         tracing::warn!(agent, pid, %error, "cannot start the keeper of the agent's process group; the group is killed at the next start-up if the server dies");
     }
     let (Some(stdin), Some(stdout), Some(stderr)) =

@@ -10,6 +10,7 @@ use super::install::{InstallError, InstallOptions, Installer, LogProgress, Progr
 use super::process::{self, AgentProcess, LaunchCommand, signal_group};
 use super::router::{ReportedHints, RouteTargets};
 use super::stdio;
+use super::tree::TreeSupervisor;
 use crate::config::{AgentSpec, AuthEnv, Launch};
 use crate::error::Error;
 use ext_methods::{AgentInfo, AgentInstallResult, AgentSource, ModelInfo};
@@ -56,6 +57,9 @@ pub struct Agents {
     installer: Arc<Installer>,
     /// `--require-preinstall`: never install on first use.
     require_preinstall: bool,
+    /// Starts each agent under a tree supervisor; `None`: directly, with a
+    /// keeper (a library user without the `sandbox-agent` binary).
+    tree_supervisor: Option<TreeSupervisor>,
 }
 
 #[derive(Debug)]
@@ -152,7 +156,16 @@ impl Agents {
             start_timeout,
             installer,
             require_preinstall,
+            tree_supervisor: None,
         }
+    }
+
+    /// Starts every agent under `supervisor` (research/contract.md, "Agent
+    /// process trees and a server that dies").
+    #[must_use]
+    pub fn with_tree_supervisor(mut self, supervisor: Option<TreeSupervisor>) -> Self {
+        self.tree_supervisor = supervisor;
+        self
     }
 
     /// The installer (and so the data dir) these agents use.
@@ -388,6 +401,7 @@ impl Agents {
             &command,
             self.max_line_bytes,
             self.installer.data_dir(),
+            self.tree_supervisor.as_ref(),
         )
         .map_err(|error| {
             StartError::Failed(format!("cannot run {}: {error}", command.program.display()))

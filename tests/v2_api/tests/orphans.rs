@@ -149,11 +149,12 @@ async fn the_next_start_kills_a_tree_a_dead_server_left() {
     let mut first = TestServer::start(&args).await;
     let old_tree = start_agent(&first, &script).await;
     let _cleanup = KillOnDrop(old_tree.clone());
-    // Lose the keeper first: only the record in the data dir is left.
-    for keeper in old_tree
-        .iter()
-        .filter(|p| procfs::cmdline(p.pid).contains("sandbox-agent-keeper"))
-    {
+    // Lose the keeper (or the tree supervisor) first: only the record in
+    // the data dir is left.
+    for keeper in old_tree.iter().filter(|p| {
+        let command = procfs::cmdline(p.pid);
+        command.contains("sandbox-agent-keeper") || command.contains(" supervise ")
+    }) {
         procfs::signal(keeper, nix::sys::signal::Signal::SIGKILL);
     }
     first
@@ -190,5 +191,90 @@ async fn the_next_start_kills_a_tree_a_dead_server_left() {
     assert!(
         new_tree.contains(&leaders[0]),
         "the one that runs is the new server's"
+    );
+}
+
+/// Writes an agent script into `dir` that leaves a grandchild in a session
+/// of its own (`setsid`: out of the agent's process group, which is all the
+/// keeper and the group record reach), holding `marker` in its command
+/// line, then speaks ACP through the mock agent.
+fn escaping_agent(dir: &TempDir, marker: &str) -> PathBuf {
+    let bin = shell_quote(&sandbox_agent_bin().to_string_lossy());
+    let script = format!(
+        "#!/bin/sh\n\
+         setsid sleep {marker} </dev/null >/dev/null 2>&1 &\n\
+         exec {bin} mock-agent\n"
+    );
+    let path = dir.write("escaping-agent.sh", script.as_bytes());
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("make the agent script executable");
+    path
+}
+
+/// Starts the escaping agent on `server` and returns its escaped grandchild,
+/// shown to be out of the server's process groups.
+async fn start_escaping(server: &TestServer, marker: &str) -> Vec<ProcessRef> {
+    server.initialize(STUBBORN).await;
+    let deadline = Instant::now() + GONE_TIMEOUT;
+    loop {
+        let escaped = running_with(&format!("sleep {marker}"));
+        if !escaped.is_empty() {
+            for process in &escaped {
+                let pid = nix::unistd::Pid::from_raw(process.pid as i32);
+                assert_eq!(
+                    nix::unistd::getpgid(Some(pid)),
+                    Ok(pid),
+                    "setsid made a process group of its own"
+                );
+            }
+            return escaped;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the escaping grandchild never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_setsid_grandchild_dies_with_a_sigkilled_server() {
+    let dir = TempDir::new("orphans-setsid-kill");
+    let marker = "303.5";
+    let script = escaping_agent(&dir, marker);
+    let command = agent_command(&script);
+    let mut server = TestServer::start(&["--agent-command", &command]).await;
+    let escaped = start_escaping(&server, marker).await;
+    let _cleanup = KillOnDrop(escaped.clone());
+    server
+        .kill_now(KILL_TIMEOUT)
+        .await
+        .expect("the server dies on SIGKILL");
+    let left = survivors_after(&escaped, GONE_TIMEOUT).await;
+    assert!(
+        left.is_empty(),
+        "a setsid grandchild outlived the SIGKILLed server: {left:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_setsid_grandchild_dies_in_a_graceful_stop() {
+    let dir = TempDir::new("orphans-setsid-stop");
+    let marker = "304.5";
+    let script = escaping_agent(&dir, marker);
+    let command = agent_command(&script);
+    let mut server =
+        TestServer::start(&["--agent-command", &command, "--shutdown-grace-ms", "1000"]).await;
+    let escaped = start_escaping(&server, marker).await;
+    let _cleanup = KillOnDrop(escaped.clone());
+    server.send_sigterm();
+    server
+        .wait_exit(KILL_TIMEOUT)
+        .await
+        .expect("the server stops on SIGTERM");
+    let left = survivors_after(&escaped, GONE_TIMEOUT).await;
+    assert!(
+        left.is_empty(),
+        "a setsid grandchild outlived the server's graceful stop: {left:?}"
     );
 }

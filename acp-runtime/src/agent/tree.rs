@@ -1,0 +1,335 @@
+//! The tree supervisor: a small process between the server and one process
+//! tree it starts (research/contract.md, "Agent process trees and a server
+//! that dies"). The server re-runs its own binary as
+//! `sandbox-agent supervise --grace-ms N -- PROGRAM ARGS…` in a process
+//! group of its own; the supervisor
+//!
+//! - makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`), so every
+//!   descendant that loses its parent, a `setsid` daemon included, is
+//!   reparented to it and stays findable;
+//! - starts the program with the supervisor's own stdio (the server's pipes:
+//!   no byte is relayed) in the supervisor's process group;
+//! - on SIGTERM, SIGINT or SIGHUP (a graceful stop) sends SIGTERM to every
+//!   descendant it finds in `/proc` (not only to its process group) and,
+//!   after the grace period, SIGKILL;
+//! - when the server is gone (a parent-death signal, or its parent pid
+//!   changed, checked every [`PARENT_CHECK`]) sends SIGKILL to every
+//!   descendant at once;
+//! - when the program exits, kills whatever of its tree is left, reaps
+//!   everything and exits as the program did (its code, or its signal).
+//!
+//! Signals are read from a `signalfd`, not from handlers, so the whole loop
+//! is plain sequential code with no `unsafe`. This module is the one place
+//! a tree is started for the runtime: a user switch or a terminal's session
+//! leader belong here too.
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal, kill, raise};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, getpid, getppid};
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// Where the supervisor comes from: the binary that has the
+/// [`SUBCOMMAND`], and the grace period it gives a stopping tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeSupervisor {
+    /// The `sandbox-agent` binary (the server's own, `current_exe`).
+    pub binary: std::path::PathBuf,
+    /// SIGTERM to SIGKILL, in a graceful stop. Shorter than the server's
+    /// own grace, so the supervisor reaches a tree's `setsid` escapees
+    /// before the server's SIGKILL to the group ends the supervisor.
+    pub grace: Duration,
+}
+
+/// The hidden subcommand that runs [`run`] (the binary's, after its name).
+pub const SUBCOMMAND: &str = "supervise";
+/// How often the supervisor checks that its server is still its parent.
+pub const PARENT_CHECK: Duration = Duration::from_millis(200);
+/// Rounds of "find descendants, SIGKILL them" before giving up on a tree
+/// that forks faster than it is killed.
+const KILL_ROUNDS: usize = 200;
+/// Pause between two kill rounds.
+const KILL_ROUND_PAUSE: Duration = Duration::from_millis(5);
+/// The signal the kernel sends the supervisor when the thread that started
+/// it (in the server) is gone: "kill the tree now".
+const PARENT_DEATH: Signal = Signal::SIGUSR1;
+/// Exit status when the program cannot be started (as a shell's 127).
+const CANNOT_RUN: i32 = 127;
+
+/// The arguments that make a supervisor of `program args…`, for the
+/// binary at hand: `supervise --grace-ms N -- program args…`.
+pub fn command_args(grace: Duration, program: &OsStr, args: &[String]) -> Vec<OsString> {
+    let mut all = vec![
+        OsString::from(SUBCOMMAND),
+        OsString::from("--grace-ms"),
+        OsString::from(grace.as_millis().to_string()),
+        OsString::from("--"),
+        program.to_owned(),
+    ];
+    all.extend(args.iter().map(OsString::from));
+    all
+}
+
+/// Runs the supervisor of `program args…` (module doc) and returns the exit
+/// status to leave with; when the program died of a signal, the supervisor
+/// dies of the same signal before returning. Call it before any other
+/// thread exists: it blocks signals for the process.
+pub fn run(grace: Duration, program: &OsStr, args: &[OsString]) -> i32 {
+    match Supervisor::start(grace, program, args) {
+        Ok(supervisor) => supervisor.serve(),
+        Err((status, message)) => {
+            eprintln!("sandbox-agent {SUBCOMMAND}: {message}");
+            status
+        }
+    }
+}
+
+/// One supervised tree.
+struct Supervisor {
+    /// The server, our parent when we started.
+    parent: Pid,
+    /// Stop and death signals, read as data.
+    signals: SignalFd,
+    /// The program's pid.
+    program: Pid,
+    /// How long a graceful stop waits before SIGKILL.
+    grace: Duration,
+    /// How the program ended, once it was reaped.
+    program_status: Option<WaitStatus>,
+}
+
+impl Supervisor {
+    fn start(grace: Duration, program: &OsStr, args: &[OsString]) -> Result<Self, (i32, String)> {
+        let parent = getppid();
+        let setup = |what: &str, errno: Errno| (1, format!("cannot {what}: {errno}"));
+        let mut mask = SigSet::empty();
+        for signal in [
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+            Signal::SIGCHLD,
+            PARENT_DEATH,
+        ] {
+            mask.add(signal);
+        }
+        // The program does not inherit the mask: std resets it in the child.
+        mask.thread_block().map_err(|e| setup("block signals", e))?;
+        let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+            .map_err(|e| setup("open a signalfd", e))?;
+        nix::sys::prctl::set_child_subreaper(true)
+            .map_err(|e| setup("become a child subreaper", e))?;
+        nix::sys::prctl::set_pdeathsig(PARENT_DEATH)
+            .map_err(|e| setup("ask for a parent-death signal", e))?;
+        if getppid() != parent {
+            return Err((1, "the server is already gone".to_owned()));
+        }
+        let child = std::process::Command::new(program)
+            .args(args)
+            .spawn()
+            .map_err(|error| {
+                (
+                    CANNOT_RUN,
+                    format!("cannot run {}: {error}", program.to_string_lossy()),
+                )
+            })?;
+        let program = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        // Reaped below with waitpid, like every other descendant.
+        drop(child);
+        Ok(Self {
+            parent,
+            signals,
+            program,
+            grace,
+            program_status: None,
+        })
+    }
+
+    /// The loop: reap, watch the parent, take signals, until the program
+    /// has exited and its tree is gone.
+    fn serve(mut self) -> i32 {
+        let mut stop_deadline: Option<Instant> = None;
+        loop {
+            self.reap();
+            if let Some(status) = self.program_status {
+                // The program is gone: nothing of its tree may stay.
+                self.kill_descendants_until_gone();
+                return exit_like(status);
+            }
+            if getppid() != self.parent {
+                self.kill_descendants_until_gone();
+            }
+            if stop_deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                self.kill_descendants_until_gone();
+                stop_deadline = None;
+            }
+            let mut fds = [PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            let wait = stop_deadline
+                .map_or(PARENT_CHECK, |deadline| {
+                    deadline.saturating_duration_since(Instant::now())
+                })
+                .min(PARENT_CHECK);
+            let _ = poll(
+                &mut fds,
+                PollTimeout::try_from(wait).unwrap_or(PollTimeout::ZERO),
+            );
+            while let Ok(Some(info)) = self.signals.read_signal() {
+                match Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0)) {
+                    Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP)
+                        if stop_deadline.is_none() =>
+                    {
+                        signal_descendants(Signal::SIGTERM);
+                        stop_deadline = Some(Instant::now() + self.grace);
+                    }
+                    // Also sent when only the server's thread that started
+                    // us ended: the parent pid says whether the server is
+                    // gone, checked at the top of the loop.
+                    Ok(PARENT_DEATH) if getppid() != self.parent => {
+                        self.kill_descendants_until_gone();
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Reaps every child that exited (orphans reparented to us included),
+    /// keeping the program's status when it is among them.
+    fn reap(&mut self) {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
+                Ok(status) => {
+                    if status.pid() == Some(self.program)
+                        && matches!(status, WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+                    {
+                        self.program_status = Some(status);
+                    }
+                }
+                Err(Errno::EINTR) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// SIGKILL to every descendant, again and again until none is left
+    /// (a process forking while it is killed leaves a new child), reaping
+    /// as it goes. Bounded by [`KILL_ROUNDS`].
+    fn kill_descendants_until_gone(&mut self) {
+        for _ in 0..KILL_ROUNDS {
+            let left = signal_descendants(Signal::SIGKILL);
+            self.reap();
+            if left == 0 {
+                return;
+            }
+            std::thread::sleep(KILL_ROUND_PAUSE);
+        }
+    }
+}
+
+/// Leaves as the program did: its exit code, or death by its signal.
+fn exit_like(status: WaitStatus) -> i32 {
+    match status {
+        WaitStatus::Exited(_, code) => code,
+        WaitStatus::Signaled(_, signal, _) => {
+            // A blocked signal stays pending until unblocked; its
+            // disposition is the default (no handler was ever set), so this
+            // ends the supervisor the way the program ended.
+            let _ = raise(signal);
+            let _ = SigSet::from(signal).thread_unblock();
+            128 + signal as i32
+        }
+        _ => 1,
+    }
+}
+
+/// Sends `signal` to every descendant of this process.
+fn signal_descendants(signal: Signal) -> usize {
+    let found = descendants();
+    for pid in &found {
+        let _ = kill(*pid, signal);
+    }
+    found.len()
+}
+
+/// Every live (not zombie) descendant of this process, from `/proc`.
+fn descendants() -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some((state, ppid)) = stat_of(pid)
+            && state != 'Z'
+        {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let mut found = Vec::new();
+    let mut pending = vec![getpid().as_raw()];
+    while let Some(parent) = pending.pop() {
+        if let Some(kids) = children.remove(&parent) {
+            for kid in kids {
+                found.push(Pid::from_raw(kid));
+                pending.push(kid);
+            }
+        }
+    }
+    found
+}
+
+/// State and parent pid of `pid`, from `/proc/<pid>/stat` (fields 3 and 4,
+/// after the command name in parentheses, which may hold anything).
+fn stat_of(pid: i32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_is_read_after_the_last_parenthesis() {
+        let own = stat_of(std::process::id() as i32).expect("own stat");
+        assert_eq!(own.1, std::os::unix::process::parent_id() as i32);
+        assert!(matches!(own.0, 'R' | 'S'), "{own:?}");
+    }
+
+    #[test]
+    fn the_command_line_names_the_grace_and_the_program() {
+        let args = command_args(
+            Duration::from_millis(2500),
+            OsStr::new("/bin/agent"),
+            &["--acp".to_owned()],
+        );
+        assert_eq!(
+            args,
+            [
+                "supervise",
+                "--grace-ms",
+                "2500",
+                "--",
+                "/bin/agent",
+                "--acp"
+            ]
+            .map(OsString::from)
+            .to_vec()
+        );
+    }
+}
