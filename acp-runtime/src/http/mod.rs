@@ -8,10 +8,12 @@
 //! - [`control`]: `/v2/sessions…`, `/v2/agents` and
 //!   `/v2/agents/{agent}/install` (the control plane).
 //! - [`fs`]: `/v2/fs/*`, the host file system API.
+//! - [`conditional`]: `If-Match`, `If-None-Match`, `If-Range` on a file read.
 //! - [`problem`]: [`Error`] → `application/problem+json`, in one place.
 //! - [`ui`]: the inspector's page at `/ui/`, compiled into the binary.
 
 pub mod acp;
+mod conditional;
 pub mod control;
 pub mod fs;
 pub mod headers;
@@ -297,7 +299,7 @@ fn preflight() -> Response<Body> {
     headers.insert(
         ACCESS_CONTROL_ALLOW_HEADERS,
         HeaderValue::from_static(
-            "authorization, content-type, accept, last-event-id, x-acp-connection-id, range, if-none-match, acp-connection-id, acp-session-id",
+            "authorization, content-type, accept, last-event-id, x-acp-connection-id, range, if-none-match, if-match, if-range, acp-connection-id, acp-session-id",
         ),
     );
     headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
