@@ -204,9 +204,11 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
         if let Some(token) = &runtime.config.token {
             // `?access_token=` only on a WebSocket upgrade (a browser cannot
             // set headers there; research/contract.md, "The /acp profile").
+            // Two credentials of one kind are refused, whichever is used.
+            headers::single_authorization(request.headers())?;
             let by_query = request.method() == Method::GET
                 && websocket::is_upgrade(request.headers())
-                && websocket::query_token_matches(request.uri(), token);
+                && websocket::query_token_matches(request.uri(), token)?;
             if !by_query {
                 headers::check_bearer(request.headers(), token)?;
             }
