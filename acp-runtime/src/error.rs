@@ -181,6 +181,10 @@ pub enum Error {
         /// The path and what to do.
         detail: String,
     },
+    /// A precondition of the request (`If-Match`) is false for the
+    /// current file (RFC 9110 section 15.5.13).
+    #[error("precondition failed: {0}")]
+    PreconditionFailed(String),
     /// A `Range` that starts at or past the end of the file (RFC 9110
     /// section 15.5.17).
     #[error("range not satisfiable: the file has {size} bytes")]

@@ -364,15 +364,42 @@ function show(view) {
 
 function route() {
   const hash = window.location.hash || "#/sessions";
-  const parts = hash.slice(2).split("/").map(decodeURIComponent);
+  const parts = decodeParts(hash);
   for (const link of document.querySelectorAll("nav a")) {
-    link.toggleAttribute("aria-current", link.dataset.view === parts[0]);
-    if (link.dataset.view === parts[0]) link.setAttribute("aria-current", "page");
+    const here = parts !== null && link.dataset.view === parts[0];
+    link.toggleAttribute("aria-current", here);
+    if (here) link.setAttribute("aria-current", "page");
   }
-  if (parts[0] === "agents") show(new AgentsView());
+  if (!parts) show(new NotFoundView(hash));
+  else if (parts[0] === "agents") show(new AgentsView());
   else if (parts[0] === "files" && parts.length >= 3) show(new FilesView(parts[1], parts.slice(2).join("/")));
   else if (parts[0] === "session" && parts.length >= 3) show(new SessionView(parts[1], parts.slice(2).join("/")));
   else show(new SessionsView());
+}
+
+/** The "/"-separated parts of a `#/…` hash, decoded; null when one is not
+ * valid percent-encoded UTF-8 (a hand-typed or truncated link). */
+function decodeParts(hash) {
+  try {
+    return hash.slice(2).split("/").map(decodeURIComponent);
+  } catch {
+    return null;
+  }
+}
+
+/** What a link that names nothing shows, instead of a script error. */
+class NotFoundView {
+  constructor(hash) {
+    this.hash = hash;
+  }
+
+  async mount(root) {
+    root.append(
+      el("h1", {}, "Not found"),
+      el("p", { id: "not-found" }, `Nothing is at ${this.hash}: the address is not a valid inspector link.`),
+      el("p", {}, el("a", { href: "#/sessions" }, "All sessions")),
+    );
+  }
 }
 
 function sessionHref(agent, id) {

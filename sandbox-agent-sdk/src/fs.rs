@@ -83,17 +83,42 @@ impl From<PathBuf> for FsPath {
     }
 }
 
-/// The bytes of a file being downloaded ([`SandboxAgentClient::read_fs_file_stream`]),
-/// as a stream of chunks; memory stays at one chunk.
+/// How many times [`SandboxAgentClient::read_fs_file`] resumes a download
+/// that broke off before it gives up.
+const RESUME_ATTEMPTS: u32 = 3;
+
+/// The bytes of a file being downloaded ([`SandboxAgentClient::read_fs_file_stream`],
+/// [`SandboxAgentClient::resume_fs_file_stream`]), as a stream of chunks;
+/// memory stays at one chunk.
 pub struct FsDownload {
     content_length: Option<u64>,
+    etag: Option<String>,
+    offset: u64,
     chunks: Pin<Box<dyn Stream<Item = Result<Bytes, Error>> + Send>>,
 }
 
 impl FsDownload {
-    /// The size in bytes the server announced (`Content-Length`).
+    /// The size in bytes of this body, as the server announced it
+    /// (`Content-Length`): the whole file, or what is left of it after
+    /// [`offset`](Self::offset).
     pub fn content_length(&self) -> Option<u64> {
         self.content_length
+    }
+
+    /// The file's strong `ETag`: the version these bytes are of. Give it to
+    /// [`resume_fs_file_stream`](SandboxAgentClient::resume_fs_file_stream)
+    /// if the download breaks off.
+    pub fn etag(&self) -> Option<&str> {
+        self.etag.as_deref()
+    }
+
+    /// Where in the file the first chunk belongs, in bytes: 0 for a whole
+    /// file. A resumed download starts at the offset asked for, or at 0 when
+    /// the file changed since (the server then sends the whole new file,
+    /// and what was received before must be thrown away, never appended
+    /// to).
+    pub fn offset(&self) -> u64 {
+        self.offset
     }
 }
 
@@ -101,6 +126,8 @@ impl std::fmt::Debug for FsDownload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FsDownload")
             .field("content_length", &self.content_length)
+            .field("etag", &self.etag)
+            .field("offset", &self.offset)
             .finish_non_exhaustive()
     }
 }
@@ -201,12 +228,110 @@ impl SandboxAgentClient {
     /// # Errors
     /// As [`list_fs_entries`](Self::list_fs_entries); 409 `is-a-directory`.
     /// A transfer cut off midway ends the stream with
-    /// [`Error::ConnectionLost`].
+    /// [`Error::ConnectionLost`]; continue it with
+    /// [`resume_fs_file_stream`](Self::resume_fs_file_stream).
     pub async fn read_fs_file_stream(&self, path: impl Into<FsPath>) -> Result<FsDownload, Error> {
+        self.download(path.into(), None).await
+    }
+
+    /// Continues a download that broke off after `from` bytes:
+    /// `GET /v2/fs/file` with `Range: bytes=from-` and `If-Range: etag`
+    /// (the [`etag`](FsDownload::etag) of the first answer; RFC 9110
+    /// section 13.1.5). While the file is that version the rest of it comes
+    /// ([`offset`](FsDownload::offset) is `from`); once it changed the
+    /// server sends the whole new file instead (`offset` is 0): start over
+    /// with it, never append it to the bytes of the old version.
+    ///
+    /// # Errors
+    /// As [`read_fs_file_stream`](Self::read_fs_file_stream); 416
+    /// `range-not-satisfiable` when `from` is at or past the end of the
+    /// unchanged file; [`Error::InvalidResponse`] for a partial answer
+    /// that does not start at `from`.
+    pub async fn resume_fs_file_stream(
+        &self,
+        path: impl Into<FsPath>,
+        from: u64,
+        etag: &str,
+    ) -> Result<FsDownload, Error> {
+        self.download(path.into(), Some((from, etag))).await
+    }
+
+    /// `GET /v2/fs/file`, collected: the whole file in memory (use
+    /// [`read_fs_file_stream`](Self::read_fs_file_stream) for big files).
+    /// A transfer that breaks off is resumed (up to three times) with
+    /// `If-Range`, so the bytes are always of one version of the file: the
+    /// rest of the same version, or the whole new one when it changed.
+    ///
+    /// # Errors
+    /// As [`read_fs_file_stream`](Self::read_fs_file_stream).
+    pub async fn read_fs_file(&self, path: impl Into<FsPath>) -> Result<Vec<u8>, Error> {
         let path = path.into();
+        let mut download = self.read_fs_file_stream(path.clone()).await?;
+        let mut bytes = Vec::with_capacity(
+            usize::try_from(download.content_length().unwrap_or(0).min(1 << 26)).unwrap_or(0),
+        );
+        let mut resumes = 0;
+        while let Some(chunk) = download.next().await {
+            match chunk {
+                Ok(chunk) => bytes.extend_from_slice(&chunk),
+                Err(error) => {
+                    let etag = match download.etag() {
+                        Some(etag) if error.is_connection_lost() && resumes < RESUME_ATTEMPTS => {
+                            etag.to_owned()
+                        }
+                        _ => return Err(error),
+                    };
+                    resumes += 1;
+                    download = self
+                        .resume_fs_file_stream(path.clone(), bytes.len() as u64, &etag)
+                        .await?;
+                    if download.offset() == 0 {
+                        bytes.clear();
+                    }
+                }
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// `GET /v2/fs/file`, whole or (with `resume`: offset and `ETag`) the
+    /// rest of the same version.
+    async fn download(
+        &self,
+        path: FsPath,
+        resume: Option<(u64, &str)>,
+    ) -> Result<FsDownload, Error> {
         let response = self
-            .fs_transfer(Method::GET, "file", &path.query(), |request| request)
+            .fs_transfer(Method::GET, "file", &path.query(), |request| match resume {
+                Some((from, etag)) => request
+                    .header(reqwest::header::RANGE, format!("bytes={from}-"))
+                    .header(reqwest::header::IF_RANGE, etag),
+                None => request,
+            })
             .await?;
+        let header = |name| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|value: &reqwest::header::HeaderValue| value.to_str().ok())
+                .map(str::to_owned)
+        };
+        let etag = header(reqwest::header::ETAG);
+        let offset = match resume {
+            Some((from, _)) if response.status() == reqwest::StatusCode::PARTIAL_CONTENT => {
+                let range = header(reqwest::header::CONTENT_RANGE).unwrap_or_default();
+                if !range.starts_with(&format!("bytes {from}-")) {
+                    return Err(Error::InvalidResponse {
+                        what: "GET /v2/fs/file".to_owned(),
+                        message: format!(
+                            "asked for the bytes from {from} on, got Content-Range {range:?}"
+                        ),
+                    });
+                }
+                from
+            }
+            _ => 0,
+        };
         let content_length = response.content_length();
         let chunks = response
             .bytes_stream()
@@ -216,24 +341,10 @@ impl SandboxAgentClient {
             });
         Ok(FsDownload {
             content_length,
+            etag,
+            offset,
             chunks: Box::pin(chunks),
         })
-    }
-
-    /// `GET /v2/fs/file`, collected: the whole file in memory (use
-    /// [`read_fs_file_stream`](Self::read_fs_file_stream) for big files).
-    ///
-    /// # Errors
-    /// As [`read_fs_file_stream`](Self::read_fs_file_stream).
-    pub async fn read_fs_file(&self, path: impl Into<FsPath>) -> Result<Vec<u8>, Error> {
-        let mut download = self.read_fs_file_stream(path).await?;
-        let mut bytes = Vec::with_capacity(
-            usize::try_from(download.content_length().unwrap_or(0).min(1 << 26)).unwrap_or(0),
-        );
-        while let Some(chunk) = download.next().await {
-            bytes.extend_from_slice(&chunk?);
-        }
-        Ok(bytes)
     }
 
     /// `PUT /v2/fs/file` with `bytes`: the file is replaced whole (written

@@ -4,9 +4,12 @@
 mod common;
 
 use common::{TestResult, server_options, within};
-use sandbox_agent_sdk::{Error, FsEntryType, FsPath, SandboxAgentClient, StatusCode, StreamExt};
+use sandbox_agent_sdk::{
+    ClientOptions, Error, FsEntryType, FsPath, SandboxAgentClient, StatusCode, StreamExt,
+};
 use v2_api_tests::TestServer;
 use v2_api_tests::agents::TempDir;
+use v2_api_tests::proxy::ResponseCut;
 
 #[tokio::test]
 async fn files_go_in_and_out_through_the_client() -> TestResult {
@@ -107,5 +110,83 @@ async fn files_go_in_and_out_through_the_client() -> TestResult {
         matches!(unknown, Err(ref e) if e.is_not_found()),
         "{unknown:?}"
     );
+    Ok(())
+}
+
+/// A download that breaks off is resumed with `If-Range`
+/// (research/contract.md, "Host file system"): the rest of an unchanged
+/// file is appended; a file replaced in between comes whole, and the bytes
+/// of the old version are dropped, never stitched to the new ones.
+#[tokio::test]
+async fn a_broken_download_resumes_with_if_range() -> TestResult {
+    const CUT_AFTER: usize = 1 << 20;
+    let server = TestServer::start(&[]).await;
+    let dir = TempDir::new("sdk-fs-resume");
+    let remote = dir.path().join("big.bin");
+    let first: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let second = vec![b'n'; (4 << 20) + 3];
+
+    let mut seen = Vec::new();
+    for (replaced, expected) in [(false, &first), (true, &second)] {
+        std::fs::write(&remote, &first)?;
+        let (path, replacement) = (remote.clone(), second.clone());
+        let proxy = ResponseCut::start(server.addr(), "GET /v2/fs/file", CUT_AFTER, move || {
+            if replaced {
+                let temp = path.with_extension("new");
+                let _ = std::fs::write(&temp, &replacement);
+                let _ = std::fs::rename(&temp, &path);
+            }
+        })
+        .await;
+        let options = ClientOptions::new("mock")
+            .base_url(proxy.url())
+            .auto_connect(false);
+        let client = within("connect", SandboxAgentClient::connect(options)).await?;
+        let bytes = within("read", client.read_fs_file(remote.as_path())).await?;
+        assert!(
+            bytes == *expected,
+            "replaced: {replaced}: {} bytes, not the expected version",
+            bytes.len()
+        );
+        let gets: Vec<String> = proxy
+            .heads()
+            .into_iter()
+            .filter(|head| head.starts_with("GET /v2/fs/file"))
+            .map(|head| head.to_ascii_lowercase())
+            .collect();
+        assert_eq!(gets.len(), 2, "{gets:?}");
+        assert!(
+            gets[1].contains("\r\nrange: bytes=") && gets[1].contains("\r\nif-range: \""),
+            "{}",
+            gets[1]
+        );
+        seen.push(replaced);
+    }
+    assert_eq!(seen, [false, true]);
+
+    // The explicit form: an old tag gets the whole new file at offset 0.
+    let client = within(
+        "connect",
+        SandboxAgentClient::connect(server_options(&server).auto_connect(false)),
+    )
+    .await?;
+    let download = within("stream", client.read_fs_file_stream(remote.as_path())).await?;
+    let etag = download.etag().map(str::to_owned).unwrap_or_default();
+    drop(download);
+    let rest = within(
+        "resume",
+        client.resume_fs_file_stream(remote.as_path(), 10, &etag),
+    )
+    .await?;
+    assert_eq!(rest.offset(), 10);
+    assert_eq!(rest.content_length(), Some(second.len() as u64 - 10));
+    std::fs::write(&remote, b"short")?;
+    let restarted = within(
+        "resume after a change",
+        client.resume_fs_file_stream(remote.as_path(), 10, &etag),
+    )
+    .await?;
+    assert_eq!(restarted.offset(), 0);
+    assert_ne!(restarted.etag(), Some(etag.as_str()));
     Ok(())
 }

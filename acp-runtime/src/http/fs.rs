@@ -7,7 +7,7 @@
 //! `sessionId` (or `session_id`), and `recursive` on `DELETE /v2/fs/entry`.
 
 use super::headers::is_json_content;
-use super::{Body, HttpRequest, empty, full, read_body};
+use super::{Body, HttpRequest, conditional, empty, full, read_body};
 use crate::agent::archive::Limits;
 use crate::error::Error;
 use crate::fs::{self, Scope, batch, ops, transfer};
@@ -16,8 +16,7 @@ use bytes::Bytes;
 use ext_methods::{FsDeleteParams, FsMoveParams, FsWriteResult};
 use futures::{Stream, StreamExt};
 use http::header::{
-    ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, IF_NONE_MATCH, LAST_MODIFIED,
-    RANGE,
+    ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, LAST_MODIFIED, RANGE,
 };
 use http::{HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
@@ -168,11 +167,14 @@ fn json(value: &impl Serialize) -> Result<Response<Body>, Error> {
 
 /// `GET /v2/fs/file?path=`: the bytes, with `Content-Length`, `ETag`,
 /// `Last-Modified` and `Accept-Ranges`; one `Range` → 206 (several ranges
-/// are answered with the whole file, which RFC 9110 section 14.2 allows);
-/// a matching `If-None-Match` → 304.
+/// are answered with the whole file, which RFC 9110 section 14.2 allows),
+/// unless an `If-Range` names another validator: then 200 with the whole
+/// current file; a matching `If-None-Match` → 304 ([`conditional`]). The
+/// preconditions are judged against the descriptor that is then read, so
+/// the `ETag` sent is the one of the bytes sent.
 ///
 /// # Errors
-/// 400, 403, 404, 409 `is-a-directory`, 416.
+/// 400, 403, 404, 409 `is-a-directory`, 412 (`If-Match`), 416.
 async fn read(
     runtime: &Arc<Runtime>,
     request: &HttpRequest,
@@ -197,22 +199,17 @@ async fn read(
     {
         headers.insert(LAST_MODIFIED, value);
     }
-    let not_modified = request
-        .headers()
-        .get(IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(',')
-                .any(|tag| tag.trim() == etag || tag.trim() == "*")
-        });
-    if not_modified {
-        let mut response = empty(StatusCode::NOT_MODIFIED);
-        response.headers_mut().extend(headers);
-        return Ok(response);
-    }
+    let range_applies = match conditional::evaluate_read(request.headers(), &etag)? {
+        conditional::Read::NotModified => {
+            let mut response = empty(StatusCode::NOT_MODIFIED);
+            response.headers_mut().extend(headers);
+            return Ok(response);
+        }
+        conditional::Read::Proceed { range_applies } => range_applies,
+    };
     let range = match request.headers().get(RANGE).and_then(|v| v.to_str().ok()) {
-        Some(value) => parse_range(value, size)?,
-        None => None,
+        Some(value) if range_applies => parse_range(value, size)?,
+        _ => None,
     };
     let (status, start, length) = match range {
         Some((start, end)) => {

@@ -10,13 +10,14 @@ use subtle::ConstantTimeEq;
 pub const LAST_EVENT_ID: &str = "last-event-id";
 
 /// Checks `Authorization: Bearer <token>` in constant time
-/// (research/contract.md, "Transport: /v2/rpc", auth).
+/// (research/contract.md, "Auth and CORS").
 ///
 /// # Errors
+/// [`Error::InvalidRequest`] (400) for two or more `Authorization` fields:
+/// which one a proxy in front checked is unknown, so none is picked;
 /// [`Error::Unauthorized`] when the header is missing or the token differs.
 pub fn check_bearer(headers: &HeaderMap, token: &str) -> Result<(), Error> {
-    let presented = headers
-        .get(AUTHORIZATION)
+    let presented = single_authorization(headers)?
         .and_then(|value| value.to_str().ok())
         .and_then(|value| {
             let (scheme, credentials) = value.trim().split_once(' ')?;
@@ -30,6 +31,21 @@ pub fn check_bearer(headers: &HeaderMap, token: &str) -> Result<(), Error> {
     } else {
         Err(Error::Unauthorized)
     }
+}
+
+/// The one `Authorization` field of the request, if any.
+///
+/// # Errors
+/// [`Error::InvalidRequest`] when there are several.
+pub fn single_authorization(headers: &HeaderMap) -> Result<Option<&HeaderValue>, Error> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(Error::InvalidRequest(
+            "the request has more than one Authorization header; send exactly one".to_owned(),
+        ));
+    }
+    Ok(first)
 }
 
 /// Whether `Accept` allows `media_type` (a `type/subtype` without
@@ -213,6 +229,12 @@ mod tests {
         assert!(check_bearer(&headers("authorization", "Bearer s3cre"), "s3cret").is_err());
         assert!(check_bearer(&headers("authorization", "Basic s3cret"), "s3cret").is_err());
         assert!(check_bearer(&HeaderMap::new(), "s3cret").is_err());
+        let mut twice = headers("authorization", "Bearer s3cret");
+        twice.append("authorization", HeaderValue::from_static("Bearer s3cret"));
+        assert!(matches!(
+            check_bearer(&twice, "s3cret"),
+            Err(Error::InvalidRequest(_))
+        ));
     }
 
     #[test]

@@ -8,10 +8,12 @@
 //! - [`control`]: `/v2/sessions…`, `/v2/agents` and
 //!   `/v2/agents/{agent}/install` (the control plane).
 //! - [`fs`]: `/v2/fs/*`, the host file system API.
+//! - [`conditional`]: `If-Match`, `If-None-Match`, `If-Range` on a file read.
 //! - [`problem`]: [`Error`] → `application/problem+json`, in one place.
 //! - [`ui`]: the inspector's page at `/ui/`, compiled into the binary.
 
 pub mod acp;
+mod conditional;
 pub mod control;
 pub mod fs;
 pub mod headers;
@@ -202,9 +204,11 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
         if let Some(token) = &runtime.config.token {
             // `?access_token=` only on a WebSocket upgrade (a browser cannot
             // set headers there; research/contract.md, "The /acp profile").
+            // Two credentials of one kind are refused, whichever is used.
+            headers::single_authorization(request.headers())?;
             let by_query = request.method() == Method::GET
                 && websocket::is_upgrade(request.headers())
-                && websocket::query_token_matches(request.uri(), token);
+                && websocket::query_token_matches(request.uri(), token)?;
             if !by_query {
                 headers::check_bearer(request.headers(), token)?;
             }
@@ -297,7 +301,7 @@ fn preflight() -> Response<Body> {
     headers.insert(
         ACCESS_CONTROL_ALLOW_HEADERS,
         HeaderValue::from_static(
-            "authorization, content-type, accept, last-event-id, x-acp-connection-id, range, if-none-match, acp-connection-id, acp-session-id",
+            "authorization, content-type, accept, last-event-id, x-acp-connection-id, range, if-none-match, if-match, if-range, acp-connection-id, acp-session-id",
         ),
     );
     headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));

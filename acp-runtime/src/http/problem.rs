@@ -39,6 +39,7 @@ impl Error {
             | Self::NotInstallable(_)
             | Self::FsConflict { .. } => StatusCode::CONFLICT,
             Self::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+            Self::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             Self::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             Self::FsIo(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Gone => StatusCode::GONE,
@@ -94,6 +95,7 @@ impl Error {
             Self::FileNotFound(_) => "file-not-found",
             Self::FsConflict { conflict, .. } => conflict.kind(),
             Self::RangeNotSatisfiable { .. } => "range-not-satisfiable",
+            Self::PreconditionFailed(_) => "precondition-failed",
             Self::InsufficientStorage(_) => "insufficient-storage",
             Self::InvalidArchive(_) => "invalid-archive",
             Self::FsIo(_) => "io-error",

@@ -61,12 +61,23 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
 /// Whether `?access_token=` on `uri` is `token` (compared in constant
 /// time). Browsers cannot set headers on a WebSocket, so the upgrade, and
 /// only the upgrade, may carry the token in the query.
-pub fn query_token_matches(uri: &Uri, token: &str) -> bool {
-    uri.query().is_some_and(|query| {
-        form_urlencoded::parse(query.as_bytes())
-            .filter(|(name, _)| name == "access_token")
-            .any(|(_, value)| bool::from(value.as_bytes().ct_eq(token.as_bytes())))
-    })
+///
+/// # Errors
+/// [`Error::InvalidRequest`] (400) for two or more `access_token` values:
+/// none is picked (research/contract.md, "Auth and CORS").
+pub fn query_token_matches(uri: &Uri, token: &str) -> Result<bool, Error> {
+    let mut values = form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .filter(|(name, _)| name == "access_token")
+        .map(|(_, value)| value);
+    let Some(value) = values.next() else {
+        return Ok(false);
+    };
+    if values.next().is_some() {
+        return Err(Error::InvalidRequest(
+            "the query has more than one access_token; send exactly one".to_owned(),
+        ));
+    }
+    Ok(bool::from(value.as_bytes().ct_eq(token.as_bytes())))
 }
 
 /// Answers the upgrade with 101 (RFC 6455 section 4.2.2) and serves the
@@ -456,9 +467,13 @@ mod tests {
     #[test]
     fn access_token_in_the_query() {
         let uri: Uri = "/acp/mock?x=1&access_token=s%20t".parse().expect("uri");
-        assert!(query_token_matches(&uri, "s t"));
-        assert!(!query_token_matches(&uri, "s"));
+        assert_eq!(query_token_matches(&uri, "s t").ok(), Some(true));
+        assert_eq!(query_token_matches(&uri, "s").ok(), Some(false));
         let uri: Uri = "/acp/mock".parse().expect("uri");
-        assert!(!query_token_matches(&uri, "s"));
+        assert_eq!(query_token_matches(&uri, "s").ok(), Some(false));
+        let uri: Uri = "/acp/mock?access_token=s&access_token=t"
+            .parse()
+            .expect("uri");
+        assert!(query_token_matches(&uri, "s").is_err());
     }
 }

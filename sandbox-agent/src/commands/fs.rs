@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sandbox_agent_sdk::{ClientOptions, FsEntry, FsEntryType, FsPath, SandboxAgentClient};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 /// `sandbox-agent fs`.
 #[derive(Debug, Clone, Args)]
@@ -144,26 +144,8 @@ pub async fn run(args: FsArgs) -> Result<(), String> {
             remote: path,
             local,
         } => {
-            let mut download = client
-                .read_fs_file_stream(remote(path))
-                .await
-                .map_err(failed)?;
-            let bar = progress(download.content_length());
-            let mut out: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match local {
-                Some(local) if local != Path::new("-") => Box::new(
-                    tokio::fs::File::create(local)
-                        .await
-                        .map_err(|e| format!("{}: {e}", local.display()))?,
-                ),
-                _ => Box::new(tokio::io::stdout()),
-            };
-            while let Some(chunk) = download.next().await {
-                let chunk = chunk.map_err(failed)?;
-                out.write_all(&chunk).await.map_err(|e| e.to_string())?;
-                bar.inc(chunk.len() as u64);
-            }
-            out.flush().await.map_err(|e| e.to_string())?;
-            bar.finish_and_clear();
+            let local = local.as_deref().filter(|local| *local != Path::new("-"));
+            get(&client, remote(path), local).await?;
         }
         FsCommand::Put {
             local,
@@ -225,6 +207,119 @@ pub async fn run(args: FsArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// How many times `fs get` resumes a download that broke off.
+const RESUME_ATTEMPTS: u32 = 3;
+
+/// `fs get`: downloads `remote` to `local` (stdout when `None`). A download
+/// that breaks off is resumed with `If-Range` (research/contract.md, "Host
+/// file system"): the rest of the same version is appended; when the file
+/// changed meanwhile the server sends the whole new one, and the local file
+/// is truncated and written again, so it never holds two versions. Stdout
+/// cannot be rewound: there a changed file is an error.
+async fn get(
+    client: &SandboxAgentClient,
+    remote: FsPath,
+    local: Option<&Path>,
+) -> Result<(), String> {
+    let failed = |e: sandbox_agent_sdk::Error| e.to_string();
+    let mut download = client
+        .read_fs_file_stream(remote.clone())
+        .await
+        .map_err(failed)?;
+    let bar = progress(download.content_length());
+    let mut out = match local {
+        Some(local) => Output::File(
+            tokio::fs::File::create(local)
+                .await
+                .map_err(|e| format!("{}: {e}", local.display()))?,
+            local.to_owned(),
+        ),
+        None => Output::Stdout(tokio::io::stdout()),
+    };
+    let mut written = 0u64;
+    let mut resumes = 0;
+    while let Some(chunk) = download.next().await {
+        let error = match chunk {
+            Ok(chunk) => {
+                out.write_all(&chunk).await?;
+                written += chunk.len() as u64;
+                bar.inc(chunk.len() as u64);
+                continue;
+            }
+            Err(error) => error,
+        };
+        let etag = match download.etag() {
+            Some(etag) if error.is_connection_lost() && resumes < RESUME_ATTEMPTS => {
+                etag.to_owned()
+            }
+            _ => return Err(failed(error)),
+        };
+        resumes += 1;
+        download = client
+            .resume_fs_file_stream(remote.clone(), written, &etag)
+            .await
+            .map_err(failed)?;
+        if download.offset() != written {
+            out.start_over().await?;
+            written = 0;
+            bar.set_position(0);
+            if let Some(length) = download.content_length() {
+                bar.set_length(length);
+            }
+        }
+    }
+    out.flush().await?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// Where `fs get` writes.
+enum Output {
+    File(tokio::fs::File, PathBuf),
+    Stdout(tokio::io::Stdout),
+}
+
+impl Output {
+    async fn write_all(&mut self, bytes: &[u8]) -> Result<(), String> {
+        match self {
+            Self::File(file, path) => file
+                .write_all(bytes)
+                .await
+                .map_err(|e| format!("{}: {e}", path.display())),
+            Self::Stdout(stdout) => stdout.write_all(bytes).await.map_err(|e| e.to_string()),
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), String> {
+        match self {
+            Self::File(file, path) => file
+                .flush()
+                .await
+                .map_err(|e| format!("{}: {e}", path.display())),
+            Self::Stdout(stdout) => stdout.flush().await.map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Empties what was written so far, for the whole new version.
+    async fn start_over(&mut self) -> Result<(), String> {
+        match self {
+            Self::File(file, path) => {
+                let failed = |e: std::io::Error| format!("{}: {e}", path.display());
+                file.flush().await.map_err(failed)?;
+                file.set_len(0).await.map_err(failed)?;
+                file.seek(std::io::SeekFrom::Start(0))
+                    .await
+                    .map(drop)
+                    .map_err(failed)
+            }
+            Self::Stdout(_) => Err(
+                "the file changed on the server while it was downloading, and what was written to stdout cannot be taken back; run the download again (or download to a file)"
+                    .to_owned(),
+            ),
+        }
+    }
 }
 
 /// `d  4096  2026-01-01T00:00:00Z  name` style line of `fs ls`.

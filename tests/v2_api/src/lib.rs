@@ -29,7 +29,8 @@
 //! - [`bridge`]: [`BridgeProcess`], `sandbox-agent bridge` driven through
 //!   its stdio, as an editor drives it.
 //! - [`proxy`]: [`CutProxy`], a loopback TCP proxy that logs request heads
-//!   and cuts connections on demand.
+//!   and cuts connections on demand; `ResponseCut`, one that breaks off a
+//!   chosen answer after N bytes.
 //! - [`postgres`]: [`PgServer`], a private PostgreSQL server (its own
 //!   `initdb` dir, a loopback port, a non-root user) for the store's tests.
 //!

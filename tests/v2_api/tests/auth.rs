@@ -196,3 +196,74 @@ async fn server_refuses_to_start_without_an_auth_choice() {
         "the message must name both options; stderr:\n{stderr}"
     );
 }
+
+/// Two credentials of one kind are refused with 400, whichever of them is
+/// right: a proxy in front may have checked the other one
+/// (research/contract.md, "Auth and CORS").
+#[tokio::test]
+async fn two_authorization_headers_or_two_access_tokens_are_refused() {
+    let server = TestServer::start(&["--token", TOKEN]).await;
+    let good = format!("Bearer {TOKEN}");
+    for (first, second) in [
+        (good.as_str(), good.as_str()),
+        (good.as_str(), "Bearer wrong-token"),
+        ("Bearer wrong-token", good.as_str()),
+    ] {
+        for (method, path) in [
+            (Method::GET, "/v2/sessions"),
+            (Method::GET, "/v2/fs/stat?path=/"),
+            (Method::POST, "/acp/mock"),
+        ] {
+            // reqwest appends a repeated header: two field lines go out.
+            let reply = Api::send(
+                server
+                    .http()
+                    .request(method.clone(), server.url(path))
+                    .header(AUTHORIZATION, first)
+                    .header(AUTHORIZATION, second)
+                    .header(CONTENT_TYPE, "application/json")
+                    .body("{}"),
+            )
+            .await;
+            let problem = assert_problem(&reply, 400, "invalid-request");
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("Authorization"),
+                "{method} {path}: {problem}"
+            );
+        }
+    }
+    // One is fine.
+    let one = Api::send(
+        server
+            .http()
+            .get(server.url("/v2/sessions"))
+            .header(AUTHORIZATION, &good),
+    )
+    .await;
+    one.assert_status(200);
+
+    // The WebSocket upgrade: two `access_token` values, even equal ones.
+    let no_auth = Api::new(server.base_url().to_owned(), None);
+    let upgrade = [
+        ("Upgrade", "websocket"),
+        ("Connection", "Upgrade"),
+        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ("Sec-WebSocket-Version", "13"),
+    ];
+    for query in [
+        format!("access_token={TOKEN}&access_token={TOKEN}"),
+        format!("access_token={TOKEN}&access_token=wrong"),
+    ] {
+        let reply = no_auth
+            .raw_exchange("GET", &format!("/acp/mock?{query}"), &upgrade, b"")
+            .await;
+        assert_eq!(reply.status, 400, "{query}: {}", reply.head);
+        let body = String::from_utf8_lossy(&reply.body);
+        assert!(body.contains("access_token"), "{query}: {body}");
+    }
+    // (One `access_token` still opens the socket: acp_transport.rs,
+    // `websocket_auth_on_the_upgrade`.)
+}

@@ -1262,3 +1262,34 @@ async fn non_utf8_names_are_listed_with_their_raw_bytes() {
         .expect("plain");
     assert!(plain.get("rawName").is_none(), "{plain}");
 }
+
+/// Without `--fs-root` the file system API reaches every file the server's
+/// user can: the server says so once, at start; with `--fs-root`, it does
+/// not (research/contract.md, "Host file system").
+#[tokio::test]
+async fn a_server_without_fs_root_warns_once_at_start() {
+    const WARNING: &str = "no --fs-root: the file system API";
+    let open = TestServer::start(&[]).await;
+    // The warning comes before the start-up line; the inspector's address
+    // is logged after it.
+    let started = |log: &str| log.contains("inspector: http://");
+    open.log_when(started, REQUEST_TIMEOUT).await;
+    get_file(&open, "/etc/hostname").await;
+    send(&open, Method::GET, "/v2/fs/stat?path=/").await;
+    let log = open.stderr_text();
+    assert_eq!(log.matches(WARNING).count(), 1, "{log}");
+    let line = log
+        .lines()
+        .find(|line| line.contains(WARNING))
+        .unwrap_or_default();
+    assert!(
+        line.contains("WARN") && line.contains("every file this server's user can"),
+        "{line}"
+    );
+
+    let root = TempDir::new("fs-root-quiet");
+    let confined = TestServer::start(&["--fs-root", root.utf8()]).await;
+    let log = confined.log_when(started, REQUEST_TIMEOUT).await;
+    assert!(started(&log), "{log}");
+    assert!(!log.contains("--fs-root"), "{log}");
+}

@@ -189,6 +189,12 @@ async fn two_tabs_on_one_session_both_see_the_turn() {
 }
 
 #[tokio::test]
+async fn a_malformed_link_shows_the_not_found_view() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "bad-link", None).await;
+}
+
+#[tokio::test]
 async fn the_assets_are_served_from_the_binary() {
     let server = TestServer::start(&["--token", "t"]).await;
     let http = server.api().http().clone();
