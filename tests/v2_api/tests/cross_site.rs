@@ -258,19 +258,20 @@ async fn a_bad_allowed_host_is_refused_at_start() {
     assert!(stderr.contains("--allowed-host"), "{stderr}");
 }
 
-/// A server bound to `0.0.0.0`, started here because the harness binds
-/// loopback only; killed on drop.
-struct AnyAddressServer {
+/// A `--no-token` server on an address of the test's choosing (the
+/// harness binds `127.0.0.1:0` only); killed on drop.
+struct BoundServer {
     _child: Child,
     port: u16,
     _data_dir: TempDir,
 }
 
-impl AnyAddressServer {
-    async fn start() -> Self {
-        let data_dir = TempDir::new("xsite-any");
+impl BoundServer {
+    async fn start(host: &str, port: u16) -> Self {
+        let data_dir = TempDir::new("xsite-bound");
+        let port = port.to_string();
         let mut child = Command::from(sandbox_agent_command())
-            .args(["server", "--no-token", "--host", "0.0.0.0", "--port", "0"])
+            .args(["server", "--no-token", "--host", host, "--port", &port])
             .env("SANDBOX_AGENT_DATA_DIR", data_dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -352,7 +353,7 @@ async fn health_with_foreign_host(address: SocketAddr) -> u16 {
 /// name on a public address (a sandbox platform's proxy).
 #[tokio::test]
 async fn a_connection_on_a_public_address_serves_any_host() {
-    let server = AnyAddressServer::start().await;
+    let server = BoundServer::start("0.0.0.0", 0).await;
     let loopback = SocketAddr::from(([127, 0, 0, 1], server.port));
     assert_eq!(health_with_foreign_host(loopback).await, 403);
     match public_address().await {
@@ -444,19 +445,37 @@ fn puppeteer() -> PathBuf {
     path
 }
 
+/// `node cross_site.mjs FLOW` with Chromium and puppeteer-core; killed on
+/// drop.
+fn browser(flow: &str) -> Command {
+    let mut command = Command::new("node");
+    command
+        .arg(workspace_root().join("tests/v2_api/fixtures/cross_site.mjs"))
+        .arg(flow)
+        .env("CHROMIUM", chromium())
+        .env("PUPPETEER_CORE", puppeteer())
+        .kill_on_drop(true);
+    command
+}
+
 /// Serves `page` as `text/html` to every request on a loopback port of its
 /// own (the attacker's site), until dropped.
 struct AttackerSite {
     url: String,
+    port: u16,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl AttackerSite {
-    async fn start(page: String) -> Self {
+    async fn start(fixture: &str) -> Self {
+        let page =
+            std::fs::read_to_string(workspace_root().join("tests/v2_api/fixtures").join(fixture))
+                .expect("read the attacker's page");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the attacker's site");
-        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let port = listener.local_addr().expect("address").port();
+        let url = format!("http://127.0.0.1:{port}");
         let task = tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
                 let page = page.clone();
@@ -473,7 +492,7 @@ impl AttackerSite {
                 });
             }
         });
-        Self { url, task }
+        Self { url, port, task }
     }
 }
 
@@ -492,21 +511,10 @@ impl Drop for AttackerSite {
 async fn a_page_on_another_port_gets_nothing() {
     let server = TestServer::start(&[]).await;
     let dir = TempDir::new("xsite-browser");
-    let page =
-        std::fs::read_to_string(workspace_root().join("tests/v2_api/fixtures/cross_site.html"))
-            .expect("read the attacker page");
-    let site = AttackerSite::start(page).await;
+    let site = AttackerSite::start("cross_site.html").await;
     let target = dir.path().join("pwned");
-    let script = workspace_root().join("tests/v2_api/fixtures/cross_site.mjs");
-    let mut command = Command::new("node");
-    command
-        .arg(&script)
-        .arg(&site.url)
-        .arg(server.base_url())
-        .arg(&target)
-        .env("CHROMIUM", chromium())
-        .env("PUPPETEER_CORE", puppeteer())
-        .kill_on_drop(true);
+    let mut command = browser("cross-origin");
+    command.arg(&site.url).arg(server.base_url()).arg(&target);
     let output = tokio::time::timeout(BROWSER_TIMEOUT, command.output())
         .await
         .expect("the browser run finished in time")
@@ -544,10 +552,10 @@ async fn a_page_on_another_port_gets_nothing() {
             "the browser's status for {attack}: {report:#}"
         );
     }
-    // What the page itself learnt: nothing readable, no open socket.
+    // What the page itself learnt: opaque answers, no open socket.
     let page = &report["page"];
     for attack in ["mkdir", "batch", "install"] {
-        assert_eq!(page[attack], "blocked", "{attack}: {report:#}");
+        assert_eq!(page[attack], "opaque", "{attack}: {report:#}");
     }
     assert_eq!(page["websocket"], "closed before open", "{report:#}");
 
@@ -559,4 +567,50 @@ async fn a_page_on_another_port_gets_nothing() {
     )
     .await;
     assert_problem(&reply, 403, "forbidden-origin");
+}
+
+/// DNS rebinding in the browser: a page loaded from
+/// `http://attacker.example:PORT` (the name resolves to 127.0.0.1) keeps
+/// polling its own origin; the site behind it goes away and a `--no-token`
+/// server takes the same address and port. The page is same-origin with the
+/// server now, but its requests say `Host: attacker.example:PORT`: 403, and
+/// the page reads no file.
+#[tokio::test]
+async fn a_rebound_page_reads_no_file() {
+    let dir = TempDir::new("xsite-rebinding");
+    let secret = dir.write("id_ed25519", b"-----BEGIN OPENSSH PRIVATE KEY----- secret");
+    let site = AttackerSite::start("rebinding.html").await;
+    let port = site.port;
+    let url = format!("http://attacker.example:{port}/?path={}", encoded(&secret));
+    let mut node = browser("rebinding")
+        .arg(&url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run node");
+    let mut lines = BufReader::new(node.stdout.take().expect("stdout")).lines();
+    let loaded = tokio::time::timeout(BROWSER_TIMEOUT, lines.next_line())
+        .await
+        .expect("the page loaded in time")
+        .expect("read the browser's output");
+    assert_eq!(loaded.as_deref(), Some("loaded"));
+    // The rebinding: the attacker's site stops, the server takes its port.
+    drop(site);
+    let _server = BoundServer::start("127.0.0.1", port).await;
+    let report = tokio::time::timeout(BROWSER_TIMEOUT, lines.next_line())
+        .await
+        .expect("the page reported in time")
+        .expect("read the browser's output")
+        .unwrap_or_default();
+    let status = tokio::time::timeout(BROWSER_TIMEOUT, node.wait()).await;
+    let report: serde_json::Value = serde_json::from_str(&report)
+        .unwrap_or_else(|_| panic!("no report from the page: {report:?} (node: {status:?})"));
+    eprintln!("page report: {report}");
+    let body = report["body"].as_str().unwrap_or_default();
+    assert!(
+        !body.contains("PRIVATE KEY"),
+        "the page read the file: {report}"
+    );
+    assert_eq!(report["status"], 403, "{report}");
+    assert!(body.contains("forbidden-host"), "{report}");
 }
