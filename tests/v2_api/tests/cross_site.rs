@@ -255,7 +255,10 @@ async fn a_bad_allowed_host_is_refused_at_start() {
         .expect("run sandbox-agent");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("--allowed-host"), "{stderr}");
+    assert!(
+        stderr.contains("--allowed-host") && stderr.contains("is not a Host value"),
+        "{stderr}"
+    );
 }
 
 /// A `--no-token` server on an address of the test's choosing (the
