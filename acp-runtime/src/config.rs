@@ -175,6 +175,26 @@ impl AgentSpec {
     }
 }
 
+/// Checks an `--allowed-host` value: a host name or IP literal, optionally
+/// with `:port` (an HTTP `Host` value, RFC 9110 section 7.2).
+///
+/// # Errors
+/// A message saying what the value must look like.
+pub fn check_allowed_host(value: &str) -> Result<(), String> {
+    let valid = !value.is_empty()
+        && !value.contains('@')
+        && value
+            .parse::<http::uri::Authority>()
+            .is_ok_and(|authority| !authority.host().is_empty());
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{value:?} is not a Host value; give a name or address, optionally with :PORT (e.g. sandbox.example or sandbox.example:8443)"
+        ))
+    }
+}
+
 /// The data dir when neither `--data-dir` nor `SANDBOX_AGENT_DATA_DIR` is
 /// given: `$XDG_DATA_HOME/sandbox-agent`, else
 /// `$HOME/.local/share/sandbox-agent` (XDG Base Directory specification);
@@ -276,8 +296,15 @@ pub struct ServerConfig {
     pub read_timeout: Duration,
     /// A connection with no stream and no request for this long is closed.
     pub idle_timeout: Duration,
-    /// Origins allowed by CORS; empty: CORS off.
+    /// Origins allowed by CORS; empty: CORS off. A browser request whose
+    /// `Origin` is another site's is refused unless listed here
+    /// (research/contract.md, "Auth and CORS").
     pub cors_allow_origins: Vec<String>,
+    /// Host names (`host` for any port, `host:port` for one) served on a
+    /// loopback connection besides the loopback names, for a proxy in front
+    /// that keeps its own `Host` (research/contract.md, "Auth and CORS");
+    /// each passes [`check_allowed_host`].
+    pub allowed_hosts: Vec<String>,
     /// How long agents get between SIGTERM and SIGKILL at shutdown.
     pub shutdown_grace: Duration,
     /// Events kept per session in its event log.
@@ -360,6 +387,7 @@ impl ServerConfig {
             read_timeout: Duration::from_millis(DEFAULT_READ_TIMEOUT_MS),
             idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
             cors_allow_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             shutdown_grace: Duration::from_millis(DEFAULT_SHUTDOWN_GRACE_MS),
             event_log_events: DEFAULT_EVENT_LOG_EVENTS,
             event_log_bytes: DEFAULT_EVENT_LOG_BYTES,

@@ -152,6 +152,26 @@ pub enum Error {
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// A browser request from a page of another site: its `Origin` is
+    /// neither the request's own host and port nor allowed by
+    /// `--cors-allow-origin` (research/contract.md, "Auth and CORS").
+    #[error(
+        "cross-site request refused: Origin {0:?} is neither this server's own host and port nor allowed by --cors-allow-origin"
+    )]
+    ForbiddenOrigin(String),
+    /// A request on a loopback connection naming a host that is not a
+    /// loopback name nor an `--allowed-host` value: DNS rebinding
+    /// (research/contract.md, "Auth and CORS").
+    #[error(
+        "Host {0:?} is not served on a loopback connection (DNS rebinding protection); use localhost, 127.0.0.1 or [::1], or start the server with --allowed-host NAME for a proxy in front"
+    )]
+    ForbiddenHost(String),
+    /// `POST /v2/fs/upload-batch` without an archive `Content-Type`
+    /// (research/contract.md, "Host file system").
+    #[error(
+        "Content-Type must be application/x-tar or application/gzip (a tar stream, gzip allowed)"
+    )]
+    UnsupportedArchiveType,
     /// The session store could not be read (research/contract.md,
     /// "Durable sessions"); the newest events are still served from memory.
     #[error("the session store cannot be read right now: {0}")]

@@ -16,9 +16,10 @@
 //!
 //! - [`server`]: bind, accept loop, idle reaping, graceful shutdown (public:
 //!   [`server::run`]).
-//! - `http`: routing, auth, CORS, `/v2/rpc` handlers, SSE body, problem+json,
-//!   the control plane, the `/acp` profile (Streamable HTTP and WebSocket),
-//!   `/v2/fs/*`, the inspector at `/ui/` (assets in `acp-runtime/ui/`).
+//! - `http`: routing, auth, CORS, cross-site checks, `/v2/rpc` handlers,
+//!   SSE body, problem+json, the control plane, the `/acp` profile
+//!   (Streamable HTTP and WebSocket), `/v2/fs/*`, the inspector at `/ui/`
+//!   (assets in `acp-runtime/ui/`).
 //! - `runtime`: shared state and the JSON-RPC handling of one POST.
 //! - `connection`: one connection: replay ring, its lanes and their live
 //!   stream slots, in-flight ids.

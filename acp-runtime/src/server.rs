@@ -95,8 +95,16 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
                         continue;
                     };
                     let _ = socket.set_nodelay(true);
+                    // The address the peer reached, not the bind address: a
+                    // `0.0.0.0` server is reachable on loopback too, and the
+                    // `Host` rule depends on it (research/contract.md, "Auth
+                    // and CORS").
+                    let Ok(local) = socket.local_addr() else {
+                        continue;
+                    };
                     let runtime = runtime.clone();
-                    let service = service_fn(move |request| http::handle(runtime.clone(), request));
+                    let service =
+                        service_fn(move |request| http::handle(runtime.clone(), local, request));
                     let builder = builder.clone();
                     let watcher = graceful.watcher();
                     tokio::spawn(async move {

@@ -324,6 +324,12 @@ pub struct ServerArgs {
     /// Origins allowed by CORS (repeat or comma-separate; "*" for any). Off by default.
     #[arg(long, env = "SANDBOX_AGENT_CORS_ALLOW_ORIGIN", value_delimiter = ',')]
     pub cors_allow_origin: Vec<String>,
+    /// Host names served on a loopback connection besides localhost,
+    /// 127.0.0.1 and [::1] (repeat or comma-separate; NAME for any port,
+    /// NAME:PORT for one): for a proxy in front that keeps its own Host.
+    /// Other names are refused there with 403 (DNS rebinding protection).
+    #[arg(long, env = "SANDBOX_AGENT_ALLOWED_HOST", value_delimiter = ',')]
+    pub allowed_host: Vec<String>,
     /// Time agents get between SIGTERM and SIGKILL at shutdown, in milliseconds.
     #[arg(
         long,
@@ -511,6 +517,10 @@ impl ServerArgs {
         config.read_timeout = Duration::from_millis(self.read_timeout_ms.max(1));
         config.idle_timeout = Duration::from_millis(self.idle_timeout_ms);
         config.cors_allow_origins = self.cors_allow_origin;
+        for host in &self.allowed_host {
+            config::check_allowed_host(host).map_err(|rule| format!("--allowed-host: {rule}"))?;
+        }
+        config.allowed_hosts = self.allowed_host;
         config.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
         // Each agent runs under this binary's tree supervisor, which reaches
         // escapees before the server's own SIGKILL at the end of its grace.

@@ -381,12 +381,16 @@ async fn write(
 /// `{paths, truncated}`.
 ///
 /// # Errors
-/// 400 `invalid-archive`, 403, 408, 409, 413, 507.
+/// 400 `invalid-archive`, 403, 408, 409, 413, 415 (`Content-Type` not an
+/// archive type, so no cross-site form can post one), 507.
 async fn upload_batch(
     runtime: &Arc<Runtime>,
     request: &mut HttpRequest,
     query: &Query,
 ) -> Result<Response<Body>, Error> {
+    if !super::headers::is_archive_content(request.headers()) {
+        return Err(Error::UnsupportedArchiveType);
+    }
     let limit = runtime.config.max_upload_bytes;
     check_declared_length(request, limit)?;
     let scope = query.scope(runtime)?;

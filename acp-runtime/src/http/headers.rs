@@ -120,6 +120,28 @@ pub fn is_json_content(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
+/// Whether `Content-Type` names a tar archive, gzipped or not:
+/// `application/x-tar`, `application/gzip` or its older `application/x-gzip`
+/// (parameters allowed). None of them is a type a cross-site form or
+/// `fetch` may send without a CORS preflight (research/contract.md, "Host
+/// file system").
+pub fn is_archive_content(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media| {
+            let media = media.trim();
+            [
+                "application/x-tar",
+                "application/gzip",
+                "application/x-gzip",
+            ]
+            .iter()
+            .any(|archive| media.eq_ignore_ascii_case(archive))
+        })
+}
+
 /// Parses `Last-Event-ID`: absent is `None`; anything but a non-negative
 /// integer is a 400.
 ///
@@ -259,5 +281,32 @@ mod tests {
         )));
         assert!(!is_json_content(&headers("content-type", "text/plain")));
         assert!(!is_json_content(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn archive_content_type() {
+        for archive in [
+            "application/x-tar",
+            "application/gzip",
+            "Application/X-GZIP",
+            "application/x-tar; charset=binary",
+        ] {
+            assert!(
+                is_archive_content(&headers("content-type", archive)),
+                "{archive}"
+            );
+        }
+        for other in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/octet-stream",
+        ] {
+            assert!(
+                !is_archive_content(&headers("content-type", other)),
+                "{other}"
+            );
+        }
+        assert!(!is_archive_content(&HeaderMap::new()));
     }
 }

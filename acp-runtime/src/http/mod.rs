@@ -5,6 +5,7 @@
 //! - [`websocket`]: the WebSocket upgrade on the same paths.
 //! - [`sse`]: the SSE answer and body of `GET /v2/rpc` and `GET /acp`.
 //! - [`headers`]: bearer auth, `Accept`, `Content-Type`, `Last-Event-ID`.
+//! - [`cross_site`]: the `Origin` and `Host` a request may carry.
 //! - [`control`]: `/v2/sessions…`, `/v2/agents` and
 //!   `/v2/agents/{agent}/install` (the control plane).
 //! - [`fs`]: `/v2/fs/*`, the host file system API.
@@ -15,6 +16,7 @@
 pub mod acp;
 mod conditional;
 pub mod control;
+pub mod cross_site;
 pub mod fs;
 pub mod headers;
 pub mod problem;
@@ -36,6 +38,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper::body::Incoming;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Response body type of every route.
@@ -136,14 +139,22 @@ pub fn empty(status: StatusCode) -> Response<Body> {
     response
 }
 
-/// Serves one request. Never fails: errors become problem responses.
+/// Serves one request that arrived on a TCP connection accepted on the
+/// local address `local` (which decides the `Host` rule, [`cross_site`]).
+/// Never fails: errors become problem responses.
 pub async fn handle(
     runtime: Arc<Runtime>,
+    local: SocketAddr,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let origin = request.headers().get(ORIGIN).cloned();
     let mut request = request.map(Some);
-    let mut response = match route(&runtime, &mut request).await {
+    let checked = cross_site::check(&runtime.config, local, &request);
+    let routed = match checked {
+        Ok(()) => route(&runtime, &mut request).await,
+        Err(error) => Err(error),
+    };
+    let mut response = match routed {
         Ok(response) => response,
         Err(error) => problem::response(&error),
     };

@@ -24,7 +24,10 @@ impl Error {
             | Self::InvalidPath(_)
             | Self::InvalidArchive(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::OutsideRoot { .. } | Self::PermissionDenied(_) => StatusCode::FORBIDDEN,
+            Self::OutsideRoot { .. }
+            | Self::PermissionDenied(_)
+            | Self::ForbiddenOrigin(_)
+            | Self::ForbiddenHost(_) => StatusCode::FORBIDDEN,
             Self::FileNotFound(_)
             | Self::UnknownConnection(_)
             | Self::ExpiredConnection { .. }
@@ -47,7 +50,9 @@ impl Error {
             Self::PayloadTooLarge { .. } | Self::ArchiveTooLarge(_) => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::UnsupportedMediaType | Self::UnsupportedArchiveType => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             Self::AgentStartFailed { .. } | Self::InstallFailed(_) => StatusCode::BAD_GATEWAY,
             Self::TooManyConnections { .. }
             | Self::TooManyHttpConnections { .. }
@@ -78,7 +83,9 @@ impl Error {
             Self::Gone => "gone",
             Self::RequestTimeout { .. } => "request-timeout",
             Self::PayloadTooLarge { .. } | Self::ArchiveTooLarge(_) => "payload-too-large",
-            Self::UnsupportedMediaType => "unsupported-media-type",
+            Self::UnsupportedMediaType | Self::UnsupportedArchiveType => "unsupported-media-type",
+            Self::ForbiddenOrigin(_) => "forbidden-origin",
+            Self::ForbiddenHost(_) => "forbidden-host",
             Self::BatchNotSupported => "batch-not-supported",
             Self::AgentStartFailed { .. } => "agent-start-failed",
             Self::AgentNotInstalled { .. } => "agent-not-installed",
