@@ -118,6 +118,15 @@ impl SqliteFile {
         })
     }
 
+    /// Where [`super::Store::close`] saves the content of a file deleted or
+    /// replaced while open: `<file>.recovered-<ms since the epoch>`.
+    pub(crate) fn recovery_path(&self) -> PathBuf {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis());
+        with_suffix(&self.path, &format!(".recovered-{ms}"))
+    }
+
     /// Whether the file at the path is still the one opened, and its
     /// `-wal` and `-shm` (those that exist) are writable.
     ///
@@ -127,7 +136,9 @@ impl SqliteFile {
         let gone = |what: &str, after: &str| {
             Problem::Gone(format!(
                 "the session store file {} was {what} while the server ran: writes go to \
-                 the old file, and a restart {after}",
+                 the old file, and a restart {after} (a stop with SIGTERM saves the old \
+                 file's content as {}.recovered-<ms>)",
+                self.path.display(),
                 self.path.display()
             ))
         };

@@ -803,9 +803,48 @@ impl Store {
         Ok(())
     }
 
-    /// Closes the pool (waits for connections in use to come back).
+    /// Closes the pool (waits for connections in use to come back). A
+    /// SQLite file deleted or replaced while open is first copied, whole, to
+    /// `<file>.recovered-<ms since the epoch>` (logged), since its content
+    /// is gone with the last connection.
     pub async fn close(&self) {
+        if let Some(file) = &self.file
+            && let Err(file::Problem::Gone(_)) = file.check()
+        {
+            self.save_copy(&file.recovery_path()).await;
+        }
         self.pool.close().await;
+    }
+
+    /// Writes the whole database to `copy` (`VACUUM INTO`), and logs where.
+    async fn save_copy(&self, copy: &Path) {
+        let Some(target) = copy.to_str() else {
+            tracing::warn!(
+                store = self.describe(),
+                "no copy saved: the path is not UTF-8"
+            );
+            return;
+        };
+        match sqlx::query("VACUUM INTO ?1")
+            .bind(target)
+            .execute(&self.pool)
+            .await
+        {
+            Ok(_) => tracing::warn!(
+                store = self.describe(),
+                copy = target,
+                "the session store file was deleted or replaced while the server ran: its \
+                 content is saved in the copy; to start with it, stop every server using the \
+                 store and move the copy in its place"
+            ),
+            Err(error) => tracing::warn!(
+                store = self.describe(),
+                copy = target,
+                %error,
+                "the session store file was deleted or replaced while the server ran, and \
+                 saving a copy failed: its sessions are lost"
+            ),
+        }
     }
 }
 

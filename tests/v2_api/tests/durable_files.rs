@@ -383,3 +383,55 @@ async fn a_corrupt_store_file_start_up_error_names_the_file() {
         "the error names the file: {stderr}"
     );
 }
+
+/// After `sessions.db` was deleted under the server, a restart started
+/// with no sessions: they lived only in the deleted file, gone with the
+/// process. A SIGTERM stop now saves that file's content beside it
+/// (`sessions.db.recovered-<ms>`, named in the log); moved in place, the
+/// next start has every session, those created after the deletion too.
+#[tokio::test]
+async fn a_deleted_store_file_is_saved_at_stop_and_can_be_put_back() {
+    let data = TempDir::new("deleted-saved");
+    let mut server = TestServer::start(&["--data-dir", data.utf8()]).await;
+    let conn = server.initialize(MOCK).await;
+    let before = server.new_session(&conn).await;
+    health_when(&server, TIMEOUT, settled)
+        .await
+        .expect("the store takes the session");
+    let file = store_file(&data, "");
+    std::fs::remove_file(&file).expect("delete sessions.db");
+    let after = server.new_session(&conn).await;
+    health_when(&server, TIMEOUT, |h| {
+        h["store"] == "degraded" && h["storeWaiting"] == 0
+    })
+    .await
+    .expect("degraded, every write done");
+    server.send_sigterm();
+    server.wait_exit(TIMEOUT).await.expect("SIGTERM stops it");
+    let log = server.stderr_text();
+    drop(server);
+    let copies: Vec<PathBuf> = std::fs::read_dir(data.path())
+        .expect("the data dir")
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("sessions.db.recovered-"))
+        })
+        .collect();
+    let [copy] = copies.as_slice() else {
+        panic!("one saved copy in the data dir, got {copies:?}: {log}");
+    };
+    assert!(
+        log.contains(&copy.display().to_string()),
+        "the log names the copy: {log}"
+    );
+    std::fs::rename(copy, &file).expect("put the copy in place");
+    let again = TestServer::start(&["--data-dir", data.utf8()]).await;
+    for session in [before, after] {
+        again
+            .get(&format!("/v2/sessions/{session}?agent={MOCK}"))
+            .await
+            .assert_status(200);
+    }
+}
