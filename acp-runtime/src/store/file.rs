@@ -57,19 +57,52 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Before SQLite opens `path` in this process: what is there, and whether
-/// the database and its `-wal` and `-shm` (those that exist) open for
-/// writing.
+/// Before SQLite opens `path` in this process, under the open lock: what
+/// is there, and whether the database and its `-wal` and `-shm` (those that
+/// exist) open for writing. When the file is missing:
+/// - `-wal` and `-shm` left there belong to a deleted file (SQLite leaves
+///   them when its file was unlinked while open) and are removed: SQLite
+///   would read them into the new file, and a server still running on the
+///   deleted file keeps its own descriptors of them;
+/// - the newest copy [`super::Store::close`] saved of a file deleted under
+///   a server is put in its place.
 ///
 /// # Errors
-/// [`StoreError::Io`] naming the first file that cannot be written.
+/// [`StoreError::Io`] naming the first file that cannot be written, or a
+/// copy that cannot be moved in place.
 pub(crate) fn check_before_open(path: &Path) -> Result<Found, StoreError> {
-    let found = match std::fs::metadata(path) {
+    let io = |file: &Path, e: std::io::Error| StoreError::Io(format!("{}: {e}", file.display()));
+    let mut found = match std::fs::metadata(path) {
         Ok(metadata) if metadata.len() == 0 => Found::Empty,
         Ok(_) => Found::Store,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Found::Missing,
-        Err(e) => return Err(StoreError::Io(format!("{}: {e}", path.display()))),
+        Err(e) => return Err(io(path, e)),
     };
+    if found == Found::Missing {
+        for suffix in COMPANIONS {
+            let orphan = with_suffix(path, suffix);
+            match std::fs::remove_file(&orphan) {
+                Ok(()) => tracing::warn!(
+                    file = %orphan.display(),
+                    "removed, left by a deleted session store file"
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&orphan, e)),
+            }
+        }
+    }
+    if found == Found::Missing
+        && let Some(copy) = newest_copy(path)
+    {
+        std::fs::rename(&copy, path).map_err(|e| io(&copy, e))?;
+        tracing::warn!(
+            store = %path.display(),
+            copy = %copy.display(),
+            "the session store file was missing: the copy saved when it was deleted under \
+             a server is put in its place"
+        );
+        found = Found::Store;
+    }
     let files = std::iter::once(path.to_owned())
         .chain(COMPANIONS.iter().map(|suffix| with_suffix(path, suffix)));
     for file in files {
@@ -86,6 +119,25 @@ pub(crate) fn check_before_open(path: &Path) -> Result<Found, StoreError> {
         }
     }
     Ok(found)
+}
+
+/// The newest `<path>.recovered-<ms>` beside `path`, if any.
+fn newest_copy(path: &Path) -> Option<PathBuf> {
+    let folder = match path.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => folder,
+        _ => Path::new("."),
+    };
+    let prefix = format!("{}.recovered-", path.file_name()?.to_str()?);
+    std::fs::read_dir(folder)
+        .ok()?
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let name = entry.file_name();
+            let ms: u128 = name.to_str()?.strip_prefix(&prefix)?.parse().ok()?;
+            Some((ms, entry.path()))
+        })
+        .max_by_key(|(ms, _)| *ms)
+        .map(|(_, copy)| copy)
 }
 
 /// The message for a store file that cannot be written.

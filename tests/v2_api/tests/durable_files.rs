@@ -387,10 +387,11 @@ async fn a_corrupt_store_file_start_up_error_names_the_file() {
 /// After `sessions.db` was deleted under the server, a restart started
 /// with no sessions: they lived only in the deleted file, gone with the
 /// process. A SIGTERM stop now saves that file's content beside it
-/// (`sessions.db.recovered-<ms>`, named in the log); moved in place, the
-/// next start has every session, those created after the deletion too.
+/// (`sessions.db.recovered-<ms>`, named in the log), and the next start,
+/// finding no `sessions.db`, puts the copy in its place (logged): every
+/// session is back, those created after the deletion too.
 #[tokio::test]
-async fn a_deleted_store_file_is_saved_at_stop_and_can_be_put_back() {
+async fn a_store_file_deleted_while_running_is_back_after_a_sigterm_restart() {
     let data = TempDir::new("deleted-saved");
     let mut server = TestServer::start(&["--data-dir", data.utf8()]).await;
     let conn = server.initialize(MOCK).await;
@@ -410,15 +411,7 @@ async fn a_deleted_store_file_is_saved_at_stop_and_can_be_put_back() {
     server.wait_exit(TIMEOUT).await.expect("SIGTERM stops it");
     let log = server.stderr_text();
     drop(server);
-    let copies: Vec<PathBuf> = std::fs::read_dir(data.path())
-        .expect("the data dir")
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| {
-            path.file_name()
-                .and_then(|name| name.to_str())
-                .is_some_and(|name| name.starts_with("sessions.db.recovered-"))
-        })
-        .collect();
+    let copies = saved_copies(&data);
     let [copy] = copies.as_slice() else {
         panic!("one saved copy in the data dir, got {copies:?}: {log}");
     };
@@ -426,7 +419,6 @@ async fn a_deleted_store_file_is_saved_at_stop_and_can_be_put_back() {
         log.contains(&copy.display().to_string()),
         "the log names the copy: {log}"
     );
-    std::fs::rename(copy, &file).expect("put the copy in place");
     let again = TestServer::start(&["--data-dir", data.utf8()]).await;
     for session in [before, after] {
         again
@@ -434,4 +426,26 @@ async fn a_deleted_store_file_is_saved_at_stop_and_can_be_put_back() {
             .await
             .assert_status(200);
     }
+    assert!(
+        saved_copies(&data).is_empty(),
+        "the copy was moved in place"
+    );
+    assert!(
+        again.stderr_text().contains(&copy.display().to_string()),
+        "the start names the copy it used: {}",
+        again.stderr_text()
+    );
+}
+
+/// The `sessions.db.recovered-*` files in `data`.
+fn saved_copies(data: &TempDir) -> Vec<PathBuf> {
+    std::fs::read_dir(data.path())
+        .expect("the data dir")
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("sessions.db.recovered-"))
+        })
+        .collect()
 }
