@@ -185,13 +185,13 @@ impl SqliteFile {
     /// # Errors
     /// The first [`Problem`] found.
     pub(crate) fn check(&self) -> Result<(), Problem> {
+        let file = self.path.display();
         let gone = |what: &str, after: &str| {
             Problem::Gone(format!(
-                "the session store file {} was {what} while the server ran: writes go to \
-                 the old file, and a restart {after} (a stop with SIGTERM saves the old \
-                 file's content as {}.recovered-<ms>)",
-                self.path.display(),
-                self.path.display()
+                "the session store file {file} was {what} while the server ran: writes go \
+                 to the old file, and a restart {after}; a stop with SIGTERM saves the old \
+                 file's content as {file}.recovered-<ms>, which a start that finds no \
+                 {file} puts in its place"
             ))
         };
         match std::fs::metadata(&self.path) {
@@ -203,10 +203,13 @@ impl SqliteFile {
                 ));
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(gone("deleted", "starts with no sessions"));
+                return Err(gone(
+                    "deleted",
+                    "without the saved copy starts with no sessions",
+                ));
             }
             Err(e) => {
-                return Err(Problem::Unwritable(format!("{}: {e}", self.path.display())));
+                return Err(Problem::Unwritable(format!("{file}: {e}")));
             }
         }
         for suffix in COMPANIONS {

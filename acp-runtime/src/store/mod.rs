@@ -834,8 +834,8 @@ impl Store {
                 store = self.describe(),
                 copy = target,
                 "the session store file was deleted or replaced while the server ran: its \
-                 content is saved in the copy; to start with it, stop every server using the \
-                 store and move the copy in its place"
+                 content is saved in the copy, which a start that finds no session store file \
+                 puts in its place"
             ),
             Err(error) => tracing::warn!(
                 store = self.describe(),

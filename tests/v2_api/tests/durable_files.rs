@@ -449,3 +449,52 @@ fn saved_copies(data: &TempDir) -> Vec<PathBuf> {
         })
         .collect()
 }
+
+/// `sessions.db` deleted under a server that is then killed with SIGKILL:
+/// SQLite leaves the deleted file's `-wal` and `-shm` behind (it does not
+/// remove them once its file is unlinked), and a new `sessions.db` would
+/// read that WAL. The next start removes them, saying so, and its new
+/// store works: a session created then survives a restart.
+#[tokio::test]
+async fn the_wal_and_shm_of_a_deleted_store_file_are_removed_at_start() {
+    let data = TempDir::new("deleted-killed");
+    let mut server = TestServer::start(&["--data-dir", data.utf8()]).await;
+    let conn = server.initialize(MOCK).await;
+    server.new_session(&conn).await;
+    health_when(&server, TIMEOUT, settled)
+        .await
+        .expect("the store takes the session");
+    std::fs::remove_file(store_file(&data, "")).expect("delete sessions.db");
+    server.new_session(&conn).await;
+    server.kill_now(TIMEOUT).await.expect("SIGKILL");
+    drop(server);
+    for suffix in ["-wal", "-shm"] {
+        assert!(
+            store_file(&data, suffix).exists(),
+            "sessions.db{suffix} outlives the deleted file"
+        );
+    }
+    let mut second = TestServer::start(&["--data-dir", data.utf8()]).await;
+    let log = second.stderr_text();
+    for suffix in ["-wal", "-shm"] {
+        let orphan = store_file(&data, suffix).display().to_string();
+        assert!(
+            log.lines()
+                .any(|line| line.contains(&orphan) && line.contains("removed")),
+            "a log line names the removed {orphan}: {log}"
+        );
+    }
+    let conn = second.initialize(MOCK).await;
+    let session = second.new_session(&conn).await;
+    health_when(&second, TIMEOUT, settled)
+        .await
+        .expect("the new store takes the session");
+    second.send_sigterm();
+    second.wait_exit(TIMEOUT).await.expect("SIGTERM stops it");
+    drop(second);
+    let third = TestServer::start(&["--data-dir", data.utf8()]).await;
+    third
+        .get(&format!("/v2/sessions/{session}?agent={MOCK}"))
+        .await
+        .assert_status(200);
+}
