@@ -11,6 +11,7 @@
 //! through one `sqlx` `Any` pool; the SQL is written once with `$N`
 //! placeholders and rewritten to SQLite's `?N` form.
 
+mod file;
 pub(crate) mod writer;
 
 use bytes::Bytes;
@@ -166,6 +167,14 @@ pub enum StoreError {
         /// What the migrator said.
         source: sqlx::migrate::MigrateError,
     },
+    /// Reading the inventory failed (at start-up: a corrupt file).
+    #[error("cannot read the session store {what}: {source}")]
+    Read {
+        /// The store, password redacted (for SQLite: the file).
+        what: String,
+        /// What the driver said.
+        source: sqlx::Error,
+    },
     /// A read or write failed.
     #[error("session store: {0}")]
     Query(#[from] sqlx::Error),
@@ -245,6 +254,9 @@ pub struct Store {
     backend: Backend,
     runtime_id: Arc<str>,
     what: Arc<str>,
+    /// The SQLite file as opened, checked before writes and while idle
+    /// (`None` for PostgreSQL).
+    file: Option<Arc<file::SqliteFile>>,
 }
 
 /// The embedded migrations of one backend (`acp-runtime/migrations/<backend>/`).
@@ -391,6 +403,12 @@ impl Store {
             StoreUrl::Sqlite(path) => Some(open_lock(path).await?),
             _ => None,
         };
+        // Before SQLite opens the file in this process: the check opens and
+        // closes the files, which would drop SQLite's POSIX locks on them.
+        let found = match url {
+            StoreUrl::Sqlite(path) => Some(file::check_before_open(path)?),
+            _ => None,
+        };
         if backend == Backend::Sqlite {
             // One plain connection first: the pool retries a failing open
             // until its timeout and then reports only the timeout.
@@ -434,17 +452,34 @@ impl Store {
                 what: what.clone(),
                 source,
             })?;
+        let file = match url {
+            StoreUrl::Sqlite(path) => Some(Arc::new(file::SqliteFile::opened(path)?)),
+            _ => None,
+        };
+        if found == Some(file::Found::Empty) {
+            tracing::warn!(
+                store = what,
+                "the session store file is empty (0 bytes): starting with no sessions"
+            );
+        }
         Ok(Some(Self {
             pool,
             backend,
             runtime_id: runtime_id.into(),
             what: what.into(),
+            file,
         }))
     }
 
     /// The store as logs name it (password redacted).
     pub fn describe(&self) -> &str {
         &self.what
+    }
+
+    /// Whether the SQLite file is still the one opened and can be written
+    /// (`Ok` for PostgreSQL); see [`file::Problem`].
+    pub(crate) fn check_file(&self) -> Result<(), file::Problem> {
+        self.file.as_ref().map_or(Ok(()), |file| file.check())
     }
 
     /// Whether this is a PostgreSQL store (else SQLite).
@@ -465,10 +500,11 @@ impl Store {
         }
     }
 
-    /// Every inventory entry of this runtime id, newest first.
+    /// Every inventory entry of this runtime id, newest first (a row this
+    /// runtime cannot read is skipped with a warning).
     ///
     /// # Errors
-    /// A failed query or an unreadable row.
+    /// [`StoreError::Read`] naming the store when the query fails.
     pub async fn sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
         let sql = self.sql(
             "SELECT agent, session_id, cwd, created_ns, updated_ns, end_reason, metadata, \
@@ -478,7 +514,11 @@ impl Store {
         let rows = sqlx::query(&sql)
             .bind(&*self.runtime_id)
             .fetch_all(&self.pool)
-            .await?;
+            .await
+            .map_err(|source| StoreError::Read {
+                what: self.what.to_string(),
+                source,
+            })?;
         Ok(rows
             .iter()
             .filter_map(|row| match session_row(row) {
@@ -763,9 +803,48 @@ impl Store {
         Ok(())
     }
 
-    /// Closes the pool (waits for connections in use to come back).
+    /// Closes the pool (waits for connections in use to come back). A
+    /// SQLite file deleted or replaced while open is first copied, whole, to
+    /// `<file>.recovered-<ms since the epoch>` (logged), since its content
+    /// is gone with the last connection.
     pub async fn close(&self) {
+        if let Some(file) = &self.file
+            && let Err(file::Problem::Gone(_)) = file.check()
+        {
+            self.save_copy(&file.recovery_path()).await;
+        }
         self.pool.close().await;
+    }
+
+    /// Writes the whole database to `copy` (`VACUUM INTO`), and logs where.
+    async fn save_copy(&self, copy: &Path) {
+        let Some(target) = copy.to_str() else {
+            tracing::warn!(
+                store = self.describe(),
+                "no copy saved: the path is not UTF-8"
+            );
+            return;
+        };
+        match sqlx::query("VACUUM INTO ?1")
+            .bind(target)
+            .execute(&self.pool)
+            .await
+        {
+            Ok(_) => tracing::warn!(
+                store = self.describe(),
+                copy = target,
+                "the session store file was deleted or replaced while the server ran: its \
+                 content is saved in the copy, which a start that finds no session store file \
+                 puts in its place"
+            ),
+            Err(error) => tracing::warn!(
+                store = self.describe(),
+                copy = target,
+                %error,
+                "the session store file was deleted or replaced while the server ran, and \
+                 saving a copy failed: its sessions are lost"
+            ),
+        }
     }
 }
 

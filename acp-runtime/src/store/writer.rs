@@ -15,10 +15,15 @@
 //!   cannot take: SQLSTATE classes 22, 23, 54; SQLite's TOOBIG, CONSTRAINT,
 //!   MISMATCH, RANGE) is found by retrying the batch one write at a time,
 //!   then dropped, counted and logged: one bad value never stalls the rest.
+//! - A SQLite file deleted, replaced or made unwritable under the server
+//!   (see [`super::file`]) is checked before each batch and once a second
+//!   while idle, and shown as `"degraded"`; writes wait while `-wal` or
+//!   `-shm` cannot be written, since a write then could kill the process.
 //! - Inventory entries are coalesced: a changed entry queues a marker once,
 //!   and the newest row is kept beside the queue until written, so an entry
 //!   changed a thousand times while the store is down costs one row.
 
+use super::file::Problem;
 use super::{EventRow, SessionRow, Store};
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use parking_lot::Mutex;
@@ -40,6 +45,8 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// First and longest pause between retries of a failing store.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// How often an idle writer checks the SQLite file.
+const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A session's store key: (agent, session id).
 type Key = (Arc<str>, Arc<str>);
@@ -136,6 +143,9 @@ pub(crate) struct Persist {
     /// "Durable sessions": live sessions come back dormant).
     shutting_down: AtomicBool,
     degraded: Mutex<Option<String>>,
+    /// What the last check of the SQLite file found wrong (see
+    /// [`super::file`]); shown before a write error.
+    file_problem: Mutex<Option<String>>,
     backend: &'static str,
     drop_warning: LogLimit,
 }
@@ -155,6 +165,7 @@ impl Persist {
             next_seq: Sequence::new(0),
             shutting_down: AtomicBool::new(false),
             degraded: Mutex::new(None),
+            file_problem: Mutex::new(None),
             backend,
             drop_warning: LogLimit::new(WARN_INTERVAL, |count, interval| {
                 tracing::warn!(
@@ -315,7 +326,11 @@ impl Persist {
 
     /// The store's state for `GET /v2/health`.
     pub(crate) fn health(&self) -> StoreHealth {
-        let error = self.degraded.lock().clone();
+        let error = self
+            .file_problem
+            .lock()
+            .clone()
+            .or_else(|| self.degraded.lock().clone());
         StoreHealth {
             backend: self.backend,
             state: if error.is_some() { "degraded" } else { "ok" },
@@ -344,9 +359,15 @@ async fn run(
     });
     loop {
         if queue.is_empty() {
-            match rx.recv().await {
-                Some(write) => queue.push_back(write),
-                None => return,
+            tokio::select! {
+                write = rx.recv() => match write {
+                    Some(write) => queue.push_back(write),
+                    None => return,
+                },
+                () = tokio::time::sleep(FILE_CHECK_INTERVAL) => {
+                    file_ready(&store, &persist);
+                    continue;
+                }
             }
         }
         while queue.len() < MAX_BATCH {
@@ -354,6 +375,12 @@ async fn run(
                 Ok(write) => queue.push_back(write),
                 Err(_) => break,
             }
+        }
+        if !file_ready(&store, &persist) {
+            take_while_waiting(&mut rx, &mut queue, retry).await;
+            shed(&mut queue, &persist);
+            retry = (retry * 2).min(RETRY_MAX);
+            continue;
         }
         let take = if isolate > 0 {
             1
@@ -423,21 +450,49 @@ async fn run(
             );
         }
         *persist.degraded.lock() = Some(error);
-        // Keep taking writes while waiting, within the caps.
-        let pause = tokio::time::sleep(retry);
-        tokio::pin!(pause);
-        loop {
-            tokio::select! {
-                () = &mut pause => break,
-                write = rx.recv() => match write {
-                    Some(write) => queue.push_back(write),
-                    None => break,
-                },
-            }
-        }
+        take_while_waiting(&mut rx, &mut queue, retry).await;
         shed(&mut queue, &persist);
         retry = (retry * 2).min(RETRY_MAX);
     }
+}
+
+/// Waits `pause` before a retry, queueing the writes that arrive meanwhile
+/// (`shed` then applies the caps).
+async fn take_while_waiting(
+    rx: &mut mpsc::UnboundedReceiver<Write>,
+    queue: &mut VecDeque<Write>,
+    pause: Duration,
+) {
+    let pause = tokio::time::sleep(pause);
+    tokio::pin!(pause);
+    loop {
+        tokio::select! {
+            () = &mut pause => break,
+            write = rx.recv() => match write {
+                Some(write) => queue.push_back(write),
+                None => break,
+            },
+        }
+    }
+}
+
+/// Checks the SQLite file (see [`super::file`]), shows what it found in the
+/// health and logs each change of it. `false` when writes must wait.
+fn file_ready(store: &Store, persist: &Persist) -> bool {
+    let problem = store.check_file().err();
+    let message = problem.as_ref().map(|p| p.message().to_owned());
+    let mut shown = persist.file_problem.lock();
+    if *shown != message {
+        match &message {
+            Some(message) => tracing::warn!(store = store.describe(), "{message}"),
+            None => tracing::info!(
+                store = store.describe(),
+                "the session store file is writable again"
+            ),
+        }
+        *shown = message;
+    }
+    !matches!(problem, Some(Problem::Unwritable(_)))
 }
 
 /// Takes the first `count` writes off the queue once they are in the
