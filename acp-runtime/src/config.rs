@@ -344,6 +344,8 @@ pub struct ServerConfig {
     /// Confines the host file system API to this directory, checked after
     /// symlinks are resolved (403 outside); `None`: the whole file system
     /// the server's user can reach (research/contract.md, "Host file system").
+    /// Resolved to a real path once, when the runtime is built; a root
+    /// replaced by a symlink later is not followed.
     pub fs_root: Option<PathBuf>,
     /// Largest upload body as sent (`PUT /v2/fs/file`, upload-batch), in
     /// bytes (413 past it).

@@ -113,7 +113,16 @@ impl Reply {
 impl Runtime {
     /// A runtime for `config`; agents start on first use. With `durable`,
     /// every session change is also written to its store.
-    pub fn new(config: ServerConfig, durable: Option<Durable>) -> Arc<Self> {
+    pub fn new(mut config: ServerConfig, durable: Option<Durable>) -> Arc<Self> {
+        // The root as a real path, resolved once, here: never again per
+        // request (research/contract.md, "Host file system").
+        if let Some(real) = config
+            .fs_root
+            .as_ref()
+            .and_then(|root| root.canonicalize().ok())
+        {
+            config.fs_root = Some(real);
+        }
         let (store, persist) = match durable {
             Some(Durable { store, persist }) => (Some(store), Some(persist)),
             None => (None, None),

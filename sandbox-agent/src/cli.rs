@@ -524,13 +524,18 @@ impl ServerArgs {
         config.shutdown_grace = Duration::from_millis(self.shutdown_grace_ms);
         // Each agent runs under this binary's tree supervisor, which reaches
         // escapees before the server's own SIGKILL at the end of its grace.
-        config.tree_supervisor =
-            std::env::current_exe()
-                .ok()
-                .map(|binary| acp_runtime::agent::tree::TreeSupervisor {
-                    binary,
-                    grace: config.shutdown_grace / 2,
-                });
+        // `/proc/self/exe` runs this very binary even after an upgrade
+        // replaced (or removed) the file it was started from.
+        let own = std::path::Path::new("/proc/self/exe");
+        let binary = if own.exists() {
+            Some(own.to_owned())
+        } else {
+            std::env::current_exe().ok()
+        };
+        config.tree_supervisor = binary.map(|binary| acp_runtime::agent::tree::TreeSupervisor {
+            binary,
+            grace: config.shutdown_grace / 2,
+        });
         config.event_log_events = self.event_log_events.max(1);
         config.event_log_bytes = self.event_log_bytes;
         config.ended_sessions = self.ended_sessions;

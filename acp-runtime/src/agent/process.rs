@@ -21,6 +21,9 @@ use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
+/// How long a tree supervisor gets to kill its tree on
+/// [`AgentProcess::kill_tree_now`] before SIGKILL goes to its group.
+const KILL_NOW_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
 /// Lines queued for an agent's stdin before senders wait.
 const STDIN_QUEUE: usize = 1024;
 
@@ -50,6 +53,9 @@ pub struct Spawned {
     /// The record of the process group in the data dir, if it could be
     /// written; [`AgentProcess::finish`] removes it.
     pub(crate) group_record: Option<GroupRecordFile>,
+    /// Whether the child is a tree supervisor (research/contract.md, "Agent
+    /// process trees and a server that dies") rather than the agent itself.
+    pub supervised: bool,
 }
 
 /// Starts agent `agent` with `launch` in its own process group with piped
@@ -123,6 +129,7 @@ pub fn spawn(
         stdout: FramedRead::with_capacity(stdout, LineDecoder::new(max_line_bytes), 64 * 1024),
         stderr: capture,
         group_record,
+        supervised: tree_supervisor.is_some(),
     })
 }
 
@@ -146,6 +153,8 @@ pub struct AgentProcess {
     pub(crate) initialize_result: Mutex<Option<Box<RawValue>>>,
     /// How the process ended, once it did.
     pub(crate) exit: Mutex<Option<ExitInfo>>,
+    /// Whether it runs under a tree supervisor (see [`Spawned::supervised`]).
+    pub(crate) supervised: bool,
     /// The record of its process group; dropped (the file removed) once the
     /// group has been killed.
     group_record: Mutex<Option<GroupRecordFile>>,
@@ -191,7 +200,39 @@ impl AgentProcess {
             initialize_result: Mutex::new(None),
             exit: Mutex::new(None),
             group_record: Mutex::new(None),
+            supervised: false,
         }
+    }
+
+    /// The same process, started under a tree supervisor when `supervised`:
+    /// [`kill_tree_now`](Self::kill_tree_now) then asks the supervisor.
+    pub(crate) fn with_supervisor(mut self, supervised: bool) -> Self {
+        self.supervised = supervised;
+        self
+    }
+
+    /// Kills the whole tree at once: through its supervisor
+    /// ([`tree::KILL_NOW`]), which reaches descendants that left the process
+    /// group, with SIGKILL to the group after [`KILL_NOW_BOUND`] in case the
+    /// supervisor cannot act; without one, SIGKILL to the group.
+    pub(crate) fn kill_tree_now(&self) {
+        let pid = self.pid;
+        if !self.supervised {
+            signal_group(pid, Signal::SIGKILL);
+            return;
+        }
+        if let Ok(raw) = i32::try_from(pid) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(raw), tree::KILL_NOW);
+        }
+        let exited = self.exited.clone();
+        tokio::spawn(async move {
+            if tokio::time::timeout(KILL_NOW_BOUND, exited.cancelled())
+                .await
+                .is_err()
+            {
+                signal_group(pid, Signal::SIGKILL);
+            }
+        });
     }
 
     /// The same process, owning the record of its process group (removed

@@ -114,7 +114,7 @@ pub async fn read_stdout(
         None => match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
             Ok(status) => status,
             Err(_) => {
-                signal_group(process.pid, Signal::SIGKILL);
+                process.kill_tree_now();
                 child.wait().await
             }
         },

@@ -419,7 +419,8 @@ impl Agents {
                 targets.clone(),
                 slot.reported.clone(),
             )
-            .with_group_record(spawned.group_record),
+            .with_group_record(spawned.group_record)
+            .with_supervisor(spawned.supervised),
         );
         tracing::info!(agent = %spec.id, pid, generation, "agent process started");
         let (stdout, child, max_line_bytes) = (spawned.stdout, spawned.child, self.max_line_bytes);
@@ -467,7 +468,7 @@ impl Agents {
                 )))
             }
             Err(_) => {
-                signal_group(pid, Signal::SIGKILL);
+                process.kill_tree_now();
                 Err(failed(format!(
                     "no answer to initialize within {} ms",
                     self.start_timeout.as_millis()

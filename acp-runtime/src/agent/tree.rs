@@ -13,8 +13,8 @@
 //!   descendant it finds in `/proc` (not only to its process group) and,
 //!   after the grace period, SIGKILL;
 //! - when the server is gone (a parent-death signal, or its parent pid
-//!   changed, checked every [`PARENT_CHECK`]) sends SIGKILL to every
-//!   descendant at once;
+//!   changed, checked every [`PARENT_CHECK`]), or on [`KILL_NOW`], sends
+//!   SIGKILL to every descendant at once;
 //! - when the program exits, kills whatever of its tree is left, reaps
 //!   everything and exits as the program did (its code, or its signal).
 //!
@@ -52,12 +52,17 @@ pub const SUBCOMMAND: &str = "supervise";
 pub const PARENT_CHECK: Duration = Duration::from_millis(200);
 /// Rounds of "find descendants, SIGKILL them" before giving up on a tree
 /// that forks faster than it is killed.
-const KILL_ROUNDS: usize = 200;
+const KILL_ROUNDS: usize = 20;
 /// Pause between two kill rounds.
 const KILL_ROUND_PAUSE: Duration = Duration::from_millis(5);
 /// The signal the kernel sends the supervisor when the thread that started
 /// it (in the server) is gone: "kill the tree now".
 const PARENT_DEATH: Signal = Signal::SIGUSR1;
+/// The signal the server sends when a tree must go at once (a start that
+/// timed out, an agent that closed stdout but did not exit): SIGKILL to
+/// every descendant, then exit. SIGKILL to the group would end the
+/// supervisor before it reached the escapees.
+pub const KILL_NOW: Signal = Signal::SIGUSR2;
 /// Exit status when the program cannot be started (as a shell's 127).
 const CANNOT_RUN: i32 = 127;
 
@@ -107,27 +112,12 @@ impl Supervisor {
     fn start(grace: Duration, program: &OsStr, args: &[OsString]) -> Result<Self, (i32, String)> {
         let parent = getppid();
         let setup = |what: &str, errno: Errno| (1, format!("cannot {what}: {errno}"));
-        let mut mask = SigSet::empty();
-        for signal in [
-            Signal::SIGTERM,
-            Signal::SIGINT,
-            Signal::SIGHUP,
-            Signal::SIGCHLD,
-            PARENT_DEATH,
-        ] {
-            mask.add(signal);
-        }
-        // The program does not inherit the mask: std resets it in the child.
-        mask.thread_block().map_err(|e| setup("block signals", e))?;
-        let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-            .map_err(|e| setup("open a signalfd", e))?;
         nix::sys::prctl::set_child_subreaper(true)
             .map_err(|e| setup("become a child subreaper", e))?;
-        nix::sys::prctl::set_pdeathsig(PARENT_DEATH)
-            .map_err(|e| setup("ask for a parent-death signal", e))?;
-        if getppid() != parent {
-            return Err((1, "the server is already gone".to_owned()));
-        }
+        // Started before any signal is blocked: a child inherits the signal
+        // mask (std does not reset it), and the program must get SIGTERM.
+        // A stop signal in the moment before the mask is set ends the
+        // supervisor alone; the server then kills the group.
         let child = std::process::Command::new(program)
             .args(args)
             .spawn()
@@ -140,6 +130,24 @@ impl Supervisor {
         let program = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
         // Reaped below with waitpid, like every other descendant.
         drop(child);
+        let mut mask = SigSet::empty();
+        for signal in [
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+            Signal::SIGCHLD,
+            PARENT_DEATH,
+            KILL_NOW,
+        ] {
+            mask.add(signal);
+        }
+        mask.thread_block().map_err(|e| setup("block signals", e))?;
+        let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+            .map_err(|e| setup("open a signalfd", e))?;
+        nix::sys::prctl::set_pdeathsig(PARENT_DEATH)
+            .map_err(|e| setup("ask for a parent-death signal", e))?;
+        // A server gone before the parent-death signal was asked for is seen
+        // by the parent pid check of the first loop.
         Ok(Self {
             parent,
             signals,
@@ -191,6 +199,7 @@ impl Supervisor {
                     Ok(PARENT_DEATH) if getppid() != self.parent => {
                         self.kill_descendants_until_gone();
                     }
+                    Ok(KILL_NOW) => self.kill_descendants_until_gone(),
                     _ => {}
                 }
             }

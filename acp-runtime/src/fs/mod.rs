@@ -73,13 +73,9 @@ impl Scope {
         session: Option<&str>,
         agent: Option<&str>,
     ) -> Result<Self, Error> {
-        let root = match &runtime.config.fs_root {
-            Some(root) => Some(
-                root.canonicalize()
-                    .map_err(|error| Error::from_io(&error, root))?,
-            ),
-            None => None,
-        };
+        // Resolved once, at start (`ServerConfig::fs_root`): resolving it
+        // again per request would follow a root later replaced by a symlink.
+        let root = runtime.config.fs_root.clone();
         let cwd = match session {
             None => None,
             Some(id) => {
@@ -292,14 +288,21 @@ impl Scope {
                 Err(error) => return Err(self.resolve_error(&error, &path)),
             }
         };
-        let mut dir = self.open_dir(&real, &path)?;
         let rest = path.strip_prefix(existing).unwrap_or(Path::new(""));
+        // Checked before anything is created.
+        if rest
+            .components()
+            .any(|component| !matches!(component, Component::Normal(_)))
+        {
+            return Err(Error::InvalidPath(format!(
+                "{}: .. below a directory that does not exist",
+                path.display()
+            )));
+        }
+        let mut dir = self.open_dir(&real, &path)?;
         for component in rest.components() {
             let Component::Normal(name) = component else {
-                return Err(Error::InvalidPath(format!(
-                    "{}: .. below a directory that does not exist",
-                    path.display()
-                )));
+                continue;
             };
             match mkdirat(dir.fd(), name, Mode::from_bits_truncate(0o777)) {
                 Ok(()) | Err(Errno::EEXIST) => {}

@@ -34,7 +34,7 @@ use http::header::{
     ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, CONNECTION, CONTENT_TYPE, EXPECT,
     ORIGIN, VARY,
 };
-use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper::body::Incoming;
 use std::convert::Infallible;
@@ -165,6 +165,18 @@ pub async fn handle(
         runtime.config.read_timeout,
     )
     .await;
+    // No page of another origin may embed an answer (`<script>`, `<img>`),
+    // nor have one read as another type (research/contract.md, "Auth and
+    // CORS").
+    let headers = response.headers_mut();
+    headers.insert(
+        HeaderName::from_static("cross-origin-resource-policy"),
+        HeaderValue::from_static("same-origin"),
+    );
+    headers.insert(
+        http::header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     if let Some(origin) = origin
         && runtime
             .config

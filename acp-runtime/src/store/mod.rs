@@ -428,13 +428,32 @@ impl Store {
                 .map_err(open_error)?;
             let _ = sqlx::Connection::close(probe).await;
         }
-        let pool = AnyPoolOptions::new()
+        let mut options = AnyPoolOptions::new()
             .max_connections(pool_size)
             .acquire_timeout(CONNECT_TIMEOUT)
-            .after_connect(move |connection, _| Box::pin(prepare(connection, backend)))
-            .connect(&connect)
-            .await
-            .map_err(open_error)?;
+            .after_connect(move |connection, _| Box::pin(prepare(connection, backend)));
+        let mut pool_connect = connect.clone();
+        if backend == Backend::Sqlite {
+            // Every connection of the pool is opened now and kept for the
+            // life of the server, without creating the file (`mode=rw`): a
+            // connection opened later to a `sessions.db` deleted meanwhile
+            // would create an empty file in its place and split the store
+            // in two (research/contract.md, "Durable sessions").
+            options = options
+                .min_connections(pool_size)
+                .idle_timeout(None)
+                .max_lifetime(None);
+            pool_connect = connect.replace("mode=rwc", "mode=rw");
+        }
+        let pool = options.connect(&pool_connect).await.map_err(open_error)?;
+        if backend == Backend::Sqlite {
+            // `min_connections` is reached in the background; hold them all
+            // at once so each is open before the server serves.
+            let mut held = Vec::with_capacity(pool_size as usize);
+            for _ in 0..pool_size {
+                held.push(pool.acquire().await.map_err(open_error)?);
+            }
+        }
         let migrations = match backend {
             Backend::Sqlite => &SQLITE_MIGRATIONS,
             Backend::Postgres => &POSTGRES_MIGRATIONS,

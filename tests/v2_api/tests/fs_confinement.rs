@@ -513,3 +513,47 @@ async fn a_multi_member_gzip_is_read_whole() {
     assert_eq!(body["paths"].as_array().map(Vec::len), Some(40), "{body}");
     assert_eq!(names(&target).len(), 40);
 }
+
+#[tokio::test]
+async fn a_root_replaced_by_a_symlink_is_not_followed() {
+    let c = Confined::start(&[]).await;
+    let (server, root, outside) = (&c.server, &c.root, &c.outside);
+    std::fs::write(root.join("mine"), b"mine").expect("mine");
+    send(server, Method::GET, "/v2/fs/file", &root.join("mine"))
+        .await
+        .assert_status(200);
+    // Whoever can write the root's parent swaps the root for a link out.
+    let parked = root.with_file_name("root.real");
+    std::fs::rename(root, &parked).expect("park the root");
+    std::os::unix::fs::symlink(outside, root).expect("link");
+    for path in [outside.join("secret"), root.join("secret")] {
+        for (method, route) in [
+            (Method::GET, "/v2/fs/file"),
+            (Method::GET, "/v2/fs/stat"),
+            (Method::PUT, "/v2/fs/file"),
+        ] {
+            let reply = send(server, method.clone(), route, &path).await;
+            assert_problem(&reply, 403, "outside-root");
+        }
+    }
+    assert_problem(
+        &send(server, Method::GET, "/v2/fs/entries", root).await,
+        403,
+        "outside-root",
+    );
+    std::fs::remove_file(root).expect("unlink");
+    std::fs::rename(&parked, root).expect("restore the root");
+    c.assert_outside_untouched();
+}
+
+#[tokio::test]
+async fn a_refused_mkdir_creates_nothing() {
+    let c = Confined::start(&[]).await;
+    let path = c.root.join("new/../x");
+    assert_problem(
+        &send(&c.server, Method::POST, "/v2/fs/mkdir", &path).await,
+        400,
+        "invalid-path",
+    );
+    assert_eq!(names(&c.root), Vec::<String>::new(), "nothing was created");
+}

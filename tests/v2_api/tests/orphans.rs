@@ -11,10 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use v2_api_tests::TestServer;
 use v2_api_tests::agents::TempDir;
 use v2_api_tests::procfs::{self, ProcessRef};
 use v2_api_tests::server::{sandbox_agent_bin, shell_quote};
+use v2_api_tests::{Api, TestServer};
 
 /// Agent id of the stubborn agent.
 const STUBBORN: &str = "stubborn";
@@ -276,5 +276,94 @@ async fn a_setsid_grandchild_dies_in_a_graceful_stop() {
     assert!(
         left.is_empty(),
         "a setsid grandchild outlived the server's graceful stop: {left:?}"
+    );
+}
+
+/// The blocked-signal mask of `pid` (`SigBlk` in `/proc/<pid>/status`).
+fn blocked_signals(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("SigBlk:"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_supervised_agent_starts_with_no_signal_blocked() {
+    let server = TestServer::start(&[]).await;
+    server.initialize(v2_api_tests::MOCK).await;
+    // The supervisor's own command line names the mock agent too.
+    let agents: Vec<_> = server
+        .mock_agent_processes()
+        .into_iter()
+        .filter(|p| !procfs::cmdline(p.pid).contains(" supervise "))
+        .collect();
+    assert!(!agents.is_empty(), "the mock agent runs");
+    for agent in agents {
+        assert_eq!(
+            blocked_signals(agent.pid),
+            "0000000000000000",
+            "the agent {} inherited blocked signals: SIGTERM would never reach it",
+            procfs::cmdline(agent.pid)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_setsid_grandchild_dies_when_initialize_times_out() {
+    let dir = TempDir::new("orphans-setsid-timeout");
+    let marker = "305.5";
+    let script = format!(
+        "#!/bin/sh\n\
+         setsid sleep {marker} </dev/null >/dev/null 2>&1 &\n\
+         exec sleep 300\n"
+    );
+    let script = dir.write("silent-agent.sh", script.as_bytes());
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("make the agent script executable");
+    let command = agent_command(&script);
+    let server =
+        TestServer::start(&["--agent-command", &command, "--request-timeout-ms", "1500"]).await;
+    let api = server.api();
+    let initialize = tokio::spawn(async move {
+        Api::send(
+            api.request(reqwest::Method::POST, "/v2/rpc")
+                .header("content-type", "application/json")
+                .body(
+                    serde_json::json!({
+                        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                        "params": {"protocolVersion": 1, "clientCapabilities": {},
+                                   "_meta": {"sandboxagent.dev": {"agent": STUBBORN}}}
+                    })
+                    .to_string(),
+                ),
+        )
+        .await
+    });
+    let deadline = Instant::now() + GONE_TIMEOUT;
+    let escaped = loop {
+        let escaped = running_with(&format!("sleep {marker}"));
+        if !escaped.is_empty() {
+            break escaped;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the escaping grandchild never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let _cleanup = KillOnDrop(escaped.clone());
+    let reply = initialize.await.expect("initialize");
+    assert!(
+        reply.text().contains("no answer to initialize"),
+        "initialize timed out: {}",
+        reply.text()
+    );
+    let left = survivors_after(&escaped, GONE_TIMEOUT).await;
+    assert!(
+        left.is_empty(),
+        "a setsid grandchild outlived its agent's failed start: {left:?}"
     );
 }
