@@ -290,11 +290,15 @@ impl TestServer {
     }
 
     /// Descendants whose command line contains `mock-agent`: the built-in
-    /// mock agent's processes.
+    /// mock agent's processes (not the tree supervisors they run under,
+    /// whose command lines name the agent too).
     pub fn mock_agent_processes(&self) -> Vec<ProcessRef> {
         self.descendants()
             .into_iter()
-            .filter(|p| procfs::cmdline(p.pid).contains("mock-agent"))
+            .filter(|p| {
+                let command = procfs::cmdline(p.pid);
+                command.contains("mock-agent") && !command.contains(" supervise ")
+            })
             .collect()
     }
 
