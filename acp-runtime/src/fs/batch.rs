@@ -272,6 +272,12 @@ impl Unpacker<'_> {
 
     /// A hard link to `target`, a file this archive unpacked.
     fn hard_link(&mut self, path: &Path, target: &Path) -> Result<(), Error> {
+        if path == target {
+            return Err(invalid(format!(
+                "unsafe tar entry: hard link {} points to itself",
+                path.display()
+            )));
+        }
         let Some(&(dev, ino)) = self.files.get(target) else {
             return Err(invalid(format!(
                 "unsafe tar entry: hard link {} points to {}, which this archive did not unpack \

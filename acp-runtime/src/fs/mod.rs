@@ -120,6 +120,11 @@ impl Scope {
         }
         let path = Path::new(raw);
         if path.is_absolute() {
+            // Resolving `..` walks outside and back, and what it meets
+            // there (404, 409) would tell what exists outside the root.
+            if self.confined() && path.components().any(|c| c == Component::ParentDir) {
+                return Err(outside_root(path));
+            }
             return Ok(path.to_owned());
         }
         if path.components().any(|c| c == Component::ParentDir) {
@@ -148,7 +153,7 @@ impl Scope {
     }
 
     /// Whether `real` is the confinement root itself.
-    fn is_root(&self, real: &Path) -> bool {
+    pub(crate) fn is_root(&self, real: &Path) -> bool {
         self.root.as_deref() == Some(real)
     }
 
@@ -164,28 +169,61 @@ impl Scope {
     }
 
     /// Whether `path` (absolute) resolves outside the root: its nearest
-    /// existing ancestor resolved, the rest appended as written.
-    fn outside(&self, path: &Path) -> bool {
-        let mut existing = path;
-        loop {
-            if let Ok(mut real) = existing.canonicalize() {
-                let rest = path.strip_prefix(existing).unwrap_or(Path::new(""));
-                for component in rest.components() {
-                    match component {
-                        Component::Normal(name) => real.push(name),
-                        Component::ParentDir => {
-                            real.pop();
-                        }
-                        _ => {}
-                    }
+    /// existing ancestor resolved, the rest appended as written; a dangling
+    /// symlink on the way is followed by its text (it names where a write
+    /// through it would land).
+    pub(crate) fn outside(&self, path: &Path) -> bool {
+        let mut path = path.to_owned();
+        for _ in 0..MAX_LINK_HOPS {
+            let mut existing = path.as_path();
+            while existing.symlink_metadata().is_err() {
+                match existing.parent() {
+                    Some(parent) => existing = parent,
+                    None => return false,
                 }
-                return self.check(&real, path).is_err();
             }
-            match existing.parent() {
-                Some(parent) => existing = parent,
-                None => return false,
+            let rest = path
+                .strip_prefix(existing)
+                .unwrap_or(Path::new(""))
+                .to_owned();
+            match existing.canonicalize() {
+                Ok(mut real) => {
+                    for component in rest.components() {
+                        match component {
+                            Component::Normal(name) => real.push(name),
+                            Component::ParentDir => {
+                                real.pop();
+                            }
+                            _ => {}
+                        }
+                    }
+                    return self.check(&real, &path).is_err();
+                }
+                // A dangling symlink: go on from where its text points.
+                Err(_) => {
+                    let (Ok(text), Some(parent)) =
+                        (std::fs::read_link(existing), existing.parent())
+                    else {
+                        return false;
+                    };
+                    let Ok(parent) = parent.canonicalize() else {
+                        return false;
+                    };
+                    path = parent.join(text).join(rest);
+                }
             }
         }
+        // A loop of links points nowhere; nothing is learnt.
+        true
+    }
+
+    /// `error`, met acting on `path`, as the client sees it: 403 when the
+    /// path resolves outside the root, whatever went wrong there.
+    pub(crate) fn confine(&self, path: &Path, error: Error) -> Error {
+        if self.confined() && !matches!(error, Error::OutsideRoot { .. }) && self.outside(path) {
+            return outside_root(path);
+        }
+        error
     }
 
     /// Opens the directory at the real path `real` one component at a time
@@ -236,6 +274,15 @@ impl Scope {
 
     /// [`Scope::locate`] for a path already absolute.
     pub(crate) fn locate_absolute(&self, absolute: &Path, follow: bool) -> Result<Located, Error> {
+        let located = self.locate_unconfined_errors(absolute, follow)?;
+        // A dangling link at the end, followed, lands where its text says.
+        if follow && self.confined() && self.outside(absolute) {
+            return Err(outside_root(absolute));
+        }
+        Ok(located)
+    }
+
+    fn locate_unconfined_errors(&self, absolute: &Path, follow: bool) -> Result<Located, Error> {
         let mut path = absolute.to_owned();
         let last_is_normal = matches!(path.components().next_back(), Some(Component::Normal(_)));
         if follow || !last_is_normal {
@@ -276,6 +323,12 @@ impl Scope {
     /// exist yet; 409 `not-a-directory` when a component is a file.
     pub(crate) fn make_dirs(&self, raw: &str) -> Result<Dir, Error> {
         let path = self.absolute(raw)?;
+        self.make_dirs_at(&path)
+            .map_err(|error| self.confine(&path, error))
+    }
+
+    fn make_dirs_at(&self, path: &Path) -> Result<Dir, Error> {
+        let path = path.to_owned();
         let mut existing = path.as_path();
         let real = loop {
             match existing.canonicalize() {
@@ -314,6 +367,8 @@ impl Scope {
     }
 }
 
+/// Most symlinks followed by text when judging where a path lands.
+const MAX_LINK_HOPS: usize = 40;
 /// Flags of every directory opened on the way: never through a symlink.
 const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_DIRECTORY)

@@ -51,13 +51,20 @@ pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error
 /// path outside whether or not it exists), 404.
 pub(crate) fn stat(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
     let absolute = scope.absolute(path)?;
-    if absolute
-        .canonicalize()
-        .is_ok_and(|real| real == Path::new("/"))
-        && !scope.confined()
-    {
+    let canonical = absolute.canonicalize().ok();
+    if canonical.as_deref() == Some(Path::new("/")) && !scope.confined() {
         let meta = std::fs::metadata("/").map_err(|error| Error::from_io(&error, &absolute))?;
         return Ok(entry(OsStr::new("/"), &absolute, &meta, None));
+    }
+    // The root itself: its parent is outside, so it is opened directly.
+    if let Some(real) = canonical.filter(|real| scope.is_root(real)) {
+        let dir = scope.open_dir(&real, &absolute)?;
+        let meta = dir
+            .file()
+            .metadata()
+            .map_err(|error| Error::from_io(&error, &absolute))?;
+        let name = real.file_name().unwrap_or(OsStr::new("/")).to_owned();
+        return Ok(entry(&name, &absolute, &meta, None));
     }
     // Resolved and checked first, so nothing is told about a path outside.
     let target = scope.locate_absolute(&absolute, true)?;
@@ -84,7 +91,8 @@ pub(crate) fn stat(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
             &meta,
             Some(Link {
                 target: located.dir.read_link(&located.name).ok(),
-                followed: Some(target_meta),
+                // A dangling link resolves to itself: shown as a link.
+                followed: Some(target_meta).filter(|m| !m.file_type().is_symlink()),
             }),
         ),
         None => entry(&name, &absolute, &target_meta, None),
@@ -108,7 +116,9 @@ fn link_of(scope: &Scope, dir: &super::Dir, name: &OsStr, path: &Path) -> Link {
         followed: scope
             .locate_absolute(path, true)
             .ok()
-            .and_then(|located| located.dir.metadata(&located.name).ok()),
+            .and_then(|located| located.dir.metadata(&located.name).ok())
+            // A dangling link resolves to itself: shown as a link.
+            .filter(|meta| !meta.file_type().is_symlink()),
     }
 }
 

@@ -50,7 +50,19 @@ pub(crate) fn open(scope: &Scope, path: &str) -> Result<OpenFile, Error> {
     let file = located
         .dir
         .open_file(&located.name, OFlag::O_RDONLY | OFlag::O_NONBLOCK, 0)
-        .map_err(|error| Error::from_io(&error, &real))?;
+        .map_err(|error| {
+            // Still a symlink after resolution: one that points nowhere.
+            let dangling = error.raw_os_error() == Some(nix::libc::ELOOP)
+                && located
+                    .dir
+                    .metadata(&located.name)
+                    .is_ok_and(|meta| meta.file_type().is_symlink());
+            if dangling {
+                Error::FileNotFound(format!("{} (a symlink to nothing)", real.display()))
+            } else {
+                Error::from_io(&error, &real)
+            }
+        })?;
     let meta = file
         .metadata()
         .map_err(|error| Error::from_io(&error, &real))?;

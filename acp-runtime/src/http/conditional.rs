@@ -71,6 +71,52 @@ pub(crate) fn evaluate_read(headers: &HeaderMap, etag: &str) -> Result<Read, Err
     Ok(Read::Proceed { range_applies })
 }
 
+/// Whether a request carries a precondition a write evaluates.
+pub(crate) fn has_write_preconditions(headers: &HeaderMap) -> bool {
+    headers.contains_key(IF_MATCH) || headers.contains_key(IF_NONE_MATCH)
+}
+
+/// Evaluates the preconditions of a write (`PUT`) of the file whose current
+/// strong validator is `current` (`None`: no file there), RFC 9110 sections
+/// 13.1.1 and 13.1.2: `If-Match` must name the current `ETag` (strong
+/// comparison; `*` needs a file), `If-None-Match` must name none of it
+/// (`*`: create only).
+///
+/// # Errors
+/// [`Error::PreconditionFailed`] (412) when either does not hold.
+pub(crate) fn evaluate_write(headers: &HeaderMap, current: Option<&str>) -> Result<(), Error> {
+    if let Some(lists) = field(headers, IF_MATCH) {
+        let matched = current.is_some_and(|etag| {
+            lists.iter().any(|list| match Tags::parse(list) {
+                Some(Tags::Any) => true,
+                Some(Tags::List(tags)) => tags.iter().any(|tag| tag.strong_eq(etag)),
+                None => false,
+            })
+        });
+        if !matched {
+            return Err(Error::PreconditionFailed(match current {
+                Some(_) => "If-Match names no current ETag of the file".to_owned(),
+                None => "If-Match, and there is no file at the path".to_owned(),
+            }));
+        }
+    }
+    if let Some(lists) = field(headers, IF_NONE_MATCH)
+        && let Some(etag) = current
+    {
+        let matched = lists.iter().any(|list| match Tags::parse(list) {
+            Some(Tags::Any) => true,
+            Some(Tags::List(tags)) => tags.iter().any(|tag| tag.opaque == etag),
+            None => false,
+        });
+        if matched {
+            return Err(Error::PreconditionFailed(
+                "If-None-Match matches the file that is there".to_owned(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Every field line of `name` as text (a line that is not visible ASCII
 /// reads as empty, which parses as no tag), or `None` when absent.
 fn field(headers: &HeaderMap, name: http::HeaderName) -> Option<Vec<&str>> {
@@ -156,6 +202,22 @@ mod tests {
             map.append(*name, HeaderValue::from_static(value));
         }
         map
+    }
+
+    #[test]
+    fn writes_need_the_current_tag_or_no_file() {
+        let ok = |fields: &[(&'static str, &'static str)], current: Option<&str>| {
+            evaluate_write(&headers(fields), current).is_ok()
+        };
+        assert!(ok(&[], Some(ETAG)));
+        assert!(ok(&[("if-match", ETAG)], Some(ETAG)));
+        assert!(!ok(&[("if-match", "\"old\"")], Some(ETAG)));
+        assert!(!ok(&[("if-match", "W/\"1a-14-65f0a1b2c\"")], Some(ETAG)));
+        assert!(ok(&[("if-match", "*")], Some(ETAG)));
+        assert!(!ok(&[("if-match", "*")], None));
+        assert!(ok(&[("if-none-match", "*")], None));
+        assert!(!ok(&[("if-none-match", "*")], Some(ETAG)));
+        assert!(ok(&[("if-none-match", "\"old\"")], Some(ETAG)));
     }
 
     fn read(fields: &[(&'static str, &'static str)]) -> Option<Read> {

@@ -368,6 +368,24 @@ async fn write(
     let scope = query.scope(runtime)?;
     let path = query.required_path()?;
     let mut body = body_stream(request, runtime.config.read_timeout);
+    // Preconditions are judged against the file as it is before the body
+    // is read; a writer that renames in between still wins (not atomic
+    // with the final rename; research/contract.md, "Host file system").
+    if conditional::has_write_preconditions(request.headers()) {
+        let (check_scope, check_path) = (scope.clone(), path.clone());
+        let current = blocking(move || match transfer::open(&check_scope, &check_path) {
+            Ok(opened) => Ok(Some(opened.etag())),
+            Err(Error::FileNotFound(_)) => Ok(None),
+            Err(error) => Err(error),
+        })
+        .await;
+        let judged = current
+            .and_then(|current| conditional::evaluate_write(request.headers(), current.as_deref()));
+        if let Err(error) = judged {
+            drain(&mut body, &error, runtime).await;
+            return Err(error);
+        }
+    }
     match transfer::write(scope, path, &mut body, limit).await {
         Ok((written, bytes)) => json(&FsWriteResult::new(fs::shown(&written), bytes)),
         Err(error) => {

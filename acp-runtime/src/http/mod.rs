@@ -229,9 +229,19 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
             // set headers there; research/contract.md, "The /acp profile").
             // Two credentials of one kind are refused, whichever is used.
             headers::single_authorization(request.headers())?;
-            let by_query = request.method() == Method::GET
-                && websocket::is_upgrade(request.headers())
-                && websocket::query_token_matches(request.uri(), token)?;
+            let upgrade =
+                request.method() == Method::GET && websocket::is_upgrade(request.headers());
+            // Both kinds at once: the same rule, never one of them picked.
+            if upgrade
+                && websocket::has_query_token(request.uri())
+                && request.headers().contains_key(http::header::AUTHORIZATION)
+            {
+                return Err(Error::InvalidRequest(
+                    "both an Authorization header and ?access_token: send one credential"
+                        .to_owned(),
+                ));
+            }
+            let by_query = upgrade && websocket::query_token_matches(request.uri(), token)?;
             if !by_query {
                 headers::check_bearer(request.headers(), token)?;
             }

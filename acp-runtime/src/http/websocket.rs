@@ -80,6 +80,12 @@ pub fn query_token_matches(uri: &Uri, token: &str) -> Result<bool, Error> {
     Ok(bool::from(value.as_bytes().ct_eq(token.as_bytes())))
 }
 
+/// Whether `uri`'s query carries an `access_token`.
+pub fn has_query_token(uri: &Uri) -> bool {
+    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .any(|(name, _)| name == "access_token")
+}
+
 /// Answers the upgrade with 101 (RFC 6455 section 4.2.2) and serves the
 /// socket in its own task once hyper hands it over.
 ///

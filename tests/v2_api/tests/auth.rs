@@ -264,6 +264,23 @@ async fn two_authorization_headers_or_two_access_tokens_are_refused() {
         let body = String::from_utf8_lossy(&reply.body);
         assert!(body.contains("access_token"), "{query}: {body}");
     }
+    // A header and a query value together, whichever of them is right.
+    for (query, header) in [
+        (TOKEN.to_owned(), "Bearer wrong".to_owned()),
+        ("wrong".to_owned(), format!("Bearer {TOKEN}")),
+    ] {
+        let mut with_header = upgrade.to_vec();
+        with_header.push(("Authorization", header.as_str()));
+        let reply = no_auth
+            .raw_exchange(
+                "GET",
+                &format!("/acp/mock?access_token={query}"),
+                &with_header,
+                b"",
+            )
+            .await;
+        assert_eq!(reply.status, 400, "{query} and {header}: {}", reply.head);
+    }
     // (One `access_token` still opens the socket: acp_transport.rs,
     // `websocket_auth_on_the_upgrade`.)
 }

@@ -548,12 +548,95 @@ async fn a_root_replaced_by_a_symlink_is_not_followed() {
 
 #[tokio::test]
 async fn a_refused_mkdir_creates_nothing() {
-    let c = Confined::start(&[]).await;
-    let path = c.root.join("new/../x");
+    // Without a root: `..` below a directory that does not exist is 400
+    // (with one, any `..` is outside: 403), and nothing is made first.
+    let server = TestServer::start(&[]).await;
+    let dir = TempDir::new("fs-mkdir-dotdot");
+    let path = dir.path().join("new/../x");
     assert_problem(
-        &send(&c.server, Method::POST, "/v2/fs/mkdir", &path).await,
+        &send(&server, Method::POST, "/v2/fs/mkdir", &path).await,
         400,
         "invalid-path",
     );
-    assert_eq!(names(&c.root), Vec::<String>::new(), "nothing was created");
+    assert_eq!(
+        names(dir.path()),
+        Vec::<String>::new(),
+        "nothing was created"
+    );
+}
+
+#[tokio::test]
+async fn nothing_about_what_is_outside_leaks_through_dot_dot_or_dangling_links() {
+    let c = Confined::start(&[]).await;
+    let (server, root, outside) = (&c.server, &c.root, &c.outside);
+    std::fs::write(root.join("a.txt"), b"hi").expect("a.txt");
+    let up = |rest: &str| PathBuf::from(format!("{}/{rest}", s(root)));
+    // Out and back in with `..`: the same 403 whatever is on the way.
+    for path in [
+        up("../outside/../root/a.txt"),
+        up("../nope/../root/a.txt"),
+        up("../outside/secret/../../root/a.txt"),
+        up("../outside/nope/../../root/a.txt"),
+        up("sub/../a.txt"),
+    ] {
+        for route in ["/v2/fs/stat", "/v2/fs/file", "/v2/fs/entries"] {
+            assert_problem(
+                &send(server, Method::GET, route, &path).await,
+                403,
+                "outside-root",
+            );
+        }
+    }
+    // Dangling links: one whose text leads outside is 403 like an outside
+    // path that exists; one inside is a symlink to nothing.
+    std::os::unix::fs::symlink(outside.join("missing"), root.join("out-missing")).expect("link");
+    std::os::unix::fs::symlink(outside.join("secret"), root.join("out-present")).expect("link");
+    std::os::unix::fs::symlink("nowhere", root.join("in-missing")).expect("link");
+    for name in ["out-missing", "out-present"] {
+        let link = root.join(name);
+        for (method, route, path) in [
+            (Method::GET, "/v2/fs/stat", link.clone()),
+            (Method::GET, "/v2/fs/file", link.clone()),
+            (Method::PUT, "/v2/fs/file", link.join("x")),
+            (Method::POST, "/v2/fs/mkdir", link.join("d")),
+        ] {
+            let reply = send(server, method.clone(), route, &path).await;
+            assert_problem(&reply, 403, "outside-root");
+        }
+    }
+    let stat = send(server, Method::GET, "/v2/fs/stat", &root.join("in-missing")).await;
+    stat.assert_status(200);
+    assert_eq!(stat.json()["entry_type"], "symlink", "{}", stat.text());
+    assert_problem(
+        &send(server, Method::GET, "/v2/fs/file", &root.join("in-missing")).await,
+        404,
+        "file-not-found",
+    );
+    let list = send(server, Method::GET, "/v2/fs/entries", root).await;
+    list.assert_status(200);
+    for entry in list.json()["entries"].as_array().expect("entries") {
+        if entry["name"]
+            .as_str()
+            .is_some_and(|n| n.contains("missing") || n.contains("present"))
+        {
+            assert_eq!(entry["entry_type"], "symlink", "{entry}");
+            assert_eq!(entry["size"], 0, "{entry}");
+        }
+    }
+    // The root itself can be looked at.
+    let stat = send(server, Method::GET, "/v2/fs/stat", root).await;
+    stat.assert_status(200);
+    assert_eq!(stat.json()["entry_type"], "directory", "{}", stat.text());
+    // A hard link to itself is an unsafe entry, and the file stays.
+    let archive = tar(true, |b| {
+        file_entry(b, "f", b"f");
+        link_entry(b, tar::EntryType::Link, "f", "f");
+    });
+    assert_problem(
+        &upload_batch(server, &root.join("self"), archive).await,
+        400,
+        "invalid-archive",
+    );
+    assert_eq!(std::fs::read(root.join("self/f")).expect("f"), b"f");
+    c.assert_outside_untouched();
 }

@@ -331,3 +331,56 @@ async fn fs_get_resumes_a_broken_download_with_if_range() {
     );
     assert!(resume_head(&proxy).contains("\r\nif-range: "));
 }
+
+async fn put_with(api: &Api, path: &Path, body: &[u8], headers: &[(&str, &str)]) -> Reply {
+    let mut request = api
+        .request(Method::PUT, &file_route(path))
+        .body(body.to_vec());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    Api::send(request).await
+}
+
+#[tokio::test]
+async fn a_write_with_a_stale_if_match_is_412_and_changes_nothing() {
+    let server = TestServer::start(&[]).await;
+    let dir = TempDir::new("fs-put-if-match");
+    let file = dir.write("notes.txt", b"v1");
+    let etag = get(&server, &file, &[])
+        .await
+        .header("etag")
+        .expect("etag")
+        .to_owned();
+    put(&server, &file, b"v2".to_vec()).await;
+    // Another writer came in between: the old ETag no longer holds.
+    let stale = put_with(&server, &file, b"mine", &[("if-match", &etag)]).await;
+    assert_problem(&stale, 412, "precondition-failed");
+    assert_eq!(std::fs::read(&file).expect("file"), b"v2");
+    let current = get(&server, &file, &[])
+        .await
+        .header("etag")
+        .expect("etag")
+        .to_owned();
+    put_with(&server, &file, b"mine", &[("if-match", &current)])
+        .await
+        .assert_status(200);
+    assert_eq!(std::fs::read(&file).expect("file"), b"mine");
+    // `If-Match: *` needs a file; `If-None-Match: *` creates only.
+    let missing = dir.path().join("missing.txt");
+    assert_problem(
+        &put_with(&server, &missing, b"x", &[("if-match", "*")]).await,
+        412,
+        "precondition-failed",
+    );
+    assert!(!missing.exists());
+    put_with(&server, &missing, b"new", &[("if-none-match", "*")])
+        .await
+        .assert_status(200);
+    assert_problem(
+        &put_with(&server, &missing, b"again", &[("if-none-match", "*")]).await,
+        412,
+        "precondition-failed",
+    );
+    assert_eq!(std::fs::read(&missing).expect("created"), b"new");
+}
