@@ -52,15 +52,24 @@ fn agent_command(script: &Path) -> String {
 /// under the server, checked to hold the script and the `sleep` grandchild.
 async fn start_agent(server: &TestServer, script: &Path) -> Vec<ProcessRef> {
     server.initialize(STUBBORN).await;
-    let tree = server.descendants();
-    let commands: Vec<String> = tree.iter().map(|p| procfs::cmdline(p.pid)).collect();
     let script = script.to_string_lossy();
-    assert!(
-        commands.iter().any(|c| c.contains(script.as_ref()))
-            && commands.iter().any(|c| c.contains("sleep 300")),
-        "the agent and its sleep run under the server: {commands:?}"
-    );
-    tree
+    // The background `sleep` may still be a forked shell that has not
+    // exec'd yet when `initialize` is answered.
+    let deadline = Instant::now() + GONE_TIMEOUT;
+    loop {
+        let tree = server.descendants();
+        let commands: Vec<String> = tree.iter().map(|p| procfs::cmdline(p.pid)).collect();
+        if commands.iter().any(|c| c.contains(script.as_ref()))
+            && commands.iter().any(|c| c.contains("sleep 300"))
+        {
+            return tree;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent and its sleep run under the server: {commands:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The processes of `tree` that still run, described.
