@@ -347,6 +347,9 @@ pub struct ServerConfig {
     /// Resolved to a real path once, when the runtime is built; a root
     /// replaced by a symlink later is not followed.
     pub fs_root: Option<PathBuf>,
+    /// `--fs-root` as the operator wrote it (absolute), when it names the
+    /// root through a symlink: client paths may start with it too.
+    pub fs_root_as_given: Option<PathBuf>,
     /// Largest upload body as sent (`PUT /v2/fs/file`, upload-batch), in
     /// bytes (413 past it).
     pub max_upload_bytes: u64,
@@ -404,6 +407,7 @@ impl ServerConfig {
             install_retry_backoff: Duration::from_millis(DEFAULT_INSTALL_RETRY_BACKOFF_MS),
             exit_on_stdin_eof: false,
             fs_root: None,
+            fs_root_as_given: None,
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
             max_unpacked_bytes: DEFAULT_MAX_UNPACKED_BYTES,
             tree_supervisor: None,

@@ -494,6 +494,7 @@ impl ServerArgs {
         config.max_unpacked_bytes = self.max_unpacked_bytes;
         config.default_agent = self.default_agent;
         if let Some(root) = &self.fs_root {
+            config.fs_root_as_given = std::path::absolute(root).ok();
             let root = root
                 .canonicalize()
                 .map_err(|error| format!("--fs-root {}: {error}", root.display()))?;

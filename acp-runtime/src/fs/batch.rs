@@ -47,6 +47,10 @@ use std::rc::Rc;
 /// Most paths listed in the answer; `truncated` says when more were unpacked.
 pub(crate) const MAX_LISTED_PATHS: usize = 1000;
 
+/// Most path components of one entry: every entry's parents are opened
+/// one by one, and real trees are never this deep (`PATH_MAX` is 4096
+/// bytes), while a deeper one would cost each entry that much work.
+const MAX_ENTRY_DEPTH: usize = 1024;
 /// Bytes copied per read of an entry's data.
 const COPY_BUFFER_BYTES: usize = 64 * 1024;
 
@@ -144,6 +148,12 @@ impl Unpacker<'_> {
             }
             let path = safe_relative(&raw_path)
                 .map_err(|error| invalid(format!("unsafe tar entry: {error}")))?;
+            if path.components().count() > MAX_ENTRY_DEPTH {
+                return Err(invalid(format!(
+                    "tar entry {}… is more than {MAX_ENTRY_DEPTH} directories deep",
+                    path.iter().take(8).collect::<PathBuf>().display()
+                )));
+            }
             // `size()` is what follows in the archive: the header's size, or
             // a PAX `size` record's.
             let size = entry.size();

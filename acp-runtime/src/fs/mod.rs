@@ -43,6 +43,7 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
+use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -54,6 +55,9 @@ use std::sync::OnceLock;
 pub(crate) struct Scope {
     /// `--fs-root`, canonical; `None`: no confinement.
     root: Option<PathBuf>,
+    /// `--fs-root` as the operator wrote it, when that differs from `root`
+    /// (a path through a symlink): client paths may start with either.
+    root_alias: Option<PathBuf>,
     /// Base of relative paths: the session's `cwd` or the server's working
     /// directory.
     base: PathBuf,
@@ -76,6 +80,11 @@ impl Scope {
         // Resolved once, at start (`ServerConfig::fs_root`): resolving it
         // again per request would follow a root later replaced by a symlink.
         let root = runtime.config.fs_root.clone();
+        let root_alias = runtime
+            .config
+            .fs_root_as_given
+            .clone()
+            .filter(|given| Some(given) != root.as_ref());
         let cwd = match session {
             None => None,
             Some(id) => {
@@ -102,7 +111,11 @@ impl Scope {
             None => std::env::current_dir()
                 .map_err(|error| Error::FsIo(format!("the server's working directory: {error}")))?,
         };
-        Ok(Self { root, base })
+        Ok(Self {
+            root,
+            root_alias,
+            base,
+        })
     }
 
     /// `raw` as an absolute path, by the path rules (module doc).
@@ -119,20 +132,21 @@ impl Scope {
             )));
         }
         let path = Path::new(raw);
-        if path.is_absolute() {
-            // Resolving `..` walks outside and back, and what it meets
-            // there (404, 409) would tell what exists outside the root.
-            if self.confined() && path.components().any(|c| c == Component::ParentDir) {
-                return Err(outside_root(path));
-            }
-            return Ok(path.to_owned());
-        }
-        if path.components().any(|c| c == Component::ParentDir) {
+        let absolute = if path.is_absolute() {
+            path.to_owned()
+        } else if path.components().any(|c| c == Component::ParentDir) {
             return Err(Error::InvalidPath(format!(
                 "relative path {raw:?} contains ..; use an absolute path or one without .."
             )));
+        } else {
+            self.base.join(path)
+        };
+        // With a root, `..` (in the path or in a session's `cwd`) is
+        // outside: resolving it would walk outside and back.
+        if self.confined() && absolute.components().any(|c| c == Component::ParentDir) {
+            return Err(outside_root(Path::new(raw)));
         }
-        Ok(self.base.join(path))
+        Ok(absolute)
     }
 
     /// Checks that the real path `real` is inside the root; `shown` (the
@@ -157,75 +171,6 @@ impl Scope {
         self.root.as_deref() == Some(real)
     }
 
-    /// `error`, met resolving `path`, as the client sees it: with a root, a
-    /// path whose nearest existing ancestor resolves outside it is 403
-    /// `outside-root` whatever the error, so "missing outside" cannot be told
-    /// from "exists outside" (research/contract.md, "Host file system").
-    pub(crate) fn resolve_error(&self, error: &std::io::Error, path: &Path) -> Error {
-        if self.root.is_some() && self.outside(path) {
-            return outside_root(path);
-        }
-        Error::from_io(error, path)
-    }
-
-    /// Whether `path` (absolute) resolves outside the root: its nearest
-    /// existing ancestor resolved, the rest appended as written; a dangling
-    /// symlink on the way is followed by its text (it names where a write
-    /// through it would land).
-    pub(crate) fn outside(&self, path: &Path) -> bool {
-        let mut path = path.to_owned();
-        for _ in 0..MAX_LINK_HOPS {
-            let mut existing = path.as_path();
-            while existing.symlink_metadata().is_err() {
-                match existing.parent() {
-                    Some(parent) => existing = parent,
-                    None => return false,
-                }
-            }
-            let rest = path
-                .strip_prefix(existing)
-                .unwrap_or(Path::new(""))
-                .to_owned();
-            match existing.canonicalize() {
-                Ok(mut real) => {
-                    for component in rest.components() {
-                        match component {
-                            Component::Normal(name) => real.push(name),
-                            Component::ParentDir => {
-                                real.pop();
-                            }
-                            _ => {}
-                        }
-                    }
-                    return self.check(&real, &path).is_err();
-                }
-                // A dangling symlink: go on from where its text points.
-                Err(_) => {
-                    let (Ok(text), Some(parent)) =
-                        (std::fs::read_link(existing), existing.parent())
-                    else {
-                        return false;
-                    };
-                    let Ok(parent) = parent.canonicalize() else {
-                        return false;
-                    };
-                    path = parent.join(text).join(rest);
-                }
-            }
-        }
-        // A loop of links points nowhere; nothing is learnt.
-        true
-    }
-
-    /// `error`, met acting on `path`, as the client sees it: 403 when the
-    /// path resolves outside the root, whatever went wrong there.
-    pub(crate) fn confine(&self, path: &Path, error: Error) -> Error {
-        if self.confined() && !matches!(error, Error::OutsideRoot { .. }) && self.outside(path) {
-            return outside_root(path);
-        }
-        error
-    }
-
     /// Opens the directory at the real path `real` one component at a time
     /// from `/` (none followed) and checks where the descriptor really is;
     /// `shown` names the client's path in errors.
@@ -234,7 +179,7 @@ impl Scope {
     /// 404, 409 `not-a-directory` (also for a component swapped for a symlink
     /// after `real` was resolved), 403 (outside the root, permission).
     pub(crate) fn open_dir(&self, real: &Path, shown: &Path) -> Result<Dir, Error> {
-        let io = |error: std::io::Error| self.resolve_error(&error, shown);
+        let io = |error: std::io::Error| Error::from_io(&error, shown);
         let mut fd: OwnedFd = File::open("/").map_err(io)?.into();
         for component in real.components() {
             match component {
@@ -274,12 +219,191 @@ impl Scope {
 
     /// [`Scope::locate`] for a path already absolute.
     pub(crate) fn locate_absolute(&self, absolute: &Path, follow: bool) -> Result<Located, Error> {
-        let located = self.locate_unconfined_errors(absolute, follow)?;
-        // A dangling link at the end, followed, lands where its text says.
-        if follow && self.confined() && self.outside(absolute) {
-            return Err(outside_root(absolute));
+        let Some(root) = &self.root else {
+            return self.locate_unconfined_errors(absolute, follow);
+        };
+        match self.beneath(root, absolute, follow, false)? {
+            Beneath::Entry(located) => Ok(located),
+            Beneath::Dir(_) if follow => Err(is_a_directory(absolute)),
+            Beneath::Dir(_) => Err(Error::OutsideRoot {
+                path: format!("{} (the root itself)", absolute.display()),
+            }),
         }
-        Ok(located)
+    }
+
+    /// The directory at `absolute`, symlinks followed (beneath the root when
+    /// there is one).
+    ///
+    /// # Errors
+    /// 403, 404, 409 `not-a-directory`.
+    pub(crate) fn open_dir_at(&self, absolute: &Path) -> Result<Dir, Error> {
+        let Some(root) = &self.root else {
+            let real = absolute
+                .canonicalize()
+                .map_err(|error| Error::from_io(&error, absolute))?;
+            return self.open_dir(&real, absolute);
+        };
+        match self.beneath(root, absolute, true, false)? {
+            Beneath::Dir(dir) => Ok(dir),
+            Beneath::Entry(located) => located.dir.open_dir(self, &located.name, absolute),
+        }
+    }
+
+    /// Where `absolute` leads, symlinks followed (beneath the root when there
+    /// is one): a directory the walk ended on (the root itself), or a name
+    /// in its parent.
+    ///
+    /// # Errors
+    /// As [`Scope::locate`].
+    pub(crate) fn follow(&self, absolute: &Path) -> Result<Beneath, Error> {
+        match &self.root {
+            Some(root) => self.beneath(root, absolute, true, false),
+            None => self
+                .locate_unconfined_errors(absolute, true)
+                .map(Beneath::Entry),
+        }
+    }
+
+    /// `absolute` as a path below the root, if it starts with the root (as
+    /// resolved, or as the operator wrote it).
+    fn below_root(&self, root: &Path, absolute: &Path) -> Option<PathBuf> {
+        [Some(root), self.root_alias.as_deref()]
+            .into_iter()
+            .flatten()
+            .find_map(|prefix| absolute.strip_prefix(prefix).ok())
+            .map(Path::to_owned)
+    }
+
+    /// Resolves `absolute` beneath `root` one component at a time from the
+    /// root's descriptor, never looking at anything outside it: each
+    /// directory opened `O_DIRECTORY|O_NOFOLLOW` from the last, each symlink
+    /// read with `readlinkat` and its text walked in turn (an absolute text
+    /// must name the root; `..` above the root is 403). With `follow`, a
+    /// symlink at the end is followed too; with `create`, missing
+    /// directories on the way are made. Errors met inside the root (404,
+    /// 409) are the root's business; nothing outside is ever touched, so no
+    /// answer can tell what is there.
+    ///
+    /// # Errors
+    /// 403 `outside-root`, 404, 409 `not-a-directory`, 400 for a loop of
+    /// symlinks.
+    fn beneath(
+        &self,
+        root: &Path,
+        absolute: &Path,
+        follow: bool,
+        create: bool,
+    ) -> Result<Beneath, Error> {
+        let rest = self
+            .below_root(root, absolute)
+            .ok_or_else(|| outside_root(absolute))?;
+        // A root that is no longer a directory (swapped for a symlink) is
+        // never followed: nothing is beneath it.
+        let root_dir = self.open_dir(root, absolute).map_err(|error| match error {
+            Error::FsConflict { .. } => outside_root(absolute),
+            other => other,
+        })?;
+        let mut dirs = vec![root_dir];
+        let mut steps: VecDeque<Step> = VecDeque::new();
+        push_steps(&mut steps, &rest);
+        let mut hops = 0;
+        while let Some(step) = steps.pop_front() {
+            let name = match step {
+                Step::Up => {
+                    if dirs.len() == 1 {
+                        return Err(outside_root(absolute));
+                    }
+                    dirs.pop();
+                    continue;
+                }
+                Step::Name(name) => name,
+            };
+            let last = steps.is_empty();
+            let Some(top) = dirs.last() else {
+                return Err(outside_root(absolute));
+            };
+            let link = if last {
+                if !follow {
+                    return into_entry(dirs, name, absolute);
+                }
+                match top.metadata(&name) {
+                    Ok(meta) if meta.file_type().is_symlink() => top.read_link(&name).ok(),
+                    _ => return into_entry(dirs, name, absolute),
+                }
+            } else {
+                match openat(top.fd(), name.as_os_str(), DIR_FLAGS, Mode::empty()) {
+                    Ok(fd) => {
+                        let real = top.real.join(&name);
+                        dirs.push(Dir::checked(self, File::from(fd), real, absolute)?);
+                        continue;
+                    }
+                    Err(Errno::ENOENT) if create => {
+                        match mkdirat(top.fd(), name.as_os_str(), Mode::from_bits_truncate(0o777)) {
+                            Ok(()) | Err(Errno::EEXIST) => {}
+                            Err(errno) => {
+                                return Err(Error::from_io(&errno.into(), &top.real.join(&name)));
+                            }
+                        }
+                        steps.push_front(Step::Name(name));
+                        continue;
+                    }
+                    // `O_NOFOLLOW|O_DIRECTORY` on a symlink: ELOOP or
+                    // ENOTDIR, depending on the kernel.
+                    Err(Errno::ELOOP | Errno::ENOTDIR)
+                        if top
+                            .metadata(&name)
+                            .is_ok_and(|meta| meta.file_type().is_symlink()) =>
+                    {
+                        top.read_link(&name).ok()
+                    }
+                    Err(Errno::ENOENT) => {
+                        return Err(Error::FileNotFound(absolute.display().to_string()));
+                    }
+                    Err(Errno::ENOTDIR | Errno::ELOOP) => {
+                        return Err(Error::FsConflict {
+                            conflict: FsConflict::NotADirectory,
+                            detail: format!(
+                                "{}: {} is not a directory",
+                                absolute.display(),
+                                top.real.join(&name).display()
+                            ),
+                        });
+                    }
+                    Err(errno) => return Err(Error::from_io(&errno.into(), &top.real.join(&name))),
+                }
+            };
+            // A symlink: walk its text instead of its name.
+            let Some(text) = link else {
+                return Err(Error::FileNotFound(absolute.display().to_string()));
+            };
+            hops += 1;
+            if hops > MAX_LINK_HOPS {
+                return Err(Error::InvalidPath(format!(
+                    "{}: more than {MAX_LINK_HOPS} symlinks on the way",
+                    absolute.display()
+                )));
+            }
+            if text.is_absolute() {
+                let below = self
+                    .below_root(root, &text)
+                    .ok_or_else(|| outside_root(absolute))?;
+                dirs.truncate(1);
+                let mut rest = VecDeque::new();
+                push_steps(&mut rest, &below);
+                rest.extend(steps);
+                steps = rest;
+            } else {
+                let mut rest = VecDeque::new();
+                push_steps(&mut rest, &text);
+                rest.extend(steps);
+                steps = rest;
+            }
+        }
+        // Every step walked: a directory (the root, or one a `..` led to).
+        match dirs.pop() {
+            Some(dir) => Ok(Beneath::Dir(dir)),
+            None => Err(outside_root(absolute)),
+        }
     }
 
     fn locate_unconfined_errors(&self, absolute: &Path, follow: bool) -> Result<Located, Error> {
@@ -289,7 +413,7 @@ impl Scope {
             match path.canonicalize() {
                 Ok(real) => path = real,
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound && last_is_normal => {}
-                Err(error) => return Err(self.resolve_error(&error, absolute)),
+                Err(error) => return Err(Error::from_io(&error, absolute)),
             }
         }
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
@@ -303,7 +427,7 @@ impl Scope {
         };
         let parent_real = parent
             .canonicalize()
-            .map_err(|error| self.resolve_error(&error, absolute))?;
+            .map_err(|error| Error::from_io(&error, absolute))?;
         if self.is_root(&parent_real.join(name)) && !follow {
             return Err(Error::OutsideRoot {
                 path: format!("{} (the root itself)", absolute.display()),
@@ -323,8 +447,23 @@ impl Scope {
     /// exist yet; 409 `not-a-directory` when a component is a file.
     pub(crate) fn make_dirs(&self, raw: &str) -> Result<Dir, Error> {
         let path = self.absolute(raw)?;
-        self.make_dirs_at(&path)
-            .map_err(|error| self.confine(&path, error))
+        let Some(root) = &self.root else {
+            return self.make_dirs_at(&path);
+        };
+        match self.beneath(root, &path, true, true)? {
+            Beneath::Dir(dir) => Ok(dir),
+            Beneath::Entry(located) => {
+                match mkdirat(
+                    located.dir.fd(),
+                    located.name.as_os_str(),
+                    Mode::from_bits_truncate(0o777),
+                ) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(errno) => return Err(Error::from_io(&errno.into(), &located.real())),
+                }
+                located.dir.open_dir(self, &located.name, &path)
+            }
+        }
     }
 
     fn make_dirs_at(&self, path: &Path) -> Result<Dir, Error> {
@@ -336,9 +475,9 @@ impl Scope {
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                     existing = existing
                         .parent()
-                        .ok_or_else(|| self.resolve_error(&error, &path))?;
+                        .ok_or_else(|| Error::from_io(&error, &path))?;
                 }
-                Err(error) => return Err(self.resolve_error(&error, &path)),
+                Err(error) => return Err(Error::from_io(&error, &path)),
             }
         };
         let rest = path.strip_prefix(existing).unwrap_or(Path::new(""));
@@ -364,6 +503,41 @@ impl Scope {
             dir = dir.open_dir(self, name, &path)?;
         }
         Ok(dir)
+    }
+}
+
+/// Where a path leads, symlinks followed.
+pub(crate) enum Beneath {
+    /// A directory reached as such: the root itself, or where a `..` led.
+    Dir(Dir),
+    /// A name in an opened, checked directory (it may not exist).
+    Entry(Located),
+}
+
+/// One step of a walk beneath the root.
+enum Step {
+    /// Into the entry of this name.
+    Name(OsString),
+    /// Back to the parent (`..` in a symlink's text).
+    Up,
+}
+
+/// Appends the steps of the relative path `path` to `steps`.
+fn push_steps(steps: &mut VecDeque<Step>, path: &Path) {
+    for component in path.components() {
+        match component {
+            Component::Normal(name) => steps.push_back(Step::Name(name.to_owned())),
+            Component::ParentDir => steps.push_back(Step::Up),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+}
+
+/// `name` in the last of `dirs` (never empty: it starts with the root).
+fn into_entry(mut dirs: Vec<Dir>, name: OsString, absolute: &Path) -> Result<Beneath, Error> {
+    match dirs.pop() {
+        Some(dir) => Ok(Beneath::Entry(Located { dir, name })),
+        None => Err(outside_root(absolute)),
     }
 }
 
@@ -541,11 +715,6 @@ pub(crate) struct Located {
 }
 
 impl Located {
-    /// The path of the entry through the parent's descriptor.
-    pub(crate) fn handle(&self) -> PathBuf {
-        self.dir.child(&self.name)
-    }
-
     /// The real path, for answers and messages.
     pub(crate) fn real(&self) -> PathBuf {
         self.dir.real.join(&self.name)
@@ -590,6 +759,7 @@ mod tests {
     fn scope(root: Option<&Path>) -> Scope {
         Scope {
             root: root.map(Path::to_owned),
+            root_alias: None,
             base: PathBuf::from("/work/session"),
         }
     }

@@ -1,15 +1,20 @@
 //! List, stat, mkdir, move and delete (research/contract.md, "Host file
 //! system"): the control operations, the same on `/v2/rpc` and `/v2/fs/*`.
 
-use super::{Scope, shown};
+use super::{Beneath, Scope, shown};
 use crate::error::{Error, FsConflict};
 use crate::session::rfc3339;
 use ext_methods::{
     FsDeleteParams, FsEntries, FsEntry, FsEntryType, FsMoveParams, FsMoveResult, FsPathResult,
 };
-use nix::fcntl::RenameFlags;
+use nix::fcntl::{OFlag, RenameFlags, openat};
+use nix::sys::stat::Mode;
+use nix::unistd::{UnlinkatFlags, unlinkat};
 use std::ffi::OsStr;
+use std::ffi::OsString;
+use std::fs::File;
 use std::fs::Metadata;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -21,10 +26,8 @@ use std::path::{Path, PathBuf};
 pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error> {
     let raw = path.unwrap_or(".");
     let absolute = scope.absolute(raw)?;
-    let real = absolute
-        .canonicalize()
-        .map_err(|error| scope.resolve_error(&error, &absolute))?;
-    let dir = scope.open_dir(&real, &absolute)?;
+    let dir = scope.open_dir_at(&absolute)?;
+    let real = dir.real.clone();
     let read = std::fs::read_dir(dir.child(OsStr::new("")))
         .map_err(|error| Error::from_io(&error, &real))?;
     let mut entries = Vec::new();
@@ -51,24 +54,28 @@ pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error
 /// path outside whether or not it exists), 404.
 pub(crate) fn stat(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
     let absolute = scope.absolute(path)?;
-    let canonical = absolute.canonicalize().ok();
-    if canonical.as_deref() == Some(Path::new("/")) && !scope.confined() {
+    if !scope.confined()
+        && absolute
+            .canonicalize()
+            .is_ok_and(|real| real == Path::new("/"))
+    {
         let meta = std::fs::metadata("/").map_err(|error| Error::from_io(&error, &absolute))?;
         return Ok(entry(OsStr::new("/"), &absolute, &meta, None));
     }
-    // The root itself: its parent is outside, so it is opened directly.
-    if let Some(real) = canonical.filter(|real| scope.is_root(real)) {
-        let dir = scope.open_dir(&real, &absolute)?;
-        let meta = dir
-            .file()
-            .metadata()
-            .map_err(|error| Error::from_io(&error, &absolute))?;
-        let name = real.file_name().unwrap_or(OsStr::new("/")).to_owned();
-        return Ok(entry(&name, &absolute, &meta, None));
-    }
-    // Resolved and checked first, so nothing is told about a path outside.
-    let target = scope.locate_absolute(&absolute, true)?;
-    let target_meta = target.metadata()?;
+    // Resolved (beneath the root) first, so nothing is told about a path
+    // outside; a symlink to nothing inside is still described, as a link.
+    let followed = match scope.follow(&absolute) {
+        // The root itself (its parent is outside): from its descriptor.
+        Ok(Beneath::Dir(dir)) => {
+            let meta = dir
+                .file()
+                .metadata()
+                .map_err(|error| Error::from_io(&error, &absolute))?;
+            Ok((meta, dir.real.clone()))
+        }
+        Ok(Beneath::Entry(target)) => target.metadata().map(|meta| (meta, target.real())),
+        Err(error) => Err(error),
+    };
     // The path itself, when it names a symlink (through its parent, not
     // followed).
     let link = scope
@@ -78,24 +85,29 @@ pub(crate) fn stat(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
             let meta = located.dir.metadata(&located.name).ok()?;
             meta.file_type().is_symlink().then_some((located, meta))
         });
-    let real = target.real();
+    let (target_meta, real) = match (followed, &link) {
+        (Ok((meta, real)), _) => (Some(meta), real),
+        (Err(Error::FileNotFound(_)), Some((located, _))) => (None, located.real()),
+        (Err(error), _) => return Err(error),
+    };
     let name = absolute
         .file_name()
         .or_else(|| real.file_name())
         .unwrap_or(OsStr::new("/"))
         .to_owned();
-    Ok(match link {
-        Some((located, meta)) => entry(
+    Ok(match (link, target_meta) {
+        (Some((located, meta)), followed) => entry(
             &name,
             &absolute,
             &meta,
             Some(Link {
                 target: located.dir.read_link(&located.name).ok(),
-                // A dangling link resolves to itself: shown as a link.
-                followed: Some(target_meta).filter(|m| !m.file_type().is_symlink()),
+                // A dangling link resolves to nothing: shown as a link.
+                followed: followed.filter(|m| !m.file_type().is_symlink()),
             }),
         ),
-        None => entry(&name, &absolute, &target_meta, None),
+        (None, Some(meta)) => entry(&name, &absolute, &meta, None),
+        (None, None) => return Err(Error::FileNotFound(absolute.display().to_string())),
     })
 }
 
@@ -246,13 +258,119 @@ pub(crate) fn delete(scope: &Scope, params: &FsDeleteParams) -> Result<FsPathRes
     let removed = if !meta.is_dir() {
         located.dir.remove(&located.name, false)
     } else if params.recursive {
-        // std's remove_dir_all opens each level relative to its parent and
-        // never follows symlinks; it starts at the checked parent's
-        // descriptor (`/proc/self/fd/N/name`).
-        std::fs::remove_dir_all(located.handle())
+        return remove_tree(&located.dir, &located.name, &real)
+            .map(|()| FsPathResult { path: shown(&real) });
     } else {
         located.dir.remove(&located.name, true)
     };
     removed.map_err(|error| Error::from_io(&error, &real))?;
     Ok(FsPathResult { path: shown(&real) })
+}
+
+/// Most directory levels a recursive delete goes down (each holds one open
+/// descriptor while it is emptied); a deeper tree is 409, to be deleted in
+/// parts.
+const MAX_DELETE_DEPTH: usize = 4096;
+
+/// One directory level of [`remove_tree`].
+struct Level {
+    /// The directory, opened `O_NOFOLLOW` from its parent.
+    dir: File,
+    /// Its name in the parent.
+    name: OsString,
+    /// Its subdirectories still to empty and remove.
+    subdirs: Vec<OsString>,
+}
+
+impl Level {
+    /// Opens `name` in `parent` (never through a symlink), unlinks every
+    /// non-directory in it and keeps the subdirectories for later.
+    fn open(parent: BorrowedFd<'_>, name: &OsStr) -> std::io::Result<Self> {
+        let fd = openat(
+            parent,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        let dir = File::from(fd);
+        let mut subdirs = Vec::new();
+        for item in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+            let item = item?;
+            let child = item.file_name();
+            if item.file_type()?.is_dir() {
+                subdirs.push(child);
+            } else {
+                match unlinkat(&dir, child.as_os_str(), UnlinkatFlags::NoRemoveDir) {
+                    Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
+                    Err(errno) => return Err(errno.into()),
+                }
+            }
+        }
+        Ok(Self {
+            dir,
+            name: name.to_owned(),
+            subdirs,
+        })
+    }
+}
+
+/// Removes the directory `name` in `parent` and everything in it, level by
+/// level with an explicit stack (no recursion: a tree of any depth cannot
+/// overflow the thread's stack), every directory opened from its parent's
+/// descriptor with `O_NOFOLLOW`, so a symlink swapped in is unlinked, never
+/// followed.
+///
+/// # Errors
+/// 409 `directory-not-empty` for a tree deeper than [`MAX_DELETE_DEPTH`]
+/// (or one written into while it is removed); as the system's otherwise.
+fn remove_tree(parent: &super::Dir, name: &OsStr, real: &Path) -> Result<(), Error> {
+    if !Path::new("/proc/self/fd").is_dir() {
+        // Without `/proc`, std's (recursive) walk, which also never follows
+        // a symlink.
+        return std::fs::remove_dir_all(parent.child(name))
+            .map_err(|error| Error::from_io(&error, real));
+    }
+    let io = |error: std::io::Error| Error::from_io(&error, real);
+    let mut levels = vec![Level::open(parent.fd(), name).map_err(io)?];
+    loop {
+        let depth = levels.len();
+        let Some(top) = levels.last_mut() else {
+            return Ok(());
+        };
+        if let Some(sub) = top.subdirs.pop() {
+            if depth >= MAX_DELETE_DEPTH {
+                return Err(Error::FsConflict {
+                    conflict: FsConflict::DirectoryNotEmpty,
+                    detail: format!(
+                        "{} is more than {MAX_DELETE_DEPTH} directories deep; delete its deepest parts first",
+                        real.display()
+                    ),
+                });
+            }
+            let opened = Level::open(top.dir.as_fd(), &sub);
+            match opened {
+                Ok(level) => levels.push(level),
+                // Gone meanwhile.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                // Swapped for a symlink or a file: unlinked, never followed.
+                Err(error)
+                    if matches!(
+                        error.raw_os_error(),
+                        Some(nix::libc::ELOOP | nix::libc::ENOTDIR)
+                    ) =>
+                {
+                    unlinkat(&top.dir, sub.as_os_str(), UnlinkatFlags::NoRemoveDir)
+                        .map_err(|errno| io(errno.into()))?;
+                }
+                Err(error) => return Err(io(error)),
+            }
+            continue;
+        }
+        let Some(done) = levels.pop() else {
+            return Ok(());
+        };
+        let at = levels.last().map_or(parent.fd(), |level| level.dir.as_fd());
+        unlinkat(at, done.name.as_os_str(), UnlinkatFlags::RemoveDir)
+            .map_err(|errno| io(errno.into()))?;
+    }
 }

@@ -42,8 +42,11 @@ use std::net::{IpAddr, SocketAddr};
 /// the page that made it (W3C Fetch Metadata Request Headers).
 const SEC_FETCH_SITE: HeaderName = HeaderName::from_static("sec-fetch-site");
 /// The Fetch metadata header that says what kind of request it is
-/// (`navigate` for a top-level navigation).
+/// (`navigate` for a navigation).
 const SEC_FETCH_MODE: HeaderName = HeaderName::from_static("sec-fetch-mode");
+/// The Fetch metadata header that says where the answer goes (`document`
+/// for a top-level navigation, `iframe`, `script`, `image`, …).
+const SEC_FETCH_DEST: HeaderName = HeaderName::from_static("sec-fetch-dest");
 
 /// Refuses `request`, accepted on the local address `local`, when its
 /// `Host` or `Origin` is not allowed by `config` (module doc).
@@ -59,6 +62,20 @@ pub(crate) fn check(
     if request.headers().get_all(HOST).iter().count() > 1 {
         return Err(Error::InvalidRequest(
             "two Host fields: send exactly one (RFC 9112 section 3.2)".to_owned(),
+        ));
+    }
+    // HTTP/2: a `Host` that disagrees with `:authority` makes the request
+    // malformed (RFC 9113 section 8.3.1); HTTP/1.1's absolute form wins
+    // over `Host` by RFC 9112 section 3.2.2, so only HTTP/2 is refused.
+    if request.version() == http::Version::HTTP_2
+        && let (Some(authority), Some(host)) =
+            (request.uri().authority(), request.headers().get(HOST))
+        && !host
+            .as_bytes()
+            .eq_ignore_ascii_case(authority.as_str().as_bytes())
+    {
+        return Err(Error::InvalidRequest(
+            "the Host field and :authority disagree (RFC 9113 section 8.3.1)".to_owned(),
         ));
     }
     let authority = request_authority(request);
@@ -83,16 +100,25 @@ pub(crate) fn check(
         }
     }
     let headers = request.headers();
-    let from_another_site = headers
-        .get(SEC_FETCH_SITE)
-        .is_some_and(|site| site == "cross-site" || site == "same-site");
-    let navigation = headers
-        .get(SEC_FETCH_MODE)
-        .is_some_and(|mode| mode == "navigate");
-    if from_another_site && !navigation && headers.get(ORIGIN).is_none() {
-        return Err(Error::ForbiddenOrigin(
-            "a request another site's page made without an Origin (Sec-Fetch-Site)".to_owned(),
-        ));
+    let is = |name: &HeaderName, value: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .any(|field| field.as_bytes().eq_ignore_ascii_case(value.as_bytes()))
+    };
+    let from_another_site = is(&SEC_FETCH_SITE, "cross-site") || is(&SEC_FETCH_SITE, "same-site");
+    if from_another_site && headers.get(ORIGIN).is_none() {
+        // Only a person following a link to the inspector: any other answer
+        // (a download, an error page) would tell the page something.
+        let document = is(&SEC_FETCH_MODE, "navigate")
+            && (headers.get(SEC_FETCH_DEST).is_none() || is(&SEC_FETCH_DEST, "document"));
+        let path = request.uri().path();
+        let inspector = path == "/" || path == "/ui" || path.starts_with("/ui/");
+        if !(document && inspector) {
+            return Err(Error::ForbiddenOrigin(
+                "a request another site's page made without an Origin (Sec-Fetch-Site)".to_owned(),
+            ));
+        }
     }
     Ok(())
 }

@@ -743,7 +743,35 @@ async fn another_sites_subresource_requests_are_refused_and_nothing_embeds() {
     let file = dir.write("secret.js", b"window.leakedSecret = 1;");
     let path = format!("/v2/fs/file?path={}", encoded(&file));
     let host = format!("Host: {}\r\n", server.addr());
-    // A `<script src>` or `<img>` of another site's page: no Origin.
+    // A `<script src>` or `<img>` of another site's page: no Origin. And
+    // navigations to anything but the inspector: a download in an iframe
+    // or a new window, against an error page, would tell the page the file
+    // exists.
+    for fetch in [
+        "Sec-Fetch-Site: same-site\r\nSec-Fetch-Mode: navigate\r\nSec-Fetch-Dest: iframe\r\n",
+        "Sec-Fetch-Site: cross-site\r\nSec-Fetch-Mode: navigate\r\nSec-Fetch-Dest: document\r\n",
+        "Sec-Fetch-Site: CROSS-SITE\r\nSec-Fetch-Mode: no-cors\r\n",
+    ] {
+        let (status, head) = raw_get(server.addr(), &path, &format!("{host}{fetch}")).await;
+        assert_eq!(status, 403, "{fetch:?}: {head}");
+    }
+    let (status, head) = raw_get(
+        server.addr(),
+        "/ui/",
+        &format!("{host}Sec-Fetch-Site: cross-site\r\nSec-Fetch-Mode: navigate\r\nSec-Fetch-Dest: iframe\r\n"),
+    )
+    .await;
+    assert_eq!(
+        status, 403,
+        "the inspector in another site's iframe: {head}"
+    );
+    let (status, head) = raw_get(
+        server.addr(),
+        "/ui/",
+        &format!("{host}Sec-Fetch-Site: cross-site\r\nSec-Fetch-Mode: navigate\r\nSec-Fetch-Dest: document\r\n"),
+    )
+    .await;
+    assert_eq!(status, 200, "a link to the inspector: {head}");
     for site in ["cross-site", "same-site"] {
         let (status, head) = raw_get(
             server.addr(),
@@ -754,9 +782,8 @@ async fn another_sites_subresource_requests_are_refused_and_nothing_embeds() {
         assert_eq!(status, 403, "{site}: {head}");
         assert!(head.contains("forbidden-origin"), "{head}");
     }
-    // A person following a link, typing the URL, or the server's own page.
+    // A person typing the URL, or the server's own page.
     for fetch in [
-        "Sec-Fetch-Site: cross-site\r\nSec-Fetch-Mode: navigate\r\n",
         "Sec-Fetch-Site: none\r\nSec-Fetch-Mode: navigate\r\n",
         "Sec-Fetch-Site: same-origin\r\nSec-Fetch-Mode: cors\r\n",
         "",

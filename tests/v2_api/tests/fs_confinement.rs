@@ -640,3 +640,128 @@ async fn nothing_about_what_is_outside_leaks_through_dot_dot_or_dangling_links()
     assert_eq!(std::fs::read(root.join("self/f")).expect("f"), b"f");
     c.assert_outside_untouched();
 }
+
+#[tokio::test]
+async fn a_session_cwd_or_a_link_text_cannot_walk_outside_and_back() {
+    let c = Confined::start(&[]).await;
+    let (server, root, outside) = (&c.server, &c.root, &c.outside);
+    std::fs::write(root.join("marker"), b"m").expect("marker");
+    // A session whose cwd goes out and back in: relative paths are 403.
+    let conn = server.initialize(v2_api_tests::MOCK).await;
+    let base = root.parent().expect("base");
+    for cwd in [
+        format!("{}/../root", s(outside)),
+        format!("{}/secret/../../root", s(outside)),
+        format!("{}/nope/../root", s(base)),
+    ] {
+        let created = server
+            .rpc(
+                &conn,
+                1,
+                "session/new",
+                json!({"cwd": cwd, "mcpServers": [],
+                       "_meta": {"sandboxagent.dev": {"agent": v2_api_tests::MOCK}}}),
+            )
+            .await;
+        let session = created["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("session/new: {created}"));
+        let reply = Api::send(server.request(
+            Method::GET,
+            &format!("/v2/fs/stat?path=marker&sessionId={session}"),
+        ))
+        .await;
+        assert_problem(&reply, 403, "outside-root");
+        assert!(
+            !reply.text().contains("file-not-found") && !reply.text().contains("not-a-directory"),
+            "{cwd}: {}",
+            reply.text()
+        );
+    }
+    // A link whose text climbs out of the root and comes back in: 403
+    // whatever is on the way (a directory, a file, nothing).
+    for (name, probe) in [("d", "outside"), ("f", "outside/secret"), ("n", "nope")] {
+        let text = format!("../{probe}/../root/marker");
+        let text = if probe.contains('/') {
+            format!("../{probe}/../../root/marker")
+        } else {
+            text
+        };
+        std::os::unix::fs::symlink(&text, root.join(name)).expect("link");
+        for route in ["/v2/fs/stat", "/v2/fs/file"] {
+            assert_problem(
+                &send(server, Method::GET, route, &root.join(name)).await,
+                403,
+                "outside-root",
+            );
+        }
+    }
+    c.assert_outside_untouched();
+}
+
+#[tokio::test]
+async fn a_recursive_delete_of_a_very_deep_tree_never_crashes_the_server() {
+    use nix::fcntl::{OFlag, openat};
+    use nix::sys::stat::{Mode, mkdirat};
+    let c = Confined::start(&[]).await;
+    // What a process in the sandbox (or enough mkdir and move calls) can
+    // build: 25,000 nested directories, then one of 3,000.
+    let build = |top: &Path, depth: usize| {
+        std::fs::create_dir(top).expect("top");
+        let mut fd = openat(
+            nix::fcntl::AT_FDCWD,
+            top,
+            OFlag::O_DIRECTORY | OFlag::O_RDONLY,
+            Mode::empty(),
+        )
+        .expect("open top");
+        for _ in 0..depth {
+            mkdirat(&fd, "d", Mode::from_bits_truncate(0o755)).expect("mkdir");
+            fd = openat(
+                &fd,
+                "d",
+                OFlag::O_DIRECTORY | OFlag::O_RDONLY,
+                Mode::empty(),
+            )
+            .expect("open");
+        }
+        std::fs::write(
+            format!(
+                "/proc/self/fd/{}/leaf",
+                std::os::fd::AsRawFd::as_raw_fd(&fd)
+            ),
+            b"x",
+        )
+        .expect("leaf");
+    };
+    let deep = c.root.join("deep");
+    // Removed by `rm` (not std's recursive walk, which this deep a tree
+    // overflows) before the temp dir goes, whether or not the test passes.
+    struct RemoveDeep(PathBuf);
+    impl Drop for RemoveDeep {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("rm")
+                .arg("-rf")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _remove = RemoveDeep(deep.clone());
+    build(&deep, 25_000);
+    let reply = Api::send(c.server.request(
+        Method::DELETE,
+        &format!("/v2/fs/entry?path={}&recursive=true", encode(&s(&deep))),
+    ))
+    .await;
+    assert_problem(&reply, 409, "directory-not-empty");
+    c.server.api().health().await.assert_status(200);
+    let shallow = c.root.join("shallow");
+    build(&shallow, 3_000);
+    Api::send(c.server.request(
+        Method::DELETE,
+        &format!("/v2/fs/entry?path={}&recursive=true", encode(&s(&shallow))),
+    ))
+    .await
+    .assert_status(200);
+    assert!(!shallow.exists());
+}
