@@ -15,16 +15,23 @@
 //! is there, and the 403 names the path as the client gave it, never where
 //! it resolved.
 //!
-//! Check and use: a path is resolved to a real directory, that directory is
-//! opened one component at a time from `/` (each `openat` with
-//! `O_DIRECTORY | O_NOFOLLOW`, so a symlink swapped in after the resolution
-//! fails the open instead of being followed), and the opened descriptor's
-//! own path (`/proc/self/fd/N`) is checked against the root. Every operation
-//! then goes through that descriptor (`openat`, `mkdirat`, `unlinkat`,
-//! `renameat2`, `linkat`, `symlinkat` on one final name, never followed), so
-//! nothing re-resolves a path string after the check. A symlink is never
-//! trusted for where it pointed when it was made (a later move can re-aim
-//! it): it is resolved, and checked, again on every use.
+//! Resolution under a root: the path must start with the root, and the rest
+//! is walked from the root's descriptor one component at a time
+//! ([`Scope::beneath`]): each directory opened `O_DIRECTORY | O_NOFOLLOW`
+//! from the last, each symlink read with `readlinkat` and its text walked in
+//! turn (an absolute text must name the root, a `..` above the root is 403
+//! at once). Nothing outside the root is ever looked at, so no answer can
+//! depend on what exists there. Without a root, paths are resolved with
+//! `realpath` and the directory is then opened one component at a time
+//! from `/` the same way.
+//!
+//! Check and use: every opened directory's own path (`/proc/self/fd/N`) is
+//! checked against the root, and every operation goes through that
+//! descriptor (`openat`, `mkdirat`, `unlinkat`, `renameat2`, `linkat`,
+//! `symlinkat` on one final name, never followed), so nothing re-resolves a
+//! path string after the check. A symlink is never trusted for where it
+//! pointed when it was made (a later move can re-aim it): it is resolved,
+//! and checked, again on every use.
 //!
 //! What this does not defend against: a process with write access both inside
 //! and outside the root can move an opened directory out between the check
