@@ -502,6 +502,15 @@ pub fn path_segment(text: &str) -> String {
         .collect()
 }
 
+/// `text` as a query value: like [`path_segment`] but `/` is kept, so a
+/// file system path stays readable in the URL.
+pub fn query_path(text: &str) -> String {
+    text.split('/')
+        .map(path_segment)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,7 +54,7 @@ pub mod sse;
 use std::time::Duration;
 
 pub use agents::TempDir;
-pub use api::{Api, Reply, path_segment};
+pub use api::{Api, Reply, path_segment, query_path};
 pub use bridge::BridgeProcess;
 pub use postgres::PgServer;
 pub use problem::assert_problem;

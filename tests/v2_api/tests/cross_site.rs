@@ -397,26 +397,13 @@ impl Drop for TestHost {
 
 /// `GET /v2/health` with `Host: attacker.example`, raw, to `address`.
 async fn health_with_foreign_host(address: SocketAddr) -> u16 {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(address).await?;
-        stream
-            .write_all(
-                b"GET /v2/health HTTP/1.1\r\nHost: attacker.example\r\nConnection: close\r\n\r\n",
-            )
-            .await?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await?;
-        Ok::<_, std::io::Error>(raw)
-    };
-    let raw = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
-        .await
-        .expect("answer in time")
-        .expect("exchange");
-    let head = String::from_utf8_lossy(&raw);
-    head.split_whitespace()
-        .nth(1)
-        .and_then(|status| status.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"))
+    raw_get(
+        &address.to_string(),
+        "/v2/health",
+        "Host: attacker.example\r\n",
+    )
+    .await
+    .0
 }
 
 /// The `Host` rule follows the address the connection reached, not the

@@ -23,16 +23,7 @@ fn q(path: &Path) -> String {
     encode(&path.to_string_lossy())
 }
 
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+use v2_api_tests::query_path as encode;
 
 async fn send(api: &Api, method: Method, path: &str) -> Reply {
     Api::send(api.request(method, path)).await

@@ -14,17 +14,7 @@ use std::time::{Duration, Instant};
 use v2_api_tests::agents::TempDir;
 use v2_api_tests::{Api, Reply, TestServer, assert_problem};
 
-/// `text` percent-encoded for a query value.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+use v2_api_tests::query_path as encode;
 
 fn s(path: &Path) -> String {
     path.to_string_lossy().into_owned()

@@ -12,16 +12,7 @@ use v2_api_tests::agents::TempDir;
 use v2_api_tests::proxy::ResponseCut;
 use v2_api_tests::{Api, REQUEST_TIMEOUT, Reply, TestServer, assert_problem};
 
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+use v2_api_tests::query_path as encode;
 
 fn file_route(path: &Path) -> String {
     format!("/v2/fs/file?path={}", encode(&path.to_string_lossy()))
