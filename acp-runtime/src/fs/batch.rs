@@ -46,6 +46,11 @@ use std::rc::Rc;
 
 /// Most paths listed in the answer; `truncated` says when more were unpacked.
 pub(crate) const MAX_LISTED_PATHS: usize = 1000;
+/// Most bytes of paths listed in the answer (long names fill it first).
+const MAX_LISTED_BYTES: usize = 1 << 20;
+/// Longest entry name, in bytes (`PATH_MAX`): no tool can use a longer
+/// path, and each name is walked component by component.
+const MAX_ENTRY_NAME_BYTES: usize = 4096;
 
 /// Most path components of one entry: every entry's parents are opened
 /// one by one, and real trees are never this deep (`PATH_MAX` is 4096
@@ -78,6 +83,7 @@ pub(crate) fn unpack(
         budget: Budget::new(limits),
         parent: None,
         files: HashMap::new(),
+        listed_bytes: 0,
         links: Vec::new(),
         paths: Vec::new(),
         count: 0,
@@ -107,9 +113,13 @@ struct Unpacker<'a> {
     /// The last entry's parent (relative path and descriptor): archives
     /// list a directory's entries together.
     parent: Option<(PathBuf, OwnedFd)>,
-    /// Files this archive unpacked (relative path → device and inode), the
-    /// only targets a hard link may have.
-    files: HashMap<PathBuf, (u64, u64)>,
+    /// Files this archive unpacked (a hash of the relative path → device
+    /// and inode), the only targets a hard link may have. Hashed so memory
+    /// stays a few bytes an entry whatever the names; a collision cannot
+    /// link another file, since the target's inode must match too.
+    files: HashMap<u64, (u64, u64)>,
+    /// Bytes of `paths` so far, against [`MAX_LISTED_BYTES`].
+    listed_bytes: usize,
     /// Symlinks this archive made (relative paths), resolved again at the end.
     links: Vec<PathBuf>,
     /// Real paths for the answer, at most [`MAX_LISTED_PATHS`].
@@ -148,6 +158,12 @@ impl Unpacker<'_> {
             }
             let path = safe_relative(&raw_path)
                 .map_err(|error| invalid(format!("unsafe tar entry: {error}")))?;
+            if path.as_os_str().len() > MAX_ENTRY_NAME_BYTES {
+                return Err(invalid(format!(
+                    "tar entry {}… has a name over {MAX_ENTRY_NAME_BYTES} bytes",
+                    path.iter().take(4).collect::<PathBuf>().display()
+                )));
+            }
             if path.components().count() > MAX_ENTRY_DEPTH {
                 return Err(invalid(format!(
                     "tar entry {}… is more than {MAX_ENTRY_DEPTH} directories deep",
@@ -193,8 +209,12 @@ impl Unpacker<'_> {
             // Data a directory or link entry carried, read past.
             io::copy(&mut entry, &mut io::sink()).map_err(corrupt)?;
             self.count += 1;
-            if self.paths.len() < MAX_LISTED_PATHS {
-                self.paths.push(shown(&self.dir.real.join(&path)));
+            let listed = shown(&self.dir.real.join(&path));
+            if self.paths.len() < MAX_LISTED_PATHS
+                && self.listed_bytes + listed.len() <= MAX_LISTED_BYTES
+            {
+                self.listed_bytes += listed.len();
+                self.paths.push(listed);
             }
         }
         Ok(())
@@ -257,7 +277,7 @@ impl Unpacker<'_> {
             let _ = nix::sys::stat::futimens(file.as_fd(), &omit, &when);
         }
         let meta = file.metadata().map_err(|error| write_error(error, &real))?;
-        self.files.insert(path.to_owned(), (meta.dev(), meta.ino()));
+        self.files.insert(key(path), (meta.dev(), meta.ino()));
         Ok(())
     }
 
@@ -288,7 +308,7 @@ impl Unpacker<'_> {
                 path.display()
             )));
         }
-        let Some(&(dev, ino)) = self.files.get(target) else {
+        let Some(&(dev, ino)) = self.files.get(&key(target)) else {
             return Err(invalid(format!(
                 "unsafe tar entry: hard link {} points to {}, which this archive did not unpack \
                  before it",
@@ -313,7 +333,7 @@ impl Unpacker<'_> {
         make_room(parent, name, &real)?;
         linkat(&target_parent, target_name, parent, name, AtFlags::empty())
             .map_err(|errno| write_error(errno.into(), &real))?;
-        self.files.insert(path.to_owned(), (dev, ino));
+        self.files.insert(key(path), (dev, ino));
         Ok(())
     }
 
@@ -431,6 +451,12 @@ fn link_name(entry: &tar::Entry<'_, impl Read>, path: &Path) -> Result<PathBuf, 
         .map_err(|error| invalid(format!("tar link {} unreadable: {error}", path.display())))?
         .map(|target| target.into_owned())
         .ok_or_else(|| invalid(format!("tar link {} has no target", path.display())))
+}
+
+/// The key of `path` in [`Unpacker::files`].
+fn key(path: &Path) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(path)
 }
 
 /// 400 `invalid-archive`.

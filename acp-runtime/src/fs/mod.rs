@@ -222,6 +222,7 @@ impl Scope {
     pub(crate) fn locate(&self, raw: &str, follow: bool) -> Result<Located, Error> {
         let absolute = self.absolute(raw)?;
         self.locate_absolute(&absolute, follow)
+            .map_err(|error| as_given(raw, error))
     }
 
     /// [`Scope::locate`] for a path already absolute.
@@ -233,7 +234,7 @@ impl Scope {
             Beneath::Entry(located) => Ok(located),
             Beneath::Dir(_) if follow => Err(is_a_directory(absolute)),
             Beneath::Dir(_) => Err(Error::OutsideRoot {
-                path: format!("{} (the root itself)", absolute.display()),
+                path: format!("{}{ROOT_ITSELF}", absolute.display()),
             }),
         }
     }
@@ -437,7 +438,7 @@ impl Scope {
             .map_err(|error| Error::from_io(&error, absolute))?;
         if self.is_root(&parent_real.join(name)) && !follow {
             return Err(Error::OutsideRoot {
-                path: format!("{} (the root itself)", absolute.display()),
+                path: format!("{}{ROOT_ITSELF}", absolute.display()),
             });
         }
         Ok(Located {
@@ -453,6 +454,11 @@ impl Scope {
     /// As [`Scope::open_dir`]; 400 for `..` below a directory that does not
     /// exist yet; 409 `not-a-directory` when a component is a file.
     pub(crate) fn make_dirs(&self, raw: &str) -> Result<Dir, Error> {
+        self.make_dirs_given(raw)
+            .map_err(|error| as_given(raw, error))
+    }
+
+    fn make_dirs_given(&self, raw: &str) -> Result<Dir, Error> {
         let path = self.absolute(raw)?;
         let Some(root) = &self.root else {
             return self.make_dirs_at(&path);
@@ -555,6 +561,24 @@ const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_DIRECTORY)
     .union(OFlag::O_NOFOLLOW)
     .union(OFlag::O_CLOEXEC);
+
+/// `error` with a 403 `outside-root` naming `raw`, the path as the client
+/// gave it: a relative one joined to a base would show the server's working
+/// directory or a session's `cwd`.
+pub(crate) fn as_given(raw: &str, error: Error) -> Error {
+    match error {
+        Error::OutsideRoot { path } => Error::OutsideRoot {
+            path: match path.ends_with(ROOT_ITSELF) {
+                true => format!("{raw}{ROOT_ITSELF}"),
+                false => raw.to_owned(),
+            },
+        },
+        other => other,
+    }
+}
+
+/// What a refusal of the root itself adds to the path it names.
+const ROOT_ITSELF: &str = " (the root itself)";
 
 /// 403 `outside-root` naming the client's `path`.
 fn outside_root(path: &Path) -> Error {

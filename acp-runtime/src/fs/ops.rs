@@ -25,6 +25,10 @@ use std::path::{Path, PathBuf};
 /// 400, 403, 404, 409 `not-a-directory`.
 pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error> {
     let raw = path.unwrap_or(".");
+    list_given(scope, raw).map_err(|error| super::as_given(raw, error))
+}
+
+fn list_given(scope: &Scope, raw: &str) -> Result<FsEntries, Error> {
     let absolute = scope.absolute(raw)?;
     let dir = scope.open_dir_at(&absolute)?;
     let real = dir.real.clone();
@@ -53,6 +57,10 @@ pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error
 /// 400, 403 (also for a link whose target is outside the root, and for any
 /// path outside whether or not it exists), 404.
 pub(crate) fn stat(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
+    stat_given(scope, path).map_err(|error| super::as_given(path, error))
+}
+
+fn stat_given(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
     let absolute = scope.absolute(path)?;
     if !scope.confined()
         && absolute

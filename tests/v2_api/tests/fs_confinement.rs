@@ -755,3 +755,33 @@ async fn a_recursive_delete_of_a_very_deep_tree_never_crashes_the_server() {
     .assert_status(200);
     assert!(!shallow.exists());
 }
+
+#[tokio::test]
+async fn long_names_are_refused_and_a_relative_403_shows_only_what_was_sent() {
+    let c = Confined::start(&[]).await;
+    // One component of 200 bytes, 30 deep: 6 KB, more than PATH_MAX.
+    let long = vec!["c".repeat(200); 30].join("/") + "/f";
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = header(tar::EntryType::Regular, 1);
+    builder
+        .append_data(&mut header, &long, &b"x"[..])
+        .expect("append a GNU long name");
+    let archive = builder.into_inner().expect("tar");
+    assert_problem(
+        &upload_batch(&c.server, &c.root.join("long"), archive).await,
+        400,
+        "invalid-archive",
+    );
+    // A relative path, joined to the server's working directory (outside
+    // the root): the 403 names it as sent.
+    let reply = Api::send(c.server.request(Method::GET, "/v2/fs/stat?path=a.txt")).await;
+    assert_problem(&reply, 403, "outside-root");
+    let detail = reply.json()["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        detail.starts_with("a.txt "),
+        "the 403 shows the server's working directory: {detail}"
+    );
+}
