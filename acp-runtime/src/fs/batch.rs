@@ -56,6 +56,8 @@ const MAX_ENTRY_NAME_BYTES: usize = 4096;
 /// one by one, and real trees are never this deep (`PATH_MAX` is 4096
 /// bytes), while a deeper one would cost each entry that much work.
 const MAX_ENTRY_DEPTH: usize = 1024;
+/// Most parent directories an unpacking keeps open.
+const OPEN_PARENTS: usize = 64;
 /// Bytes copied per read of an entry's data.
 const COPY_BUFFER_BYTES: usize = 64 * 1024;
 
@@ -81,7 +83,7 @@ pub(crate) fn unpack(
         scope,
         dir: &dir,
         budget: Budget::new(limits),
-        parent: None,
+        parents: HashMap::new(),
         files: HashMap::new(),
         listed_bytes: 0,
         links: Vec::new(),
@@ -110,9 +112,10 @@ struct Unpacker<'a> {
     dir: &'a Dir,
     /// What the archive has unpacked so far, against its caps.
     budget: Budget,
-    /// The last entry's parent (relative path and descriptor): archives
-    /// list a directory's entries together.
-    parent: Option<(PathBuf, OwnedFd)>,
+    /// Parents of recent entries (relative path → descriptor), at most
+    /// [`OPEN_PARENTS`]: archives list a directory's entries together, or
+    /// take turns between a few directories.
+    parents: HashMap<PathBuf, OwnedFd>,
     /// Files this archive unpacked (a hash of the relative path → device
     /// and inode), the only targets a hard link may have. Hashed so memory
     /// stays a few bytes an entry whatever the names; a collision cannot
@@ -228,13 +231,15 @@ impl Unpacker<'_> {
             .file_name()
             .ok_or_else(|| invalid(format!("path {} names nothing", path.display())))?;
         let parent = path.parent().unwrap_or(Path::new(""));
-        let cached = matches!(&self.parent, Some((at, _)) if at == parent);
-        if !cached {
+        if !self.parents.contains_key(parent) {
             let fd = open_beneath(self.dir, parent, true)?;
-            self.parent = Some((parent.to_owned(), fd));
+            if self.parents.len() >= OPEN_PARENTS {
+                self.parents.clear();
+            }
+            self.parents.insert(parent.to_owned(), fd);
         }
-        match &self.parent {
-            Some((_, fd)) => Ok((fd, name)),
+        match self.parents.get(parent) {
+            Some(fd) => Ok((fd, name)),
             None => Err(Error::FsIo(
                 "the parent directory was not opened".to_owned(),
             )),
@@ -286,7 +291,10 @@ impl Unpacker<'_> {
         // Opening it beneath the target creates it, and refuses a symlink or
         // a file on the way or at the end.
         let fd = open_beneath(self.dir, path, true)?;
-        self.parent = Some((path.to_owned(), fd));
+        if self.parents.len() >= OPEN_PARENTS {
+            self.parents.clear();
+        }
+        self.parents.insert(path.to_owned(), fd);
         Ok(())
     }
 
