@@ -339,20 +339,22 @@ impl Scope {
                     _ => return into_entry(dirs, name, absolute),
                 }
             } else {
-                match openat(top.fd(), name.as_os_str(), DIR_FLAGS, Mode::empty()) {
+                let mut opened = openat(top.fd(), name.as_os_str(), DIR_FLAGS, Mode::empty());
+                if create && matches!(opened, Err(Errno::ENOENT)) {
+                    // Made, then opened once more (what is there then, even a
+                    // symlink swapped in, is judged below like any other).
+                    match mkdirat(top.fd(), name.as_os_str(), Mode::from_bits_truncate(0o777)) {
+                        Ok(()) | Err(Errno::EEXIST) => {}
+                        Err(errno) => {
+                            return Err(Error::from_io(&errno.into(), &top.real.join(&name)));
+                        }
+                    }
+                    opened = openat(top.fd(), name.as_os_str(), DIR_FLAGS, Mode::empty());
+                }
+                match opened {
                     Ok(fd) => {
                         let real = top.real.join(&name);
                         dirs.push(Dir::checked(self, File::from(fd), real, absolute)?);
-                        continue;
-                    }
-                    Err(Errno::ENOENT) if create => {
-                        match mkdirat(top.fd(), name.as_os_str(), Mode::from_bits_truncate(0o777)) {
-                            Ok(()) | Err(Errno::EEXIST) => {}
-                            Err(errno) => {
-                                return Err(Error::from_io(&errno.into(), &top.real.join(&name)));
-                            }
-                        }
-                        steps.push_front(Step::Name(name));
                         continue;
                     }
                     // `O_NOFOLLOW|O_DIRECTORY` on a symlink: ELOOP or
