@@ -83,9 +83,9 @@ impl From<PathBuf> for FsPath {
     }
 }
 
-/// How many times [`SandboxAgentClient::read_fs_file`] resumes a download
-/// that broke off before it gives up.
-const RESUME_ATTEMPTS: u32 = 3;
+/// How many times [`SandboxAgentClient::continue_fs_download`] resumes one
+/// download that broke off before it gives up.
+pub const FS_RESUME_ATTEMPTS: u32 = 3;
 
 /// The bytes of a file being downloaded ([`SandboxAgentClient::read_fs_file_stream`],
 /// [`SandboxAgentClient::resume_fs_file_stream`]), as a stream of chunks;
@@ -256,6 +256,35 @@ impl SandboxAgentClient {
         self.download(path.into(), Some((from, etag))).await
     }
 
+    /// What to do when `error` ended `broken` after `received` bytes: when
+    /// the transfer broke off (and `resumes`, counted here, has not reached
+    /// [`FS_RESUME_ATTEMPTS`]) the continuation, by
+    /// [`resume_fs_file_stream`](Self::resume_fs_file_stream) with the
+    /// first answer's `ETag`: check its [`offset`](FsDownload::offset)
+    /// (0: the file changed, start over). Otherwise `error` itself.
+    ///
+    /// # Errors
+    /// `error` when it is not a broken transfer, the download has no `ETag`
+    /// or the attempts are used up; else as
+    /// [`resume_fs_file_stream`](Self::resume_fs_file_stream).
+    pub async fn continue_fs_download(
+        &self,
+        path: impl Into<FsPath>,
+        broken: &FsDownload,
+        error: Error,
+        received: u64,
+        resumes: &mut u32,
+    ) -> Result<FsDownload, Error> {
+        match broken.etag() {
+            Some(etag) if error.is_connection_lost() && *resumes < FS_RESUME_ATTEMPTS => {
+                *resumes += 1;
+                let etag = etag.to_owned();
+                self.resume_fs_file_stream(path, received, &etag).await
+            }
+            _ => Err(error),
+        }
+    }
+
     /// `GET /v2/fs/file`, collected: the whole file in memory (use
     /// [`read_fs_file_stream`](Self::read_fs_file_stream) for big files).
     /// A transfer that breaks off is resumed (up to three times) with
@@ -275,15 +304,14 @@ impl SandboxAgentClient {
             match chunk {
                 Ok(chunk) => bytes.extend_from_slice(&chunk),
                 Err(error) => {
-                    let etag = match download.etag() {
-                        Some(etag) if error.is_connection_lost() && resumes < RESUME_ATTEMPTS => {
-                            etag.to_owned()
-                        }
-                        _ => return Err(error),
-                    };
-                    resumes += 1;
                     download = self
-                        .resume_fs_file_stream(path.clone(), bytes.len() as u64, &etag)
+                        .continue_fs_download(
+                            path.clone(),
+                            &download,
+                            error,
+                            bytes.len() as u64,
+                            &mut resumes,
+                        )
                         .await?;
                     if download.offset() == 0 {
                         bytes.clear();

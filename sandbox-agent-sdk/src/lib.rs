@@ -140,7 +140,7 @@ mod meta;
 mod options;
 mod turn;
 
-pub use client::fs::{FsDownload, FsPath};
+pub use client::fs::{FS_RESUME_ATTEMPTS, FsDownload, FsPath};
 pub use client::{
     EventPage, SandboxAgentClient, SessionList, SetSessionModelRequest, SetSessionModelResponse,
 };

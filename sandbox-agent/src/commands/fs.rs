@@ -209,9 +209,6 @@ pub async fn run(args: FsArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// How many times `fs get` resumes a download that broke off.
-const RESUME_ATTEMPTS: u32 = 3;
-
 /// `fs get`: downloads `remote` to `local` (stdout when `None`). A download
 /// that breaks off is resumed with `If-Range` (research/contract.md, "Host
 /// file system"): the rest of the same version is appended; when the file
@@ -250,15 +247,8 @@ async fn get(
             }
             Err(error) => error,
         };
-        let etag = match download.etag() {
-            Some(etag) if error.is_connection_lost() && resumes < RESUME_ATTEMPTS => {
-                etag.to_owned()
-            }
-            _ => return Err(failed(error)),
-        };
-        resumes += 1;
         download = client
-            .resume_fs_file_stream(remote.clone(), written, &etag)
+            .continue_fs_download(remote.clone(), &download, error, written, &mut resumes)
             .await
             .map_err(failed)?;
         if download.offset() != written {
