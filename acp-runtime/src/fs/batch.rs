@@ -23,7 +23,7 @@
 //! - no absolute paths, no `..`, no device files or FIFOs (skipped), caps on
 //!   unpacked bytes and entries ([`Limits`]).
 
-use super::{Dir, Scope, shown};
+use super::{Dir, Scope, metadata_at, shown};
 use crate::agent::archive::{
     Allowance, Budget, Limits, MAX_TAR_RECORD_BYTES, TAR_BLOCK_SLACK, check_link_target,
     safe_relative,
@@ -37,7 +37,7 @@ use nix::unistd::{UnlinkatFlags, linkat, symlinkat, unlinkat};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::fs::{File, Metadata};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
@@ -56,6 +56,9 @@ const MAX_ENTRY_NAME_BYTES: usize = 4096;
 /// one by one, and real trees are never this deep (`PATH_MAX` is 4096
 /// bytes), while a deeper one would cost each entry that much work.
 const MAX_ENTRY_DEPTH: usize = 1024;
+/// Most bytes of symlink names one archive may make (each is kept until
+/// the final check): thousands of links, a few for a real tree.
+const MAX_LINK_NAME_BYTES: usize = 16 << 20;
 /// Most parent directories an unpacking keeps open.
 const OPEN_PARENTS: usize = 64;
 /// Bytes copied per read of an entry's data.
@@ -87,6 +90,7 @@ pub(crate) fn unpack(
         files: HashMap::new(),
         listed_bytes: 0,
         links: Vec::new(),
+        link_bytes: 0,
         paths: Vec::new(),
         count: 0,
     };
@@ -123,8 +127,11 @@ struct Unpacker<'a> {
     files: HashMap<u64, (u64, u64)>,
     /// Bytes of `paths` so far, against [`MAX_LISTED_BYTES`].
     listed_bytes: usize,
-    /// Symlinks this archive made (relative paths), resolved again at the end.
+    /// Symlinks this archive made (relative paths), resolved again at the
+    /// end; their names hold at most [`MAX_LINK_NAME_BYTES`].
     links: Vec<PathBuf>,
+    /// Bytes of the names in `links`.
+    link_bytes: usize,
     /// Real paths for the answer, at most [`MAX_LISTED_PATHS`].
     paths: Vec<String>,
     /// Entries unpacked.
@@ -304,6 +311,12 @@ impl Unpacker<'_> {
         let (parent, name) = self.parent(path)?;
         make_room(parent, name, &real)?;
         symlinkat(target, parent, name).map_err(|errno| write_error(errno.into(), &real))?;
+        self.link_bytes += path.as_os_str().len();
+        if self.link_bytes > MAX_LINK_NAME_BYTES {
+            return Err(Error::ArchiveTooLarge(format!(
+                "the archive's symlinks have more than {MAX_LINK_NAME_BYTES} bytes of names"
+            )));
+        }
         self.links.push(path.to_owned());
         Ok(())
     }
@@ -327,7 +340,7 @@ impl Unpacker<'_> {
         let target_parent =
             open_beneath(self.dir, target.parent().unwrap_or(Path::new("")), false)?;
         let target_name = target.file_name().unwrap_or_default();
-        let same = metadata_at(&target_parent, target_name)
+        let same = metadata_at(target_parent.as_fd(), target_name)
             .is_ok_and(|meta| meta.is_file() && meta.dev() == dev && meta.ino() == ino);
         if !same {
             return Err(invalid(format!(
@@ -353,14 +366,13 @@ impl Unpacker<'_> {
     /// 400 `invalid-archive` naming the first such link.
     fn check_links(&self) -> Result<(), Error> {
         let mut first = None;
+        let here = self.dir.current();
         for link in &self.links {
-            let inside = match (
-                self.dir.child(link.as_os_str()).canonicalize(),
-                here(self.dir),
-            ) {
-                (Ok(resolved), Some(dir)) => resolved.starts_with(dir),
-                _ => false,
-            };
+            let inside = self
+                .dir
+                .child(link.as_os_str())
+                .canonicalize()
+                .is_ok_and(|resolved| resolved.starts_with(&here));
             if inside {
                 continue;
             }
@@ -383,11 +395,6 @@ impl Unpacker<'_> {
         }
         first.map_or(Ok(()), Err)
     }
-}
-
-/// Where `dir` is now.
-fn here(dir: &Dir) -> Option<PathBuf> {
-    Some(dir.current())
 }
 
 /// Opens `relative` beneath `dir` one component at a time, never through a
@@ -423,21 +430,10 @@ fn open_beneath(dir: &Dir, relative: &Path, create: bool) -> Result<OwnedFd, Err
     Ok(fd)
 }
 
-/// The `lstat` of `name` in the directory `parent`.
-fn metadata_at(parent: &OwnedFd, name: &OsStr) -> io::Result<Metadata> {
-    let fd = openat(
-        parent,
-        name,
-        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    File::from(fd).metadata()
-}
-
 /// Unlinks what is at `name` in `parent` (a file or a symlink) so an entry
 /// can take its place; a directory there is a conflict.
 fn make_room(parent: &OwnedFd, name: &OsStr, real: &Path) -> Result<(), Error> {
-    match metadata_at(parent, name) {
+    match metadata_at(parent.as_fd(), name) {
         Err(error) if error.kind() == ErrorKind::NotFound => Ok(()),
         Err(error) => Err(write_error(error, real)),
         Ok(meta) if meta.is_dir() => Err(Error::FsConflict {

@@ -692,13 +692,7 @@ impl Dir {
     /// # Errors
     /// As the system's: `NotFound` when nothing is there.
     pub(crate) fn metadata(&self, name: &OsStr) -> std::io::Result<Metadata> {
-        let fd = openat(
-            self.fd(),
-            name,
-            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )?;
-        File::from(fd).metadata()
+        metadata_at(self.fd(), name)
     }
 
     /// Opens `name` in this directory with `flags` (`O_NOFOLLOW` and
@@ -736,6 +730,21 @@ impl Dir {
     pub(crate) fn read_link(&self, name: &OsStr) -> std::io::Result<PathBuf> {
         Ok(PathBuf::from(nix::fcntl::readlinkat(self.fd(), name)?))
     }
+}
+
+/// The `lstat` of `name` in the directory `parent` (a symlink not
+/// followed), through an `O_PATH` descriptor.
+///
+/// # Errors
+/// As the system's: `NotFound` when nothing is there.
+pub(crate) fn metadata_at(parent: BorrowedFd<'_>, name: &OsStr) -> std::io::Result<Metadata> {
+    let fd = openat(
+        parent,
+        name,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    File::from(fd).metadata()
 }
 
 /// An entry named in an opened, checked directory (it may not exist).
