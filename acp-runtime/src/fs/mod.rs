@@ -221,20 +221,26 @@ impl Scope {
     /// root; 403 for the confinement root itself without `follow`.
     pub(crate) fn locate(&self, raw: &str, follow: bool) -> Result<Located, Error> {
         let absolute = self.absolute(raw)?;
-        self.locate_absolute(&absolute, follow)
-            .map_err(|error| as_given(raw, error))
+        self.locate_absolute(&absolute, Path::new(raw), follow)
     }
 
-    /// [`Scope::locate`] for a path already absolute.
-    pub(crate) fn locate_absolute(&self, absolute: &Path, follow: bool) -> Result<Located, Error> {
+    /// [`Scope::locate`] for a path already absolute; `shown`, the path as
+    /// the client sent it, is what a 403 names (a relative one joined to a
+    /// base would show the server's working directory or a session's `cwd`).
+    pub(crate) fn locate_absolute(
+        &self,
+        absolute: &Path,
+        shown: &Path,
+        follow: bool,
+    ) -> Result<Located, Error> {
         let Some(root) = &self.root else {
             return self.locate_unconfined_errors(absolute, follow);
         };
-        match self.beneath(root, absolute, follow, false)? {
+        match self.beneath(root, absolute, shown, follow, false)? {
             Beneath::Entry(located) => Ok(located),
             Beneath::Dir(_) if follow => Err(is_a_directory(absolute)),
             Beneath::Dir(_) => Err(Error::OutsideRoot {
-                path: format!("{}{ROOT_ITSELF}", absolute.display()),
+                path: format!("{} (the root itself)", shown.display()),
             }),
         }
     }
@@ -244,16 +250,16 @@ impl Scope {
     ///
     /// # Errors
     /// 403, 404, 409 `not-a-directory`.
-    pub(crate) fn open_dir_at(&self, absolute: &Path) -> Result<Dir, Error> {
+    pub(crate) fn open_dir_at(&self, absolute: &Path, shown: &Path) -> Result<Dir, Error> {
         let Some(root) = &self.root else {
             let real = absolute
                 .canonicalize()
                 .map_err(|error| Error::from_io(&error, absolute))?;
             return self.open_dir(&real, absolute);
         };
-        match self.beneath(root, absolute, true, false)? {
+        match self.beneath(root, absolute, shown, true, false)? {
             Beneath::Dir(dir) => Ok(dir),
-            Beneath::Entry(located) => located.dir.open_dir(self, &located.name, absolute),
+            Beneath::Entry(located) => located.dir.open_dir(self, &located.name, shown),
         }
     }
 
@@ -263,9 +269,9 @@ impl Scope {
     ///
     /// # Errors
     /// As [`Scope::locate`].
-    pub(crate) fn follow(&self, absolute: &Path) -> Result<Beneath, Error> {
+    pub(crate) fn follow(&self, absolute: &Path, shown: &Path) -> Result<Beneath, Error> {
         match &self.root {
-            Some(root) => self.beneath(root, absolute, true, false),
+            Some(root) => self.beneath(root, absolute, shown, true, false),
             None => self
                 .locate_unconfined_errors(absolute, true)
                 .map(Beneath::Entry),
@@ -299,16 +305,17 @@ impl Scope {
         &self,
         root: &Path,
         absolute: &Path,
+        shown: &Path,
         follow: bool,
         create: bool,
     ) -> Result<Beneath, Error> {
         let rest = self
             .below_root(root, absolute)
-            .ok_or_else(|| outside_root(absolute))?;
+            .ok_or_else(|| outside_root(shown))?;
         // A root that is no longer a directory (swapped for a symlink) is
         // never followed: nothing is beneath it.
-        let root_dir = self.open_dir(root, absolute).map_err(|error| match error {
-            Error::FsConflict { .. } => outside_root(absolute),
+        let root_dir = self.open_dir(root, shown).map_err(|error| match error {
+            Error::FsConflict { .. } => outside_root(shown),
             other => other,
         })?;
         let mut dirs = vec![root_dir];
@@ -319,7 +326,7 @@ impl Scope {
             let name = match step {
                 Step::Up => {
                     if dirs.len() == 1 {
-                        return Err(outside_root(absolute));
+                        return Err(outside_root(shown));
                     }
                     dirs.pop();
                     continue;
@@ -328,15 +335,15 @@ impl Scope {
             };
             let last = steps.is_empty();
             let Some(top) = dirs.last() else {
-                return Err(outside_root(absolute));
+                return Err(outside_root(shown));
             };
             let link = if last {
                 if !follow {
-                    return into_entry(dirs, name, absolute);
+                    return into_entry(dirs, name, shown);
                 }
                 match top.metadata(&name) {
                     Ok(meta) if meta.file_type().is_symlink() => top.read_link(&name).ok(),
-                    _ => return into_entry(dirs, name, absolute),
+                    _ => return into_entry(dirs, name, shown),
                 }
             } else {
                 let mut opened = openat(top.fd(), name.as_os_str(), DIR_FLAGS, Mode::empty());
@@ -354,7 +361,7 @@ impl Scope {
                 match opened {
                     Ok(fd) => {
                         let real = top.real.join(&name);
-                        dirs.push(Dir::checked(self, File::from(fd), real, absolute)?);
+                        dirs.push(Dir::checked(self, File::from(fd), real, shown)?);
                         continue;
                     }
                     // `O_NOFOLLOW|O_DIRECTORY` on a symlink: ELOOP or
@@ -396,7 +403,7 @@ impl Scope {
             if text.is_absolute() {
                 let below = self
                     .below_root(root, &text)
-                    .ok_or_else(|| outside_root(absolute))?;
+                    .ok_or_else(|| outside_root(shown))?;
                 dirs.truncate(1);
                 let mut rest = VecDeque::new();
                 push_steps(&mut rest, &below);
@@ -412,7 +419,7 @@ impl Scope {
         // Every step walked: a directory (the root, or one a `..` led to).
         match dirs.pop() {
             Some(dir) => Ok(Beneath::Dir(dir)),
-            None => Err(outside_root(absolute)),
+            None => Err(outside_root(shown)),
         }
     }
 
@@ -440,7 +447,7 @@ impl Scope {
             .map_err(|error| Error::from_io(&error, absolute))?;
         if self.is_root(&parent_real.join(name)) && !follow {
             return Err(Error::OutsideRoot {
-                path: format!("{}{ROOT_ITSELF}", absolute.display()),
+                path: format!("{} (the root itself)", absolute.display()),
             });
         }
         Ok(Located {
@@ -456,16 +463,12 @@ impl Scope {
     /// As [`Scope::open_dir`]; 400 for `..` below a directory that does not
     /// exist yet; 409 `not-a-directory` when a component is a file.
     pub(crate) fn make_dirs(&self, raw: &str) -> Result<Dir, Error> {
-        self.make_dirs_given(raw)
-            .map_err(|error| as_given(raw, error))
-    }
-
-    fn make_dirs_given(&self, raw: &str) -> Result<Dir, Error> {
         let path = self.absolute(raw)?;
         let Some(root) = &self.root else {
             return self.make_dirs_at(&path);
         };
-        match self.beneath(root, &path, true, true)? {
+        let shown = Path::new(raw);
+        match self.beneath(root, &path, shown, true, true)? {
             Beneath::Dir(dir) => Ok(dir),
             Beneath::Entry(located) => {
                 match mkdirat(
@@ -476,7 +479,7 @@ impl Scope {
                     Ok(()) | Err(Errno::EEXIST) => {}
                     Err(errno) => return Err(Error::from_io(&errno.into(), &located.real())),
                 }
-                located.dir.open_dir(self, &located.name, &path)
+                located.dir.open_dir(self, &located.name, shown)
             }
         }
     }
@@ -563,24 +566,6 @@ const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_DIRECTORY)
     .union(OFlag::O_NOFOLLOW)
     .union(OFlag::O_CLOEXEC);
-
-/// `error` with a 403 `outside-root` naming `raw`, the path as the client
-/// gave it: a relative one joined to a base would show the server's working
-/// directory or a session's `cwd`.
-pub(crate) fn as_given(raw: &str, error: Error) -> Error {
-    match error {
-        Error::OutsideRoot { path } => Error::OutsideRoot {
-            path: match path.ends_with(ROOT_ITSELF) {
-                true => format!("{raw}{ROOT_ITSELF}"),
-                false => raw.to_owned(),
-            },
-        },
-        other => other,
-    }
-}
-
-/// What a refusal of the root itself adds to the path it names.
-const ROOT_ITSELF: &str = " (the root itself)";
 
 /// 403 `outside-root` naming the client's `path`.
 fn outside_root(path: &Path) -> Error {

@@ -25,12 +25,8 @@ use std::path::{Path, PathBuf};
 /// 400, 403, 404, 409 `not-a-directory`.
 pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error> {
     let raw = path.unwrap_or(".");
-    list_given(scope, raw).map_err(|error| super::as_given(raw, error))
-}
-
-fn list_given(scope: &Scope, raw: &str) -> Result<FsEntries, Error> {
     let absolute = scope.absolute(raw)?;
-    let dir = scope.open_dir_at(&absolute)?;
+    let dir = scope.open_dir_at(&absolute, Path::new(raw))?;
     let real = dir.real.clone();
     let read = std::fs::read_dir(dir.child(OsStr::new("")))
         .map_err(|error| Error::from_io(&error, &real))?;
@@ -57,10 +53,6 @@ fn list_given(scope: &Scope, raw: &str) -> Result<FsEntries, Error> {
 /// 400, 403 (also for a link whose target is outside the root, and for any
 /// path outside whether or not it exists), 404.
 pub(crate) fn stat(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
-    stat_given(scope, path).map_err(|error| super::as_given(path, error))
-}
-
-fn stat_given(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
     let absolute = scope.absolute(path)?;
     if !scope.confined()
         && absolute
@@ -72,7 +64,8 @@ fn stat_given(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
     }
     // Resolved (beneath the root) first, so nothing is told about a path
     // outside; a symlink to nothing inside is still described, as a link.
-    let followed = match scope.follow(&absolute) {
+    let shown = Path::new(path);
+    let followed = match scope.follow(&absolute, shown) {
         // The root itself (its parent is outside): from its descriptor.
         Ok(Beneath::Dir(dir)) => {
             let meta = dir
@@ -87,7 +80,7 @@ fn stat_given(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
     // The path itself, when it names a symlink (through its parent, not
     // followed).
     let link = scope
-        .locate_absolute(&absolute, false)
+        .locate_absolute(&absolute, shown, false)
         .ok()
         .and_then(|located| {
             let meta = located.dir.metadata(&located.name).ok()?;
@@ -134,7 +127,7 @@ fn link_of(scope: &Scope, dir: &super::Dir, name: &OsStr, path: &Path) -> Link {
     Link {
         target: dir.read_link(name).ok(),
         followed: scope
-            .locate_absolute(path, true)
+            .locate_absolute(path, path, true)
             .ok()
             .and_then(|located| located.dir.metadata(&located.name).ok())
             // A dangling link resolves to itself: shown as a link.
