@@ -235,15 +235,20 @@ fn group_runs(pgid: u32) -> bool {
     })
 }
 
-/// The fields of `/proc/<pid>/stat` used here.
-struct StatFields {
-    state: char,
+/// The fields of `/proc/<pid>/stat` used here and by the tree supervisor.
+pub(super) struct StatFields {
+    /// Field 3: `R`, `S`, `Z`, …
+    pub(super) state: char,
+    /// Field 4: the parent's pid.
+    pub(super) ppid: u32,
+    /// Field 5: the process group.
     pgrp: u32,
+    /// Field 22: start time in clock ticks since boot.
     start_time: u64,
 }
 
 /// Reads `/proc/<pid>/stat`; `None` when the process does not exist.
-fn stat_fields(pid: u32) -> Option<StatFields> {
+pub(super) fn stat_fields(pid: u32) -> Option<StatFields> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold anything:
     // the fixed fields start after the last ')'; field N is `fields[N - 3]`.
@@ -251,6 +256,7 @@ fn stat_fields(pid: u32) -> Option<StatFields> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     Some(StatFields {
         state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })

@@ -279,8 +279,11 @@ fn descendants() -> Vec<Pid> {
         else {
             continue;
         };
-        if let Some((state, ppid)) = stat_of(pid)
-            && state != 'Z'
+        if let Some(stat) = u32::try_from(pid)
+            .ok()
+            .and_then(super::orphans::stat_fields)
+            && stat.state != 'Z'
+            && let Ok(ppid) = i32::try_from(stat.ppid)
         {
             children.entry(ppid).or_default().push(pid);
         }
@@ -298,27 +301,9 @@ fn descendants() -> Vec<Pid> {
     found
 }
 
-/// State and parent pid of `pid`, from `/proc/<pid>/stat` (fields 3 and 4,
-/// after the command name in parentheses, which may hold anything).
-fn stat_of(pid: i32) -> Option<(char, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    Some((state, ppid))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_stat_line_is_read_after_the_last_parenthesis() {
-        let own = stat_of(std::process::id() as i32).expect("own stat");
-        assert_eq!(own.1, std::os::unix::process::parent_id() as i32);
-        assert!(matches!(own.0, 'R' | 'S'), "{own:?}");
-    }
 
     #[test]
     fn the_command_line_names_the_grace_and_the_program() {

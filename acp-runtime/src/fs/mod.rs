@@ -173,11 +173,6 @@ impl Scope {
         self.root.is_some()
     }
 
-    /// Whether `real` is the confinement root itself.
-    pub(crate) fn is_root(&self, real: &Path) -> bool {
-        self.root.as_deref() == Some(real)
-    }
-
     /// Opens the directory at the real path `real` one component at a time
     /// from `/` (none followed) and checks where the descriptor really is;
     /// `shown` names the client's path in errors.
@@ -234,7 +229,7 @@ impl Scope {
         follow: bool,
     ) -> Result<Located, Error> {
         let Some(root) = &self.root else {
-            return self.locate_unconfined_errors(absolute, follow);
+            return self.locate_unconfined(absolute, follow);
         };
         match self.beneath(root, absolute, shown, follow, false)? {
             Beneath::Entry(located) => Ok(located),
@@ -272,9 +267,7 @@ impl Scope {
     pub(crate) fn follow(&self, absolute: &Path, shown: &Path) -> Result<Beneath, Error> {
         match &self.root {
             Some(root) => self.beneath(root, absolute, shown, true, false),
-            None => self
-                .locate_unconfined_errors(absolute, true)
-                .map(Beneath::Entry),
+            None => self.locate_unconfined(absolute, true).map(Beneath::Entry),
         }
     }
 
@@ -423,7 +416,9 @@ impl Scope {
         }
     }
 
-    fn locate_unconfined_errors(&self, absolute: &Path, follow: bool) -> Result<Located, Error> {
+    /// [`Scope::locate_absolute`] without a root: `realpath`, then the
+    /// parent opened one component at a time.
+    fn locate_unconfined(&self, absolute: &Path, follow: bool) -> Result<Located, Error> {
         let mut path = absolute.to_owned();
         let last_is_normal = matches!(path.components().next_back(), Some(Component::Normal(_)));
         if follow || !last_is_normal {
@@ -434,9 +429,6 @@ impl Scope {
             }
         }
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            if self.confined() {
-                return Err(outside_root(absolute));
-            }
             return Err(Error::InvalidPath(format!(
                 "{} is the file system root; name an entry inside it",
                 absolute.display()
@@ -445,11 +437,6 @@ impl Scope {
         let parent_real = parent
             .canonicalize()
             .map_err(|error| Error::from_io(&error, absolute))?;
-        if self.is_root(&parent_real.join(name)) && !follow {
-            return Err(Error::OutsideRoot {
-                path: format!("{} (the root itself)", absolute.display()),
-            });
-        }
         Ok(Located {
             dir: self.open_dir(&parent_real, absolute)?,
             name: name.to_owned(),
