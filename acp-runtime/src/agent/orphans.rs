@@ -284,6 +284,9 @@ mod tests {
         let me = stat_fields(std::process::id()).expect("/proc/self/stat");
         assert!(me.start_time > 0);
         assert!(me.pgrp > 0);
+        // The tree supervisor's fields: parent pid and state.
+        assert_eq!(me.ppid, std::os::unix::process::parent_id());
+        assert!(matches!(me.state, 'R' | 'S'), "{}", me.state);
         assert!(boot_id().is_some_and(|id| !id.is_empty()));
     }
 
