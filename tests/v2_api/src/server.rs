@@ -76,6 +76,31 @@ pub fn sandbox_agent_command() -> Command {
     command
 }
 
+/// Runs `sandbox-agent server --no-token` on a free loopback port with
+/// `args` until it exits (a start-up error): its exit status and stderr.
+/// `None` when it still runs after `within` (it started; it is killed).
+pub async fn start_up_outcome(args: &[&str], within: Duration) -> Option<(ExitStatus, String)> {
+    let mut command = sandbox_agent_command();
+    command
+        .args(["server", "--no-token", "--host", "127.0.0.1", "--port", "0"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let child = tokio::process::Command::from(command)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the server");
+    let output = tokio::time::timeout(within, child.wait_with_output())
+        .await
+        .ok()?
+        .expect("its output");
+    Some((
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    ))
+}
+
 /// Quotes `text` for the shell-word splitting of `--agent-command` values.
 pub fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))

@@ -11,11 +11,8 @@ use serde_json::{Value, json};
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use std::borrow::Cow;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
-use v2_api_tests::{
-    PgServer, TempDir, TestServer, acp, path_segment, server::sandbox_agent_command,
-};
+use v2_api_tests::{PgServer, TempDir, TestServer, acp, path_segment};
 
 const MOCK: &str = "mock";
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -650,25 +647,9 @@ async fn a_corrupt_or_unwritable_sqlite_file_is_a_clear_start_up_error() {
 }
 
 async fn run_server_expecting_exit(args: &[&str]) -> (std::process::ExitStatus, String) {
-    let mut command = sandbox_agent_command();
-    command
-        .args(["server", "--no-token", "--host", "127.0.0.1", "--port", "0"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let child = tokio::process::Command::from(command)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn the server");
-    let output = tokio::time::timeout(TIMEOUT, child.wait_with_output())
+    v2_api_tests::server::start_up_outcome(args, TIMEOUT)
         .await
         .expect("the server exits at once")
-        .expect("its output");
-    (
-        output.status,
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 #[tokio::test]

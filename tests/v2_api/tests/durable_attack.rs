@@ -15,23 +15,11 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs `server <args>` until it exits (a start-up error); its stderr.
 async fn start_up_error(args: &[&str]) -> String {
-    let mut command = sandbox_agent_command();
-    command
-        .args(["server", "--no-token", "--host", "127.0.0.1", "--port", "0"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let child = tokio::process::Command::from(command)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn the server");
-    let output = tokio::time::timeout(TIMEOUT, child.wait_with_output())
+    let (status, stderr) = v2_api_tests::server::start_up_outcome(args, TIMEOUT)
         .await
-        .expect("the server exits (it cannot reach the store)")
-        .expect("its output");
-    assert!(!output.status.success());
-    String::from_utf8_lossy(&output.stderr).into_owned()
+        .expect("the server exits (it cannot reach the store)");
+    assert!(!status.success());
+    stderr
 }
 
 /// "Passwords in a PostgreSQL URL are never logged": libpq-style URLs may

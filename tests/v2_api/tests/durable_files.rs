@@ -9,7 +9,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
-use v2_api_tests::server::sandbox_agent_command;
 use v2_api_tests::{TempDir, TestServer};
 
 const MOCK: &str = "mock";
@@ -20,28 +19,12 @@ fn store_file(data: &TempDir, suffix: &str) -> PathBuf {
     data.path().join(format!("sessions.db{suffix}"))
 }
 
-/// Runs `server <args>` until it exits; its exit status and stderr.
+/// Runs `server <args>` until it exits; whether it succeeded, and stderr.
 /// `None` if it is still running after `within` (it started).
 async fn start_up_outcome(args: &[&str], within: Duration) -> Option<(bool, String)> {
-    let mut command = sandbox_agent_command();
-    command
-        .args(["server", "--no-token", "--host", "127.0.0.1", "--port", "0"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let child = tokio::process::Command::from(command)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn the server");
-    let output = tokio::time::timeout(within, child.wait_with_output())
+    v2_api_tests::server::start_up_outcome(args, within)
         .await
-        .ok()?
-        .expect("its output");
-    Some((
-        output.status.success(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    ))
+        .map(|(status, stderr)| (status.success(), stderr))
 }
 
 /// Waits up to `within` for `health` to hold on `GET /v2/health`; the last
