@@ -1,6 +1,7 @@
 //! The runtime's error type. Each variant maps to one HTTP status and one
 //! problem type in [`crate::http::problem`], the only place that mapping lives.
 
+use crate::agent::archive::{Refused, RefusedKind};
 use crate::agent::install::InstallError;
 use std::time::Duration;
 
@@ -260,6 +261,24 @@ impl FsConflict {
             Self::IsADirectory => "is-a-directory",
             Self::DirectoryNotEmpty => "directory-not-empty",
             Self::CrossDevice => "cross-device",
+        }
+    }
+}
+
+/// An archive the unpacker refused: over its caps is 413
+/// `payload-too-large`, unsafe or unreadable 400 `invalid-archive`, a disk
+/// full 507, a permission 403, any other write failure 500.
+impl From<Refused> for Error {
+    fn from(refused: Refused) -> Self {
+        use std::io::ErrorKind;
+        match refused.kind {
+            RefusedKind::Limit => Self::ArchiveTooLarge(refused.message),
+            RefusedKind::Unsafe => Self::InvalidArchive(refused.message),
+            RefusedKind::Io(ErrorKind::StorageFull | ErrorKind::QuotaExceeded) => {
+                Self::InsufficientStorage(refused.message)
+            }
+            RefusedKind::Io(ErrorKind::PermissionDenied) => Self::PermissionDenied(refused.message),
+            RefusedKind::Io(_) => Self::FsIo(refused.message),
         }
     }
 }

@@ -23,9 +23,9 @@ use std::rc::Rc;
 /// before it yields the entry they describe, so without a bound a small
 /// compressed archive could claim gigabytes of memory. Real ones are a few
 /// hundred bytes.
-pub(crate) const MAX_TAR_RECORD_BYTES: u64 = 1 << 20;
+const MAX_TAR_RECORD_BYTES: u64 = 1 << 20;
 /// Tar header block and padding slack added to every read allowance.
-pub(crate) const TAR_BLOCK_SLACK: u64 = 2048;
+const TAR_BLOCK_SLACK: u64 = 2048;
 
 /// How an archive is packed, judged by the URL's path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,7 +260,7 @@ pub(crate) struct Allowance<R> {
 
 impl<R> Allowance<R> {
     /// `inner`, read no further than `left` allows at each read.
-    pub(crate) fn new(inner: R, left: Rc<Cell<u64>>) -> Self {
+    fn new(inner: R, left: Rc<Cell<u64>>) -> Self {
         Self { inner, left }
     }
 }
@@ -316,37 +316,41 @@ impl Refused {
     }
 }
 
-fn unpack_tar(
-    reader: impl Read,
-    dest: &Path,
+/// Reads the tar stream `reader` entry by entry with the rules every
+/// unpacker here shares and hands each entry, with its safe relative path,
+/// to `each`: header records bounded by [`MAX_TAR_RECORD_BYTES`], an entry's
+/// data by its own size, counted against `budget`; the `./` entry that
+/// `tar -C dir -c .` writes first is skipped. What `each` leaves unread of
+/// an entry is read past. Used by agent installs and by the file system
+/// API's upload-batch (`crate::fs::batch`).
+///
+/// # Errors
+/// [`Refused`] (as `E`): not a readable tar, a corrupt one, an unsafe
+/// path, past `budget`; or `each`'s own error.
+pub(crate) fn for_each_entry<R: Read, E: From<Refused>>(
+    reader: R,
     budget: &mut Budget,
-    mut on_entry: impl FnMut(&Path, bool),
-) -> Result<(), Refused> {
-    use tar::EntryType;
+    mut each: impl FnMut(&mut tar::Entry<'_, Allowance<R>>, PathBuf) -> Result<(), E>,
+) -> Result<(), E> {
     let corrupt = |e: io::Error| Refused::unsafe_entry(format!("corrupt tar archive: {e}"));
     let left = Rc::new(Cell::new(0));
-    let reader = Allowance {
-        inner: reader,
-        left: left.clone(),
-    };
-    let mut archive = tar::Archive::new(reader);
-    archive.set_preserve_permissions(false);
-    archive.set_unpack_xattrs(false);
-    archive.set_overwrite(true);
+    let mut archive = tar::Archive::new(Allowance::new(reader, left.clone()));
     let mut entries = archive
         .entries()
         .map_err(|e| Refused::unsafe_entry(format!("not a readable tar archive: {e}")))?;
     loop {
         // Room for the next header, its records and the end-of-archive blocks.
         left.set(MAX_TAR_RECORD_BYTES + TAR_BLOCK_SLACK);
-        let Some(entry) = entries.next() else { break };
+        let Some(entry) = entries.next() else {
+            return Ok(());
+        };
         let mut entry = entry.map_err(corrupt)?;
         let raw_path = entry
             .path()
             .map_err(|e| Refused::unsafe_entry(format!("tar entry with an unreadable path: {e}")))?
             .into_owned();
         // `./`, which `tar -C dir -c .` writes first: the folder itself.
-        if entry.header().entry_type() == EntryType::Directory
+        if entry.header().entry_type() == tar::EntryType::Directory
             && raw_path.components().all(|c| c == Component::CurDir)
         {
             budget.take(0).map_err(Refused::limit)?;
@@ -354,10 +358,28 @@ fn unpack_tar(
         }
         let path = safe_relative(&raw_path)
             .map_err(|e| Refused::unsafe_entry(format!("unsafe tar entry: {e}")))?;
-        // `size()` is what follows in the archive and what `unpack_in`
-        // writes: the header's size, or a PAX `size` record's.
+        // `size()` is what follows in the archive: the header's size, or a
+        // PAX `size` record's.
         budget.take(entry.size()).map_err(Refused::limit)?;
         left.set(entry.size().saturating_add(TAR_BLOCK_SLACK));
+        each(&mut entry, path)?;
+        // Data `each` did not read (devices, links, directories), within the
+        // allowance.
+        io::copy(&mut entry, &mut io::sink()).map_err(corrupt)?;
+    }
+}
+
+/// Unpacks a tar stream into the private folder `dest` with the tar crate
+/// (`unpack_in`, which checks every parent it writes into), calling
+/// `on_entry` with each unpacked path and whether it is a symlink.
+fn unpack_tar(
+    reader: impl Read,
+    dest: &Path,
+    budget: &mut Budget,
+    mut on_entry: impl FnMut(&Path, bool),
+) -> Result<(), Refused> {
+    use tar::EntryType;
+    for_each_entry(reader, budget, |entry, path| {
         let kind = entry.header().entry_type();
         match kind {
             EntryType::Regular | EntryType::Continuous | EntryType::Directory => {}
@@ -402,11 +424,8 @@ fn unpack_tar(
                 })?;
             }
             // Devices, FIFOs, and metadata records are not part of an agent;
-            // their data (if any) is read past, within the allowance.
-            _ => {
-                io::copy(&mut entry, &mut io::sink()).map_err(corrupt)?;
-                continue;
-            }
+            // their data (if any) is read past.
+            _ => return Ok(()),
         }
         let unpacked = entry.unpack_in(dest).map_err(|e| {
             // The tar crate reports its own path checks as `Other`.
@@ -426,8 +445,8 @@ fn unpack_tar(
             )));
         }
         on_entry(&path, kind == EntryType::Symlink);
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 fn unpack_zip(file: File, dest: &Path, budget: &mut Budget) -> Result<(), String> {

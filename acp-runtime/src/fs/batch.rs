@@ -24,17 +24,13 @@
 //!   unpacked bytes and entries ([`Limits`]).
 
 use super::{Dir, Scope, metadata_at, shown};
-use crate::agent::archive::{
-    Allowance, Budget, Limits, MAX_TAR_RECORD_BYTES, TAR_BLOCK_SLACK, check_link_target,
-    safe_relative,
-};
+use crate::agent::archive::{self, Budget, Limits, check_link_target, safe_relative};
 use crate::error::{Error, FsConflict};
 use ext_methods::FsUploadBatchResult;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{Mode, mkdirat};
 use nix::unistd::{UnlinkatFlags, linkat, symlinkat, unlinkat};
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
@@ -42,7 +38,6 @@ use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
 /// Most paths listed in the answer; `truncated` says when more were unpacked.
 pub(crate) const MAX_LISTED_PATHS: usize = 1000;
@@ -85,7 +80,6 @@ pub(crate) fn unpack(
     let mut unpacker = Unpacker {
         scope,
         dir: &dir,
-        budget: Budget::new(limits),
         parents: HashMap::new(),
         files: HashMap::new(),
         listed_bytes: 0,
@@ -94,10 +88,17 @@ pub(crate) fn unpack(
         paths: Vec::new(),
         count: 0,
     };
+    let mut budget = Budget::new(limits);
     let unpacked = if gzip {
-        unpacker.run(flate2::read::MultiGzDecoder::new(reader))
+        archive::for_each_entry(
+            flate2::read::MultiGzDecoder::new(reader),
+            &mut budget,
+            |entry, path| unpacker.entry(entry, &path),
+        )
     } else {
-        unpacker.run(reader)
+        archive::for_each_entry(reader, &mut budget, |entry, path| {
+            unpacker.entry(entry, &path)
+        })
     };
     // Also after a failure: no link that escapes is left behind.
     let links = unpacker.check_links();
@@ -114,8 +115,6 @@ struct Unpacker<'a> {
     scope: &'a Scope,
     /// The target directory, opened and checked.
     dir: &'a Dir,
-    /// What the archive has unpacked so far, against its caps.
-    budget: Budget,
     /// Parents of recent entries (relative path → descriptor), at most
     /// [`OPEN_PARENTS`]: archives list a directory's entries together, or
     /// take turns between a few directories.
@@ -139,93 +138,57 @@ struct Unpacker<'a> {
 }
 
 impl Unpacker<'_> {
-    fn run(&mut self, reader: impl Read) -> Result<(), Error> {
+    /// Unpacks one entry (read and counted by [`archive::for_each_entry`])
+    /// at the relative `path`.
+    fn entry(&mut self, entry: &mut tar::Entry<'_, impl Read>, path: &Path) -> Result<(), Error> {
         use tar::EntryType;
-        let left = Rc::new(Cell::new(0));
-        let mut archive = tar::Archive::new(Allowance::new(reader, left.clone()));
-        let mut entries = archive
-            .entries()
-            .map_err(|error| invalid(format!("not a readable tar archive: {error}")))?;
-        loop {
-            // Room for the next header, its records and the end-of-archive
-            // blocks.
-            left.set(MAX_TAR_RECORD_BYTES + TAR_BLOCK_SLACK);
-            let Some(entry) = entries.next() else { break };
-            let mut entry = entry.map_err(corrupt)?;
-            let raw_path = entry
-                .path()
-                .map_err(|error| invalid(format!("tar entry with an unreadable path: {error}")))?
-                .into_owned();
-            let kind = entry.header().entry_type();
-            // `./`, which `tar -C dir -c .` writes first: the folder itself.
-            if kind == EntryType::Directory
-                && raw_path
-                    .components()
-                    .all(|c| c == std::path::Component::CurDir)
-            {
-                self.budget.take(0).map_err(Error::ArchiveTooLarge)?;
-                continue;
+        if path.as_os_str().len() > MAX_ENTRY_NAME_BYTES {
+            return Err(invalid(format!(
+                "tar entry {}… has a name over {MAX_ENTRY_NAME_BYTES} bytes",
+                path.iter().take(4).collect::<PathBuf>().display()
+            )));
+        }
+        if path.components().count() > MAX_ENTRY_DEPTH {
+            return Err(invalid(format!(
+                "tar entry {}… is more than {MAX_ENTRY_DEPTH} directories deep",
+                path.iter().take(8).collect::<PathBuf>().display()
+            )));
+        }
+        self.dir.recheck(self.scope)?;
+        match entry.header().entry_type() {
+            EntryType::Regular | EntryType::Continuous => {
+                let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
+                let mtime = entry.header().mtime().ok();
+                self.file(path, entry, mode, mtime)?;
             }
-            let path = safe_relative(&raw_path)
-                .map_err(|error| invalid(format!("unsafe tar entry: {error}")))?;
-            if path.as_os_str().len() > MAX_ENTRY_NAME_BYTES {
-                return Err(invalid(format!(
-                    "tar entry {}… has a name over {MAX_ENTRY_NAME_BYTES} bytes",
-                    path.iter().take(4).collect::<PathBuf>().display()
-                )));
+            EntryType::Directory => self.directory(path)?,
+            EntryType::Symlink => {
+                let target = link_name(entry, path)?;
+                check_link_target(path, &target)
+                    .map_err(|error| invalid(format!("unsafe tar entry: {error}")))?;
+                self.symlink(path, &target)?;
             }
-            if path.components().count() > MAX_ENTRY_DEPTH {
-                return Err(invalid(format!(
-                    "tar entry {}… is more than {MAX_ENTRY_DEPTH} directories deep",
-                    path.iter().take(8).collect::<PathBuf>().display()
-                )));
+            EntryType::Link => {
+                let target = link_name(entry, path)?;
+                let target = safe_relative(&target).map_err(|error| {
+                    invalid(format!(
+                        "unsafe tar entry: hard link {}: {error}",
+                        path.display()
+                    ))
+                })?;
+                self.hard_link(path, &target)?;
             }
-            // `size()` is what follows in the archive: the header's size, or
-            // a PAX `size` record's.
-            let size = entry.size();
-            self.budget.take(size).map_err(Error::ArchiveTooLarge)?;
-            left.set(size.saturating_add(TAR_BLOCK_SLACK));
-            self.dir.recheck(self.scope)?;
-            match kind {
-                EntryType::Regular | EntryType::Continuous => {
-                    let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
-                    let mtime = entry.header().mtime().ok();
-                    self.file(&path, &mut entry, mode, mtime)?;
-                }
-                EntryType::Directory => self.directory(&path)?,
-                EntryType::Symlink => {
-                    let target = link_name(&entry, &path)?;
-                    check_link_target(&path, &target)
-                        .map_err(|error| invalid(format!("unsafe tar entry: {error}")))?;
-                    self.symlink(&path, &target)?;
-                }
-                EntryType::Link => {
-                    let target = link_name(&entry, &path)?;
-                    let target = safe_relative(&target).map_err(|error| {
-                        invalid(format!(
-                            "unsafe tar entry: hard link {}: {error}",
-                            path.display()
-                        ))
-                    })?;
-                    self.hard_link(&path, &target)?;
-                }
-                // Devices, FIFOs and metadata records are not unpacked; their
-                // data (if any) is read past, within the allowance.
-                _ => {
-                    io::copy(&mut entry, &mut io::sink()).map_err(corrupt)?;
-                    continue;
-                }
-            }
-            // Data a directory or link entry carried, read past.
-            io::copy(&mut entry, &mut io::sink()).map_err(corrupt)?;
-            self.count += 1;
-            let listed = shown(&self.dir.real.join(&path));
-            if self.paths.len() < MAX_LISTED_PATHS
-                && self.listed_bytes + listed.len() <= MAX_LISTED_BYTES
-            {
-                self.listed_bytes += listed.len();
-                self.paths.push(listed);
-            }
+            // Devices, FIFOs and metadata records are not unpacked; their
+            // data (if any) is read past.
+            _ => return Ok(()),
+        }
+        self.count += 1;
+        let listed = shown(&self.dir.real.join(path));
+        if self.paths.len() < MAX_LISTED_PATHS
+            && self.listed_bytes + listed.len() <= MAX_LISTED_BYTES
+        {
+            self.listed_bytes += listed.len();
+            self.paths.push(listed);
         }
         Ok(())
     }
