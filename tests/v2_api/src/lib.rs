@@ -43,6 +43,7 @@ pub mod acp;
 pub mod agents;
 pub mod api;
 pub mod bridge;
+pub mod browser;
 pub mod ext;
 pub mod postgres;
 pub mod problem;

@@ -9,7 +9,7 @@
 //! Chromium are at the end (`tests/v2_api/fixtures/cross_site.mjs`).
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use tokio::process::{Child, Command};
 use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
+use v2_api_tests::browser::{chromium, puppeteer};
 use v2_api_tests::server::{sandbox_agent_command, workspace_root};
 use v2_api_tests::{
     Api, REQUEST_TIMEOUT, Reply, STARTUP_TIMEOUT, TempDir, TestServer, assert_problem,
@@ -483,28 +484,6 @@ async fn upload_batch_takes_only_archive_content_types() {
 
 /// Upper bound on one browser run.
 const BROWSER_TIMEOUT: Duration = Duration::from_secs(180);
-
-fn chromium() -> PathBuf {
-    let path = std::env::var_os("CHROMIUM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
-    assert!(
-        path.is_file(),
-        "Chromium not found at {}: install it with `apt-get install chromium` (scripts/test does), or set CHROMIUM",
-        path.display()
-    );
-    path
-}
-
-fn puppeteer() -> PathBuf {
-    let path = workspace_root().join("tests/npm/node_modules/puppeteer-core");
-    assert!(
-        path.is_dir(),
-        "puppeteer-core not found at {}: install it with `npm install --prefix tests/npm` (scripts/test does)",
-        path.display()
-    );
-    path
-}
 
 /// `node cross_site.mjs FLOW` with Chromium and puppeteer-core; killed on
 /// drop.

@@ -8,11 +8,12 @@
 //!
 //! Plus plain HTTP checks of how the assets are served.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::process::Command;
 use v2_api_tests::TestServer;
+use v2_api_tests::browser::{chromium, puppeteer};
 use v2_api_tests::server::workspace_root;
 
 /// Upper bound on one flow (browser start, a few turns, bounded waits).
@@ -21,30 +22,6 @@ const FLOW_TIMEOUT: Duration = Duration::from_secs(240);
 /// One browser at a time: the flows run as parallel tests, and several
 /// Chromiums at once on a small machine starve the pages' bounded waits.
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The Chromium binary: `$CHROMIUM`, else Debian's.
-fn chromium() -> PathBuf {
-    let path = std::env::var_os("CHROMIUM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
-    assert!(
-        path.is_file(),
-        "Chromium not found at {}: install it with `apt-get install chromium` (.ci/run does), or set CHROMIUM",
-        path.display()
-    );
-    path
-}
-
-/// `tests/npm/node_modules/puppeteer-core`, checked to be there.
-fn puppeteer() -> PathBuf {
-    let path = workspace_root().join("tests/npm/node_modules/puppeteer-core");
-    assert!(
-        path.is_dir(),
-        "puppeteer-core not found at {}: install it with `npm install --prefix tests/npm` (.ci/run does)",
-        path.display()
-    );
-    path
-}
 
 /// Runs one flow of the browser script against `server`.
 async fn flow(server: &TestServer, name: &str, token: Option<&str>) {
