@@ -1,24 +1,27 @@
-//! One client connection: its replay ring of SSE events, its live stream slot,
-//! the JSON-RPC ids it has in flight, and the sessions it is attached to.
+//! One client connection: its replay ring, its live stream slots, the
+//! JSON-RPC ids it has in flight, and the sessions it is attached to.
 //!
-//! Every message for a connection becomes an SSE event with the next sequence
-//! number and is appended to the ring as a fully framed `Bytes`
-//! (`event: message\nid: N\ndata: {json}\n\n`). A live stream is only a cursor
-//! into that ring plus a wake-up: replay and live delivery are the same code
-//! path, so the seam between them can have neither a gap nor a duplicate, and
-//! a client that never reads costs at most the ring (research/contract.md,
-//! "Transport: /v2/rpc", GET).
+//! Every message for a connection gets the next sequence number and is
+//! appended to the ring as it is: `(sequence, lane, JSON bytes)`, shared
+//! (`Bytes`) with the session's log and every other connection that gets
+//! the same message. The ring knows no transport: `http::sse` frames an
+//! event as SSE when it writes it, `http::websocket` sends its JSON as one
+//! text frame. A live stream is only a cursor into that ring plus a
+//! wake-up: replay and live delivery are the same code path, so the seam
+//! between them can have neither a gap nor a duplicate, and a client that
+//! never reads costs at most the ring (research/contract.md, "Transport:
+//! /v2/rpc", GET).
 //!
 //! Lanes: on `/acp` a client may open one stream per session beside the
 //! connection's own (research/contract.md, "The /acp profile"). Each event is
-//! put in a lane when it is pushed: the lane of its session once a session
-//! stream for it was opened, else the connection lane. Every stream reads one
-//! lane of the same ring with the same sequence numbers, so replay by
-//! `Last-Event-ID` works per stream and no event is in two lanes.
+//! put in a lane when it is pushed: the lane of the session the pusher names
+//! once a session stream for it was opened, else the connection lane. Every
+//! stream reads one lane of the same ring with the same sequence numbers, so
+//! replay by `Last-Event-ID` works per stream and no event is in two lanes.
 
 use crate::error::Error;
 use crate::protocol;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use ext_methods::{StreamGap, notification::STREAM_GAP};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -90,12 +93,26 @@ impl ClientCapabilities {
     }
 }
 
+/// The transport profile a connection was opened on (research/contract.md,
+/// "The /acp profile"): it decides whether `session/new` must name its agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Profile {
+    /// `/v2/rpc`: `session/new` names its agent in
+    /// `_meta["sandboxagent.dev"].agent`, as `initialize` did.
+    #[default]
+    V2Rpc,
+    /// `/acp` (Streamable HTTP or WebSocket): an RFD client knows no
+    /// `_meta`, so the connection's agent stands in for it.
+    Acp,
+}
+
 /// Replay limits of one connection.
 #[derive(Debug, Clone, Copy)]
 pub struct ReplayLimits {
     /// Most events kept.
     pub events: usize,
-    /// Most bytes of framed events kept (the newest event is always kept).
+    /// Most bytes of events kept, each counted as its JSON plus
+    /// [`EVENT_OVERHEAD`] (the newest event is always kept).
     pub bytes: usize,
 }
 
@@ -109,6 +126,8 @@ pub struct Connection {
     pub agent: Arc<str>,
     /// What the client declared it can do.
     pub capabilities: ClientCapabilities,
+    /// The profile the connection was opened on.
+    pub profile: Profile,
     /// Ring, sequence counter and live stream slot; never held across an await.
     state: Mutex<State>,
     /// Cancelled on DELETE, idle reaping or shutdown; pending POSTs and the
@@ -155,7 +174,22 @@ struct State {
 struct Event {
     seq: u64,
     lane: Lane,
-    frame: Bytes,
+    json: Bytes,
+}
+
+/// What one event costs against [`ReplayLimits::bytes`] beside its JSON:
+/// about what SSE framing adds (`event: message`, `id:`, `data:`), so the
+/// bound means the same bytes on every transport.
+pub const EVENT_OVERHEAD: usize = 48;
+
+/// One message a stream writes: the JSON of a ring event with its sequence
+/// number, or a notice the stream made (`seq: None`, no `id:`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The event's sequence number; `None` for a stream's own notice.
+    pub seq: Option<u64>,
+    /// One JSON-RPC object on one line.
+    pub json: Bytes,
 }
 
 #[derive(Debug)]
@@ -164,8 +198,9 @@ struct LiveStream {
     wake: Arc<Notify>,
 }
 
-/// Largest chunk a stream writes in one go when several events are waiting.
-const BATCH_BYTES: usize = 256 * 1024;
+/// Most JSON bytes one [`Stream::next_batch`] hands out when several
+/// events are waiting (one event is always handed out, whatever its size).
+pub const BATCH_BYTES: usize = 256 * 1024;
 
 impl Connection {
     /// A new connection with an empty ring.
@@ -173,6 +208,7 @@ impl Connection {
         id: Arc<str>,
         agent: Arc<str>,
         capabilities: ClientCapabilities,
+        profile: Profile,
         limits: ReplayLimits,
         epoch: Instant,
     ) -> Self {
@@ -180,6 +216,7 @@ impl Connection {
             id,
             agent,
             capabilities,
+            profile,
             state: Mutex::new(State {
                 events: VecDeque::new(),
                 bytes: 0,
@@ -204,44 +241,35 @@ impl Connection {
     }
 
     /// Appends one JSON-RPC object (`json`: one line of JSON, no CR/LF) as the
-    /// next SSE event and wakes the live stream. Returns its sequence number,
-    /// or `None` when the connection is closed (the message is dropped).
+    /// next event and wakes the live stream of its lane. Returns its
+    /// sequence number, or `None` when the connection is closed (the message
+    /// is dropped).
     ///
-    /// The event goes to the lane of its `params.sessionId` when that session
-    /// has a lane, else to the connection lane.
-    pub fn push(&self, json: &[u8]) -> Option<u64> {
-        let session = if self.has_lanes.load(Ordering::Acquire) {
-            protocol::AgentMessage::parse(json)
-                .ok()
-                .and_then(|(message, _)| message.session_id().map(Arc::<str>::from))
-        } else {
-            None
-        };
-        self.push_in(json, session.as_deref())
-    }
-
-    /// [`Connection::push`] into the lane of `session` (when it has one,
-    /// else the connection lane), whatever the message says.
-    pub fn push_in(&self, json: &[u8], session: Option<&str>) -> Option<u64> {
+    /// The event goes to the lane of `session` (the session the message
+    /// belongs to, as the caller parsed it) when that session has a lane,
+    /// else to the connection lane: the ring never parses a message.
+    pub fn push(&self, json: Bytes, session: Option<&str>) -> Option<u64> {
         let mut state = self.state.lock();
         if state.closed {
             return None;
         }
-        let lane: Lane = session.and_then(|id| state.lanes.get(id).cloned());
+        let lane: Lane = match session {
+            Some(id) if self.has_lanes.load(Ordering::Acquire) => state.lanes.get(id).cloned(),
+            _ => None,
+        };
         let seq = state.next_seq;
         state.next_seq += 1;
-        let frame = frame_event(Some(seq), json);
-        state.bytes += frame.len();
+        state.bytes += json.len() + EVENT_OVERHEAD;
         if let Some(stream) = state.streams.get(&lane) {
             stream.wake.notify_one();
         }
-        state.events.push_back(Event { seq, lane, frame });
+        state.events.push_back(Event { seq, lane, json });
         let limits = state.limits;
         while state.events.len() > limits.events
             || (state.bytes > limits.bytes && state.events.len() > 1)
         {
             if let Some(old) = state.events.pop_front() {
-                state.bytes -= old.frame.len();
+                state.bytes -= old.json.len() + EVENT_OVERHEAD;
                 state.dropped.insert(old.lane, old.seq);
             }
         }
@@ -488,10 +516,11 @@ impl Drop for RequestGuard {
 }
 
 /// What [`Stream::next_batch`] found.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Batch {
-    /// Framed events (and possibly a gap notice) to write, in order.
-    Data(Bytes),
+    /// Messages were appended to the caller's buffer (a gap notice first
+    /// when there is one), to write in order.
+    Data,
     /// Nothing new; wait on [`Stream::wake`].
     Idle,
     /// The stream was taken over or the connection closed.
@@ -512,13 +541,15 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// The next events after the cursor, up to about 256 KiB, with a
+    /// Appends the next events after the cursor to `out`, up to about
+    /// [`BATCH_BYTES`] of JSON (at least one), with a
     /// `_sandboxagent/stream/gap` notice first when events the client has not
-    /// seen were already dropped from the ring.
+    /// seen were already dropped from the ring. The JSON is shared with the
+    /// ring, not copied.
     ///
     /// Events of other lanes are stepped over: the cursor is a sequence
     /// number of the whole ring.
-    pub fn next_batch(&mut self) -> Batch {
+    pub fn next_batch(&mut self, out: &mut Vec<Outgoing>) -> Batch {
         let state = self.connection.state.lock();
         if state.closed
             || state.streams.get(&self.lane).map(|s| s.generation) != Some(self.generation)
@@ -528,64 +559,47 @@ impl Stream {
         let Some(oldest) = state.events.front().map(|e| e.seq) else {
             return Batch::Idle;
         };
-        let mut out = BytesMut::new();
+        let before = out.len();
         let dropped = state.dropped.get(&self.lane).copied().unwrap_or(0);
         if dropped > self.sent {
             let gap = StreamGap {
                 from: self.sent + 1,
                 to: dropped,
             };
-            let notice = protocol::notification_line(STREAM_GAP, &gap);
-            out.extend_from_slice(&frame_event(None, &notice));
+            out.push(Outgoing {
+                seq: None,
+                json: Bytes::from(protocol::notification_line(STREAM_GAP, &gap)),
+            });
         }
         self.sent = self.sent.max(oldest - 1);
         let start = (self.sent + 1 - oldest) as usize;
-        let mut frames = state
+        let mut bytes = 0;
+        let mut full = false;
+        for event in state
             .events
             .range(start.min(state.events.len())..)
-            .filter(|event| event.lane == self.lane);
-        let first = match frames.next() {
-            Some(first) => first,
-            None => {
-                self.sent = state.next_seq - 1;
-                return if out.is_empty() {
-                    Batch::Idle
-                } else {
-                    Batch::Data(out.freeze())
-                };
-            }
-        };
-        self.sent = first.seq;
-        // One waiting event and no notice: hand out the shared frame, no copy.
-        if out.is_empty() && first.seq + 1 == state.next_seq {
-            return Batch::Data(first.frame.clone());
-        }
-        // Size the batch first: one allocation, not one per doubling (a
-        // pipelined WebSocket client gets a batch of small answers per
-        // write; research/benchmarks.md, "The /acp transports").
-        let mut wanted = out.len() + first.frame.len();
-        for event in frames.clone() {
-            if wanted + event.frame.len() > BATCH_BYTES {
-                break;
-            }
-            wanted += event.frame.len();
-        }
-        out.reserve(wanted - out.len());
-        out.extend_from_slice(&first.frame);
-        let mut full = false;
-        for event in frames {
-            if out.len() + event.frame.len() > BATCH_BYTES {
+            .filter(|event| event.lane == self.lane)
+        {
+            if bytes > 0 && bytes + event.json.len() > BATCH_BYTES {
                 full = true;
                 break;
             }
-            out.extend_from_slice(&event.frame);
+            bytes += event.json.len();
+            out.push(Outgoing {
+                seq: Some(event.seq),
+                json: event.json.clone(),
+            });
             self.sent = event.seq;
         }
         if !full {
             // Nothing of this lane is left: step over the rest.
             self.sent = state.next_seq - 1;
         }
-        Batch::Data(out.freeze())
+        if out.len() == before {
+            Batch::Idle
+        } else {
+            Batch::Data
+        }
     }
 
     /// Woken when an event is pushed, the stream is taken over, or the
@@ -611,23 +625,6 @@ impl Drop for Stream {
     }
 }
 
-/// Frames one JSON object as an SSE event (SSE spec, "event stream
-/// interpretation"): `event: message`, an `id:` line when `seq` is given, one
-/// `data:` line, and a blank line.
-pub fn frame_event(seq: Option<u64>, json: &[u8]) -> Bytes {
-    let mut frame = BytesMut::with_capacity(json.len() + 48);
-    frame.put_slice(b"event: message\n");
-    if let Some(seq) = seq {
-        frame.put_slice(b"id: ");
-        frame.put_slice(itoa::Buffer::new().format(seq).as_bytes());
-        frame.put_u8(b'\n');
-    }
-    frame.put_slice(b"data: ");
-    frame.put_slice(json);
-    frame.put_slice(b"\n\n");
-    frame.freeze()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -637,6 +634,7 @@ mod tests {
             "c".into(),
             "mock".into(),
             ClientCapabilities::default(),
+            Profile::V2Rpc,
             ReplayLimits {
                 events,
                 bytes: usize::MAX,
@@ -645,20 +643,25 @@ mod tests {
         ))
     }
 
-    fn ids(batch: Batch) -> Vec<String> {
-        let Batch::Data(bytes) = batch else {
-            return Vec::new();
-        };
-        String::from_utf8_lossy(&bytes)
-            .split("\n\n")
-            .filter(|e| !e.is_empty())
-            .map(|e| {
-                e.lines()
-                    .find_map(|l| l.strip_prefix("id: "))
-                    .unwrap_or("gap")
-                    .to_owned()
+    /// The next batch of `stream`, its ids in order ("gap" for a notice).
+    fn ids(stream: &mut Stream) -> Vec<String> {
+        let mut out = Vec::new();
+        stream.next_batch(&mut out);
+        out.iter()
+            .map(|m| {
+                m.seq
+                    .map_or_else(|| "gap".to_owned(), |seq| seq.to_string())
             })
             .collect()
+    }
+
+    /// What the next [`Stream::next_batch`] says, its messages dropped.
+    fn next(stream: &mut Stream) -> Batch {
+        stream.next_batch(&mut Vec::new())
+    }
+
+    fn empty_object() -> Bytes {
+        Bytes::from_static(b"{}")
     }
 
     #[test]
@@ -685,42 +688,47 @@ mod tests {
     fn replays_after_last_event_id_then_continues_live() {
         let c = connection(16);
         for _ in 0..5 {
-            c.push(b"{}");
+            c.push(empty_object(), None);
         }
         let mut stream = c.open_stream(Some(3)).expect("open");
-        assert_eq!(ids(stream.next_batch()), ["4", "5"]);
-        assert!(matches!(stream.next_batch(), Batch::Idle));
-        c.push(b"{}");
-        assert_eq!(ids(stream.next_batch()), ["6"]);
+        assert_eq!(ids(&mut stream), ["4", "5"]);
+        assert!(matches!(next(&mut stream), Batch::Idle));
+        c.push(empty_object(), None);
+        assert_eq!(ids(&mut stream), ["6"]);
     }
 
     #[test]
     fn gap_notice_when_ring_dropped_unseen_events() {
         let c = connection(3);
         for _ in 0..6 {
-            c.push(b"{}");
+            c.push(empty_object(), None);
         }
         let mut stream = c.open_stream(None).expect("open");
-        let Batch::Data(bytes) = stream.next_batch() else {
-            panic!("expected data")
-        };
-        let text = String::from_utf8_lossy(&bytes);
-        assert!(text.starts_with("event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"_sandboxagent/stream/gap\",\"params\":{\"from\":1,\"to\":3}}\n\n"), "{text}");
-        assert!(text.contains("id: 4\n") && text.contains("id: 6\n"));
+        let mut out = Vec::new();
+        assert_eq!(stream.next_batch(&mut out), Batch::Data);
+        assert_eq!(
+            out[0],
+            Outgoing {
+                seq: None,
+                json: Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"method\":\"_sandboxagent/stream/gap\",\"params\":{\"from\":1,\"to\":3}}"),
+            }
+        );
+        let seqs: Vec<_> = out[1..].iter().map(|m| m.seq).collect();
+        assert_eq!(seqs, [Some(4), Some(5), Some(6)]);
     }
 
     #[test]
     fn second_stream_conflicts_unless_resuming() {
         let c = connection(8);
-        c.push(b"{}");
+        c.push(empty_object(), None);
         let first = c.open_stream(None).expect("first");
         assert!(matches!(c.open_stream(None), Err(Error::StreamConflict)));
         let mut second = c.open_stream(Some(1)).expect("takeover");
         let mut first = first;
-        assert!(matches!(first.next_batch(), Batch::Ended));
+        assert!(matches!(next(&mut first), Batch::Ended));
         drop(first);
         assert!(c.has_stream(), "dropping the old stream keeps the new slot");
-        assert!(matches!(second.next_batch(), Batch::Idle));
+        assert!(matches!(next(&mut second), Batch::Idle));
         drop(second);
         assert!(!c.has_stream());
         assert!(c.open_stream(None).is_ok());
@@ -730,33 +738,33 @@ mod tests {
     fn session_lanes_split_the_ring_and_resume_per_lane() {
         let c = connection(16);
         let update = |session: &str| {
-            format!(
+            Bytes::from(format!(
                 r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{session}"}}}}"#
-            )
+            ))
         };
-        c.push(update("a").as_bytes());
+        c.push(update("a"), Some("a"));
         let mut lane_a = c.open_lane_stream(Some("a"), None).expect("lane a");
         let mut main = c.open_stream(None).expect("connection lane");
-        c.push(update("a").as_bytes());
-        c.push(update("b").as_bytes());
-        c.push_in(b"{}", Some("a"));
+        c.push(update("a"), Some("a"));
+        c.push(update("b"), Some("b"));
+        c.push(empty_object(), Some("a"));
         // Before the lane existed, "a" went to the connection lane.
-        assert_eq!(ids(main.next_batch()), ["1", "3"]);
-        assert_eq!(ids(lane_a.next_batch()), ["2", "4"]);
-        assert!(matches!(lane_a.next_batch(), Batch::Idle));
+        assert_eq!(ids(&mut main), ["1", "3"]);
+        assert_eq!(ids(&mut lane_a), ["2", "4"]);
+        assert!(matches!(next(&mut lane_a), Batch::Idle));
         assert!(matches!(
             c.open_lane_stream(Some("a"), None),
             Err(Error::StreamConflict)
         ));
         let mut resumed = c.open_lane_stream(Some("a"), Some(2)).expect("resume");
-        assert!(matches!(lane_a.next_batch(), Batch::Ended));
-        assert_eq!(ids(resumed.next_batch()), ["4"]);
+        assert!(matches!(next(&mut lane_a), Batch::Ended));
+        assert_eq!(ids(&mut resumed), ["4"]);
     }
 
     #[test]
     fn last_event_id_past_newest_is_rejected() {
         let c = connection(8);
-        c.push(b"{}");
+        c.push(empty_object(), None);
         assert!(matches!(
             c.open_stream(Some(2)),
             Err(Error::InvalidLastEventId(_))
@@ -770,16 +778,17 @@ mod tests {
             "c".into(),
             "mock".into(),
             ClientCapabilities::default(),
+            Profile::V2Rpc,
             ReplayLimits {
                 events: 100,
                 bytes: 10,
             },
             Instant::now(),
         ));
-        c.push(b"{\"a\":1}");
-        c.push(b"{\"b\":2}");
+        c.push(Bytes::from_static(b"{\"a\":1}"), None);
+        c.push(Bytes::from_static(b"{\"b\":2}"), None);
         let mut stream = c.open_stream(Some(1)).expect("open");
-        assert_eq!(ids(stream.next_batch()), ["2"]);
+        assert_eq!(ids(&mut stream), ["2"]);
     }
 
     #[test]
@@ -787,8 +796,8 @@ mod tests {
         let c = connection(8);
         let mut stream = c.open_stream(None).expect("open");
         c.close();
-        assert_eq!(c.push(b"{}"), None);
-        assert!(matches!(stream.next_batch(), Batch::Ended));
+        assert_eq!(c.push(empty_object(), None), None);
+        assert!(matches!(next(&mut stream), Batch::Ended));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! memory of the ids reaped for idleness so a late client learns why its id
 //! is gone.
 
-use crate::connection::{ClientCapabilities, Connection, ReplayLimits};
+use crate::connection::{ClientCapabilities, Connection, Profile, ReplayLimits};
 use crate::error::Error;
 use crate::session::Sessions;
 use dashmap::DashMap;
@@ -56,8 +56,9 @@ impl Connections {
         &self,
         agent: Arc<str>,
         capabilities: ClientCapabilities,
+        profile: Profile,
     ) -> Result<Arc<Connection>, Error> {
-        self.open_as(new_id(), agent, capabilities)
+        self.open_as(new_id(), agent, capabilities, profile)
     }
 
     /// [`Connections::open`] under an id made earlier with [`new_id`] (a
@@ -71,6 +72,7 @@ impl Connections {
         id: Arc<str>,
         agent: Arc<str>,
         capabilities: ClientCapabilities,
+        profile: Profile,
     ) -> Result<Arc<Connection>, Error> {
         if self.map.contains_key(&id) {
             return Err(Error::InvalidRequest(format!(
@@ -89,6 +91,7 @@ impl Connections {
             id.clone(),
             agent,
             capabilities,
+            profile,
             self.limits,
             self.epoch,
         ));

@@ -18,112 +18,116 @@ use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, Methods, RpcModule};
 use serde::Serialize;
 use serde_json::value::RawValue;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock};
 
-/// The connection a call came from (per-call `Extensions` entry).
+/// The connection a call came from and the runtime it is served by
+/// (per-call `Extensions` entry): the method table holds no runtime.
 #[derive(Clone)]
-struct Caller(Arc<Connection>);
-
-type Context = Weak<Runtime>;
-type MethodResult = Result<serde_json::Value, ErrorObjectOwned>;
-
-/// The extension methods this server answers.
-#[derive(Debug)]
-pub struct ExtMethods {
-    methods: Methods,
+struct Caller {
+    runtime: Arc<Runtime>,
+    connection: Arc<Connection>,
 }
 
-impl ExtMethods {
-    /// Registers every method; `runtime` is the server they act on.
-    pub fn new(runtime: Weak<Runtime>) -> Self {
-        let mut module = RpcModule::new(runtime);
-        let registered = [
-            module
-                .register_method(method::SESSION_DETACH, detach)
-                .map(drop),
-            module
-                .register_async_method(method::SESSION_TERMINATE, terminate)
-                .map(drop),
-            module
-                .register_method(method::SESSION_LIST_MODELS, list_models)
-                .map(drop),
-            module
-                .register_method(method::SESSION_SET_METADATA, set_metadata)
-                .map(drop),
-            module.register_method(method::SESSION_GET, get).map(drop),
-            module
-                .register_method(method::AGENT_LIST, agent_list)
-                .map(drop),
-            module
-                .register_method(method::SESSION_LIST, session_list)
-                .map(drop),
-            module
-                .register_async_method(method::AGENT_INSTALL, agent_install)
-                .map(drop),
-            module
-                .register_async_method(method::FS_LIST_ENTRIES, fs_list_entries)
-                .map(drop),
-            module
-                .register_async_method(method::FS_STAT, fs_stat)
-                .map(drop),
-            module
-                .register_async_method(method::FS_MKDIR, fs_mkdir)
-                .map(drop),
-            module
-                .register_async_method(method::FS_MOVE, fs_move)
-                .map(drop),
-            module
-                .register_async_method(method::FS_DELETE_ENTRY, fs_delete_entry)
-                .map(drop),
-        ];
-        for result in registered {
-            if let Err(error) = result {
-                tracing::error!(%error, "extension method registered twice");
-            }
-        }
-        Self {
-            methods: module.into(),
+/// Nothing: everything a method needs comes with the call ([`Caller`]).
+type Context = ();
+type MethodResult = Result<serde_json::Value, ErrorObjectOwned>;
+
+/// The methods this server answers, registered once.
+fn methods() -> &'static Methods {
+    static METHODS: OnceLock<Methods> = OnceLock::new();
+    METHODS.get_or_init(register)
+}
+
+/// Registers every method.
+fn register() -> Methods {
+    let mut module = RpcModule::new(());
+    let registered = [
+        module
+            .register_method(method::SESSION_DETACH, detach)
+            .map(drop),
+        module
+            .register_async_method(method::SESSION_TERMINATE, terminate)
+            .map(drop),
+        module
+            .register_method(method::SESSION_LIST_MODELS, list_models)
+            .map(drop),
+        module
+            .register_method(method::SESSION_SET_METADATA, set_metadata)
+            .map(drop),
+        module.register_method(method::SESSION_GET, get).map(drop),
+        module
+            .register_method(method::AGENT_LIST, agent_list)
+            .map(drop),
+        module
+            .register_method(method::SESSION_LIST, session_list)
+            .map(drop),
+        module
+            .register_async_method(method::AGENT_INSTALL, agent_install)
+            .map(drop),
+        module
+            .register_async_method(method::FS_LIST_ENTRIES, fs_list_entries)
+            .map(drop),
+        module
+            .register_async_method(method::FS_STAT, fs_stat)
+            .map(drop),
+        module
+            .register_async_method(method::FS_MKDIR, fs_mkdir)
+            .map(drop),
+        module
+            .register_async_method(method::FS_MOVE, fs_move)
+            .map(drop),
+        module
+            .register_async_method(method::FS_DELETE_ENTRY, fs_delete_entry)
+            .map(drop),
+    ];
+    for result in registered {
+        if let Err(error) = result {
+            tracing::error!(%error, "extension method registered twice");
         }
     }
+    module.into()
+}
 
-    /// Names of the methods answered, for the `initialize` advertisement.
-    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.methods.method_names()
-    }
+/// Names of the methods answered, for the `initialize` advertisement.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    methods().method_names()
+}
 
-    /// Whether `method` is answered here.
-    pub fn answers(&self, method: &str) -> bool {
-        self.methods.method(method).is_some()
-    }
+/// Whether `method` is answered here.
+pub fn answers(method: &str) -> bool {
+    methods().method(method).is_some()
+}
 
-    /// Calls `method` on behalf of `caller`. `Ok`: the raw result; `Err`: the
-    /// raw JSON-RPC error object (unknown method, invalid params, …).
-    pub async fn call(
-        &self,
-        caller: &Arc<Connection>,
-        method: &str,
-        params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, Box<RawValue>> {
-        let request = protocol::request_line(&protocol::agent_id(0), method, params);
-        let mut methods = self.methods.clone();
-        methods.extensions_mut().insert(Caller(caller.clone()));
-        let internal =
-            |message: String| Err(protocol::raw(&RpcError::new(code::INTERNAL_ERROR, message)));
-        let Ok(request) = std::str::from_utf8(&request) else {
-            return internal("request is not UTF-8".to_owned());
-        };
-        let response = match methods.raw_json_request(request, 1).await {
-            Ok((response, _subscriptions)) => response,
-            Err(error) => return internal(error.to_string()),
-        };
-        match Envelope::parse(response.get().as_bytes(), false) {
-            Ok((envelope, _)) => match (envelope.result, envelope.error) {
-                (Some(result), _) => Ok(result.to_owned()),
-                (None, Some(error)) => Err(error.to_owned()),
-                (None, None) => internal("empty answer".to_owned()),
-            },
-            Err(error) => internal(error.to_string()),
-        }
+/// Calls `method` for `connection` on `runtime`. `Ok`: the raw result;
+/// `Err`: the raw JSON-RPC error object (unknown method, invalid params, …).
+pub async fn call(
+    runtime: &Arc<Runtime>,
+    connection: &Arc<Connection>,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<Box<RawValue>, Box<RawValue>> {
+    let request = protocol::request_line(&protocol::agent_id(0), method, params);
+    let mut methods = methods().clone();
+    methods.extensions_mut().insert(Caller {
+        runtime: runtime.clone(),
+        connection: connection.clone(),
+    });
+    let internal =
+        |message: String| Err(protocol::raw(&RpcError::new(code::INTERNAL_ERROR, message)));
+    let Ok(request) = std::str::from_utf8(&request) else {
+        return internal("request is not UTF-8".to_owned());
+    };
+    let response = match methods.raw_json_request(request, 1).await {
+        Ok((response, _subscriptions)) => response,
+        Err(error) => return internal(error.to_string()),
+    };
+    match Envelope::parse(response.get().as_bytes(), false) {
+        Ok((envelope, _)) => match (envelope.result, envelope.error) {
+            (Some(result), _) => Ok(result.to_owned()),
+            (None, Some(error)) => Err(error.to_owned()),
+            (None, None) => internal("empty answer".to_owned()),
+        },
+        Err(error) => internal(error.to_string()),
     }
 }
 
@@ -134,16 +138,17 @@ impl From<RpcError> for ErrorObjectOwned {
     }
 }
 
-fn runtime(context: &Context) -> Result<Arc<Runtime>, ErrorObjectOwned> {
-    context
-        .upgrade()
-        .ok_or_else(|| RpcError::new(code::INTERNAL_ERROR, "server is shutting down").into())
+fn runtime(extensions: &Extensions) -> Result<Arc<Runtime>, ErrorObjectOwned> {
+    extensions
+        .get::<Caller>()
+        .map(|caller| caller.runtime.clone())
+        .ok_or_else(|| RpcError::new(code::INTERNAL_ERROR, "no runtime").into())
 }
 
 fn caller(extensions: &Extensions) -> Result<Arc<Connection>, ErrorObjectOwned> {
     extensions
         .get::<Caller>()
-        .map(|caller| caller.0.clone())
+        .map(|caller| caller.connection.clone())
         .ok_or_else(|| RpcError::new(code::INTERNAL_ERROR, "no calling connection").into())
 }
 
@@ -157,9 +162,9 @@ fn to_value(value: impl Serialize) -> MethodResult {
 }
 
 /// `_sandboxagent/session/detach {sessionId}` → `{}`.
-fn detach(params: Params<'_>, context: &Context, extensions: &Extensions) -> MethodResult {
+fn detach(params: Params<'_>, _: &Context, extensions: &Extensions) -> MethodResult {
     let SessionRef { session_id } = params.parse()?;
-    let runtime = runtime(context)?;
+    let runtime = runtime(extensions)?;
     let caller = caller(extensions)?;
     let session = runtime.session_or_error(&caller.agent, &session_id)?;
     session.detach(&caller);
@@ -169,11 +174,11 @@ fn detach(params: Params<'_>, context: &Context, extensions: &Extensions) -> Met
 /// `_sandboxagent/session/terminate {sessionId}` → `TerminateResult`.
 async fn terminate(
     params: Params<'static>,
-    context: Arc<Context>,
+    _: Arc<Context>,
     extensions: Extensions,
 ) -> MethodResult {
     let SessionRef { session_id } = params.parse()?;
-    let runtime = runtime(&context)?;
+    let runtime = runtime(&extensions)?;
     let caller = caller(&extensions)?;
     to_value(
         runtime
@@ -183,50 +188,50 @@ async fn terminate(
 }
 
 /// `_sandboxagent/session/list_models {sessionId | agent}` → `ListModelsResult`.
-fn list_models(params: Params<'_>, context: &Context, extensions: &Extensions) -> MethodResult {
+fn list_models(params: Params<'_>, _: &Context, extensions: &Extensions) -> MethodResult {
     let params: ListModelsParams = params.parse()?;
     let target = params.target().map_err(|e| invalid_params(e.0))?;
     let caller = caller(extensions)?;
-    to_value(runtime(context)?.list_models(&caller.agent, target)?)
+    to_value(runtime(extensions)?.list_models(&caller.agent, target)?)
 }
 
 /// `_sandboxagent/session/set_metadata` (either params form) → the updated entry.
-fn set_metadata(params: Params<'_>, context: &Context, extensions: &Extensions) -> MethodResult {
+fn set_metadata(params: Params<'_>, _: &Context, extensions: &Extensions) -> MethodResult {
     let params: SetMetadataParams = params.parse()?;
     let (session_id, patch) = params.into_patch().map_err(|e| invalid_params(e.0))?;
     let caller = caller(extensions)?;
-    let session = runtime(context)?.session_or_error(&caller.agent, &session_id)?;
+    let session = runtime(extensions)?.session_or_error(&caller.agent, &session_id)?;
     session.apply_metadata(&patch);
     to_value(session.info())
 }
 
 /// `_sandboxagent/session/get {sessionId}` → one entry.
-fn get(params: Params<'_>, context: &Context, extensions: &Extensions) -> MethodResult {
+fn get(params: Params<'_>, _: &Context, extensions: &Extensions) -> MethodResult {
     let SessionRef { session_id } = params.parse()?;
     let caller = caller(extensions)?;
     to_value(
-        runtime(context)?
+        runtime(extensions)?
             .session_or_error(&caller.agent, &session_id)?
             .info(),
     )
 }
 
 /// `_sandboxagent/agent/list` → `AgentListResult`.
-fn agent_list(_: Params<'_>, context: &Context, _: &Extensions) -> MethodResult {
+fn agent_list(_: Params<'_>, _: &Context, extensions: &Extensions) -> MethodResult {
     to_value(AgentListResult {
-        agents: runtime(context)?.agents.infos(),
+        agents: runtime(extensions)?.agents.infos(),
     })
 }
 
 /// `_sandboxagent/session/list` (the seed-era name of `session/list`) →
 /// ACP `ListSessionsResponse`, the same page `session/list` gives.
-fn session_list(params: Params<'_>, context: &Context, _: &Extensions) -> MethodResult {
+fn session_list(params: Params<'_>, _: &Context, extensions: &Extensions) -> MethodResult {
     let raw = params
         .as_str()
         .map(serde_json::from_str::<&RawValue>)
         .transpose()
         .map_err(|error| invalid_params(format!("invalid params: {error}")))?;
-    to_value(runtime(context)?.list_sessions(raw)?)
+    to_value(runtime(extensions)?.list_sessions(raw)?)
 }
 
 /// `_sandboxagent/agent/install {agent, version?, reinstall?}` →
@@ -234,11 +239,11 @@ fn session_list(params: Params<'_>, context: &Context, _: &Extensions) -> Method
 /// the same problem as there, as a JSON-RPC error (`data.type`).
 async fn agent_install(
     params: Params<'static>,
-    context: Arc<Context>,
-    _: Extensions,
+    _: Arc<Context>,
+    extensions: Extensions,
 ) -> MethodResult {
     let request: AgentInstallRequest = params.parse()?;
-    let runtime = runtime(&context)?;
+    let runtime = runtime(&extensions)?;
     let installed = runtime
         .install_agent(&request.agent, request.options)
         .await
@@ -252,15 +257,16 @@ async fn agent_install(
 /// `/v2/fs/*`, as a JSON-RPC error (`data.type`; research/contract.md,
 /// "Host file system").
 async fn fs_call<T: Serialize + Send + 'static>(
-    context: &Context,
     extensions: &Extensions,
     session: Option<&str>,
     call: impl FnOnce(&crate::fs::Scope) -> Result<T, crate::error::Error> + Send + 'static,
 ) -> MethodResult {
-    let runtime = runtime(context)?;
+    let runtime = runtime(extensions)?;
     let caller = caller(extensions)?;
     let rpc = |error: crate::error::Error| ErrorObjectOwned::from(error.to_rpc_error());
-    let scope = crate::fs::Scope::new(&runtime, session, Some(&caller.agent)).map_err(rpc)?;
+    let scope = runtime
+        .fs_scope(session, Some(&caller.agent))
+        .map_err(rpc)?;
     let answer = tokio::task::spawn_blocking(move || call(&scope))
         .await
         .map_err(|error| RpcError::new(code::INTERNAL_ERROR, error.to_string()))?
@@ -271,62 +277,45 @@ async fn fs_call<T: Serialize + Send + 'static>(
 /// `_sandboxagent/fs/list_entries {path?, sessionId?}` → `FsEntries`.
 async fn fs_list_entries(
     params: Params<'static>,
-    context: Arc<Context>,
+    _: Arc<Context>,
     extensions: Extensions,
 ) -> MethodResult {
     let params: FsPathParams = optional_params(&params)?;
-    fs_call(
-        &context,
-        &extensions,
-        params.session_id.as_deref(),
-        move |scope| crate::fs::ops::list(scope, params.path.as_deref()),
-    )
+    fs_call(&extensions, params.session_id.as_deref(), move |scope| {
+        crate::fs::ops::list(scope, params.path.as_deref())
+    })
     .await
 }
 
 /// `_sandboxagent/fs/stat {path, sessionId?}` → `FsEntry`.
-async fn fs_stat(
-    params: Params<'static>,
-    context: Arc<Context>,
-    extensions: Extensions,
-) -> MethodResult {
+async fn fs_stat(params: Params<'static>, _: Arc<Context>, extensions: Extensions) -> MethodResult {
     let params: FsPathParams = params.parse()?;
     let path = required_path(&params)?;
-    fs_call(
-        &context,
-        &extensions,
-        params.session_id.as_deref(),
-        move |scope| crate::fs::ops::stat(scope, &path),
-    )
+    fs_call(&extensions, params.session_id.as_deref(), move |scope| {
+        crate::fs::ops::stat(scope, &path)
+    })
     .await
 }
 
 /// `_sandboxagent/fs/mkdir {path, sessionId?}` → `{path}`.
 async fn fs_mkdir(
     params: Params<'static>,
-    context: Arc<Context>,
+    _: Arc<Context>,
     extensions: Extensions,
 ) -> MethodResult {
     let params: FsPathParams = params.parse()?;
     let path = required_path(&params)?;
-    fs_call(
-        &context,
-        &extensions,
-        params.session_id.as_deref(),
-        move |scope| crate::fs::ops::mkdir(scope, &path),
-    )
+    fs_call(&extensions, params.session_id.as_deref(), move |scope| {
+        crate::fs::ops::mkdir(scope, &path)
+    })
     .await
 }
 
 /// `_sandboxagent/fs/move {from, to, overwrite?, sessionId?}` → `{from, to}`.
-async fn fs_move(
-    params: Params<'static>,
-    context: Arc<Context>,
-    extensions: Extensions,
-) -> MethodResult {
+async fn fs_move(params: Params<'static>, _: Arc<Context>, extensions: Extensions) -> MethodResult {
     let params: FsMoveParams = params.parse()?;
     let session = params.session_id.clone();
-    fs_call(&context, &extensions, session.as_deref(), move |scope| {
+    fs_call(&extensions, session.as_deref(), move |scope| {
         crate::fs::ops::rename(scope, &params)
     })
     .await
@@ -335,12 +324,12 @@ async fn fs_move(
 /// `_sandboxagent/fs/delete_entry {path, recursive?, sessionId?}` → `{path}`.
 async fn fs_delete_entry(
     params: Params<'static>,
-    context: Arc<Context>,
+    _: Arc<Context>,
     extensions: Extensions,
 ) -> MethodResult {
     let params: FsDeleteParams = params.parse()?;
     let session = params.session_id.clone();
-    fs_call(&context, &extensions, session.as_deref(), move |scope| {
+    fs_call(&extensions, session.as_deref(), move |scope| {
         crate::fs::ops::delete(scope, &params)
     })
     .await

@@ -13,6 +13,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
+// Every header name and media type the server reads or writes that the
+// `http` crate does not name, in one place (research/contract.md).
+
 /// Request and response header that carries the connection id
 /// (research/contract.md, "Transport: /v2/rpc").
 pub const CONNECTION_ID_HEADER: &str = "x-acp-connection-id";
@@ -23,6 +26,30 @@ pub const CONNECTION_ID_HEADER: &str = "x-acp-connection-id";
 pub const LAST_EVENT_ID_HEADER: &str = "x-acp-last-event-id";
 /// A header that is not part of the contract; a request carrying it gets 400.
 pub const FORBIDDEN_AGENT_HEADER: &str = "x-acp-agent";
+/// Header naming the connection on the `/acp` profile (ACP transports RFD,
+/// "Identity Model"); `/v2/rpc` names it in [`CONNECTION_ID_HEADER`].
+pub const ACP_CONNECTION_ID_HEADER: &str = "acp-connection-id";
+/// Header naming the session of a session-scoped request or stream on the
+/// `/acp` profile.
+pub const ACP_SESSION_ID_HEADER: &str = "acp-session-id";
+/// The Fetch metadata header that says how a browser request relates to
+/// the page that made it (W3C Fetch Metadata Request Headers).
+pub const SEC_FETCH_SITE_HEADER: &str = "sec-fetch-site";
+/// The Fetch metadata header that says what kind of request it is
+/// (`navigate` for a navigation).
+pub const SEC_FETCH_MODE_HEADER: &str = "sec-fetch-mode";
+/// The Fetch metadata header that says where the answer goes (`document`
+/// for a top-level navigation, `iframe`, `script`, `image`, …).
+pub const SEC_FETCH_DEST_HEADER: &str = "sec-fetch-dest";
+/// Fetch standard: which origins may embed an answer (`same-origin` on
+/// every answer; research/contract.md, "Auth and CORS").
+pub const CROSS_ORIGIN_RESOURCE_POLICY_HEADER: &str = "cross-origin-resource-policy";
+/// Tells a proxy (nginx) not to buffer an event stream.
+pub const X_ACCEL_BUFFERING_HEADER: &str = "x-accel-buffering";
+/// Media type of a JSON-RPC message, its answer and every JSON body.
+pub const APPLICATION_JSON: &str = "application/json";
+/// Media type of every event stream (SSE).
+pub const EVENT_STREAM: &str = "text/event-stream";
 // The `_meta` namespace and the `_sandboxagent/*` names live in `ext-methods`.
 
 /// ACP method names the runtime looks at (the ACP schema, `agent-client-protocol-schema` v1).

@@ -118,21 +118,16 @@ impl Session {
         let Some(attached) = self.end(notice.reason) else {
             return false;
         };
-        let line = protocol::notification_line(SESSION_ENDED, notice);
+        let line = Bytes::from(protocol::notification_line(SESSION_ENDED, notice));
         // An end the shutdown caused is not stored: the session comes back
         // dormant (research/contract.md, "Durable sessions").
         let stored = self.persist.as_ref().is_none_or(|p| !p.is_shutting_down());
         {
             let mut state = self.state.lock();
-            self.record_locked(
-                &mut state,
-                Direction::AgentToClient,
-                Bytes::copy_from_slice(&line),
-                stored,
-            );
+            self.record_locked(&mut state, Direction::AgentToClient, line.clone(), stored);
         }
         for connection in attached {
-            connection.push(&line);
+            connection.push(line.clone(), Some(&self.id));
         }
         true
     }
@@ -159,7 +154,7 @@ impl Session {
     pub fn record_and_deliver(&self, direction: Direction, message: Bytes) {
         let mut state = self.state.lock();
         for connection in &state.attached {
-            connection.push(&message);
+            connection.push(message.clone(), Some(&self.id));
         }
         self.record_locked(&mut state, direction, message, true);
     }

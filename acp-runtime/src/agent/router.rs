@@ -353,14 +353,16 @@ impl Router {
     /// to the waiting POST, or to the connection's SSE stream when the POST
     /// is gone (or timed out), so nothing is lost.
     fn settle(&self, request: ClientRequest, line: Vec<u8>, session: Option<&Session>) {
+        let line = Bytes::from(line);
         if let Some(session) = session {
-            session.record(Direction::AgentToClient, Bytes::copy_from_slice(&line));
+            session.record(Direction::AgentToClient, line.clone());
         }
         request
             .connection
             .release_request_id(request.client_id.get());
-        if let Err(line) = request.reply.send(Bytes::from(line)) {
-            request.connection.push(&line);
+        if let Err(line) = request.reply.send(line) {
+            // An answer has no `params`: the connection's own lane.
+            request.connection.push(line, None);
         }
     }
 
@@ -376,12 +378,13 @@ impl Router {
         requests.remove(&key).map(|(_, request)| request.session)
     }
 
-    /// Handles one line the agent wrote to stdout.
-    pub fn dispatch(&self, line: &[u8]) {
+    /// Handles one line the agent wrote to stdout. The line itself (shared,
+    /// not copied) is what the session log and the connections' rings keep.
+    pub fn dispatch(&self, line: Bytes) {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        let (message, kind) = match AgentMessage::parse(line) {
+        let (message, kind) = match AgentMessage::parse(&line) {
             Ok(parsed) => parsed,
             Err(error) => {
                 // The report goes to every connection of the agent: a long
@@ -390,14 +393,17 @@ impl Router {
                     let error = format!("{error} (line of {} bytes, cut)", line.len());
                     self.report_unparsed(&cut(&line[..PREFIX_BYTES]), &error);
                 } else {
-                    self.report_unparsed(&String::from_utf8_lossy(line), &error.to_string());
+                    self.report_unparsed(&String::from_utf8_lossy(&line), &error.to_string());
                 }
                 return;
             }
         };
         // Agent lines are one line, but a bare CR inside is JSON whitespace
         // that would split an SSE `data:` line.
-        let line = protocol::one_line(line);
+        let line = match protocol::one_line(&line) {
+            std::borrow::Cow::Borrowed(_) => line.clone(),
+            std::borrow::Cow::Owned(flat) => Bytes::from(flat),
+        };
         match kind {
             Kind::Response => self.on_response(&message),
             Kind::Notification => self.on_notification(&message, &line),
@@ -418,16 +424,16 @@ impl Router {
         if self.warnings.unparsed.admit() {
             tracing::warn!(agent = %self.agent, error, "agent wrote a line that is not JSON-RPC");
         }
-        let notice = protocol::notification_line(
+        let notice = Bytes::from(protocol::notification_line(
             AGENT_UNPARSED,
             &AgentUnparsed {
                 agent: self.agent.to_string(),
                 raw: raw.to_owned(),
                 error: error.to_owned(),
             },
-        );
+        ));
         for connection in self.targets.connections.of_agent(&self.agent) {
-            connection.push(&notice);
+            connection.push(notice.clone(), None);
         }
     }
 
@@ -570,14 +576,14 @@ impl Router {
         }
     }
 
-    fn on_notification(&self, envelope: &AgentMessage<'_>, line: &[u8]) {
+    fn on_notification(&self, envelope: &AgentMessage<'_>, line: &Bytes) {
         if envelope.method() == method::CANCEL_REQUEST {
             self.on_agent_cancel(envelope, line);
             return;
         }
         let Some(session_id) = envelope.session_id() else {
             for connection in self.targets.connections.of_agent(&self.agent) {
-                connection.push(line);
+                connection.push(line.clone(), None);
             }
             return;
         };
@@ -589,7 +595,7 @@ impl Router {
                 {
                     self.take_hints(&session, &hints);
                 }
-                session.record_and_deliver(Direction::AgentToClient, Bytes::copy_from_slice(line));
+                session.record_and_deliver(Direction::AgentToClient, line.clone());
             }
             None => self.hold(session_id.into(), line, None),
         }
@@ -597,7 +603,7 @@ impl Router {
 
     /// The agent withdraws one of its requests: only the connections that got
     /// it hear about it, and a later answer is dropped.
-    fn on_agent_cancel(&self, envelope: &AgentMessage<'_>, line: &[u8]) {
+    fn on_agent_cancel(&self, envelope: &AgentMessage<'_>, line: &Bytes) {
         let Some(request_id) = envelope.cancelled_request_id() else {
             return;
         };
@@ -605,13 +611,11 @@ impl Router {
             return;
         };
         let targets = match session.and_then(|id| self.live_session(&id)) {
-            Some(session) => {
-                session.record_and_targets(Direction::AgentToClient, Bytes::copy_from_slice(line))
-            }
+            Some(session) => session.record_and_targets(Direction::AgentToClient, line.clone()),
             None => self.last_requester.lock().upgrade().into_iter().collect(),
         };
         for connection in targets {
-            connection.push(line);
+            connection.push(line.clone(), envelope.session_id());
         }
     }
 
@@ -632,13 +636,12 @@ impl Router {
             })
     }
 
-    fn on_agent_request(&self, envelope: &AgentMessage<'_>, line: &[u8]) {
+    fn on_agent_request(&self, envelope: &AgentMessage<'_>, line: &Bytes) {
         let Some(raw_id) = envelope.id.map(|id| Box::<str>::from(id.get())) else {
             return;
         };
         let method = envelope.method();
         let session_id: Option<Arc<str>> = envelope.session_id().map(Into::into);
-        let line = Bytes::copy_from_slice(line);
         let Some(session_id) = session_id else {
             // No session: exactly one connection, the most recent requester.
             let target = self
@@ -649,7 +652,7 @@ impl Router {
             match target {
                 Some(connection) if connection.capabilities.allows(method) => {
                     self.remember_agent_request(&raw_id, None, method, line.clone());
-                    connection.push(&line);
+                    connection.push(line.clone(), None);
                 }
                 _ => self.answer_method_not_found(envelope, method),
             }
@@ -657,7 +660,7 @@ impl Router {
         };
         self.remember_agent_request(&raw_id, Some(session_id.clone()), method, line.clone());
         let Some(session) = self.live_session(&session_id) else {
-            self.hold(session_id, &line, Some(raw_id));
+            self.hold(session_id, line, Some(raw_id));
             return;
         };
         let attached = session.record_and_targets(Direction::AgentToClient, line.clone());
@@ -675,7 +678,7 @@ impl Router {
             return;
         }
         for connection in allowed {
-            connection.push(&line);
+            connection.push(line.clone(), Some(&session_id));
         }
     }
 
@@ -722,7 +725,7 @@ impl Router {
         self.targets.sessions.live(id, self.generation)
     }
 
-    fn hold(&self, session: Arc<str>, line: &[u8], request_id: Option<Box<str>>) {
+    fn hold(&self, session: Arc<str>, line: &Bytes, request_id: Option<Box<str>>) {
         let mut held = self.held.lock();
         let now = Instant::now();
         while let Some(front) = held.front() {
@@ -739,7 +742,7 @@ impl Router {
         held.push_back(Held {
             at: now,
             session,
-            line: Bytes::copy_from_slice(line),
+            line: line.clone(),
             request_id,
         });
     }
@@ -759,7 +762,7 @@ impl Router {
             }
             if now.duration_since(message.at) < HELD_TTL {
                 session.record(Direction::AgentToClient, message.line.clone());
-                connection.push(&message.line);
+                connection.push(message.line.clone(), Some(&message.session));
                 if let Some(id) = message.request_id.take() {
                     delivered.insert(id);
                 }
@@ -797,7 +800,7 @@ impl Router {
                     continue;
                 }
                 if connection.capabilities.allows(&request.method) {
-                    connection.push(&request.line);
+                    connection.push(request.line.clone(), request.session.as_deref());
                 } else {
                     refused.push(request.line.clone());
                 }

@@ -92,7 +92,7 @@ pub async fn read_stdout(
         tokio::select! {
             biased;
             line = stdout.next() => match line {
-                Some(Ok(Line::Message(bytes))) => process.router.dispatch(&bytes),
+                Some(Ok(Line::Message(bytes))) => process.router.dispatch(bytes),
                 Some(Ok(Line::TooLong { prefix, length })) => {
                     process.router.report_too_long(&prefix, length, max_line_bytes);
                 }

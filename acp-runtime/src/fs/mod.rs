@@ -44,8 +44,8 @@ pub(crate) mod batch;
 pub(crate) mod ops;
 pub(crate) mod transfer;
 
+use crate::config::ServerConfig;
 use crate::error::{Error, FsConflict};
-use crate::runtime::Runtime;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, mkdirat};
@@ -71,48 +71,21 @@ pub(crate) struct Scope {
 }
 
 impl Scope {
-    /// The scope of a request naming `session` (its `cwd` is the base of
-    /// relative paths). `agent` picks among sessions of several agents that
-    /// share the id (the calling connection's agent on `/v2/rpc`).
+    /// The scope of one request: confined to `config.fs_root` (resolved
+    /// once, at start: resolving it again per request would follow a root
+    /// later replaced by a symlink), relative paths from `cwd` (a session's,
+    /// [`crate::session::Sessions::cwd_of`]) or else the server's working
+    /// directory.
     ///
     /// # Errors
-    /// 404 `unknown-session`; 409 `ambiguous-session` when sessions of
-    /// several agents have the id and different `cwd`s; 500 when the
-    /// server's working directory is gone.
-    pub(crate) fn new(
-        runtime: &Runtime,
-        session: Option<&str>,
-        agent: Option<&str>,
-    ) -> Result<Self, Error> {
-        // Resolved once, at start (`ServerConfig::fs_root`): resolving it
-        // again per request would follow a root later replaced by a symlink.
-        let root = runtime.config.fs_root.clone();
-        let root_alias = runtime
-            .config
+    /// 500 when the server's working directory is gone.
+    pub(crate) fn new(config: &ServerConfig, cwd: Option<String>) -> Result<Self, Error> {
+        let root = config.fs_root.clone();
+        let root_alias = config
             .fs_root_as_given
             .clone()
             .filter(|given| Some(given) != root.as_ref());
-        let cwd = match session {
-            None => None,
-            Some(id) => {
-                let own = agent.and_then(|agent| runtime.sessions.get(agent, id));
-                let candidates = match own {
-                    Some(session) => vec![session],
-                    None => runtime.sessions.by_id(id),
-                };
-                let Some(first) = candidates.first() else {
-                    return Err(Error::UnknownSession(id.to_owned()));
-                };
-                let cwd = first.cwd();
-                if candidates.iter().any(|other| other.cwd() != cwd) {
-                    return Err(Error::AmbiguousSession {
-                        id: id.to_owned(),
-                        agents: candidates.iter().map(|s| s.agent.to_string()).collect(),
-                    });
-                }
-                cwd.filter(|cwd| Path::new(cwd).is_absolute())
-            }
-        };
+        let cwd = cwd.filter(|cwd| Path::new(cwd).is_absolute());
         let base = match cwd {
             Some(cwd) => PathBuf::from(cwd),
             None => std::env::current_dir()

@@ -9,26 +9,21 @@
 //! `Last-Event-ID`; `DELETE` ends the connection and the sessions only it is
 //! attached to.
 
-use super::headers::{accepts, is_json_content, last_event_id};
-use super::{Body, HttpRequest, empty, full, read_body, sse};
-use crate::connection::Connection;
+use super::headers::{accepts, last_event_id};
+use super::message::{self, Detached};
+use super::routes::ACP_PATH;
+use super::sse;
+use super::{Body, HttpRequest, empty, full};
+use crate::connection::Profile;
 use crate::error::Error;
-use crate::protocol::{self, Envelope, EnvelopeError, Kind, OwnedEnvelope, method};
-use crate::runtime::{Profile, Reply, Runtime};
-use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
-use serde_json::value::RawValue;
+use crate::message::Inbound;
+use crate::protocol::{
+    self, ACP_CONNECTION_ID_HEADER, ACP_SESSION_ID_HEADER, APPLICATION_JSON, EVENT_STREAM, Kind,
+    method,
+};
+use crate::runtime::{Opening, Reply, Runtime, To};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
-
-/// Header naming the connection (ACP transports RFD, "Identity Model").
-pub const CONNECTION_ID_HEADER: &str = "acp-connection-id";
-/// Header naming the session of a session-scoped request or stream.
-pub const SESSION_ID_HEADER: &str = "acp-session-id";
-/// Path of the profile; `/acp/{agent}` names the agent.
-pub const PATH: &str = "/acp";
-
-const APPLICATION_JSON: &str = "application/json";
-use sse::EVENT_STREAM;
 
 /// Methods that act on one session: the RFD requires `Acp-Session-Id` on
 /// them (the list the official Rust client uses).
@@ -55,115 +50,70 @@ const CONNECTION_LANE_ANSWERS: &[&str] = &[
     method::SESSION_FORK,
 ];
 
-/// The agent `path` names: `Some(None)` for `/acp`, `Some(Some(segment))`
-/// for `/acp/{agent}` (still percent-encoded), `None` for other paths.
-pub fn target(path: &str) -> Option<Option<&str>> {
-    let rest = path.strip_prefix(PATH)?;
-    if rest.is_empty() || rest == "/" {
-        return Some(None);
-    }
-    let agent = rest.strip_prefix('/')?;
-    (!agent.is_empty() && !agent.contains('/')).then_some(Some(agent))
-}
-
-/// Serves one request on the profile; `agent` is the agent named by path.
-/// On a bare `/acp` the server's `--default-agent` stands in for it, so an
-/// `initialize` takes its agent from `_meta`, else the default, else gets 400.
+/// `POST`: `initialize` without a connection → 200 with the JSON answer and
+/// `Acp-Connection-Id`; anything else → 202, its answer (if any) pushed to
+/// the connection's ring. `path_agent`: the agent named by path, or the
+/// server's `--default-agent` on a bare `/acp` (an `initialize` takes its
+/// agent from `_meta`, else this, else gets 400).
 ///
 /// # Errors
 /// The problem the RFD's routing table gives (400, 404, 406, 409, 415, 501)
 /// and the runtime's own.
-pub async fn route(
-    runtime: &Arc<Runtime>,
-    request: &mut HttpRequest,
-    agent: Option<&str>,
-) -> Result<Response<Body>, Error> {
-    let agent = agent.or(runtime.config.default_agent.as_deref());
-    match *request.method() {
-        Method::POST => post(runtime, request, agent).await,
-        Method::GET if super::websocket::is_upgrade(request.headers()) => {
-            super::websocket::upgrade(runtime, request, agent)
-        }
-        Method::GET => get(runtime, request),
-        Method::DELETE => delete(runtime, request).await,
-        _ => Err(Error::MethodNotAllowed("GET, POST, DELETE")),
-    }
-}
-
-/// `POST`: `initialize` without a connection → 200 with the JSON answer and
-/// `Acp-Connection-Id`; anything else → 202, its answer (if any) pushed to
-/// the connection's ring.
-async fn post(
+pub async fn post(
     runtime: &Arc<Runtime>,
     request: &mut HttpRequest,
     path_agent: Option<&str>,
 ) -> Result<Response<Body>, Error> {
-    if !is_json_content(request.headers()) {
-        return Err(Error::UnsupportedMediaType);
-    }
-    if !accepts(request.headers(), APPLICATION_JSON) {
-        return Err(Error::NotAcceptable(APPLICATION_JSON));
-    }
-    let body = read_body(
-        request,
-        runtime.config.max_body_bytes,
-        runtime.config.read_timeout,
-    )
-    .await?;
-    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+    let line = message::read(runtime, request).await?;
+    if line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return Err(Error::BatchNotSupported);
     }
-    let connection_id = header(request.headers(), CONNECTION_ID_HEADER)?;
-    let session_header = header(request.headers(), SESSION_ID_HEADER)?;
-    let invalid =
-        |error: EnvelopeError| Error::InvalidRequest(format!("invalid JSON-RPC message: {error}"));
-    let body = one_line_message(body).map_err(invalid)?;
-    let (envelope, kind) = Envelope::parse(&body, true).map_err(invalid)?;
+    let connection_id = header(request.headers(), ACP_CONNECTION_ID_HEADER)?;
+    let session_header = header(request.headers(), ACP_SESSION_ID_HEADER)?;
+    let message = Inbound::parse(&line).map_err(message::invalid)?;
     let Some(connection_id) = connection_id else {
-        if kind != Kind::Request || envelope.method() != method::INITIALIZE {
+        if !message.is_initialize() {
             return Err(Error::InvalidRequest(format!(
-                "the {CONNECTION_ID_HEADER} header is required (only initialize may be sent without one)"
+                "the {ACP_CONNECTION_ID_HEADER} header is required (only initialize may be sent without one)"
             )));
         }
-        if path_agent.is_none() && protocol::meta_agent(envelope.params).is_none() {
+        if path_agent.is_none() && protocol::meta_agent(message.envelope.params).is_none() {
             return Err(Error::InvalidRequest(format!(
-                "name the agent in the path: POST {PATH}/{{agent}} (known agents: {}), or in params._meta[\"sandboxagent.dev\"].agent of initialize (or start the server with --default-agent)",
+                "name the agent in the path: POST {ACP_PATH}/{{agent}} (known agents: {}), or in params._meta[\"sandboxagent.dev\"].agent of initialize (or start the server with --default-agent)",
                 runtime.agents.known_ids()
             )));
         }
-        return initialize(runtime, body, path_agent).await;
+        return initialize(runtime, &message, path_agent).await;
     };
     let connection = runtime.connections.lookup(&connection_id)?;
-    let method = envelope.method().to_owned();
-    let params_session = envelope.session_id();
-    if kind != Kind::Response && SESSION_SCOPED.contains(&method.as_str()) {
+    let method = message.method();
+    let params_session = message.envelope.session_id();
+    if message.kind != Kind::Response && SESSION_SCOPED.contains(&method) {
         match (&session_header, &params_session) {
             (None, _) => {
                 return Err(Error::InvalidRequest(format!(
-                    "{method} is session-scoped: send the {SESSION_ID_HEADER} header"
+                    "{method} is session-scoped: send the {ACP_SESSION_ID_HEADER} header"
                 )));
             }
             (Some(header), Some(params)) if header != params => {
                 return Err(Error::InvalidRequest(format!(
-                    "the {SESSION_ID_HEADER} header does not match params.sessionId"
+                    "the {ACP_SESSION_ID_HEADER} header does not match params.sessionId"
                 )));
             }
             _ => {}
         }
     }
-    let request_id = envelope.id.map(RawValue::to_owned);
-    let lane = if CONNECTION_LANE_ANSWERS.contains(&method.as_str()) {
+    let lane = if CONNECTION_LANE_ANSWERS.contains(&method) {
         None
     } else {
         session_header.or(params_session)
     };
-    let dispatch = Dispatch {
+    let detached = Detached {
         runtime: runtime.clone(),
         connection,
-        request_id,
         lane,
     };
-    dispatch.start(&envelope, kind, &body).await;
+    detached.start(&message).await;
     Ok(empty(StatusCode::ACCEPTED))
 }
 
@@ -171,14 +121,15 @@ async fn post(
 /// `Acp-Connection-Id`.
 async fn initialize(
     runtime: &Arc<Runtime>,
-    body: Bytes,
+    message: &Inbound<'_>,
     path_agent: Option<&str>,
 ) -> Result<Response<Body>, Error> {
-    let profile = Profile {
+    let opening = Opening {
+        profile: Profile::Acp,
         agent: path_agent,
         connection_id: None,
     };
-    let reply = runtime.handle_post_for(None, body, profile).await?;
+    let reply = runtime.dispatch(To::Open(opening), message).await?;
     let Reply::Json {
         body,
         connection_id,
@@ -191,91 +142,25 @@ async fn initialize(
     if let Some(id) = connection_id
         && let Ok(value) = HeaderValue::from_str(&id)
     {
-        response.headers_mut().insert(CONNECTION_ID_HEADER, value);
+        response
+            .headers_mut()
+            .insert(ACP_CONNECTION_ID_HEADER, value);
     }
     Ok(response)
 }
 
-/// One message of an open connection, handled apart from the HTTP exchange
-/// or WebSocket frame that brought it; its answer goes to the ring.
-pub(crate) struct Dispatch {
-    pub(crate) runtime: Arc<Runtime>,
-    pub(crate) connection: Arc<Connection>,
-    /// The client's request id; `None` for notifications and answers.
-    pub(crate) request_id: Option<Box<RawValue>>,
-    /// The session whose stream gets the answer (when it has one).
-    pub(crate) lane: Option<String>,
-}
-
-impl Dispatch {
-    /// Runs `envelope` of `kind`, parsed from `body` (one line, see
-    /// [`one_line_message`]): a request in its own task (its answer may
-    /// take a whole prompt turn), a notification or an answer to an agent
-    /// request before returning, so a later message cannot overtake it on
-    /// its way to the agent. The message is not parsed again: a request's
-    /// task gets a copy of its members ([`OwnedEnvelope`]).
-    pub(crate) async fn start(self, envelope: &Envelope<'_>, kind: Kind, body: &Bytes) {
-        if kind == Kind::Request {
-            let owned = OwnedEnvelope::new(envelope);
-            let body = body.clone();
-            tokio::spawn(async move { self.run(&owned.envelope(), kind, &body).await });
-        } else {
-            self.run(envelope, kind, body).await;
-        }
-    }
-
-    /// Hands the message to the runtime and pushes what comes back to the
-    /// connection's ring: the answer, or a JSON-RPC error carrying the
-    /// problem a `/v2/rpc` POST would have answered with. The connection's
-    /// agent stands in for `_meta` ([`Profile::agent`]).
-    async fn run(self, envelope: &Envelope<'_>, kind: Kind, body: &Bytes) {
-        let reply = self
-            .runtime
-            .handle_parsed(&self.connection, envelope, kind, body, true)
-            .await;
-        let line = match reply {
-            Ok(Reply::Json { body, .. }) => body,
-            Ok(Reply::Accepted) => return,
-            Err(error) => {
-                let Some(id) = &self.request_id else {
-                    tracing::debug!(connection = %self.connection.id, %error, "message failed");
-                    return;
-                };
-                Bytes::from(protocol::error_response_line(id, &error.to_rpc_error()))
-            }
-        };
-        self.connection.push_in(&line, self.lane.as_deref());
-    }
-}
-
-/// The message of `body` as one line, ready for the one parse that
-/// [`Dispatch::start`] takes: `body` itself when it has no CR or LF (the
-/// common case); else, once it parsed as a JSON-RPC message, a copy with them
-/// flattened ([`protocol::one_line`] is only for bytes that parsed: a raw
-/// newline inside a string must stay an error).
-///
-/// # Errors
-/// Why `body` is not a JSON-RPC message, when it has a CR or LF.
-pub(crate) fn one_line_message(body: Bytes) -> Result<Bytes, EnvelopeError> {
-    if !protocol::has_newline(&body) {
-        return Ok(body);
-    }
-    Envelope::parse(&body, true)?;
-    Ok(Bytes::from(protocol::one_line(&body).into_owned()))
-}
-
 /// `GET`: the connection's stream, or with `Acp-Session-Id` that session's.
-fn get(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<Body>, Error> {
+pub fn get(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<Body>, Error> {
     let headers = request.headers();
     if !accepts(headers, EVENT_STREAM) {
         return Err(Error::NotAcceptable(EVENT_STREAM));
     }
-    let id = header(headers, CONNECTION_ID_HEADER)?.ok_or_else(|| {
-        Error::InvalidRequest(format!("the {CONNECTION_ID_HEADER} header is required"))
+    let id = header(headers, ACP_CONNECTION_ID_HEADER)?.ok_or_else(|| {
+        Error::InvalidRequest(format!("the {ACP_CONNECTION_ID_HEADER} header is required"))
     })?;
     let last_event_id = last_event_id(headers)?;
     let connection = runtime.connections.lookup(&id)?;
-    let session = header(headers, SESSION_ID_HEADER)?;
+    let session = header(headers, ACP_SESSION_ID_HEADER)?;
     if let Some(session) = &session {
         // Known to this connection, or to its agent (a stream opened before
         // `session/load` on a new connection, as the RFD's resume flow does).
@@ -293,7 +178,7 @@ fn get(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<Body>, 
         stream,
         runtime.config.heartbeat,
         runtime.shutdown.clone(),
-        CONNECTION_ID_HEADER,
+        ACP_CONNECTION_ID_HEADER,
         &connection.id,
     ))
 }
@@ -304,9 +189,12 @@ fn get(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<Body>, 
 ///
 /// # Errors
 /// 400 without `Acp-Connection-Id`, 404 for an unknown one.
-async fn delete(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<Body>, Error> {
-    let id = header(request.headers(), CONNECTION_ID_HEADER)?.ok_or_else(|| {
-        Error::InvalidRequest(format!("the {CONNECTION_ID_HEADER} header is required"))
+pub async fn delete(
+    runtime: &Arc<Runtime>,
+    request: &HttpRequest,
+) -> Result<Response<Body>, Error> {
+    let id = header(request.headers(), ACP_CONNECTION_ID_HEADER)?.ok_or_else(|| {
+        Error::InvalidRequest(format!("the {ACP_CONNECTION_ID_HEADER} header is required"))
     })?;
     let connection = runtime.connections.lookup(&id)?;
     for session_id in connection.attached_sessions() {
@@ -337,20 +225,5 @@ fn header(headers: &HeaderMap, name: &str) -> Result<Option<String>, Error> {
             .to_str()
             .map(|v| Some(v.trim().to_owned()).filter(|v| !v.is_empty()))
             .map_err(|_| Error::InvalidRequest(format!("{name} must be visible ASCII"))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::target;
-
-    #[test]
-    fn paths() {
-        assert_eq!(target("/acp"), Some(None));
-        assert_eq!(target("/acp/"), Some(None));
-        assert_eq!(target("/acp/mock"), Some(Some("mock")));
-        assert_eq!(target("/acp/mock/x"), None);
-        assert_eq!(target("/acpx"), None);
-        assert_eq!(target("/v2/rpc"), None);
     }
 }

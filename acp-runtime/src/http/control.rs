@@ -5,11 +5,12 @@
 use super::headers::is_json_content;
 use super::{Body, HttpRequest, full, read_body};
 use crate::error::Error;
+use crate::protocol::APPLICATION_JSON;
 use crate::runtime::Runtime;
 use crate::session::Session;
 use bytes::Bytes;
 use ext_methods::{AgentInstallParams, AgentListResult};
-use http::{Method, StatusCode};
+use http::StatusCode;
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -20,36 +21,6 @@ const INSTALL_BODY_LIMIT: usize = 64 * 1024;
 const DEFAULT_EVENTS_LIMIT: usize = 100;
 /// Largest `limit` accepted.
 const MAX_EVENTS_LIMIT: usize = 1000;
-
-/// Routes `/v2/sessions…` and `/v2/agents`; `None` when `path` is not one of them.
-pub async fn route(
-    runtime: &Arc<Runtime>,
-    method: &Method,
-    path: &str,
-    query: Option<&str>,
-) -> Option<Result<http::Response<Body>, Error>> {
-    let segments: Vec<&str> = path
-        .strip_prefix("/v2/")?
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
-    let handled = match segments.as_slice() {
-        ["sessions"] => get_only(method, || sessions(runtime)),
-        ["sessions", id] => get_only(method, || {
-            session(runtime, &decode_segment(id)?, &SessionQuery::parse(query)?)
-        }),
-        ["sessions", id, "events"] => match *method {
-            Method::GET | Method::HEAD => match (decode_segment(id), SessionQuery::parse(query)) {
-                (Ok(id), Ok(query)) => events(runtime, &id, &query).await,
-                (Err(error), _) | (_, Err(error)) => Err(error),
-            },
-            _ => Err(Error::MethodNotAllowed("GET")),
-        },
-        ["agents"] => get_only(method, || agents(runtime)),
-        _ => return None,
-    };
-    Some(handled)
-}
 
 /// One path segment, percent-decoded (RFC 3986 section 2.1): ACP session ids
 /// are arbitrary strings, so a client escapes `/`, spaces and the like.
@@ -77,24 +48,14 @@ pub fn decode_segment(segment: &str) -> Result<String, Error> {
         })
 }
 
-fn get_only(
-    method: &Method,
-    handler: impl FnOnce() -> Result<http::Response<Body>, Error>,
-) -> Result<http::Response<Body>, Error> {
-    match *method {
-        Method::GET | Method::HEAD => handler(),
-        _ => Err(Error::MethodNotAllowed("GET")),
-    }
-}
-
 fn json(value: &impl Serialize) -> Result<http::Response<Body>, Error> {
     let body = serde_json::to_vec(value)
         .map_err(|e| Error::InvalidRequest(format!("cannot serialize the answer: {e}")))?;
-    Ok(full(StatusCode::OK, "application/json", Bytes::from(body)))
+    Ok(full(StatusCode::OK, APPLICATION_JSON, Bytes::from(body)))
 }
 
 /// `GET /v2/sessions` → `{"sessions": [entry, …]}`, newest first.
-fn sessions(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
+pub fn sessions(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
     let sessions: Vec<_> = runtime.sessions.all().iter().map(|s| s.info()).collect();
     json(&serde_json::json!({ "sessions": sessions }))
 }
@@ -163,24 +124,36 @@ fn resolve(runtime: &Runtime, id: &str, query: &SessionQuery) -> Result<Arc<Sess
     }
 }
 
-/// `GET /v2/sessions/{id}[?agent=A]` → one entry.
-fn session(
+/// `GET /v2/sessions/{id}[?agent=A]` → one entry; `id` as in the path
+/// (percent-encoded).
+///
+/// # Errors
+/// 400 for a bad segment or query, 404, 409 as [`resolve`].
+pub fn session(
     runtime: &Runtime,
     id: &str,
-    query: &SessionQuery,
+    query: Option<&str>,
 ) -> Result<http::Response<Body>, Error> {
-    json(&resolve(runtime, id, query)?.info())
+    let id = decode_segment(id)?;
+    let query = SessionQuery::parse(query)?;
+    json(&resolve(runtime, &id, &query)?.info())
 }
 
 /// `GET /v2/sessions/{id}/events?offset=N&limit=M[&agent=A]` → `SessionEventsPage`;
 /// events memory no longer holds come from the store (research/contract.md,
 /// "Durable sessions").
-async fn events(
+///
+/// # Errors
+/// 400 for a bad segment, query or `limit`, 404, 409 as [`resolve`], 503
+/// when the store cannot be read.
+pub async fn events(
     runtime: &Runtime,
     id: &str,
-    query: &SessionQuery,
+    query: Option<&str>,
 ) -> Result<http::Response<Body>, Error> {
-    let session = resolve(runtime, id, query)?;
+    let id = decode_segment(id)?;
+    let query = SessionQuery::parse(query)?;
+    let session = resolve(runtime, &id, &query)?;
     let offset = query.offset.unwrap_or(0);
     let limit = query.limit.unwrap_or(DEFAULT_EVENTS_LIMIT as u64);
     if limit == 0 || limit > MAX_EVENTS_LIMIT as u64 {
@@ -196,17 +169,10 @@ async fn events(
 }
 
 /// `GET /v2/agents` → `{"agents": [AgentInfo, …]}`.
-fn agents(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
+pub fn agents(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
     json(&AgentListResult {
         agents: runtime.agents.infos(),
     })
-}
-
-/// The agent id of an install path, `/v2/agents/{agent}/install`, still
-/// percent-encoded (see [`decode_segment`]).
-pub fn install_target(path: &str) -> Option<&str> {
-    let agent = path.strip_prefix("/v2/agents/")?.strip_suffix("/install")?;
-    (!agent.is_empty() && !agent.contains('/')).then_some(agent)
 }
 
 /// `POST /v2/agents/{agent}/install` with an optional JSON body

@@ -33,20 +33,15 @@
 use super::HttpRequest;
 use crate::config::ServerConfig;
 use crate::error::Error;
+use crate::protocol;
 use http::HeaderName;
 use http::header::{HOST, ORIGIN};
 use http::uri::{Authority, Scheme, Uri};
 use std::net::{IpAddr, SocketAddr};
 
-/// The Fetch metadata header that says how a browser request relates to
-/// the page that made it (W3C Fetch Metadata Request Headers).
-const SEC_FETCH_SITE: HeaderName = HeaderName::from_static("sec-fetch-site");
-/// The Fetch metadata header that says what kind of request it is
-/// (`navigate` for a navigation).
-const SEC_FETCH_MODE: HeaderName = HeaderName::from_static("sec-fetch-mode");
-/// The Fetch metadata header that says where the answer goes (`document`
-/// for a top-level navigation, `iframe`, `script`, `image`, …).
-const SEC_FETCH_DEST: HeaderName = HeaderName::from_static("sec-fetch-dest");
+const SEC_FETCH_SITE: HeaderName = HeaderName::from_static(protocol::SEC_FETCH_SITE_HEADER);
+const SEC_FETCH_MODE: HeaderName = HeaderName::from_static(protocol::SEC_FETCH_MODE_HEADER);
+const SEC_FETCH_DEST: HeaderName = HeaderName::from_static(protocol::SEC_FETCH_DEST_HEADER);
 
 /// Refuses `request`, accepted on the local address `local`, when its
 /// `Host` or `Origin` is not allowed by `config` (module doc).

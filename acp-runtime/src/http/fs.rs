@@ -7,10 +7,12 @@
 //! `sessionId` (or `session_id`), and `recursive` on `DELETE /v2/fs/entry`.
 
 use super::headers::is_json_content;
+use super::routes::FS_PREFIX;
 use super::{Body, HttpRequest, conditional, empty, full, read_body};
 use crate::agent::archive::Limits;
 use crate::error::Error;
 use crate::fs::{self, Scope, batch, ops, transfer};
+use crate::protocol::APPLICATION_JSON;
 use crate::runtime::Runtime;
 use bytes::Bytes;
 use ext_methods::{FsDeleteParams, FsMoveParams, FsWriteResult};
@@ -26,30 +28,24 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-/// Prefix of every route here.
-pub const PREFIX: &str = "/v2/fs/";
 /// Largest JSON body of `POST /v2/fs/move`, in bytes.
 const MOVE_BODY_LIMIT: usize = 64 * 1024;
 /// Bytes read from disk per body chunk of a download.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
 
-/// Routes a request whose path starts with [`PREFIX`].
-pub async fn route(
+/// Serves `/v2/fs/{name}` with `method`: the operations of the host file
+/// system API by name (research/contract.md, "Host file system").
+///
+/// # Errors
+/// 404 for an unknown name, 405 for a method the name does not take, and
+/// each operation's own.
+pub async fn serve(
     runtime: &Arc<Runtime>,
     request: &mut HttpRequest,
-) -> Result<Response<Body>, Error> {
-    let path = request.uri().path();
-    let path = path.strip_prefix(PREFIX).unwrap_or(path).to_owned();
-    let method = request.method().clone();
-    serve(runtime, request, &path, &method).await
-}
-
-async fn serve(
-    runtime: &Arc<Runtime>,
-    request: &mut HttpRequest,
-    path: &str,
+    name: &str,
     method: &Method,
 ) -> Result<Response<Body>, Error> {
+    let path = name;
     let query = Query::parse(request.uri().query())?;
     match (path, method) {
         ("entries", &Method::GET | &Method::HEAD) => {
@@ -79,7 +75,7 @@ async fn serve(
             if params.session_id.is_none() {
                 params.session_id = query.session_id.clone();
             }
-            let scope = Scope::new(runtime, params.session_id.as_deref(), None)?;
+            let scope = runtime.fs_scope(params.session_id.as_deref(), None)?;
             json(&blocking(move || ops::rename(&scope, &params)).await?)
         }
         ("entry", &Method::DELETE) => {
@@ -101,7 +97,7 @@ async fn serve(
         })),
         ("mkdir" | "move" | "upload-batch", _) => Err(Error::MethodNotAllowed("POST")),
         ("entry", _) => Err(Error::MethodNotAllowed("DELETE")),
-        _ => Err(Error::NotFound(format!("{PREFIX}{path}"))),
+        _ => Err(Error::NotFound(format!("{FS_PREFIX}{path}"))),
     }
 }
 
@@ -140,7 +136,7 @@ impl Query {
     }
 
     fn scope(&self, runtime: &Runtime) -> Result<Scope, Error> {
-        Scope::new(runtime, self.session_id.as_deref(), None)
+        runtime.fs_scope(self.session_id.as_deref(), None)
     }
 
     fn required_path(&self) -> Result<String, Error> {
@@ -162,7 +158,7 @@ async fn blocking<T: Send + 'static>(
 fn json(value: &impl Serialize) -> Result<Response<Body>, Error> {
     let body = serde_json::to_vec(value)
         .map_err(|e| Error::FsIo(format!("cannot serialize the answer: {e}")))?;
-    Ok(full(StatusCode::OK, "application/json", Bytes::from(body)))
+    Ok(full(StatusCode::OK, APPLICATION_JSON, Bytes::from(body)))
 }
 
 /// `GET /v2/fs/file?path=`: the bytes, with `Content-Length`, `ETag`,

@@ -2,6 +2,7 @@
 //! `Last-Event-ID`, and CORS.
 
 use crate::error::Error;
+use crate::protocol::APPLICATION_JSON;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue};
 use subtle::ConstantTimeEq;
@@ -117,7 +118,7 @@ pub fn is_json_content(headers: &HeaderMap) -> bool {
         .get(CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.split(';').next())
-        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case(APPLICATION_JSON))
 }
 
 /// Whether `Content-Type` names a tar archive, gzipped or not:

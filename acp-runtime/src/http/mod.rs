@@ -1,5 +1,8 @@
 //! The HTTP surface: routing, auth, CORS, and the response helpers.
 //!
+//! - [`routes`]: the route table (every path, the credential it needs).
+//! - `message`: a client's JSON-RPC message at the edge: the POST preamble,
+//!   the one parse, a message run apart from its exchange.
 //! - [`rpc`]: `POST` / `GET` / `DELETE` on `/v2/rpc`.
 //! - [`acp`]: the ACP transports RFD profile on `/acp` and `/acp/{agent}`.
 //! - [`websocket`]: the WebSocket upgrade on the same paths.
@@ -19,14 +22,19 @@ pub mod control;
 pub mod cross_site;
 pub mod fs;
 pub mod headers;
+mod message;
 pub mod problem;
+pub mod routes;
 pub mod rpc;
 pub mod sse;
 pub mod ui;
 pub mod websocket;
 
 use crate::error::Error;
-use crate::protocol::{CONNECTION_ID_HEADER, FORBIDDEN_AGENT_HEADER, LAST_EVENT_ID_HEADER};
+use crate::protocol::{
+    ACP_CONNECTION_ID_HEADER, APPLICATION_JSON, CONNECTION_ID_HEADER,
+    CROSS_ORIGIN_RESOURCE_POLICY_HEADER, FORBIDDEN_AGENT_HEADER, LAST_EVENT_ID_HEADER,
+};
 use crate::runtime::Runtime;
 use bytes::Bytes;
 use http::header::{
@@ -37,6 +45,7 @@ use http::header::{
 use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper::body::Incoming;
+use routes::{Access, Route};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -170,7 +179,7 @@ pub async fn handle(
     // CORS").
     let headers = response.headers_mut();
     headers.insert(
-        HeaderName::from_static("cross-origin-resource-policy"),
+        HeaderName::from_static(CROSS_ORIGIN_RESOURCE_POLICY_HEADER),
         HeaderValue::from_static("same-origin"),
     );
     headers.insert(
@@ -195,7 +204,7 @@ pub async fn handle(
             CONNECTION_ID_HEADER,
             LAST_EVENT_ID_HEADER,
             "content-range, accept-ranges, etag, last-modified",
-            acp::CONNECTION_ID_HEADER,
+            ACP_CONNECTION_ID_HEADER,
         ]
         .join(", ");
         if let Ok(exposed) = HeaderValue::from_str(&exposed) {
@@ -206,88 +215,93 @@ pub async fn handle(
     Ok(response)
 }
 
+/// Checks the route's credential, then serves it: the one match of routes
+/// and methods ([`routes`]).
 async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Response<Body>, Error> {
-    let path = request.uri().path();
-    if path == "/v1" || path.starts_with("/v1/") {
+    let uri = request.uri().clone();
+    let route = Route::of(uri.path());
+    if route == Route::Gone {
         return Err(Error::Gone);
     }
     if request.method() == Method::OPTIONS && !runtime.config.cors_allow_origins.is_empty() {
         return Ok(preflight());
     }
-    if path == "/v2/health" {
-        return match *request.method() {
-            Method::GET | Method::HEAD => Ok(health(runtime)),
-            _ => Err(Error::MethodNotAllowed("GET")),
-        };
-    }
-    if let Some(page) = ui::route(request.method(), path) {
-        return page;
-    }
-    if let Some(agent) = acp::target(path) {
-        if let Some(token) = &runtime.config.token {
-            // `?access_token=` only on a WebSocket upgrade (a browser cannot
-            // set headers there; research/contract.md, "The /acp profile").
-            // Two credentials of one kind are refused, whichever is used.
-            headers::single_authorization(request.headers())?;
-            let upgrade =
-                request.method() == Method::GET && websocket::is_upgrade(request.headers());
-            // Both kinds at once: the same rule, never one of them picked.
-            if upgrade
-                && websocket::has_query_token(request.uri())
-                && request.headers().contains_key(http::header::AUTHORIZATION)
-            {
-                return Err(Error::InvalidRequest(
-                    "both an Authorization header and ?access_token: send one credential"
-                        .to_owned(),
-                ));
-            }
-            let by_query = upgrade && websocket::query_token_matches(request.uri(), token)?;
-            if !by_query {
-                headers::check_bearer(request.headers(), token)?;
-            }
-        }
-        if runtime.shutdown.is_cancelled() {
-            return Err(Error::ShuttingDown);
-        }
-        let agent = agent.map(control::decode_segment).transpose()?;
-        return acp::route(runtime, request, agent.as_deref()).await;
-    }
-    if path != "/v2" && !path.starts_with("/v2/") {
-        return Err(Error::NotFound(path.to_owned()));
-    }
+    let upgrade = request.method() == Method::GET && websocket::is_upgrade(request.headers());
     if let Some(token) = &runtime.config.token {
-        headers::check_bearer(request.headers(), token)?;
+        match route.access() {
+            Access::Public => {}
+            Access::Bearer => headers::check_bearer(request.headers(), token)?,
+            Access::BearerOrUpgradeQuery => {
+                // Two credentials of one kind are refused, whichever is used.
+                headers::single_authorization(request.headers())?;
+                // Both kinds at once: the same rule, never one of them picked.
+                if upgrade
+                    && websocket::has_query_token(request.uri())
+                    && request.headers().contains_key(http::header::AUTHORIZATION)
+                {
+                    return Err(Error::InvalidRequest(
+                        "both an Authorization header and ?access_token: send one credential"
+                            .to_owned(),
+                    ));
+                }
+                let by_query = upgrade && websocket::query_token_matches(request.uri(), token)?;
+                if !by_query {
+                    headers::check_bearer(request.headers(), token)?;
+                }
+            }
+        }
     }
-    if runtime.shutdown.is_cancelled() {
+    if route.access() != Access::Public && runtime.shutdown.is_cancelled() {
         return Err(Error::ShuttingDown);
     }
-    match path {
-        "/v2/rpc" => {
+    let method = request.method().clone();
+    let get = method == Method::GET || method == Method::HEAD;
+    match route {
+        Route::Gone => Err(Error::Gone),
+        Route::Health if get => Ok(health(runtime)),
+        Route::Health => Err(Error::MethodNotAllowed("GET")),
+        Route::Ui => ui::page(&method, uri.path()),
+        Route::Acp { agent } => {
+            let agent = agent.map(control::decode_segment).transpose()?;
+            // On a bare `/acp` the server's `--default-agent` stands in.
+            let agent = agent.as_deref().or(runtime.config.default_agent.as_deref());
+            match method {
+                Method::POST => acp::post(runtime, request, agent).await,
+                Method::GET if upgrade => websocket::upgrade(runtime, request, agent),
+                Method::GET => acp::get(runtime, request),
+                Method::DELETE => acp::delete(runtime, request).await,
+                _ => Err(Error::MethodNotAllowed("GET, POST, DELETE")),
+            }
+        }
+        Route::Rpc => {
             if request.headers().contains_key(FORBIDDEN_AGENT_HEADER) {
                 return Err(Error::InvalidRequest(format!(
                     "the {FORBIDDEN_AGENT_HEADER} header is not part of the contract; name the agent in params._meta[\"sandboxagent.dev\"].agent of initialize"
                 )));
             }
-            match *request.method() {
+            match method {
                 Method::POST => rpc::post(runtime, request).await,
                 Method::GET => rpc::get(runtime, request),
                 Method::DELETE => rpc::delete(runtime, request),
                 _ => Err(Error::MethodNotAllowed("GET, POST, DELETE")),
             }
         }
-        _ if path.starts_with(fs::PREFIX) => fs::route(runtime, request).await,
-        _ => {
-            if let Some(agent) = control::install_target(path) {
-                let agent = control::decode_segment(agent)?;
-                return match *request.method() {
-                    Method::POST => control::install(runtime, &agent, request).await,
-                    _ => Err(Error::MethodNotAllowed("POST")),
-                };
+        Route::Fs { name } => fs::serve(runtime, request, name, &method).await,
+        Route::Agents if get => control::agents(runtime),
+        Route::AgentInstall { agent } => {
+            let agent = control::decode_segment(agent)?;
+            match method {
+                Method::POST => control::install(runtime, &agent, request).await,
+                _ => Err(Error::MethodNotAllowed("POST")),
             }
-            control::route(runtime, request.method(), path, request.uri().query())
-                .await
-                .unwrap_or_else(|| Err(Error::NotFound(path.to_owned())))
         }
+        Route::Sessions if get => control::sessions(runtime),
+        Route::Session { id } if get => control::session(runtime, id, uri.query()),
+        Route::SessionEvents { id } if get => control::events(runtime, id, uri.query()).await,
+        Route::Agents | Route::Sessions | Route::Session { .. } | Route::SessionEvents { .. } => {
+            Err(Error::MethodNotAllowed("GET"))
+        }
+        Route::UnknownV2 | Route::Unknown => Err(Error::NotFound(uri.path().to_owned())),
     }
 }
 
@@ -317,7 +331,7 @@ fn health(runtime: &Runtime) -> Response<Body> {
     }
     full(
         StatusCode::OK,
-        "application/json",
+        APPLICATION_JSON,
         Bytes::from(body.to_string()),
     )
 }

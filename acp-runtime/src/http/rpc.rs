@@ -1,16 +1,16 @@
 //! `POST`, `GET` and `DELETE` on `/v2/rpc`
 //! (research/contract.md, "Transport: /v2/rpc").
 
-use super::headers::{accepts, is_json_content, last_event_id};
-use super::{Body, HttpRequest, empty, full, read_body, sse};
+use super::headers::{accepts, last_event_id};
+use super::message;
+use super::sse;
+use super::{Body, HttpRequest, empty, full};
 use crate::error::Error;
-use crate::protocol::{CONNECTION_ID_HEADER, LAST_EVENT_ID_HEADER};
-use crate::runtime::{Reply, Runtime};
+use crate::message::Inbound;
+use crate::protocol::{APPLICATION_JSON, CONNECTION_ID_HEADER, EVENT_STREAM, LAST_EVENT_ID_HEADER};
+use crate::runtime::{Opening, Reply, Runtime, To};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
-
-const APPLICATION_JSON: &str = "application/json";
-use sse::EVENT_STREAM;
 
 /// `POST /v2/rpc`: one JSON-RPC message in, its response (200) or 202 out.
 ///
@@ -20,20 +20,18 @@ pub async fn post(
     runtime: &Arc<Runtime>,
     request: &mut HttpRequest,
 ) -> Result<Response<Body>, Error> {
-    if !is_json_content(request.headers()) {
-        return Err(Error::UnsupportedMediaType);
-    }
-    if !accepts(request.headers(), APPLICATION_JSON) {
-        return Err(Error::NotAcceptable(APPLICATION_JSON));
-    }
-    let body = read_body(
-        request,
-        runtime.config.max_body_bytes,
-        runtime.config.read_timeout,
-    )
-    .await?;
+    let line = message::read(runtime, request).await?;
     let connection_id = connection_id(request.headers())?;
-    match runtime.handle_post(connection_id, body).await? {
+    let message = Inbound::parse(&line).map_err(message::invalid)?;
+    let connection;
+    let to = match connection_id {
+        None => To::Open(Opening::default()),
+        Some(id) => {
+            connection = runtime.connections.lookup(id)?;
+            To::Connection(&connection)
+        }
+    };
+    match runtime.dispatch(to, &message).await? {
         Reply::Json {
             body,
             connection_id,

@@ -1,10 +1,12 @@
-//! The SSE response body of `GET /v2/rpc`: an opening comment, then the
-//! connection's ring from the stream cursor on, then live events, with
-//! heartbeat comments while quiet.
+//! The SSE response body of `GET /v2/rpc` and `GET /acp`: an opening
+//! comment, then the connection's ring from the stream cursor on, then live
+//! events, with heartbeat comments while quiet. Events are framed here, as
+//! they are written (the ring holds JSON, not SSE text).
 
 use super::Body;
-use crate::connection::{Batch, Stream};
-use bytes::Bytes;
+use crate::connection::{Batch, Outgoing, Stream};
+use crate::protocol::{EVENT_STREAM, X_ACCEL_BUFFERING_HEADER};
+use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderValue, Response};
@@ -24,9 +26,6 @@ const HEARTBEAT: &[u8] = b": heartbeat\n\n";
 /// headers back until the first heartbeat.
 const OPENED: &[u8] = b": stream open\n\n";
 
-/// `Content-Type` of every event stream.
-pub const EVENT_STREAM: &str = "text/event-stream";
-
 /// The `200` answer of a stream request (`GET /v2/rpc`, `GET /acp`): the
 /// [`body`] of `stream`, `Content-Type: text/event-stream`, `Cache-Control:
 /// no-cache`, `X-Accel-Buffering: no` (so proxies do not buffer it), and
@@ -42,7 +41,7 @@ pub fn response(
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert(X_ACCEL_BUFFERING_HEADER, HeaderValue::from_static("no"));
     if let Ok(value) = HeaderValue::from_str(connection_id) {
         headers.insert(id_header, value);
     }
@@ -51,14 +50,17 @@ pub fn response(
 
 /// A streaming body that writes [`OPENED`], then `stream`'s events until the
 /// stream is taken over, the connection closes, or the server shuts down.
+/// Each batch of waiting events is one body frame (one write).
 pub fn body(stream: Stream, heartbeat: Duration, shutdown: CancellationToken) -> Body {
     let events = futures::stream::unfold(
-        (stream, shutdown),
-        move |(mut stream, shutdown)| async move {
+        (stream, shutdown, Vec::new()),
+        move |(mut stream, shutdown, mut batch)| async move {
             loop {
-                match stream.next_batch() {
-                    Batch::Data(bytes) => {
-                        return Some((Ok(Frame::data(bytes)), (stream, shutdown)));
+                match stream.next_batch(&mut batch) {
+                    Batch::Data => {
+                        let frame = Frame::data(frame_all(&batch));
+                        batch.clear();
+                        return Some((Ok(frame), (stream, shutdown, batch)));
                     }
                     Batch::Ended => return None,
                     Batch::Idle => {}
@@ -70,7 +72,7 @@ pub fn body(stream: Stream, heartbeat: Duration, shutdown: CancellationToken) ->
                     () = wake.notified() => {}
                     () = tokio::time::sleep(heartbeat) => {
                         let frame = Frame::data(Bytes::from_static(HEARTBEAT));
-                        return Some((Ok::<_, Infallible>(frame), (stream, shutdown)));
+                        return Some((Ok::<_, Infallible>(frame), (stream, shutdown, batch)));
                     }
                     () = shutdown.cancelled() => return None,
                 }
@@ -81,4 +83,53 @@ pub fn body(stream: Stream, heartbeat: Duration, shutdown: CancellationToken) ->
         Bytes::from_static(OPENED),
     ))));
     StreamBody::new(opened.chain(events)).boxed_unsync()
+}
+
+/// Frames each message as an SSE event (SSE spec, "event stream
+/// interpretation"): `event: message`, an `id:` line when it has a sequence
+/// number, one `data:` line, and a blank line. One allocation for the batch.
+fn frame_all(batch: &[Outgoing]) -> Bytes {
+    const EVENT: &[u8] = b"event: message\n";
+    const ID: &[u8] = b"id: ";
+    const DATA: &[u8] = b"data: ";
+    let size = batch
+        .iter()
+        .map(|m| EVENT.len() + ID.len() + 21 + DATA.len() + m.json.len() + 2)
+        .sum();
+    let mut out = BytesMut::with_capacity(size);
+    for message in batch {
+        out.put_slice(EVENT);
+        if let Some(seq) = message.seq {
+            out.put_slice(ID);
+            out.put_slice(itoa::Buffer::new().format(seq).as_bytes());
+            out.put_u8(b'\n');
+        }
+        out.put_slice(DATA);
+        out.put_slice(&message.json);
+        out.put_slice(b"\n\n");
+    }
+    out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_framed_with_and_without_id() {
+        let batch = [
+            Outgoing {
+                seq: None,
+                json: Bytes::from_static(b"{\"gap\":1}"),
+            },
+            Outgoing {
+                seq: Some(12),
+                json: Bytes::from_static(b"{\"a\":1}"),
+            },
+        ];
+        assert_eq!(
+            &frame_all(&batch)[..],
+            &b"event: message\ndata: {\"gap\":1}\n\nevent: message\nid: 12\ndata: {\"a\":1}\n\n"[..]
+        );
+    }
 }

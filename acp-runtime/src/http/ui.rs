@@ -9,7 +9,7 @@ use super::{Body, full};
 use crate::error::Error;
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, LOCATION};
-use http::{HeaderName, HeaderValue, Method, Response, StatusCode};
+use http::{HeaderValue, Method, Response, StatusCode};
 
 /// The page.
 const INDEX: &str = include_str!("../../ui/index.html");
@@ -22,19 +22,16 @@ const STYLE: &str = include_str!("../../ui/style.css");
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// Answers `/ui` and `/ui/…`; `None` for every other path.
+/// Answers `/ui` and `/ui/…`.
 ///
 /// `/ui` redirects (308) to `/ui/`; the page, `app.js` and `style.css` are
 /// served for `GET` and `HEAD`.
 ///
 /// # Errors
 /// 405 for another verb, 404 for an unknown asset.
-pub fn route(method: &Method, path: &str) -> Option<Result<Response<Body>, Error>> {
-    if path != "/ui" && !path.starts_with("/ui/") {
-        return None;
-    }
+pub fn page(method: &Method, path: &str) -> Result<Response<Body>, Error> {
     if *method != Method::GET && *method != Method::HEAD {
-        return Some(Err(Error::MethodNotAllowed("GET")));
+        return Err(Error::MethodNotAllowed("GET"));
     }
     let (content_type, body) = match path {
         "/ui" => {
@@ -42,12 +39,12 @@ pub fn route(method: &Method, path: &str) -> Option<Result<Response<Body>, Error
             response
                 .headers_mut()
                 .insert(LOCATION, HeaderValue::from_static("/ui/"));
-            return Some(Ok(response));
+            return Ok(response);
         }
         "/ui/" | "/ui/index.html" => ("text/html; charset=utf-8", INDEX),
         "/ui/app.js" => ("text/javascript; charset=utf-8", APP),
         "/ui/style.css" => ("text/css; charset=utf-8", STYLE),
-        _ => return Some(Err(Error::NotFound(path.to_owned()))),
+        _ => return Err(Error::NotFound(path.to_owned())),
     };
     let mut response = full(
         StatusCode::OK,
@@ -57,12 +54,12 @@ pub fn route(method: &Method, path: &str) -> Option<Result<Response<Body>, Error
     let headers = response.headers_mut();
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert(
-        HeaderName::from_static("content-security-policy"),
+        http::header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),
     );
     headers.insert(
-        HeaderName::from_static("x-content-type-options"),
+        http::header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    Some(Ok(response))
+    Ok(response)
 }

@@ -13,13 +13,15 @@
 //! closed socket closes its connection; the sessions live on for
 //! `session/load` on another.
 
-use super::acp::{Dispatch, one_line_message};
+use super::message::{Detached, error_line};
+use super::routes::ACP_PATH;
 use super::{Body, HttpRequest, empty};
-use crate::connection::{Batch, Connection, Stream};
+use crate::connection::{Batch, Connection, Outgoing, Profile, Stream};
 use crate::connections;
 use crate::error::Error;
-use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
-use crate::runtime::{Profile, Reply, Runtime};
+use crate::message::{Inbound, one_line};
+use crate::protocol::{self, ACP_CONNECTION_ID_HEADER, RpcError, code};
+use crate::runtime::{Opening, Reply, Runtime, To};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http::header::{
@@ -168,7 +170,7 @@ pub fn upgrade(
         headers.insert(SEC_WEBSOCKET_ACCEPT, value);
     }
     if let Ok(value) = HeaderValue::from_str(&id) {
-        headers.insert(super::acp::CONNECTION_ID_HEADER, value);
+        headers.insert(ACP_CONNECTION_ID_HEADER, value);
     }
     Ok(response)
 }
@@ -195,6 +197,7 @@ impl Peer {
         let heartbeat = self.runtime.config.heartbeat;
         let mut connection: Option<Arc<Connection>> = None;
         let mut stream: Option<Stream> = None;
+        let mut batch: Vec<Outgoing> = Vec::new();
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
         let mut last_heard = Instant::now();
         let ending = loop {
@@ -228,14 +231,14 @@ impl Peer {
                         Some(Ok(_)) => {}
                     }
                 }
-                batch = next_batch(&mut stream) => match batch {
-                    Some(batch) => {
-                        if !send_batch(&mut sink, &batch, heartbeat).await {
-                            break None;
-                        }
+                more = next_batch(&mut stream, &mut batch) => {
+                    if !more {
+                        break Some(Ending { code: CloseCode::Normal, reason: "connection closed" });
                     }
-                    None => break Some(Ending { code: CloseCode::Normal, reason: "connection closed" }),
-                },
+                    if !send_batch(&mut sink, &mut batch, heartbeat).await {
+                        break None;
+                    }
+                }
                 _ = ping.tick() => {
                     if last_heard.elapsed() > heartbeat * 2 {
                         break Some(Ending { code: CloseCode::Away, reason: "keep-alive timeout" });
@@ -276,46 +279,38 @@ impl Peer {
         connection: &mut Option<Arc<Connection>>,
         stream: &mut Option<Stream>,
     ) -> Option<Bytes> {
-        let (client_id, is_initialize, names_agent) = match Envelope::parse(&body, true) {
-            Ok((envelope, kind)) => (
-                envelope.id.map(RawValue::to_owned),
-                kind == Kind::Request && envelope.method() == method::INITIALIZE,
-                protocol::meta_agent(envelope.params).is_some(),
-            ),
+        let line = match one_line(body) {
+            Ok(line) => line,
             Err(error) => return Some(parse_error(&error.to_string())),
         };
-        let id = client_id.unwrap_or_else(|| RawValue::NULL.to_owned());
-        if !is_initialize {
+        let message = match Inbound::parse(&line) {
+            Ok(message) => message,
+            Err(error) => return Some(parse_error(&error.to_string())),
+        };
+        let id = message.envelope.id.unwrap_or(RawValue::NULL);
+        if !message.is_initialize() {
             let error = RpcError::new(
                 code::INVALID_REQUEST,
                 "the first message on a WebSocket must be initialize",
             );
-            return Some(Bytes::from(protocol::error_response_line(&id, &error)));
+            return Some(Bytes::from(protocol::error_response_line(id, &error)));
         }
-        if self.agent.is_none() && !names_agent {
+        if self.agent.is_none() && protocol::meta_agent(message.envelope.params).is_none() {
             let error = Error::InvalidRequest(format!(
-                "name the agent in the path: {}/{{agent}} (known agents: {}), or in params._meta[\"sandboxagent.dev\"].agent of initialize (or start the server with --default-agent)",
-                super::acp::PATH,
+                "name the agent in the path: {ACP_PATH}/{{agent}} (known agents: {}), or in params._meta[\"sandboxagent.dev\"].agent of initialize (or start the server with --default-agent)",
                 self.runtime.agents.known_ids()
             ));
-            return Some(Bytes::from(protocol::error_response_line(
-                &id,
-                &error.to_rpc_error(),
-            )));
+            return Some(Bytes::from(error_line(id, &error)));
         }
-        let profile = Profile {
+        let opening = Opening {
+            profile: Profile::Acp,
             agent: self.agent.as_deref(),
             connection_id: Some(&self.id),
         };
-        let answer = match self.runtime.handle_post_for(None, body, profile).await {
+        let answer = match self.runtime.dispatch(To::Open(opening), &message).await {
             Ok(Reply::Json { body, .. }) => body,
             Ok(Reply::Accepted) => return None,
-            Err(error) => {
-                return Some(Bytes::from(protocol::error_response_line(
-                    &id,
-                    &error.to_rpc_error(),
-                )));
-            }
+            Err(error) => return Some(Bytes::from(error_line(id, &error))),
         };
         if let Some(open) = self.runtime.connections.get(&self.id) {
             match open.open_stream(None) {
@@ -332,23 +327,22 @@ impl Peer {
     /// does not parse.
     ///
     /// The frame is parsed once, here: the runtime takes the parsed message
-    /// ([`Dispatch::start`]).
+    /// ([`Detached::start`]).
     async fn message(&self, connection: &Arc<Connection>, body: Bytes) -> Option<Bytes> {
-        let body = match one_line_message(body) {
-            Ok(body) => body,
+        let line = match one_line(body) {
+            Ok(line) => line,
             Err(error) => return Some(parse_error(&error.to_string())),
         };
-        let (envelope, kind) = match Envelope::parse(&body, true) {
-            Ok(parsed) => parsed,
+        let message = match Inbound::parse(&line) {
+            Ok(message) => message,
             Err(error) => return Some(parse_error(&error.to_string())),
         };
-        let dispatch = Dispatch {
+        let detached = Detached {
             runtime: self.runtime.clone(),
             connection: connection.clone(),
-            request_id: envelope.id.map(RawValue::to_owned),
             lane: None,
         };
-        dispatch.start(&envelope, kind, &body).await;
+        detached.start(&message).await;
         None
     }
 }
@@ -383,16 +377,17 @@ fn close_for(error: &tungstenite::Error) -> Option<Ending> {
     }
 }
 
-/// The next events of the ring, or `None` once the stream ended; pending
-/// forever before the connection opened.
-async fn next_batch(stream: &mut Option<Stream>) -> Option<Bytes> {
+/// Fills `batch` with the next events of the ring: `true` when it has
+/// some, `false` once the stream ended; pending forever before the
+/// connection opened.
+async fn next_batch(stream: &mut Option<Stream>, batch: &mut Vec<Outgoing>) -> bool {
     let Some(stream) = stream else {
         return std::future::pending().await;
     };
     loop {
-        match stream.next_batch() {
-            Batch::Data(bytes) => return Some(bytes),
-            Batch::Ended => return None,
+        match stream.next_batch(batch) {
+            Batch::Data => return true,
+            Batch::Ended => return false,
             Batch::Idle => {}
         }
         // A push between `next_batch` and here leaves a permit: no miss.
@@ -404,15 +399,6 @@ async fn next_batch(stream: &mut Option<Stream>) -> Option<Bytes> {
         // burst.
         tokio::task::yield_now().await;
     }
-}
-
-/// The JSON of each SSE event in `batch` (the ring stores framed events;
-/// each has exactly one `data:` line holding one line of JSON).
-fn data_lines(batch: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
-    batch
-        .split(|&byte| byte == b'\n')
-        .filter_map(|line| line.strip_prefix(b"data: "))
-        .map(|json| batch.slice_ref(json))
 }
 
 /// Sends one text frame; `false` when the socket failed or the peer did
@@ -427,15 +413,16 @@ where
     }
 }
 
-/// Sends every event of `batch` as a text frame, flushing once at the end
-/// (one write for many small messages); `false` as for [`send`].
-async fn send_batch<S>(sink: &mut S, batch: &Bytes, heartbeat: Duration) -> bool
+/// Sends the JSON of every message of `batch` as a text frame (emptying
+/// it), flushing once at the end (one write for many small messages);
+/// `false` as for [`send`].
+async fn send_batch<S>(sink: &mut S, batch: &mut Vec<Outgoing>, heartbeat: Duration) -> bool
 where
     S: futures::Sink<Message, Error = tungstenite::Error> + Unpin,
 {
     let feed_all = async {
-        for json in data_lines(batch) {
-            if let Ok(text) = tungstenite::Utf8Bytes::try_from(json) {
+        for message in batch.drain(..) {
+            if let Ok(text) = tungstenite::Utf8Bytes::try_from(message.json) {
                 sink.feed(Message::Text(text)).await?;
             }
         }
@@ -460,15 +447,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn data_lines_of_framed_events() {
-        let batch = Bytes::from_static(
-            b"event: message\nid: 1\ndata: {\"a\":1}\n\nevent: message\ndata: {\"b\":2}\n\n",
-        );
-        let lines: Vec<Bytes> = data_lines(&batch).collect();
-        assert_eq!(lines, [&b"{\"a\":1}"[..], &b"{\"b\":2}"[..]]);
-    }
 
     #[test]
     fn access_token_in_the_query() {

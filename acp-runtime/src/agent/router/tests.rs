@@ -5,7 +5,7 @@
 //! process") and fails if it breaks.
 
 use super::*;
-use crate::connection::{Batch, ClientCapabilities, ReplayLimits};
+use crate::connection::{Batch, ClientCapabilities, Profile, ReplayLimits};
 use crate::event_log::LogLimits;
 use crate::session::InventoryLimits;
 use ext_methods::notification::SESSION_ENDED;
@@ -74,13 +74,13 @@ impl Fixture {
         let caps = ClientCapabilities::from_initialize_params(Some(&params));
         self.targets
             .connections
-            .open(agent.into(), caps)
+            .open(agent.into(), caps, Profile::V2Rpc)
             .expect("below the connection cap")
     }
 
     /// One line on the agent's stdout.
     fn agent_line(&self, line: &str) {
-        self.router.dispatch(line.as_bytes());
+        self.router.dispatch(Bytes::from(line.to_owned()));
     }
 
     /// The lines written to the agent's stdin since the last call, each
@@ -211,23 +211,16 @@ fn create_effect(client_id: &str, params: &Value) -> Effect {
     }
 }
 
-/// The JSON objects of the `data:` lines in `connection`'s ring, oldest
-/// first (a fresh stream replays the whole ring).
+/// The JSON objects in `connection`'s ring, oldest first (a fresh stream
+/// replays the whole ring).
 fn events(connection: &Arc<Connection>) -> Vec<Value> {
     let mut stream = connection.open_stream(None).expect("open stream");
-    let mut out = Vec::new();
-    while let Batch::Data(bytes) = stream.next_batch() {
-        let text = std::str::from_utf8(&bytes).expect("frames are UTF-8");
-        for frame in text.split("\n\n").filter(|frame| !frame.is_empty()) {
-            assert!(frame.starts_with("event: message\n"), "{frame:?}");
-            let data = frame
-                .lines()
-                .find_map(|line| line.strip_prefix("data: "))
-                .expect("a data line");
-            out.push(serde_json::from_str(data).expect("data is JSON"));
-        }
-    }
-    out
+    let mut batch = Vec::new();
+    while stream.next_batch(&mut batch) == Batch::Data {}
+    batch
+        .iter()
+        .map(|message| serde_json::from_slice(&message.json).expect("events are JSON"))
+        .collect()
 }
 
 /// The answer waiting on `receiver`, as raw text.
@@ -1202,7 +1195,9 @@ async fn answer_call(router: &Router, stdin: &mut mpsc::Receiver<Bytes>, member:
     assert_eq!(sent["method"], "initialize");
     assert_eq!(sent["params"], json!({"protocolVersion": 1}));
     let id = &sent["id"];
-    router.dispatch(format!(r#"{{"jsonrpc":"2.0","id":{id},{member}}}"#).as_bytes());
+    router.dispatch(Bytes::from(format!(
+        r#"{{"jsonrpc":"2.0","id":{id},{member}}}"#
+    )));
 }
 
 #[tokio::test]

@@ -1,0 +1,97 @@
+//! A client's JSON-RPC message at the HTTP edges: the POST preamble both
+//! `/v2/rpc` and `/acp` share, the one parse ([`Inbound`]), and the run of a
+//! message whose answer goes to the connection's ring instead of the
+//! exchange that brought it (`/acp` POSTs, WebSocket frames).
+
+use super::headers::{accepts, is_json_content};
+use super::{HttpRequest, read_body};
+use crate::connection::Connection;
+use crate::error::Error;
+use crate::message::{Inbound, OwnedInbound, one_line};
+use crate::protocol::{self, APPLICATION_JSON, EnvelopeError, Kind};
+use crate::runtime::{Reply, Runtime, To};
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use std::sync::Arc;
+
+/// Checks a POST carrying one JSON-RPC message (`Content-Type` JSON,
+/// `Accept` allowing JSON) and reads its body, on one line ([`one_line`]).
+///
+/// # Errors
+/// 415, 406, 413, 408, and 400 for a body that breaks off or, when it has a
+/// CR or LF, is not a JSON-RPC message.
+pub async fn read(runtime: &Runtime, request: &mut HttpRequest) -> Result<Bytes, Error> {
+    if !is_json_content(request.headers()) {
+        return Err(Error::UnsupportedMediaType);
+    }
+    if !accepts(request.headers(), APPLICATION_JSON) {
+        return Err(Error::NotAcceptable(APPLICATION_JSON));
+    }
+    let body = read_body(
+        request,
+        runtime.config.max_body_bytes,
+        runtime.config.read_timeout,
+    )
+    .await?;
+    one_line(body).map_err(invalid)
+}
+
+/// The 400 for bytes that are not a JSON-RPC message.
+pub fn invalid(error: EnvelopeError) -> Error {
+    Error::InvalidRequest(format!("invalid JSON-RPC message: {error}"))
+}
+
+/// One message of an open connection, run apart from the HTTP exchange or
+/// WebSocket frame that brought it; its answer goes to the ring.
+pub struct Detached {
+    /// The runtime that runs it.
+    pub runtime: Arc<Runtime>,
+    /// The connection it came on.
+    pub connection: Arc<Connection>,
+    /// The session whose stream gets the answer (when it has one).
+    pub lane: Option<String>,
+}
+
+impl Detached {
+    /// Runs `message`: a request in its own task (its answer may take a
+    /// whole prompt turn), a notification or an answer to an agent request
+    /// before returning, so a later message cannot overtake it on its way to
+    /// the agent. The message is not parsed again: a request's task gets a
+    /// copy of its members ([`OwnedInbound`]).
+    pub async fn start(self, message: &Inbound<'_>) {
+        if message.kind == Kind::Request {
+            let owned = OwnedInbound::new(message);
+            tokio::spawn(async move { self.run(&owned.inbound()).await });
+        } else {
+            self.run(message).await;
+        }
+    }
+
+    /// Hands the message to the runtime and pushes what comes back to the
+    /// connection's ring: the answer, or a JSON-RPC error carrying the
+    /// problem a `/v2/rpc` POST would have answered with.
+    async fn run(self, message: &Inbound<'_>) {
+        let reply = self
+            .runtime
+            .dispatch(To::Connection(&self.connection), message)
+            .await;
+        let line = match reply {
+            Ok(Reply::Json { body, .. }) => body,
+            Ok(Reply::Accepted) => return,
+            Err(error) => {
+                let Some(id) = message.envelope.id else {
+                    tracing::debug!(connection = %self.connection.id, %error, "message failed");
+                    return;
+                };
+                Bytes::from(error_line(id, &error))
+            }
+        };
+        self.connection.push(line, self.lane.as_deref());
+    }
+}
+
+/// The JSON-RPC error answering request `id` that carries the problem
+/// `error` (research/contract.md, "The /acp profile").
+pub fn error_line(id: &RawValue, error: &Error) -> Vec<u8> {
+    protocol::error_response_line(id, &error.to_rpc_error())
+}

@@ -1,0 +1,119 @@
+//! One client message, parsed once at the edge that received it (a `POST
+//! /v2/rpc`, a `POST /acp`, a WebSocket text frame) and handed to
+//! [`crate::runtime::Runtime::dispatch`] as it is: the runtime never parses
+//! a client's body again (research/contract.md, "Transport: /v2/rpc", POST).
+
+use crate::protocol::{self, Envelope, EnvelopeError, Kind, OwnedEnvelope};
+use bytes::Bytes;
+
+/// A client's JSON-RPC message: the line it arrived as (forwarded to the
+/// agent and recorded as it is) and what the one parse found in it.
+#[derive(Debug)]
+pub struct Inbound<'a> {
+    /// The message on one line (see [`one_line`]).
+    pub line: &'a Bytes,
+    /// Its members, borrowed from `line`.
+    pub envelope: Envelope<'a>,
+    /// Request, notification or response.
+    pub kind: Kind,
+}
+
+impl<'a> Inbound<'a> {
+    /// Parses `line`, which [`one_line`] made (strict: `"jsonrpc": "2.0"`,
+    /// decodable by an agent).
+    ///
+    /// # Errors
+    /// [`EnvelopeError`] naming what is wrong.
+    pub fn parse(line: &'a Bytes) -> Result<Self, EnvelopeError> {
+        let (envelope, kind) = Envelope::parse(line, true)?;
+        Ok(Self {
+            line,
+            envelope,
+            kind,
+        })
+    }
+
+    /// The method name, or `""` for a response.
+    pub fn method(&self) -> &str {
+        self.envelope.method()
+    }
+
+    /// Whether this is the `initialize` request.
+    pub fn is_initialize(&self) -> bool {
+        self.kind == Kind::Request && self.method() == protocol::method::INITIALIZE
+    }
+}
+
+/// An [`Inbound`] that owns its parts, to move a parsed message into a task
+/// (a request on `/acp` runs apart from the exchange that brought it). The
+/// members are copied as written: no second parse.
+#[derive(Debug)]
+pub struct OwnedInbound {
+    line: Bytes,
+    envelope: OwnedEnvelope,
+    kind: Kind,
+}
+
+impl OwnedInbound {
+    /// Copies the members of `message`.
+    pub fn new(message: &Inbound<'_>) -> Self {
+        Self {
+            line: message.line.clone(),
+            envelope: OwnedEnvelope::new(&message.envelope),
+            kind: message.kind,
+        }
+    }
+
+    /// The message again, borrowed from this copy.
+    pub fn inbound(&self) -> Inbound<'_> {
+        Inbound {
+            line: &self.line,
+            envelope: self.envelope.envelope(),
+            kind: self.kind,
+        }
+    }
+}
+
+/// The message of `body` as one line, ready for [`Inbound::parse`]:
+/// newline-delimited stdio toward the agent needs it. `body` itself when it
+/// has no CR or LF (the common case, no copy); else, once it parsed as a
+/// JSON-RPC message, a copy with them flattened ([`protocol::one_line`] is
+/// only for bytes that parsed: a raw newline inside a string must stay an
+/// error).
+///
+/// # Errors
+/// Why `body` is not a JSON-RPC message, when it has a CR or LF.
+pub fn one_line(body: Bytes) -> Result<Bytes, EnvelopeError> {
+    if !protocol::has_newline(&body) {
+        return Ok(body);
+    }
+    Envelope::parse(&body, true)?;
+    Ok(Bytes::from(protocol::one_line(&body).into_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_flattens_whitespace_but_not_strings() {
+        let pretty = Bytes::from_static(b"{\n \"jsonrpc\": \"2.0\",\r\n \"method\": \"m\"\n}");
+        let line = one_line(pretty).expect("valid");
+        assert!(!protocol::has_newline(&line));
+        let message = Inbound::parse(&line).expect("parses");
+        assert_eq!((message.method(), message.kind), ("m", Kind::Notification));
+        let raw_newline = Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"method\":\"a\nb\"}");
+        assert!(one_line(raw_newline).is_err());
+    }
+
+    #[test]
+    fn owned_copy_reads_the_same() {
+        let line = Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"initialize\"}");
+        let message = Inbound::parse(&line).expect("parses");
+        let owned = OwnedInbound::new(&message);
+        let again = owned.inbound();
+        assert!(again.is_initialize());
+        assert_eq!(again.envelope.id.map(|id| id.get()), Some("7"));
+        assert_eq!(again.line, &line);
+    }
+}

@@ -1,0 +1,463 @@
+//! The one way in for a client's message ([`Runtime::dispatch`]), parsed
+//! once at its edge ([`Inbound`]): requests answered by the runtime
+//! (extension methods, `session/list`, `initialize` again, a request on an
+//! ended session) or forwarded to the connection's agent and their answer
+//! awaited, notifications forwarded, and the client's answers to agent
+//! requests relayed (research/contract.md, "Transport: /v2/rpc" and
+//! "Routing: connections, sessions, one agent process").
+
+use super::{Opening, Reply, Runtime};
+use crate::agent::process::AgentProcess;
+use crate::agent::router::Effect;
+use crate::connection::{Connection, InFlightId, MAX_IN_FLIGHT, Profile, Refused};
+use crate::error::Error;
+use crate::message::Inbound;
+use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
+use bytes::Bytes;
+use ext_methods::{Direction, PREFIX as EXTENSION_PREFIX};
+use serde_json::value::RawValue;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Where a message goes.
+#[derive(Debug, Clone, Copy)]
+pub enum To<'a> {
+    /// No connection yet: only `initialize` may come, and opens one.
+    Open(Opening<'a>),
+    /// An open connection (looked up by the edge).
+    Connection(&'a Arc<Connection>),
+}
+
+impl Runtime {
+    /// Handles one client message: the only way in, for every edge.
+    ///
+    /// # Errors
+    /// The [`Error`] that becomes the problem response (or, where the edge
+    /// has no HTTP answer left to give, a JSON-RPC error); JSON-RPC level
+    /// failures are `Ok(Reply::Json)` with an error object instead.
+    /// [`Error::UnknownConnection`] once the connection is closed, as a
+    /// lookup would have answered.
+    pub async fn dispatch(
+        self: &Arc<Self>,
+        to: To<'_>,
+        message: &Inbound<'_>,
+    ) -> Result<Reply, Error> {
+        let connection = match to {
+            To::Open(opening) => return self.open(message, opening).await,
+            To::Connection(connection) => connection,
+        };
+        if connection.is_closed() {
+            return Err(Error::UnknownConnection(connection.id.to_string()));
+        }
+        let _active = connection.begin_request();
+        match message.kind {
+            Kind::Request => self.request(connection, message).await,
+            Kind::Notification => self.notification(connection, message).await,
+            Kind::Response => self.answer(connection, message).await,
+        }
+    }
+
+    /// A request on an open connection: answered by the runtime (extension
+    /// methods, `session/list`, `initialize` again, a request on an ended
+    /// session) or forwarded to the connection's agent and its answer awaited.
+    async fn request(
+        self: &Arc<Self>,
+        connection: &Arc<Connection>,
+        message: &Inbound<'_>,
+    ) -> Result<Reply, Error> {
+        let (envelope, body) = (&message.envelope, message.line);
+        let client_id = envelope.id.unwrap_or(RawValue::NULL);
+        let method = envelope.method();
+        let in_flight = match connection.claim_request_id(client_id.get()) {
+            Ok(in_flight) => in_flight,
+            Err(Refused::Duplicate) => {
+                let error = RpcError::new(
+                    code::INVALID_REQUEST,
+                    "request id already in flight on this connection",
+                );
+                return Ok(Reply::error(client_id, &error));
+            }
+            Err(Refused::Full) => {
+                let error = RpcError::new(
+                    code::TOO_MANY_REQUESTS,
+                    format!(
+                        "{MAX_IN_FLIGHT} requests are in flight on this connection already; wait for answers"
+                    ),
+                );
+                return Ok(Reply::error(client_id, &error));
+            }
+        };
+        if method.starts_with(EXTENSION_PREFIX) {
+            let answer = crate::ext::call(self, connection, method, envelope.params).await;
+            let (result, error) = match &answer {
+                Ok(result) => (Some(&**result), None),
+                Err(error) => (None, Some(&**error)),
+            };
+            return Ok(Reply::json(protocol::response_line(
+                client_id, result, error,
+            )));
+        }
+        if method == method::SESSION_LIST {
+            return Ok(match self.list_sessions(envelope.params) {
+                Ok(page) => Reply::json(protocol::result_response_line(client_id, &page)),
+                Err(error) => Reply::error(client_id, &error),
+            });
+        }
+        let session = envelope.session_id().map(Arc::<str>::from);
+        if let Some(error) = session
+            .as_deref()
+            .and_then(|id| self.ended_session_error(&connection.agent, id, method))
+        {
+            return Ok(Reply::error(client_id, &error));
+        }
+        let effect = self.effect_of(connection, envelope, body)?;
+        let process = match self.ready_agent(&connection.agent, client_id).await? {
+            Ok(process) => process,
+            Err(rejected) => return Ok(rejected),
+        };
+        if method == method::INITIALIZE {
+            let result = self.initialize_result(&process);
+            return Ok(Reply::json(protocol::response_line(
+                client_id,
+                Some(&result),
+                None,
+            )));
+        }
+        self.forward(&process, connection, in_flight, message, effect, session)
+            .await
+    }
+
+    /// Requests on an ended session fail at once. A session that ended with
+    /// its agent process may be loaded again on a new process; one that was
+    /// terminated is over for good.
+    fn ended_session_error(&self, agent: &str, id: &str, method: &str) -> Option<RpcError> {
+        let ended = self.sessions.get(agent, id).filter(|s| s.is_ended())?;
+        let revivable = matches!(
+            method,
+            method::SESSION_LOAD | method::SESSION_RESUME | method::SESSION_FORK
+        );
+        if revivable && !ended.is_terminated() {
+            return None;
+        }
+        let how = if ended.is_terminated() {
+            "was terminated"
+        } else {
+            "has ended"
+        };
+        Some(
+            RpcError::new(code::RESOURCE_NOT_FOUND, format!("session {id} {how}"))
+                .with_data(serde_json::json!({ "sessionId": id, "ended": true })),
+        )
+    }
+
+    /// Sends a request whose id the connection has claimed (`in_flight`) to
+    /// `process` (recorded in its session's event log first) and awaits the
+    /// answer.
+    async fn forward(
+        &self,
+        process: &AgentProcess,
+        connection: &Arc<Connection>,
+        in_flight: InFlightId<'_>,
+        message: &Inbound<'_>,
+        effect: Effect,
+        session: Option<Arc<str>>,
+    ) -> Result<Reply, Error> {
+        let envelope = &message.envelope;
+        let client_id = envelope.id.unwrap_or(RawValue::NULL);
+        let method = envelope.method();
+        if let Effect::AttachSession { session, .. } = &effect {
+            process.router.prepare_attach(connection, session);
+        }
+        if let Some(session) = session
+            .as_deref()
+            .and_then(|id| self.sessions.live(id, process.generation))
+        {
+            session.record(Direction::ClientToAgent, message.line.clone());
+        }
+        let sent = process
+            .router
+            .send_request(
+                connection,
+                client_id,
+                method,
+                envelope.params,
+                effect,
+                session,
+            )
+            .await;
+        match sent {
+            Ok(receiver) => {
+                in_flight.hand_over();
+                self.await_answer(connection, client_id, method, receiver)
+                    .await
+            }
+            // Dropping `in_flight` releases the id.
+            Err(error) => {
+                let error = RpcError::new(code::INTERNAL_ERROR, error.to_string());
+                Ok(Reply::error(client_id, &error))
+            }
+        }
+    }
+
+    /// Waits for the agent's answer to a forwarded request: bounded by the
+    /// request timeout (prompts only by `--prompt-timeout-ms`), cut short by
+    /// the connection closing. An answer that comes too late goes to the SSE
+    /// stream ([`ResponseWaiter`]).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] (504) when the timeout elapsed first.
+    async fn await_answer(
+        &self,
+        connection: &Arc<Connection>,
+        client_id: &RawValue,
+        method: &str,
+        receiver: oneshot::Receiver<Bytes>,
+    ) -> Result<Reply, Error> {
+        let timeout = if method == method::SESSION_PROMPT {
+            self.config.prompt_timeout
+        } else {
+            Some(self.config.request_timeout)
+        };
+        let mut waiter = ResponseWaiter {
+            receiver: Some(receiver),
+            connection: connection.clone(),
+        };
+        tokio::select! {
+            waited = waiter.wait(timeout) => match waited {
+                Waited::Answer(body) => Ok(Reply::Json {
+                    body,
+                    connection_id: None,
+                    last_event_id: Some(connection.newest_event_id()),
+                }),
+                Waited::TimedOut => Err(Error::Timeout {
+                    method: method.to_owned(),
+                    timeout: timeout.unwrap_or_default(),
+                }),
+                Waited::Lost => {
+                    let error = RpcError::new(code::INTERNAL_ERROR, "the agent's answer was lost");
+                    Ok(Reply::error(client_id, &error))
+                }
+            },
+            () = connection.closed().cancelled() => {
+                let error = RpcError::new(code::INTERNAL_ERROR, "connection closed");
+                Ok(Reply::error(client_id, &error))
+            }
+        }
+    }
+
+    /// Checks `_meta` rules and picks what the runtime does with the answer.
+    /// On a connection of the `/acp` profile `session/new` may leave `_meta`
+    /// out: the connection's agent stands in for it.
+    fn effect_of(
+        &self,
+        connection: &Connection,
+        envelope: &Envelope<'_>,
+        body: &Bytes,
+    ) -> Result<Effect, Error> {
+        let method = envelope.method();
+        let cwd = || cwd_of(envelope.params);
+        Ok(match method {
+            method::SESSION_NEW => {
+                match protocol::meta_agent(envelope.params) {
+                    None if connection.profile == Profile::Acp => {}
+                    None => {
+                        return Err(Error::MissingAgent {
+                            method: method.to_owned(),
+                        });
+                    }
+                    Some(agent) if *agent != *connection.agent => {
+                        return Err(Error::AgentMismatch {
+                            connection: connection.agent.to_string(),
+                            requested: agent,
+                        });
+                    }
+                    Some(_) => {}
+                }
+                Effect::CreateSession {
+                    cwd: cwd(),
+                    metadata: protocol::meta_namespace(envelope.params).unwrap_or_default(),
+                    request: body.clone(),
+                }
+            }
+            method::SESSION_FORK => Effect::CreateSession {
+                cwd: cwd(),
+                metadata: protocol::meta_namespace(envelope.params).unwrap_or_default(),
+                request: body.clone(),
+            },
+            method::SESSION_LOAD | method::SESSION_RESUME => match envelope.session_id() {
+                Some(session) => Effect::AttachSession {
+                    session,
+                    cwd: cwd(),
+                    request: body.clone(),
+                },
+                None => Effect::None,
+            },
+            method::SESSION_SET_MODE | method::SESSION_SET_MODEL => {
+                Effect::SetHints(crate::hints::from_request(method, envelope.params))
+            }
+            _ => Effect::None,
+        })
+    }
+
+    async fn notification(
+        self: &Arc<Self>,
+        connection: &Arc<Connection>,
+        message: &Inbound<'_>,
+    ) -> Result<Reply, Error> {
+        let (envelope, body) = (&message.envelope, message.line);
+        let method = envelope.method();
+        if method.starts_with(EXTENSION_PREFIX) {
+            match ext_methods::names::find(method) {
+                Some(ext) if ext.notification && crate::ext::answers(method) => {
+                    if let Err(error) =
+                        crate::ext::call(self, connection, method, envelope.params).await
+                    {
+                        tracing::info!(
+                            method,
+                            error = error.get(),
+                            "extension notification failed"
+                        );
+                    }
+                }
+                _ => tracing::debug!(method, "ignoring unknown extension notification"),
+            }
+            return Ok(Reply::Accepted);
+        }
+        // A notification is not a reason to start an agent: with no process
+        // there is nothing to cancel or inform.
+        let Some(process) = self.agents.current(&connection.agent) else {
+            return Ok(Reply::Accepted);
+        };
+        if method == method::CANCEL_REQUEST {
+            // The client names its own request id; the agent knows another one.
+            let Some(agent_id) = protocol::cancelled_request_id(envelope.params)
+                .and_then(|id| process.router.agent_id_of(connection, id.get()))
+            else {
+                return Ok(Reply::Accepted);
+            };
+            let line = protocol::notification_line(
+                method::CANCEL_REQUEST,
+                &serde_json::json!({ "requestId": agent_id }),
+            );
+            if process.router.send_line(&line).await.is_err() {
+                tracing::debug!(connection = %connection.id, "cancel dropped: agent process exited");
+            }
+            return Ok(Reply::Accepted);
+        }
+        if let Some(session) = envelope
+            .session_id()
+            .and_then(|id| self.sessions.live(&id, process.generation))
+        {
+            session.record(Direction::ClientToAgent, body.clone());
+        }
+        if process.router.send_line(body).await.is_err() {
+            tracing::debug!(connection = %connection.id, "notification dropped: agent process exited");
+        }
+        Ok(Reply::Accepted)
+    }
+
+    async fn answer(
+        self: &Arc<Self>,
+        connection: &Arc<Connection>,
+        message: &Inbound<'_>,
+    ) -> Result<Reply, Error> {
+        let (envelope, body) = (&message.envelope, message.line);
+        let raw_id = envelope.id.map(RawValue::get).unwrap_or("null");
+        let current = self.agents.current(&connection.agent);
+        match current
+            .as_ref()
+            .map(|p| (p, p.router.take_agent_request(raw_id)))
+        {
+            Some((process, Some(session))) => {
+                if let Some(session) =
+                    session.and_then(|id| self.sessions.live(&id, process.generation))
+                {
+                    session.record(Direction::ClientToAgent, body.clone());
+                }
+                if process.router.send_line(body).await.is_err() {
+                    tracing::debug!(connection = %connection.id, "answer dropped: agent process exited");
+                }
+            }
+            _ => {
+                tracing::info!(connection = %connection.id, id = raw_id, "dropping an answer to an agent request that is unknown or already answered");
+            }
+        }
+        Ok(Reply::Accepted)
+    }
+}
+
+fn cwd_of(params: Option<&RawValue>) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        cwd: Option<String>,
+    }
+    params
+        .and_then(|p| serde_json::from_str::<Params>(p.get()).ok())
+        .and_then(|p| p.cwd)
+}
+
+/// Waits for the agent's answer to one POST. If the POST goes away (its
+/// future is dropped because the HTTP caller left, or it timed out) an answer
+/// that already arrived is moved to the connection's SSE stream; one that
+/// arrives later is put there by the stdout reader. Nothing is lost.
+struct ResponseWaiter {
+    receiver: Option<oneshot::Receiver<Bytes>>,
+    connection: Arc<Connection>,
+}
+
+/// How waiting for an answer ended.
+enum Waited {
+    /// The JSON-RPC response, with the client's id.
+    Answer(Bytes),
+    /// The timeout elapsed first; a later answer goes to the SSE stream.
+    TimedOut,
+    /// The answer's sender vanished (cannot happen while the pending table
+    /// holds it; reported rather than waited on forever).
+    Lost,
+}
+
+impl ResponseWaiter {
+    async fn wait(&mut self, timeout: Option<Duration>) -> Waited {
+        let Some(receiver) = self.receiver.as_mut() else {
+            return Waited::Lost;
+        };
+        let answer = match timeout {
+            Some(timeout) => tokio::time::timeout(timeout, receiver).await.ok(),
+            None => Some(receiver.await),
+        };
+        match answer {
+            Some(Ok(body)) => {
+                self.receiver = None;
+                Waited::Answer(body)
+            }
+            Some(Err(_)) => {
+                self.receiver = None;
+                Waited::Lost
+            }
+            None => {
+                // An answer that raced in with the timeout wins over the 504.
+                let Some(mut receiver) = self.receiver.take() else {
+                    return Waited::TimedOut;
+                };
+                receiver.close();
+                match receiver.try_recv() {
+                    Ok(body) => Waited::Answer(body),
+                    Err(_) => Waited::TimedOut,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ResponseWaiter {
+    fn drop(&mut self) {
+        if let Some(mut receiver) = self.receiver.take() {
+            receiver.close();
+            if let Ok(body) = receiver.try_recv() {
+                // An answer has no `params`: the connection's own lane.
+                self.connection.push(body, None);
+            }
+        }
+    }
+}

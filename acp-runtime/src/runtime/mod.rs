@@ -1,0 +1,155 @@
+//! The runtime: the handles a running server shares between its tasks
+//! (research/contract.md, "Routing: connections, sessions, one agent
+//! process"), and what it does with a message.
+//!
+//! - `mod.rs` (here): [`Runtime`], its handles and how it is built.
+//! - `open`: `initialize` without a connection: the agent made ready, a
+//!   connection opened, the cached `initialize` answer.
+//! - `dispatch`: the one way in for a client's parsed message
+//!   ([`Runtime::dispatch`]): answered here, or forwarded to the agent and
+//!   its answer awaited.
+//! - `services`: what the runtime answers itself, for every surface
+//!   (`session/list`, terminate, models, installs, event pages, health).
+
+mod dispatch;
+mod open;
+mod services;
+
+pub use dispatch::To;
+pub use open::Opening;
+
+use crate::agent::Agents;
+use crate::agent::install::Installer;
+use crate::agent::router::RouteTargets;
+use crate::config::ServerConfig;
+use crate::connection::ReplayLimits;
+use crate::connections::Connections;
+use crate::event_log::LogLimits;
+use crate::protocol::{self, RpcError};
+use crate::session::{InventoryLimits, Sessions};
+use crate::store::Store;
+use crate::store::writer::Persist;
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Everything a running server shares between its tasks.
+#[derive(Debug)]
+pub struct Runtime {
+    /// Settings from the command line.
+    pub config: ServerConfig,
+    /// Open client connections.
+    pub connections: Arc<Connections>,
+    /// Every session seen, across agents and connections.
+    pub sessions: Arc<Sessions>,
+    /// The same two handles, as agent processes get them to route to.
+    routes: RouteTargets,
+    /// Agent processes, one per agent id (shared with their start tasks).
+    pub agents: Arc<Agents>,
+    /// Cancelled when the server starts shutting down.
+    pub shutdown: CancellationToken,
+    /// The session store, for reads (`None` with `--store memory`).
+    pub store: Option<Store>,
+    /// The store's writer (`None` with `--store memory`).
+    pub persist: Option<Arc<Persist>>,
+}
+
+/// An opened store and its writer task, as [`Runtime::new`] takes them.
+#[derive(Debug)]
+pub struct Durable {
+    /// The store, for reads.
+    pub store: Store,
+    /// The writer task's handle.
+    pub persist: Arc<Persist>,
+}
+
+/// The successful outcome of a POST.
+#[derive(Debug)]
+pub enum Reply {
+    /// `200` with this JSON-RPC response; `connection_id` is set when an
+    /// `initialize` opened a connection (sent as `x-acp-connection-id`).
+    Json {
+        /// One JSON-RPC response object.
+        body: Bytes,
+        /// The new connection's id.
+        connection_id: Option<Arc<str>>,
+        /// Newest event id of the connection when an agent's answer was
+        /// released (sent as `x-acp-last-event-id`).
+        last_event_id: Option<u64>,
+    },
+    /// `202`, empty body: a notification or an answer to an agent request.
+    Accepted,
+}
+
+impl Reply {
+    fn json(body: Vec<u8>) -> Self {
+        Self::Json {
+            body: Bytes::from(body),
+            connection_id: None,
+            last_event_id: None,
+        }
+    }
+
+    /// `200` with a JSON-RPC error answering request `client_id`.
+    fn error(client_id: &RawValue, error: &RpcError) -> Self {
+        Self::json(protocol::error_response_line(client_id, error))
+    }
+}
+
+impl Runtime {
+    /// A runtime for `config`; agents start on first use. With `durable`,
+    /// every session change is also written to its store.
+    pub fn new(mut config: ServerConfig, durable: Option<Durable>) -> Arc<Self> {
+        // The root as a real path, resolved once, here: never again per
+        // request (research/contract.md, "Host file system").
+        if let Some(real) = config
+            .fs_root
+            .as_ref()
+            .and_then(|root| root.canonicalize().ok())
+        {
+            config.fs_root = Some(real);
+        }
+        let (store, persist) = match durable {
+            Some(Durable { store, persist }) => (Some(store), Some(persist)),
+            None => (None, None),
+        };
+        let limits = ReplayLimits {
+            events: config.replay_buffer_events.max(1),
+            bytes: config.replay_buffer_bytes,
+        };
+        let inventory = InventoryLimits {
+            log: LogLimits {
+                events: config.event_log_events.max(1),
+                bytes: config.event_log_bytes,
+            },
+            ended_sessions: config.ended_sessions,
+        };
+        let routes = RouteTargets {
+            sessions: Arc::new(Sessions::new(inventory, persist.clone())),
+            connections: Arc::new(Connections::new(config.max_connections, limits)),
+        };
+        Arc::new(Self {
+            connections: routes.connections.clone(),
+            sessions: routes.sessions.clone(),
+            routes,
+            agents: Arc::new(
+                Agents::new(
+                    &config.agents,
+                    config.max_line_bytes,
+                    config.request_timeout,
+                    Arc::new(
+                        Installer::new(config.data_dir.clone(), config.install_timeout)
+                            .with_retry_backoff(config.install_retry_backoff),
+                    ),
+                    config.require_preinstall,
+                )
+                .with_tree_supervisor(config.tree_supervisor.clone()),
+            ),
+            shutdown: CancellationToken::new(),
+            store,
+            persist,
+            config,
+        })
+    }
+}
