@@ -70,6 +70,9 @@ pub(crate) struct EmbeddedServer {
     grace: Duration,
     /// Its last stderr lines (with [`ServerLogs::Capture`]).
     stderr: Arc<parking_lot::Mutex<VecDeque<String>>>,
+    /// Ends (its sender dropped) once the stderr reader saw the pipe close:
+    /// a server that exited may still have lines in the pipe.
+    stderr_read: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl EmbeddedServer {
@@ -121,9 +124,10 @@ impl EmbeddedServer {
         })?;
         let pid = child.id();
         let stderr = Arc::new(parking_lot::Mutex::new(VecDeque::new()));
-        if let Some(pipe) = child.stderr.take() {
-            keep_tail(pipe, Arc::clone(&stderr));
-        }
+        let stderr_read = child
+            .stderr
+            .take()
+            .map(|pipe| keep_tail(pipe, Arc::clone(&stderr)));
         let first_line = match child.stdout.take() {
             Some(pipe) => read_first_line(pipe),
             None => {
@@ -138,6 +142,7 @@ impl EmbeddedServer {
             token,
             grace: settings.shutdown_grace,
             stderr,
+            stderr_read,
         };
         tracing::debug!(pid, binary = %binary.display(), "embedded server started");
 
@@ -147,6 +152,7 @@ impl EmbeddedServer {
             Ok(Err(_closed)) => {
                 // Stdout closed without the line: the server is exiting.
                 let status = server.wait_exit(Duration::from_secs(2)).await;
+                server.wait_stderr_read(Duration::from_secs(2)).await;
                 return Err(Error::ServerStart {
                     message: match status {
                         Some(status) => format!("it exited ({status}) before it was ready"),
@@ -239,6 +245,14 @@ impl EmbeddedServer {
             }
             // A std child has no exit notification; poll.
             tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits up to `limit` for the stderr reader to reach the end of the
+    /// pipe (a process that inherited it can hold it open longer).
+    async fn wait_stderr_read(&mut self, limit: Duration) {
+        if let Some(read) = self.stderr_read.take() {
+            let _ = tokio::time::timeout(limit, read).await;
         }
     }
 
@@ -371,9 +385,16 @@ fn read_first_line(pipe: impl Read + Send + 'static) -> tokio::sync::oneshot::Re
     rx
 }
 
-/// Keeps the last [`STDERR_LINES`] lines of `pipe` in `tail`.
-fn keep_tail(pipe: impl Read + Send + 'static, tail: Arc<parking_lot::Mutex<VecDeque<String>>>) {
+/// Keeps the last [`STDERR_LINES`] lines of `pipe` in `tail`; the receiver
+/// resolves (closed) once the pipe ended.
+fn keep_tail(
+    pipe: impl Read + Send + 'static,
+    tail: Arc<parking_lot::Mutex<VecDeque<String>>>,
+) -> tokio::sync::oneshot::Receiver<()> {
+    let (read, done) = tokio::sync::oneshot::channel::<()>();
     std::thread::spawn(move || {
+        // Dropped when the pipe ends: `done` resolves.
+        let _read = read;
         let reader = BufReader::new(pipe);
         for line in reader.split(b'\n') {
             let Ok(line) = line else { break };
@@ -384,6 +405,7 @@ fn keep_tail(pipe: impl Read + Send + 'static, tail: Arc<parking_lot::Mutex<VecD
             tail.push_back(String::from_utf8_lossy(&line).into_owned());
         }
     });
+    done
 }
 
 /// Polls `GET {base_url}/v2/health` until it answers 200; false when

@@ -101,14 +101,27 @@ impl SessionQuery {
     }
 }
 
-/// The session a control-plane path names: `id` of `query.agent` when
+/// The session a control-plane path names (`id` still percent-encoded, as
+/// in the path) and the query it came with: `id` of `query.agent` when
 /// given, else the one session with that id.
 ///
 /// # Errors
-/// 404 `unknown-session`; 409 `ambiguous-session` naming the agents when
-/// several have that id and no `agent` was given (research/contract.md,
-/// "Control plane").
-fn resolve(runtime: &Runtime, id: &str, query: &SessionQuery) -> Result<Arc<Session>, Error> {
+/// 400 for a bad segment or query; 404 `unknown-session`; 409
+/// `ambiguous-session` naming the agents when several have that id and no
+/// `agent` was given (research/contract.md, "Control plane").
+fn resolve(
+    runtime: &Runtime,
+    id: &str,
+    query: Option<&str>,
+) -> Result<(Arc<Session>, SessionQuery), Error> {
+    let id = decode_segment(id)?;
+    let query = SessionQuery::parse(query)?;
+    let session = named(runtime, &id, &query)?;
+    Ok((session, query))
+}
+
+/// Session `id` of `query.agent`, else the one session with that id.
+fn named(runtime: &Runtime, id: &str, query: &SessionQuery) -> Result<Arc<Session>, Error> {
     let unknown = || Error::UnknownSession(id.to_owned());
     if let Some(agent) = &query.agent {
         return runtime.sessions.get(agent, id).ok_or_else(unknown);
@@ -128,15 +141,13 @@ fn resolve(runtime: &Runtime, id: &str, query: &SessionQuery) -> Result<Arc<Sess
 /// (percent-encoded).
 ///
 /// # Errors
-/// 400 for a bad segment or query, 404, 409 as [`resolve`].
+/// 400, 404, 409 as [`resolve`].
 pub fn session(
     runtime: &Runtime,
     id: &str,
     query: Option<&str>,
 ) -> Result<http::Response<Body>, Error> {
-    let id = decode_segment(id)?;
-    let query = SessionQuery::parse(query)?;
-    json(&resolve(runtime, &id, &query)?.info())
+    json(&resolve(runtime, id, query)?.0.info())
 }
 
 /// `GET /v2/sessions/{id}/events?offset=N&limit=M[&agent=A]` → `SessionEventsPage`;
@@ -144,16 +155,14 @@ pub fn session(
 /// "Durable sessions").
 ///
 /// # Errors
-/// 400 for a bad segment, query or `limit`, 404, 409 as [`resolve`], 503
-/// when the store cannot be read.
+/// 400 for a bad `limit`, 400, 404, 409 as [`resolve`], 503 when the
+/// store cannot be read.
 pub async fn events(
     runtime: &Runtime,
     id: &str,
     query: Option<&str>,
 ) -> Result<http::Response<Body>, Error> {
-    let id = decode_segment(id)?;
-    let query = SessionQuery::parse(query)?;
-    let session = resolve(runtime, &id, &query)?;
+    let (session, query) = resolve(runtime, id, query)?;
     let offset = query.offset.unwrap_or(0);
     let limit = query.limit.unwrap_or(DEFAULT_EVENTS_LIMIT as u64);
     if limit == 0 || limit > MAX_EVENTS_LIMIT as u64 {
