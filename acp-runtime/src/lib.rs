@@ -55,3 +55,4 @@ pub(crate) mod runtime;
 pub mod server;
 pub(crate) mod session;
 pub mod store;
+pub(crate) mod time;

@@ -621,7 +621,7 @@ impl Installer {
             kind: kind_of(&plan.chosen).to_owned(),
             artifact: plan.artifact(&version),
             program,
-            installed_at: crate::session::rfc3339(std::time::SystemTime::now()),
+            installed_at: crate::time::rfc3339(std::time::SystemTime::now()),
         };
         write_json(&staging.dir.join(RECEIPT), &receipt).map_err(InstallError::Failed)?;
         Ok((staging, version))
