@@ -50,6 +50,7 @@ pub(crate) mod fs;
 pub(crate) mod hints;
 pub(crate) mod http;
 pub(crate) mod log_limit;
+pub(crate) mod process_group;
 pub mod protocol;
 pub(crate) mod runtime;
 pub mod server;

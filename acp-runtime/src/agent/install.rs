@@ -38,8 +38,8 @@ use super::manifest::{
     self, AGENT_HOME_PLACEHOLDER, Chosen, check_version_dir_name, check_version_spec,
     is_exact_version,
 };
-use super::process::signal_group;
 use crate::config::{AgentSpec, DEFAULT_INSTALL_RETRY_BACKOFF_MS, Launch};
+use crate::process_group::signal_group;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use nix::fcntl::{Flock, FlockArg};

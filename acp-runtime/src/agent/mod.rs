@@ -29,6 +29,7 @@
 
 pub mod archive;
 pub mod catalog;
+pub(crate) mod exit;
 pub mod framing;
 pub mod install;
 pub mod manifest;

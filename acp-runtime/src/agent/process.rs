@@ -3,13 +3,15 @@
 //! id, generation, pid), its routing table ([`Router`]) and how it ended.
 //! The loops that move its bytes are in [`super::stdio`].
 
+use super::exit::ExitInfo;
 use super::framing::LineDecoder;
 use super::orphans::{self, GroupRecordFile};
 use super::router::{ReportedHints, RouteTargets, Router};
 use super::stdio::{self, StderrCapture};
 use super::tree::{self, TreeSupervisor};
+use crate::process_group::signal_group;
 use bytes::Bytes;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
@@ -256,35 +258,5 @@ impl AgentProcess {
         self.exited.cancel();
         let stderr = self.stderr.lock().summary();
         self.router.finish(exit, stderr);
-    }
-}
-
-/// How an agent process ended.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ExitInfo {
-    /// Exit code, when it exited normally.
-    pub code: Option<i32>,
-    /// Signal number, when a signal ended it.
-    pub signal: Option<i32>,
-}
-
-impl ExitInfo {
-    /// "exit code N", "signal N" or "unknown status".
-    pub fn describe(&self) -> String {
-        match (self.code, self.signal) {
-            (Some(code), _) => format!("exit code {code}"),
-            (None, Some(signal)) => format!("signal {signal}"),
-            (None, None) => "unknown status".to_owned(),
-        }
-    }
-}
-
-/// Sends `signal` to the agent's process group (the agent and its children).
-pub fn signal_group(pid: u32, signal: Signal) {
-    if let Ok(pid) = i32::try_from(pid)
-        && let Err(error) = killpg(Pid::from_raw(pid), signal)
-        && error != nix::errno::Errno::ESRCH
-    {
-        tracing::warn!(pid, ?signal, %error, "cannot signal agent process group");
     }
 }

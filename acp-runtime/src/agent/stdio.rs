@@ -11,8 +11,10 @@
 //! - stderr ([`read_stderr`]): captured (first 20 and last 50 lines) and
 //!   logged, never mixed into the stream.
 
+use super::exit::ExitInfo;
 use super::framing::{Line, LineDecoder};
-use super::process::{AgentProcess, ExitInfo, signal_group};
+use super::process::AgentProcess;
+use crate::process_group::signal_group;
 use bytes::Bytes;
 use ext_methods::StderrExcerpt;
 use futures::StreamExt;

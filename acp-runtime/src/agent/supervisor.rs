@@ -7,12 +7,13 @@
 //! install").
 
 use super::install::{InstallError, InstallOptions, Installer, LogProgress, Progress};
-use super::process::{self, AgentProcess, LaunchCommand, signal_group};
+use super::process::{self, AgentProcess, LaunchCommand};
 use super::router::{ReportedHints, RouteTargets};
 use super::stdio;
 use super::tree::TreeSupervisor;
 use crate::config::{AgentSpec, AuthEnv, Launch};
 use crate::error::Error;
+use crate::process_group::signal_group;
 use ext_methods::{AgentInfo, AgentInstallResult, AgentSource, ModelInfo};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
