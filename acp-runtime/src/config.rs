@@ -1,6 +1,6 @@
 //! Server configuration: validated settings and the agents the server knows.
 
-use crate::agent::manifest::{ManifestEntry, check_agent_id};
+use crate::install::manifest::{ManifestEntry, check_agent_id};
 pub use ext_methods::{AgentSource, AuthEnv};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -19,7 +19,7 @@ pub struct AgentSpec {
     /// the data dir first.
     pub launch: Launch,
     /// Environment for the agent process on top of the server's own; values
-    /// may use `${AGENT_HOME}` (see [`crate::agent::manifest`]).
+    /// may use `${AGENT_HOME}` (see [`crate::install::manifest`]).
     pub env: Vec<(String, String)>,
     /// Client capabilities the runtime declares to this agent in its own
     /// `initialize` (default: none, the agent works on its own files and
@@ -46,7 +46,7 @@ pub enum Launch {
         args: Vec<String>,
     },
     /// A manifest entry with an `npx` or `binary` distribution: installed into
-    /// the data dir by [`crate::agent::install`], then run from there.
+    /// the data dir by [`crate::install`], then run from there.
     Install(Box<ManifestEntry>),
 }
 

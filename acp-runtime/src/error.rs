@@ -3,8 +3,8 @@
 //! that mapping lives; [`crate::http::problem`] writes it as a problem+json
 //! response and [`Error::to_rpc_error`] as a JSON-RPC error object.
 
-use crate::agent::archive::{Refused, RefusedKind};
-use crate::agent::install::InstallError;
+use crate::archive::{Refused, RefusedKind};
+use crate::install::InstallError;
 use http::StatusCode;
 use std::time::Duration;
 

@@ -40,6 +40,7 @@
 //! - [`config`]: validated settings and their defaults.
 
 pub mod agent;
+pub(crate) mod archive;
 pub mod config;
 pub(crate) mod connection;
 pub(crate) mod connections;
@@ -49,6 +50,7 @@ pub(crate) mod ext;
 pub(crate) mod fs;
 pub(crate) mod hints;
 pub(crate) mod http;
+pub mod install;
 pub(crate) mod log_limit;
 pub(crate) mod process_group;
 pub mod protocol;

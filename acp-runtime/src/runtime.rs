@@ -4,7 +4,6 @@
 //! to agent requests (research/contract.md, "Transport: /v2/rpc" and
 //! "Routing: connections, sessions, one agent process").
 
-use crate::agent::install::{InstallOptions, Installer, LogProgress};
 use crate::agent::process::AgentProcess;
 use crate::agent::router::{Effect, RouteTargets};
 use crate::agent::{Agents, StartError};
@@ -16,6 +15,7 @@ use crate::connections::Connections;
 use crate::error::Error;
 use crate::event_log::LogLimits;
 use crate::ext::ExtMethods;
+use crate::install::{InstallOptions, Installer, LogProgress};
 use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
 use crate::session::{InventoryLimits, Session, Sessions};
 use crate::store::Store;

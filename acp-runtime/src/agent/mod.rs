@@ -27,12 +27,8 @@
 //! - `router`: the routing table: id rewriting, pending requests both ways,
 //!   held messages, delivery to sessions and connections.
 
-pub mod archive;
-pub mod catalog;
 pub(crate) mod exit;
 pub mod framing;
-pub mod install;
-pub mod manifest;
 pub(crate) mod orphans;
 pub(crate) mod process;
 pub(crate) mod router;

@@ -6,13 +6,13 @@
 //! all at shutdown (research/contract.md, "Agents: manifest, installs, lazy
 //! install").
 
-use super::install::{InstallError, InstallOptions, Installer, LogProgress, Progress};
 use super::process::{self, AgentProcess, LaunchCommand};
 use super::router::{ReportedHints, RouteTargets};
 use super::stdio;
 use super::tree::TreeSupervisor;
 use crate::config::{AgentSpec, AuthEnv, Launch};
 use crate::error::Error;
+use crate::install::{InstallError, InstallOptions, Installer, LogProgress, Progress};
 use crate::process_group::signal_group;
 use ext_methods::{AgentInfo, AgentInstallResult, AgentSource, ModelInfo};
 use futures::FutureExt;

@@ -8,7 +8,7 @@
 
 use super::headers::is_json_content;
 use super::{Body, HttpRequest, conditional, empty, full, read_body};
-use crate::agent::archive::Limits;
+use crate::archive::Limits;
 use crate::error::Error;
 use crate::fs::{self, Scope, batch, ops, transfer};
 use crate::runtime::Runtime;

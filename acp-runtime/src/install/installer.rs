@@ -17,7 +17,7 @@
 //! platform sub-packages (optional dependencies) as it always does; the agent
 //! is the package's `bin`. Release archives are downloaded over HTTPS (plain
 //! HTTP only from a loopback host), checked against their SHA-256 when the
-//! manifest gives one, and unpacked by [`super::archive`].
+//! manifest gives one, and unpacked by [`crate::archive`].
 //!
 //! One install at a time per agent: an async lock in this process and a file
 //! lock across processes sharing the data dir. Every install is staged in a
@@ -33,11 +33,11 @@
 //! (`latest`, a range) is resolved with `npm view` first, so a version that
 //! is already there is not installed again.
 
-use super::archive;
 use super::manifest::{
     self, AGENT_HOME_PLACEHOLDER, Chosen, check_version_dir_name, check_version_spec,
     is_exact_version,
 };
+use crate::archive;
 use crate::config::{AgentSpec, DEFAULT_INSTALL_RETRY_BACKOFF_MS, Launch};
 use crate::process_group::signal_group;
 use futures::FutureExt;
