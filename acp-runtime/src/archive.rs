@@ -11,6 +11,7 @@
 //! An archive is untrusted: [`Limits`] caps what it may unpack to (total bytes
 //! and entry count), so a decompression bomb fails instead of filling the disk.
 
+use crate::error::Error;
 use flate2::read::GzDecoder;
 use std::cell::Cell;
 use std::fs::File;
@@ -312,6 +313,24 @@ impl Refused {
         Self {
             kind: RefusedKind::Unsafe,
             message,
+        }
+    }
+}
+
+/// An archive the unpacker refused: over its caps is 413
+/// `payload-too-large`, unsafe or unreadable 400 `invalid-archive`, a disk
+/// full 507, a permission 403, any other write failure 500.
+impl From<Refused> for Error {
+    fn from(refused: Refused) -> Self {
+        use std::io::ErrorKind;
+        match refused.kind {
+            RefusedKind::Limit => Self::ArchiveTooLarge(refused.message),
+            RefusedKind::Unsafe => Self::InvalidArchive(refused.message),
+            RefusedKind::Io(ErrorKind::StorageFull | ErrorKind::QuotaExceeded) => {
+                Self::InsufficientStorage(refused.message)
+            }
+            RefusedKind::Io(ErrorKind::PermissionDenied) => Self::PermissionDenied(refused.message),
+            RefusedKind::Io(_) => Self::FsIo(refused.message),
         }
     }
 }

@@ -3,8 +3,6 @@
 //! that mapping lives; [`crate::http::problem`] writes it as a problem+json
 //! response and [`Error::to_rpc_error`] as a JSON-RPC error object.
 
-use crate::archive::{Refused, RefusedKind};
-use crate::install::InstallError;
 use http::StatusCode;
 use std::time::Duration;
 
@@ -271,24 +269,6 @@ impl FsConflict {
     }
 }
 
-/// An archive the unpacker refused: over its caps is 413
-/// `payload-too-large`, unsafe or unreadable 400 `invalid-archive`, a disk
-/// full 507, a permission 403, any other write failure 500.
-impl From<Refused> for Error {
-    fn from(refused: Refused) -> Self {
-        use std::io::ErrorKind;
-        match refused.kind {
-            RefusedKind::Limit => Self::ArchiveTooLarge(refused.message),
-            RefusedKind::Unsafe => Self::InvalidArchive(refused.message),
-            RefusedKind::Io(ErrorKind::StorageFull | ErrorKind::QuotaExceeded) => {
-                Self::InsufficientStorage(refused.message)
-            }
-            RefusedKind::Io(ErrorKind::PermissionDenied) => Self::PermissionDenied(refused.message),
-            RefusedKind::Io(_) => Self::FsIo(refused.message),
-        }
-    }
-}
-
 impl Error {
     /// A file system failure on `path` as the error of its kind: 404, 403,
     /// 409, 507, else 500 `io-error`.
@@ -325,17 +305,6 @@ impl Error {
                 Self::PermissionDenied(format!("{shown}: a symlink appeared on the path"))
             }
             _ => Self::FsIo(format!("{shown}: {error}")),
-        }
-    }
-
-    /// The HTTP error for a failed install of `agent`.
-    pub fn from_install(agent: &str, error: InstallError) -> Self {
-        match error {
-            InstallError::NotInstallable(message) => Self::NotInstallable(message),
-            InstallError::InvalidVersion(message) => {
-                Self::InvalidRequest(format!("agent {agent:?}: {message}"))
-            }
-            InstallError::Failed(message) => Self::InstallFailed(message),
         }
     }
 }

@@ -24,6 +24,7 @@ use super::manifest::{AGENT_HOME_PLACEHOLDER, Chosen, check_version_spec, is_exa
 use super::npm::{npm_install, npm_view_version};
 use super::progress::Progress;
 use crate::config::{AgentSpec, DEFAULT_INSTALL_RETRY_BACKOFF_MS, Launch};
+use crate::error::Error;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use nix::fcntl::{Flock, FlockArg};
@@ -70,6 +71,19 @@ pub enum InstallError {
     /// npm, the download, the checksum, the archive or the file system failed.
     #[error("{0}")]
     Failed(String),
+}
+
+impl Error {
+    /// The HTTP error for a failed install of `agent`.
+    pub fn from_install(agent: &str, error: InstallError) -> Self {
+        match error {
+            InstallError::NotInstallable(message) => Self::NotInstallable(message),
+            InstallError::InvalidVersion(message) => {
+                Self::InvalidRequest(format!("agent {agent:?}: {message}"))
+            }
+            InstallError::Failed(message) => Self::InstallFailed(message),
+        }
+    }
 }
 
 /// An install running in its own task, awaited by everyone who asked for it.
