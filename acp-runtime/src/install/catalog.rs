@@ -5,11 +5,182 @@
 //!    ([`manifest::BUILTIN`]: codex, claude, gemini, opencode);
 //! 2. `--agents-file FILE`: a manifest in the registry's shape;
 //! 3. `--agent-command NAME=CMD [ARGS…]`, in order.
+//!
+//! Each is an [`AgentSpec`]: the agent's id, how it is obtained and started,
+//! its environment.
 
-use super::manifest::{self, ManifestError};
-use crate::config::AgentSpec;
+use super::manifest::{self, ManifestEntry, ManifestError, check_agent_id};
+pub use ext_methods::{AgentSource, AuthEnv};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// One known agent: its id, how to obtain and start it, and its environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSpec {
+    /// Agent id, as named in `_meta["sandboxagent.dev"].agent`.
+    pub id: String,
+    /// Human-readable name.
+    pub name: String,
+    /// What runs: a fixed command, or a manifest distribution installed into
+    /// the data dir first.
+    pub launch: Launch,
+    /// Environment for the agent process on top of the server's own; values
+    /// may use `${AGENT_HOME}` (see [`crate::install::manifest`]).
+    pub env: Vec<(String, String)>,
+    /// Client capabilities the runtime declares to this agent in its own
+    /// `initialize` (default: none, the agent works on its own files and
+    /// terminals inside the sandbox; research/contract.md,
+    /// "Routing: connections, sessions, one agent process").
+    pub client_capabilities: serde_json::Value,
+    /// Where the agent comes from.
+    pub source: AgentSource,
+    /// Auth methods an environment variable satisfies (the manifest's
+    /// `auth`; empty for command agents): the runtime authenticates a new
+    /// process with the first one that is set and advertised.
+    pub auth: Vec<AuthEnv>,
+}
+
+/// How an agent's program is found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Launch {
+    /// A program run as it is: the mock agent, `--agent-command`, a manifest
+    /// `local` distribution.
+    Command {
+        /// Program: a path, or a name looked up on `PATH`.
+        program: PathBuf,
+        /// Arguments after the program.
+        args: Vec<String>,
+    },
+    /// A manifest entry with an `npx` or `binary` distribution: installed into
+    /// the data dir by [`crate::install`], then run from there.
+    Install(Box<ManifestEntry>),
+}
+
+impl AgentSpec {
+    /// The built-in mock agent: this executable with the `mock-agent`
+    /// subcommand, keeping its sessions in `<data_dir>/homes/mock/sessions`
+    /// (`--state-dir`), so it can load them after a restart
+    /// (research/contract.md, "The mock agent" and "Data dir"). A data dir
+    /// whose path is not UTF-8 cannot be an argument: the mock then keeps
+    /// its sessions in memory only.
+    ///
+    /// # Errors
+    /// When the path of the current executable cannot be read.
+    pub fn builtin_mock(data_dir: &Path) -> std::io::Result<Self> {
+        let mut args = vec!["mock-agent".to_owned()];
+        let state_dir = data_dir.join("homes").join("mock").join("sessions");
+        if let Some(state_dir) = state_dir.to_str() {
+            args.extend(["--state-dir".to_owned(), state_dir.to_owned()]);
+        }
+        Ok(Self {
+            id: "mock".to_owned(),
+            name: "Mock agent (built in)".to_owned(),
+            launch: Launch::Command {
+                program: std::env::current_exe()?,
+                args,
+            },
+            env: Vec::new(),
+            client_capabilities: serde_json::json!({}),
+            source: AgentSource::Builtin,
+            auth: Vec::new(),
+        })
+    }
+
+    /// An agent from a manifest entry: a `local` distribution runs its
+    /// command (source `fallback`); anything else is installed first (source
+    /// `registry`).
+    pub fn from_manifest(entry: ManifestEntry) -> Self {
+        let mut env: Vec<(String, String)> = entry.env.clone().into_iter().collect();
+        let client_capabilities = entry
+            .client_capabilities
+            .clone()
+            .unwrap_or_else(|| serde_json::json!({}));
+        let (launch, source) = match &entry.distribution.local {
+            Some(local) => {
+                env.extend(local.env.clone());
+                (
+                    Launch::Command {
+                        program: PathBuf::from(&local.command),
+                        args: local.args.clone(),
+                    },
+                    AgentSource::Fallback,
+                )
+            }
+            None => (
+                Launch::Install(Box::new(entry.clone())),
+                AgentSource::Registry,
+            ),
+        };
+        Self {
+            id: entry.id.clone(),
+            name: entry.display_name().to_owned(),
+            launch,
+            env,
+            client_capabilities,
+            source,
+            auth: entry.auth.clone(),
+        }
+    }
+
+    /// The fixed program of a [`Launch::Command`] agent.
+    pub fn command_program(&self) -> Option<&Path> {
+        match &self.launch {
+            Launch::Command { program, .. } => Some(program),
+            Launch::Install(_) => None,
+        }
+    }
+
+    /// Whether a [`Launch::Command`] program can be started: an existing
+    /// executable file, or a bare name found on `PATH`. `false` for agents
+    /// that are installed (the installer knows whether they are).
+    pub fn is_runnable(&self) -> bool {
+        let Some(program) = self.command_program() else {
+            return false;
+        };
+        let executable = |path: &Path| {
+            path.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
+        if program.components().count() > 1 {
+            return executable(program);
+        }
+        std::env::var_os("PATH").is_some_and(|paths| {
+            std::env::split_paths(&paths).any(|dir| executable(&dir.join(program)))
+        })
+    }
+
+    /// An agent from `--agent-command NAME=CMD [ARGS…]` (the part after `=` is
+    /// split with shell-word rules).
+    ///
+    /// # Errors
+    /// A message naming what is wrong with `value`.
+    pub fn from_command_arg(value: &str) -> Result<Self, String> {
+        let (id, command) = value
+            .split_once('=')
+            .ok_or_else(|| format!("expected NAME=COMMAND [ARGS...], got {value:?}"))?;
+        let id = id.trim();
+        check_agent_id(id)?;
+        let mut words = shell_words::split(command)
+            .map_err(|e| format!("cannot split the command of agent {id:?}: {e}"))?
+            .into_iter();
+        let program = words
+            .next()
+            .ok_or_else(|| format!("agent {id:?} has an empty command"))?;
+        Ok(Self {
+            id: id.to_owned(),
+            name: id.to_owned(),
+            launch: Launch::Command {
+                program: PathBuf::from(program),
+                args: words.collect(),
+            },
+            env: Vec::new(),
+            client_capabilities: serde_json::json!({}),
+            source: AgentSource::Fallback,
+            auth: Vec::new(),
+        })
+    }
+}
 
 /// Every known agent by id. `data_dir` is the server's data dir (the mock
 /// agent keeps its sessions in its home there).
@@ -50,7 +221,6 @@ pub fn load(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Launch;
     use ext_methods::AgentSource;
 
     #[test]

@@ -15,6 +15,7 @@
 //! is not exact (`latest`, a range) is resolved with `npm view` first, so a
 //! version that is already there is not installed again.
 
+use super::catalog::{AgentSpec, Launch};
 use super::download;
 use super::layout::{
     CURRENT, Current, Installation, RECEIPT, Receipt, Staging, kind_of, read_installation,
@@ -23,7 +24,7 @@ use super::layout::{
 use super::manifest::{AGENT_HOME_PLACEHOLDER, Chosen, check_version_spec, is_exact_version};
 use super::npm::{npm_install, npm_view_version};
 use super::progress::Progress;
-use crate::config::{AgentSpec, DEFAULT_INSTALL_RETRY_BACKOFF_MS, Launch};
+use crate::config::DEFAULT_INSTALL_RETRY_BACKOFF_MS;
 use crate::error::Error;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};

@@ -25,6 +25,7 @@ pub mod manifest;
 mod npm;
 mod progress;
 
+pub use catalog::{AgentSpec, Launch};
 pub use installer::{InstallError, InstallOptions, InstallOutcome, Installer};
 pub use layout::Installation;
 pub use npm::NPM_NETWORK_DEFAULTS;
