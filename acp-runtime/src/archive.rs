@@ -1,4 +1,6 @@
-//! Unpacking a downloaded release archive into an install folder, safely.
+//! Unpacking a downloaded release archive into an install folder, safely,
+//! and the tar reader the file system API's upload-batch shares
+//! ([`for_each_entry`]).
 //!
 //! The rules, for tar and zip alike: every entry path is relative and has no
 //! `..` (an absolute or escaping path fails the whole archive rather than being

@@ -33,10 +33,18 @@
 //!   behind `/v2/fs/*` and the `_sandboxagent/fs/*` methods.
 //! - `hints`: title / model / mode read from ACP messages.
 //! - `log_limit`: rate limits for warnings an agent can trigger per message.
-//! - [`agent`]: the agent catalog and installer (public), agent processes,
-//!   their stdio loops and the routing table.
+//! - [`install`]: agent installs (public: the `agents` command uses them
+//!   without a server): the manifest, the catalog of known agents
+//!   ([`install::AgentSpec`]), the installer, its npm driver, downloads and
+//!   on-disk layout.
+//! - [`agent`]: running agents: the supervisor (public), processes, their
+//!   stdio loops, the tree supervisor, orphan reaping and the routing table.
+//! - `archive`: safe unpacking of release archives and upload-batch tars.
+//! - `process_group`: signalling a process group (an agent's, npm's).
 //! - [`protocol`]: wire constants and JSON-RPC envelope parsing (no I/O).
-//! - `error`: the error enum every HTTP failure is made of.
+//! - `error`: the error enum every HTTP failure is made of, with its HTTP
+//!   status, problem type and JSON-RPC error.
+//! - `time`: timestamps as the runtime writes them (RFC 3339).
 //! - [`config`]: validated settings and their defaults.
 
 pub mod agent;
