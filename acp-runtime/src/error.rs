@@ -1,9 +1,13 @@
 //! The runtime's error type. Each variant maps to one HTTP status and one
-//! problem type in [`crate::http::problem`], the only place that mapping lives.
+//! problem type here ([`Error::status`], [`Error::kind`]), the only place
+//! that mapping lives; [`crate::http::problem`] writes it as a problem+json
+//! response and [`Error::to_rpc_error`] as a JSON-RPC error object.
 
-use crate::agent::archive::{Refused, RefusedKind};
-use crate::agent::install::InstallError;
+use http::StatusCode;
 use std::time::Duration;
+
+/// Prefix of every problem `type`.
+pub const TYPE_PREFIX: &str = "urn:sandbox-agent:error:";
 
 /// Errors a `/v2` request can end with. Method-level failures are not here:
 /// those are JSON-RPC error objects inside a 200 (research/contract.md,
@@ -265,24 +269,6 @@ impl FsConflict {
     }
 }
 
-/// An archive the unpacker refused: over its caps is 413
-/// `payload-too-large`, unsafe or unreadable 400 `invalid-archive`, a disk
-/// full 507, a permission 403, any other write failure 500.
-impl From<Refused> for Error {
-    fn from(refused: Refused) -> Self {
-        use std::io::ErrorKind;
-        match refused.kind {
-            RefusedKind::Limit => Self::ArchiveTooLarge(refused.message),
-            RefusedKind::Unsafe => Self::InvalidArchive(refused.message),
-            RefusedKind::Io(ErrorKind::StorageFull | ErrorKind::QuotaExceeded) => {
-                Self::InsufficientStorage(refused.message)
-            }
-            RefusedKind::Io(ErrorKind::PermissionDenied) => Self::PermissionDenied(refused.message),
-            RefusedKind::Io(_) => Self::FsIo(refused.message),
-        }
-    }
-}
-
 impl Error {
     /// A file system failure on `path` as the error of its kind: 404, 403,
     /// 409, 507, else 500 `io-error`.
@@ -321,15 +307,124 @@ impl Error {
             _ => Self::FsIo(format!("{shown}: {error}")),
         }
     }
+}
 
-    /// The HTTP error for a failed install of `agent`.
-    pub fn from_install(agent: &str, error: InstallError) -> Self {
-        match error {
-            InstallError::NotInstallable(message) => Self::NotInstallable(message),
-            InstallError::InvalidVersion(message) => {
-                Self::InvalidRequest(format!("agent {agent:?}: {message}"))
+impl Error {
+    /// HTTP status (research/contract.md, "Problem types").
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest(_)
+            | Self::MissingConnectionId(_)
+            | Self::MissingAgent { .. }
+            | Self::AgentMismatch { .. }
+            | Self::InvalidLastEventId(_)
+            | Self::InvalidPath(_)
+            | Self::InvalidArchive(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::OutsideRoot { .. }
+            | Self::PermissionDenied(_)
+            | Self::ForbiddenOrigin(_)
+            | Self::ForbiddenHost(_) => StatusCode::FORBIDDEN,
+            Self::FileNotFound(_)
+            | Self::UnknownConnection(_)
+            | Self::ExpiredConnection { .. }
+            | Self::UnknownSession(_)
+            | Self::UnknownAgent { .. }
+            | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            Self::StreamConflict
+            | Self::AmbiguousSession { .. }
+            | Self::AgentNotInstalled { .. }
+            | Self::NotInstallable(_)
+            | Self::FsConflict { .. } => StatusCode::CONFLICT,
+            Self::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+            Self::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
+            Self::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
+            Self::FsIo(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Gone => StatusCode::GONE,
+            Self::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Self::PayloadTooLarge { .. } | Self::ArchiveTooLarge(_) => {
+                StatusCode::PAYLOAD_TOO_LARGE
             }
-            InstallError::Failed(message) => Self::InstallFailed(message),
+            Self::UnsupportedMediaType | Self::UnsupportedArchiveType => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
+            Self::AgentStartFailed { .. } | Self::InstallFailed(_) => StatusCode::BAD_GATEWAY,
+            Self::TooManyConnections { .. }
+            | Self::TooManyHttpConnections { .. }
+            | Self::ShuttingDown
+            | Self::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::BatchNotSupported => StatusCode::NOT_IMPLEMENTED,
         }
+    }
+
+    /// The `<kind>` of `urn:sandbox-agent:error:<kind>`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "invalid-request",
+            Self::MissingConnectionId(_) => "missing-connection-id",
+            Self::MissingAgent { .. } => "missing-agent",
+            Self::AgentMismatch { .. } => "agent-mismatch",
+            Self::InvalidLastEventId(_) => "invalid-last-event-id",
+            Self::Unauthorized => "unauthorized",
+            Self::UnknownConnection(_) | Self::ExpiredConnection { .. } => "unknown-connection",
+            Self::UnknownSession(_) => "unknown-session",
+            Self::AmbiguousSession { .. } => "ambiguous-session",
+            Self::UnknownAgent { .. } => "unknown-agent",
+            Self::NotFound(_) => "not-found",
+            Self::MethodNotAllowed(_) => "method-not-allowed",
+            Self::NotAcceptable(_) => "not-acceptable",
+            Self::StreamConflict => "stream-conflict",
+            Self::Gone => "gone",
+            Self::RequestTimeout { .. } => "request-timeout",
+            Self::PayloadTooLarge { .. } | Self::ArchiveTooLarge(_) => "payload-too-large",
+            Self::UnsupportedMediaType | Self::UnsupportedArchiveType => "unsupported-media-type",
+            Self::ForbiddenOrigin(_) => "forbidden-origin",
+            Self::ForbiddenHost(_) => "forbidden-host",
+            Self::BatchNotSupported => "batch-not-supported",
+            Self::AgentStartFailed { .. } => "agent-start-failed",
+            Self::AgentNotInstalled { .. } => "agent-not-installed",
+            Self::NotInstallable(_) => "not-installable",
+            Self::InstallFailed(_) => "install-failed",
+            Self::TooManyConnections { .. } => "too-many-connections",
+            Self::TooManyHttpConnections { .. } => "too-many-http-connections",
+            Self::ShuttingDown => "shutting-down",
+            Self::StoreUnavailable(_) => "store-unavailable",
+            Self::Timeout { .. } => "timeout",
+            Self::InvalidPath(_) => "invalid-path",
+            Self::OutsideRoot { .. } => "outside-root",
+            Self::PermissionDenied(_) => "permission-denied",
+            Self::FileNotFound(_) => "file-not-found",
+            Self::FsConflict { conflict, .. } => conflict.kind(),
+            Self::RangeNotSatisfiable { .. } => "range-not-satisfiable",
+            Self::PreconditionFailed(_) => "precondition-failed",
+            Self::InsufficientStorage(_) => "insufficient-storage",
+            Self::InvalidArchive(_) => "invalid-archive",
+            Self::FsIo(_) => "io-error",
+        }
+    }
+}
+
+impl Error {
+    /// The same failure as a JSON-RPC error object, for a request on
+    /// `/v2/rpc` that the runtime answers (an extension method): `-32602`
+    /// (invalid params) for a 4xx problem, `-32603` otherwise, with the
+    /// problem's `type`, `status` and `detail` in `data` so a client branches
+    /// on the same names on both surfaces.
+    pub fn to_rpc_error(&self) -> crate::protocol::RpcError {
+        use crate::protocol::{RpcError, code};
+        let status = self.status();
+        let code = if status.is_client_error() {
+            code::INVALID_PARAMS
+        } else {
+            code::INTERNAL_ERROR
+        };
+        RpcError::new(code, self.to_string()).with_data(serde_json::json!({
+            "type": format!("{TYPE_PREFIX}{}", self.kind()),
+            "status": status.as_u16(),
+            "detail": self.to_string(),
+        }))
     }
 }

@@ -33,13 +33,22 @@
 //!   behind `/v2/fs/*` and the `_sandboxagent/fs/*` methods.
 //! - `hints`: title / model / mode read from ACP messages.
 //! - `log_limit`: rate limits for warnings an agent can trigger per message.
-//! - [`agent`]: the agent catalog and installer (public), agent processes,
-//!   their stdio loops and the routing table.
+//! - [`install`]: agent installs (public: the `agents` command uses them
+//!   without a server): the manifest, the catalog of known agents
+//!   ([`install::AgentSpec`]), the installer, its npm driver, downloads and
+//!   on-disk layout.
+//! - [`agent`]: running agents: the supervisor (public), processes, their
+//!   stdio loops, the tree supervisor, orphan reaping and the routing table.
+//! - `archive`: safe unpacking of release archives and upload-batch tars.
+//! - `process_group`: signalling a process group (an agent's, npm's).
 //! - [`protocol`]: wire constants and JSON-RPC envelope parsing (no I/O).
-//! - `error`: the error enum every HTTP failure is made of.
+//! - `error`: the error enum every HTTP failure is made of, with its HTTP
+//!   status, problem type and JSON-RPC error.
+//! - `time`: timestamps as the runtime writes them (RFC 3339).
 //! - [`config`]: validated settings and their defaults.
 
 pub mod agent;
+pub(crate) mod archive;
 pub mod config;
 pub(crate) mod connection;
 pub(crate) mod connections;
@@ -49,10 +58,13 @@ pub(crate) mod ext;
 pub(crate) mod fs;
 pub(crate) mod hints;
 pub(crate) mod http;
+pub mod install;
 pub(crate) mod log_limit;
 pub(crate) mod message;
+pub(crate) mod process_group;
 pub mod protocol;
 pub(crate) mod runtime;
 pub mod server;
 pub(crate) mod session;
 pub mod store;
+pub(crate) mod time;

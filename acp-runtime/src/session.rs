@@ -10,6 +10,7 @@ use crate::hints::Hints;
 use crate::protocol;
 use crate::store::writer::Persist;
 use crate::store::{self, EventRow, SessionRow};
+use crate::time::rfc3339;
 use agent_client_protocol::v1::schema::SessionInfo;
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -350,11 +351,6 @@ impl Session {
     pub fn cwd(&self) -> Option<String> {
         self.state.lock().cwd.clone()
     }
-}
-
-/// RFC 3339 with milliseconds, UTC.
-pub fn rfc3339(time: SystemTime) -> String {
-    humantime::format_rfc3339_millis(time).to_string()
 }
 
 /// Settings of the inventory.

@@ -1,6 +1,6 @@
 //! The `sandbox-agent` command line.
-use acp_runtime::agent::catalog;
-use acp_runtime::config::{self, AgentSpec, ServerConfig, default_data_dir};
+use acp_runtime::config::{self, ServerConfig, default_data_dir};
+use acp_runtime::install::{AgentSpec, catalog};
 use clap::{Args, Parser, Subcommand};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};

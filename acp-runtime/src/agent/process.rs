@@ -3,21 +3,27 @@
 //! id, generation, pid), its routing table ([`Router`]) and how it ended.
 //! The loops that move its bytes are in [`super::stdio`].
 
-use super::framing::LineDecoder;
+use super::exit::ExitInfo;
+use super::framing::{Line, LineDecoder};
 use super::orphans::{self, GroupRecordFile};
 use super::router::{ReportedHints, RouteTargets, Router};
 use super::stdio::{self, StderrCapture};
 use super::tree::{self, TreeSupervisor};
+use crate::process_group::signal_group;
 use bytes::Bytes;
-use nix::sys::signal::{Signal, killpg};
+use futures::StreamExt;
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
@@ -46,7 +52,7 @@ pub struct Spawned {
     /// Lines for the agent's stdin (each must end with `\n`), written by
     /// [`stdio::write_stdin`].
     pub stdin: mpsc::Sender<Bytes>,
-    /// The agent's stdout, split into lines (read by [`stdio::read_stdout`]).
+    /// The agent's stdout, split into lines (read by [`read_stdout`]).
     pub stdout: FramedRead<ChildStdout, LineDecoder>,
     /// Captured stderr, filled by [`stdio::read_stderr`].
     pub stderr: Arc<Mutex<StderrCapture>>,
@@ -259,32 +265,74 @@ impl AgentProcess {
     }
 }
 
-/// How an agent process ended.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ExitInfo {
-    /// Exit code, when it exited normally.
-    pub code: Option<i32>,
-    /// Signal number, when a signal ended it.
-    pub signal: Option<i32>,
-}
+/// After the agent process exits, how long its stdout may still drain (a
+/// child of the agent can hold the pipe open).
+const EXIT_DRAIN: Duration = Duration::from_millis(500);
+/// After stdout closes, how long to wait for the process to exit before killing it.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
 
-impl ExitInfo {
-    /// "exit code N", "signal N" or "unknown status".
-    pub fn describe(&self) -> String {
-        match (self.code, self.signal) {
-            (Some(code), _) => format!("exit code {code}"),
-            (None, Some(signal)) => format!("signal {signal}"),
-            (None, None) => "unknown status".to_owned(),
+/// Reads the agent's stdout until it closes (or the process exits and its
+/// stdout stays quiet), handing each line to the router; then reaps the
+/// process, kills what it left in its process group, and finishes the
+/// process ([`AgentProcess::finish`]). Returns how it ended.
+pub async fn read_stdout(
+    process: &AgentProcess,
+    mut stdout: FramedRead<ChildStdout, LineDecoder>,
+    mut child: Child,
+    max_line_bytes: usize,
+) -> ExitInfo {
+    let mut status = None;
+    let mut drain_until: Option<Instant> = None;
+    loop {
+        let drain_deadline = async {
+            match drain_until {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            line = stdout.next() => match line {
+                Some(Ok(Line::Message(bytes))) => process.router.dispatch(bytes),
+                Some(Ok(Line::TooLong { prefix, length })) => {
+                    process.router.report_too_long(&prefix, length, max_line_bytes);
+                }
+                Some(Err(error)) => {
+                    tracing::warn!(agent = %process.agent, %error, "cannot read agent stdout");
+                    break;
+                }
+                None => break,
+            },
+            exit = child.wait(), if status.is_none() => {
+                status = Some(exit);
+                drain_until = Some(Instant::now() + EXIT_DRAIN);
+            }
+            () = drain_deadline => break,
         }
     }
-}
-
-/// Sends `signal` to the agent's process group (the agent and its children).
-pub fn signal_group(pid: u32, signal: Signal) {
-    if let Ok(pid) = i32::try_from(pid)
-        && let Err(error) = killpg(Pid::from_raw(pid), signal)
-        && error != nix::errno::Errno::ESRCH
-    {
-        tracing::warn!(pid, ?signal, %error, "cannot signal agent process group");
-    }
+    let status = match status {
+        Some(status) => status,
+        None => match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                process.kill_tree_now();
+                child.wait().await
+            }
+        },
+    };
+    // Whatever the agent left running in its group would be orphaned now.
+    signal_group(process.pid, Signal::SIGKILL);
+    let exit = match status {
+        Ok(status) => ExitInfo {
+            code: status.code(),
+            signal: status.signal(),
+        },
+        Err(error) => {
+            tracing::warn!(agent = %process.agent, %error, "cannot reap agent process");
+            ExitInfo::default()
+        }
+    };
+    tracing::info!(agent = %process.agent, pid = process.pid, ?exit, "agent process exited");
+    process.finish(exit);
+    exit
 }

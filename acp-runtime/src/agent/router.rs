@@ -16,8 +16,8 @@
 //! (the session inventory and the open connections) and its agent's
 //! [`ReportedHints`], so it can be built, and tested, without a server.
 
+use super::exit::ExitInfo;
 use super::framing::PREFIX_BYTES;
-use super::process::ExitInfo;
 use crate::connection::Connection;
 use crate::connections::Connections;
 use crate::hints::{self, Hints};

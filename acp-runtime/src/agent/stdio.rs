@@ -3,29 +3,21 @@
 //! - stdin ([`write_stdin`]): fed by a bounded channel of complete lines; it
 //!   flushes when the channel runs dry, so a burst costs few syscalls and a
 //!   single message is not delayed.
-//! - stdout ([`read_stdout`]): newline-delimited JSON-RPC with a maximum line
-//!   length ([`LineDecoder`]); each line goes to the process's router in
-//!   order, a longer line is discarded and reported. When stdout closes (or
-//!   the process exits and its stdout stays quiet) it reaps the process and
-//!   runs the exit handling.
+//! - stdout: read by the process itself ([`super::process::read_stdout`]),
+//!   since its end is the process's end.
 //! - stderr ([`read_stderr`]): captured (first 20 and last 50 lines) and
 //!   logged, never mixed into the stream.
 
 use super::framing::{Line, LineDecoder};
-use super::process::{AgentProcess, ExitInfo, signal_group};
 use bytes::Bytes;
 use ext_methods::StderrExcerpt;
 use futures::StreamExt;
-use nix::sys::signal::Signal;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::os::unix::process::ExitStatusExt;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
 /// Lines of stderr kept from the start of the process.
@@ -34,12 +26,6 @@ const STDERR_HEAD: usize = 20;
 const STDERR_TAIL: usize = 50;
 /// Longest stderr line kept, in bytes.
 const STDERR_MAX_LINE: usize = 8 * 1024;
-/// After the agent process exits, how long its stdout may still drain (a
-/// child of the agent can hold the pipe open).
-const EXIT_DRAIN: Duration = Duration::from_millis(500);
-/// After stdout closes, how long to wait for the process to exit before killing it.
-const EXIT_WAIT: Duration = Duration::from_secs(2);
-
 /// Writes queued lines to the agent's stdin until the channel closes or a
 /// write fails (the process is gone).
 pub async fn write_stdin(stdin: ChildStdin, mut lines: mpsc::Receiver<Bytes>) {
@@ -68,72 +54,6 @@ pub async fn write_stdin(stdin: ChildStdin, mut lines: mpsc::Receiver<Bytes>) {
             return;
         }
     }
-}
-
-/// Reads the agent's stdout until it closes (or the process exits and its
-/// stdout stays quiet), handing each line to the router; then reaps the
-/// process, kills what it left in its process group, and finishes the
-/// process ([`AgentProcess::finish`]). Returns how it ended.
-pub async fn read_stdout(
-    process: &AgentProcess,
-    mut stdout: FramedRead<ChildStdout, LineDecoder>,
-    mut child: Child,
-    max_line_bytes: usize,
-) -> ExitInfo {
-    let mut status = None;
-    let mut drain_until: Option<Instant> = None;
-    loop {
-        let drain_deadline = async {
-            match drain_until {
-                Some(deadline) => tokio::time::sleep_until(deadline).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            biased;
-            line = stdout.next() => match line {
-                Some(Ok(Line::Message(bytes))) => process.router.dispatch(bytes),
-                Some(Ok(Line::TooLong { prefix, length })) => {
-                    process.router.report_too_long(&prefix, length, max_line_bytes);
-                }
-                Some(Err(error)) => {
-                    tracing::warn!(agent = %process.agent, %error, "cannot read agent stdout");
-                    break;
-                }
-                None => break,
-            },
-            exit = child.wait(), if status.is_none() => {
-                status = Some(exit);
-                drain_until = Some(Instant::now() + EXIT_DRAIN);
-            }
-            () = drain_deadline => break,
-        }
-    }
-    let status = match status {
-        Some(status) => status,
-        None => match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
-            Ok(status) => status,
-            Err(_) => {
-                process.kill_tree_now();
-                child.wait().await
-            }
-        },
-    };
-    // Whatever the agent left running in its group would be orphaned now.
-    signal_group(process.pid, Signal::SIGKILL);
-    let exit = match status {
-        Ok(status) => ExitInfo {
-            code: status.code(),
-            signal: status.signal(),
-        },
-        Err(error) => {
-            tracing::warn!(agent = %process.agent, %error, "cannot reap agent process");
-            ExitInfo::default()
-        }
-    };
-    tracing::info!(agent = %process.agent, pid = process.pid, ?exit, "agent process exited");
-    process.finish(exit);
-    exit
 }
 
 /// Reads the agent's stderr into `capture` (and the debug log) until it closes.

@@ -6,14 +6,14 @@
 //! all at shutdown (research/contract.md, "Agents: manifest, installs, lazy
 //! install").
 
-use super::install::{InstallError, InstallOptions, Installer, LogProgress, Progress};
-use super::process::{self, AgentProcess, LaunchCommand, signal_group};
+use super::process::{self, AgentProcess, LaunchCommand};
 use super::router::{ReportedHints, RouteTargets};
-use super::stdio;
 use super::tree::TreeSupervisor;
-use crate::config::{AgentSpec, AuthEnv, Launch};
 use crate::error::Error;
-use ext_methods::{AgentInfo, AgentInstallResult, AgentSource, ModelInfo};
+use crate::install::{AgentSpec, Launch};
+use crate::install::{InstallError, InstallOptions, Installer, LogProgress, Progress};
+use crate::process_group::signal_group;
+use ext_methods::{AgentInfo, AgentInstallResult, AgentSource, AuthEnv, ModelInfo};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use nix::sys::signal::Signal;
@@ -426,7 +426,7 @@ impl Agents {
         let (stdout, child, max_line_bytes) = (spawned.stdout, spawned.child, self.max_line_bytes);
         let (exiting, watcher) = (process.clone(), slot.clone());
         tokio::spawn(async move {
-            let exit = stdio::read_stdout(&exiting, stdout, child, max_line_bytes).await;
+            let exit = process::read_stdout(&exiting, stdout, child, max_line_bytes).await;
             watcher.clear_if_current(&exiting, format!("process exited ({})", exit.describe()));
         });
         let params = serde_json::json!({

@@ -24,7 +24,7 @@
 //!   unpacked bytes and entries ([`Limits`]).
 
 use super::{Dir, Scope, metadata_at, shown};
-use crate::agent::archive::{self, Budget, Limits, check_link_target, safe_relative};
+use crate::archive::{self, Budget, Limits, check_link_target, safe_relative};
 use crate::error::{Error, FsConflict};
 use ext_methods::FsUploadBatchResult;
 use nix::errno::Errno;

@@ -3,7 +3,7 @@
 
 use super::{Beneath, Scope, shown};
 use crate::error::{Error, FsConflict};
-use crate::session::rfc3339;
+use crate::time::rfc3339;
 use ext_methods::{
     FsDeleteParams, FsEntries, FsEntry, FsEntryType, FsMoveParams, FsMoveResult, FsPathResult,
 };

@@ -9,11 +9,11 @@
 //! `Last-Event-ID`; `DELETE` ends the connection and the sessions only it is
 //! attached to.
 
+use super::body::{Body, HttpRequest, empty, full};
 use super::headers::{accepts, last_event_id};
 use super::message::{self, Detached};
 use super::routes::ACP_PATH;
 use super::sse;
-use super::{Body, HttpRequest, empty, full};
 use crate::connection::Profile;
 use crate::error::Error;
 use crate::message::Inbound;
@@ -21,7 +21,9 @@ use crate::protocol::{
     self, ACP_CONNECTION_ID_HEADER, ACP_SESSION_ID_HEADER, APPLICATION_JSON, EVENT_STREAM, Kind,
     method,
 };
-use crate::runtime::{Opening, Reply, Runtime, To};
+use crate::runtime::dispatch::To;
+use crate::runtime::open::Opening;
+use crate::runtime::{Reply, Runtime};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
 

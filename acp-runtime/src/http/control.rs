@@ -2,8 +2,8 @@
 //! "Extension methods and control plane"): plain HTTP + JSON views of the
 //! session inventory, the event logs and the agents, and agent installs.
 
+use super::body::{Body, HttpRequest, full, read_body};
 use super::headers::is_json_content;
-use super::{Body, HttpRequest, full, read_body};
 use crate::error::Error;
 use crate::protocol::APPLICATION_JSON;
 use crate::runtime::Runtime;

@@ -30,7 +30,7 @@
 //! Requests without `Origin` or `Sec-Fetch-Site` (curl, SDKs) and without
 //! `Host` (HTTP/1.0 tools; browsers always send one) pass.
 
-use super::HttpRequest;
+use super::body::HttpRequest;
 use crate::config::ServerConfig;
 use crate::error::Error;
 use crate::protocol;

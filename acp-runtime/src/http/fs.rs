@@ -6,10 +6,11 @@
 //! The query of every route is `application/x-www-form-urlencoded`: `path`,
 //! `sessionId` (or `session_id`), and `recursive` on `DELETE /v2/fs/entry`.
 
+use super::body::{Body, HttpRequest, empty, full, read_body};
+use super::conditional;
 use super::headers::is_json_content;
 use super::routes::FS_PREFIX;
-use super::{Body, HttpRequest, conditional, empty, full, read_body};
-use crate::agent::archive::Limits;
+use crate::archive::Limits;
 use crate::error::Error;
 use crate::fs::{self, Scope, batch, ops, transfer};
 use crate::protocol::APPLICATION_JSON;

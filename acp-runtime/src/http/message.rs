@@ -3,13 +3,14 @@
 //! message whose answer goes to the connection's ring instead of the
 //! exchange that brought it (`/acp` POSTs, WebSocket frames).
 
+use super::body::{HttpRequest, read_body};
 use super::headers::{accepts, is_json_content};
-use super::{HttpRequest, read_body};
 use crate::connection::Connection;
 use crate::error::Error;
 use crate::message::{Inbound, OwnedInbound, one_line};
 use crate::protocol::{self, APPLICATION_JSON, EnvelopeError, Kind};
-use crate::runtime::{Reply, Runtime, To};
+use crate::runtime::dispatch::To;
+use crate::runtime::{Reply, Runtime};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use std::sync::Arc;

@@ -17,6 +17,7 @@
 //! - [`ui`]: the inspector's page at `/ui/`, compiled into the binary.
 
 pub mod acp;
+pub mod body;
 mod conditional;
 pub mod control;
 pub mod cross_site;
@@ -36,74 +37,19 @@ use crate::protocol::{
     CROSS_ORIGIN_RESOURCE_POLICY_HEADER, FORBIDDEN_AGENT_HEADER, LAST_EVENT_ID_HEADER,
 };
 use crate::runtime::Runtime;
+use body::{Body, HttpRequest, declared_length, empty, full};
 use bytes::Bytes;
 use http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
-    ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, CONNECTION, CONTENT_TYPE, EXPECT,
-    ORIGIN, VARY,
+    ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, CONNECTION, EXPECT, ORIGIN, VARY,
 };
 use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Empty, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use routes::{Access, Route};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-
-/// Response body type of every route.
-pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
-
-/// A request as the routes see it: the body is `Some` until a route takes it
-/// with [`read_body`]; [`handle`] discards what no route read.
-pub type HttpRequest = Request<Option<Incoming>>;
-
-/// A response with a complete body.
-pub fn full(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
-    let mut response = Response::new(Full::new(body).boxed_unsync());
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
-}
-
-/// Takes the request body out of `request` and reads all of it, at most
-/// `limit` bytes within `timeout`. A body taken before reads as empty.
-///
-/// # Errors
-/// 413 past `limit` (judged from `Content-Length` first, then while reading),
-/// 408 when the body does not arrive within `timeout` (a client that sends
-/// headers and then nothing must not hold the connection forever), 400 when
-/// the body breaks off.
-pub async fn read_body(
-    request: &mut HttpRequest,
-    limit: usize,
-    timeout: std::time::Duration,
-) -> Result<Bytes, Error> {
-    let too_large = Error::PayloadTooLarge { limit };
-    if declared_length(request.headers()).is_some_and(|length| length > limit as u64) {
-        return Err(too_large);
-    }
-    let Some(body) = request.body_mut().take() else {
-        return Ok(Bytes::new());
-    };
-    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
-        Err(_) => Err(Error::RequestTimeout { timeout }),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(too_large),
-        Ok(Err(error)) => Err(Error::InvalidRequest(format!(
-            "cannot read the request body: {error}"
-        ))),
-    }
-}
-
-/// The request's `Content-Length`, when it has a valid one.
-fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
-    headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-}
 
 /// Reads and drops a request body no route read, so that the HTTP connection
 /// can carry the client's next request. Left unread, a body still on its way
@@ -139,13 +85,6 @@ async fn discard_unread(
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
     }
-}
-
-/// A response without a body.
-pub fn empty(status: StatusCode) -> Response<Body> {
-    let mut response = Response::new(Empty::new().boxed_unsync());
-    *response.status_mut() = status;
-    response
 }
 
 /// Serves one request that arrived on a TCP connection accepted on the

@@ -1,14 +1,16 @@
 //! `POST`, `GET` and `DELETE` on `/v2/rpc`
 //! (research/contract.md, "Transport: /v2/rpc").
 
+use super::body::{Body, HttpRequest, empty, full};
 use super::headers::{accepts, last_event_id};
 use super::message;
 use super::sse;
-use super::{Body, HttpRequest, empty, full};
 use crate::error::Error;
 use crate::message::Inbound;
 use crate::protocol::{APPLICATION_JSON, CONNECTION_ID_HEADER, EVENT_STREAM, LAST_EVENT_ID_HEADER};
-use crate::runtime::{Opening, Reply, Runtime, To};
+use crate::runtime::dispatch::To;
+use crate::runtime::open::Opening;
+use crate::runtime::{Reply, Runtime};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
 

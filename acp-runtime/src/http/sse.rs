@@ -3,7 +3,7 @@
 //! events, with heartbeat comments while quiet. Events are framed here, as
 //! they are written (the ring holds JSON, not SSE text).
 
-use super::Body;
+use super::body::Body;
 use crate::connection::{Batch, Outgoing, Stream};
 use crate::protocol::{EVENT_STREAM, X_ACCEL_BUFFERING_HEADER};
 use bytes::{BufMut, Bytes, BytesMut};

@@ -5,7 +5,7 @@
 //! The assets are public (they hold no data); every API call the page
 //! makes carries the bearer token like any other client's.
 
-use super::{Body, full};
+use super::body::{Body, full};
 use crate::error::Error;
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, LOCATION};

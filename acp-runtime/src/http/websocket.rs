@@ -13,15 +13,17 @@
 //! closed socket closes its connection; the sessions live on for
 //! `session/load` on another.
 
+use super::body::{Body, HttpRequest, empty};
 use super::message::{Detached, error_line};
 use super::routes::ACP_PATH;
-use super::{Body, HttpRequest, empty};
 use crate::connection::{Batch, Connection, Outgoing, Profile, Stream};
 use crate::connections;
 use crate::error::Error;
 use crate::message::{Inbound, one_line};
 use crate::protocol::{self, ACP_CONNECTION_ID_HEADER, RpcError, code};
-use crate::runtime::{Opening, Reply, Runtime, To};
+use crate::runtime::dispatch::To;
+use crate::runtime::open::Opening;
+use crate::runtime::{Reply, Runtime};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http::header::{

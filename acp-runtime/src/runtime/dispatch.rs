@@ -6,7 +6,8 @@
 //! requests relayed (research/contract.md, "Transport: /v2/rpc" and
 //! "Routing: connections, sessions, one agent process").
 
-use super::{Opening, Reply, Runtime};
+use super::open::Opening;
+use super::{Reply, Runtime};
 use crate::agent::process::AgentProcess;
 use crate::agent::router::Effect;
 use crate::connection::{Connection, InFlightId, MAX_IN_FLIGHT, Profile, Refused};

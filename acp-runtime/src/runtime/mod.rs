@@ -11,20 +11,17 @@
 //! - `services`: what the runtime answers itself, for every surface
 //!   (`session/list`, terminate, models, installs, event pages, health).
 
-mod dispatch;
-mod open;
+pub mod dispatch;
+pub mod open;
 mod services;
 
-pub use dispatch::To;
-pub use open::Opening;
-
 use crate::agent::Agents;
-use crate::agent::install::Installer;
 use crate::agent::router::RouteTargets;
 use crate::config::ServerConfig;
 use crate::connection::ReplayLimits;
 use crate::connections::Connections;
 use crate::event_log::LogLimits;
+use crate::install::Installer;
 use crate::protocol::{self, RpcError};
 use crate::session::{InventoryLimits, Sessions};
 use crate::store::Store;

@@ -4,9 +4,9 @@
 //! store's health.
 
 use super::Runtime;
-use crate::agent::install::{InstallOptions, LogProgress};
 use crate::error::Error;
 use crate::fs::Scope;
+use crate::install::{InstallOptions, LogProgress};
 use crate::protocol::{self, RpcError, code, method};
 use crate::session::Session;
 use crate::store::writer::StoreHealth;

@@ -12,7 +12,7 @@
 //!   opening and closing one of SQLite's files would release every POSIX
 //!   lock SQLite holds on it in this process (fcntl semantics).
 
-use super::StoreError;
+use super::rows::StoreError;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 

@@ -12,11 +12,14 @@
 //! placeholders and rewritten to SQLite's `?N` form.
 
 mod file;
+mod rows;
 pub(crate) mod writer;
+pub use rows::{EventRow, SessionRow, StoreError};
+use rows::{RowSnapshot, Write, row_of};
 
 use bytes::Bytes;
-use ext_methods::{Direction, EndReason, ModelInfo};
-use serde_json::{Map, Value};
+use ext_methods::{Direction, EndReason};
+
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::{AnyPool, Connection as _, Row};
@@ -146,87 +149,6 @@ pub fn check_runtime_id(id: &str) -> Result<(), String> {
         return Err("a runtime id has no control characters".to_owned());
     }
     Ok(())
-}
-
-/// Why the store could not be opened or used.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// Connecting, or opening the SQLite file, failed.
-    #[error("cannot open the session store {what}: {source}")]
-    Open {
-        /// The store, password redacted (for SQLite: the file).
-        what: String,
-        /// What the driver said.
-        source: sqlx::Error,
-    },
-    /// A schema migration failed (or the database is newer than this binary).
-    #[error("cannot migrate the session store {what}: {source}")]
-    Migrate {
-        /// The store, password redacted.
-        what: String,
-        /// What the migrator said.
-        source: sqlx::migrate::MigrateError,
-    },
-    /// Reading the inventory failed (at start-up: a corrupt file).
-    #[error("cannot read the session store {what}: {source}")]
-    Read {
-        /// The store, password redacted (for SQLite: the file).
-        what: String,
-        /// What the driver said.
-        source: sqlx::Error,
-    },
-    /// A read or write failed.
-    #[error("session store: {0}")]
-    Query(#[from] sqlx::Error),
-    /// A stored row could not be understood.
-    #[error("session store: unreadable row: {0}")]
-    Row(String),
-    /// The data dir (the SQLite file's folder, the runtime id file) failed.
-    #[error("{0}")]
-    Io(String),
-}
-
-/// One inventory entry as stored: what `/v2/sessions`, `session/list` and
-/// `_sandboxagent/session/get` show of a session.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SessionRow {
-    /// The agent id that hosts the session.
-    pub agent: Arc<str>,
-    /// The agent's session id.
-    pub session_id: Arc<str>,
-    /// The working directory given at creation.
-    pub cwd: Option<String>,
-    /// First seen, in nanoseconds since the Unix epoch.
-    pub created_ns: i64,
-    /// Last activity, in nanoseconds since the Unix epoch.
-    pub updated_ns: i64,
-    /// Why it ended; `None` while live (after a restart: dormant).
-    pub end_reason: Option<EndReason>,
-    /// `_meta["sandboxagent.dev"]` as stored.
-    pub metadata: Map<String, Value>,
-    /// Events recorded so far (the next event's offset).
-    pub event_count: u64,
-    /// Title hint.
-    pub title: Option<String>,
-    /// Model hint.
-    pub model: Option<String>,
-    /// Mode hint.
-    pub mode: Option<String>,
-    /// The models the agent offered for it.
-    pub models: Option<Vec<ModelInfo>>,
-}
-
-/// One recorded ACP message of a session, as stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EventRow {
-    /// Its offset in the session's log (0-based, gapless until pruned).
-    pub offset: u64,
-    /// When the runtime saw it, in nanoseconds since the Unix epoch.
-    pub at_ns: i64,
-    /// Which side sent it.
-    pub direction: Direction,
-    /// The JSON-RPC message, one JSON object.
-    pub message: Bytes,
 }
 
 /// Nanoseconds since the Unix epoch (0 before it; saturates in 2262).
@@ -631,10 +553,9 @@ impl Store {
     /// `rows` has none of its sequence number (removed or superseded).
     async fn apply(
         &self,
-        batch: &[writer::Write],
-        rows: &writer::RowSnapshot,
+        batch: &[Write],
+        rows: &RowSnapshot,
     ) -> Result<Vec<(Arc<str>, Arc<str>, u64)>, sqlx::Error> {
-        use writer::Write;
         let mut tx = self.pool.begin().await?;
         let mut counts: Vec<(Arc<str>, Arc<str>, u64, i64)> = Vec::new();
         let mut events: Vec<&Write> = Vec::new();
@@ -651,7 +572,7 @@ impl Store {
                     session,
                     seq,
                 } => {
-                    if let Some(row) = writer::row_of(rows, agent, session, *seq) {
+                    if let Some(row) = row_of(rows, agent, session, *seq) {
                         self.upsert(&mut tx, row).await?;
                     }
                 }
@@ -700,7 +621,7 @@ impl Store {
     async fn insert_events(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-        events: &mut Vec<&writer::Write>,
+        events: &mut Vec<&Write>,
         counts: &mut Vec<(Arc<str>, Arc<str>, u64, i64)>,
     ) -> Result<(), sqlx::Error> {
         for chunk in events.chunks(EVENTS_PER_INSERT) {
@@ -733,7 +654,7 @@ impl Store {
             sql.push_str(" ON CONFLICT DO NOTHING");
             let mut query = sqlx::query(&sql);
             for write in chunk {
-                let writer::Write::Event {
+                let Write::Event {
                     agent,
                     session,
                     event,

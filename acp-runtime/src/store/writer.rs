@@ -23,8 +23,9 @@
 //!   and the newest row is kept beside the queue until written, so an entry
 //!   changed a thousand times while the store is down costs one row.
 
+use super::Store;
 use super::file::Problem;
-use super::{EventRow, SessionRow, Store};
+use super::rows::{EventRow, Key, RowSnapshot, SessionRow, Write};
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -48,9 +49,6 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// How often an idle writer checks the SQLite file.
 const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
-/// A session's store key: (agent, session id).
-type Key = (Arc<str>, Arc<str>);
-
 /// The newest unwritten row of an entry, and which marker writes it.
 #[derive(Debug)]
 struct PendingRow {
@@ -59,54 +57,6 @@ struct PendingRow {
     /// Bumped by each change coalesced into it.
     version: u64,
     row: Box<SessionRow>,
-}
-
-/// The rows a batch writes, cloned from the pending ones when it is built:
-/// key → (marker sequence number, version, row).
-pub(crate) type RowSnapshot = HashMap<Key, (u64, u64, Box<SessionRow>)>;
-
-/// The row a marker of (`agent`, `session`) with sequence number `seq` writes.
-pub(crate) fn row_of<'a>(
-    rows: &'a RowSnapshot,
-    agent: &Arc<str>,
-    session: &Arc<str>,
-    seq: u64,
-) -> Option<&'a SessionRow> {
-    rows.get(&(agent.clone(), session.clone()))
-        .filter(|(marker, _, _)| *marker == seq)
-        .map(|(_, _, row)| row.as_ref())
-}
-
-/// One change for the store.
-#[derive(Debug)]
-pub(crate) enum Write {
-    /// An inventory entry changed: write its newest row (kept in
-    /// `Persist::rows` under this sequence number).
-    Session {
-        agent: Arc<str>,
-        session: Arc<str>,
-        seq: u64,
-    },
-    /// Append one event to a session's log.
-    Event {
-        agent: Arc<str>,
-        session: Arc<str>,
-        event: EventRow,
-    },
-    /// Delete a session and its events (a pruned ended session, or an ended
-    /// one replaced by a new session with the same id).
-    Remove { agent: Arc<str>, session: Arc<str> },
-    /// Answered once every earlier write is in the store.
-    Flush(oneshot::Sender<()>),
-}
-
-impl Write {
-    fn bytes(&self) -> usize {
-        match self {
-            Self::Event { event, .. } => event.message.len(),
-            _ => 0,
-        }
-    }
 }
 
 /// What `GET /v2/health` shows of the store.

@@ -5,9 +5,8 @@
 
 use crate::cli::{AgentsArgs, AgentsCommand};
 use acp_runtime::agent::Agents;
-use acp_runtime::agent::install::{InstallOptions, Installer, Progress};
-use acp_runtime::agent::manifest::Chosen;
-use acp_runtime::config::{AgentSpec, Launch};
+use acp_runtime::install::manifest::Chosen;
+use acp_runtime::install::{AgentSpec, InstallOptions, Installer, Launch, Progress};
 use ext_methods::{AgentInfo, AgentListResult, AgentSource};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{IsTerminal, Write};

@@ -1,4 +1,6 @@
-//! Unpacking a downloaded release archive into an install folder, safely.
+//! Unpacking a downloaded release archive into an install folder, safely,
+//! and the tar reader the file system API's upload-batch shares
+//! ([`for_each_entry`]).
 //!
 //! The rules, for tar and zip alike: every entry path is relative and has no
 //! `..` (an absolute or escaping path fails the whole archive rather than being
@@ -11,6 +13,7 @@
 //! An archive is untrusted: [`Limits`] caps what it may unpack to (total bytes
 //! and entry count), so a decompression bomb fails instead of filling the disk.
 
+use crate::error::Error;
 use flate2::read::GzDecoder;
 use std::cell::Cell;
 use std::fs::File;
@@ -312,6 +315,24 @@ impl Refused {
         Self {
             kind: RefusedKind::Unsafe,
             message,
+        }
+    }
+}
+
+/// An archive the unpacker refused: over its caps is 413
+/// `payload-too-large`, unsafe or unreadable 400 `invalid-archive`, a disk
+/// full 507, a permission 403, any other write failure 500.
+impl From<Refused> for Error {
+    fn from(refused: Refused) -> Self {
+        use std::io::ErrorKind;
+        match refused.kind {
+            RefusedKind::Limit => Self::ArchiveTooLarge(refused.message),
+            RefusedKind::Unsafe => Self::InvalidArchive(refused.message),
+            RefusedKind::Io(ErrorKind::StorageFull | ErrorKind::QuotaExceeded) => {
+                Self::InsufficientStorage(refused.message)
+            }
+            RefusedKind::Io(ErrorKind::PermissionDenied) => Self::PermissionDenied(refused.message),
+            RefusedKind::Io(_) => Self::FsIo(refused.message),
         }
     }
 }

@@ -1,0 +1,143 @@
+//! What the store reads and writes, and how it fails: the rows, the
+//! writes the writer task batches, the error. A leaf of `store`: the store,
+//! the writer and the file checks all use it; it uses none of them.
+
+use bytes::Bytes;
+use ext_methods::{Direction, EndReason, ModelInfo};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// Why the store could not be opened or used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Connecting, or opening the SQLite file, failed.
+    #[error("cannot open the session store {what}: {source}")]
+    Open {
+        /// The store, password redacted (for SQLite: the file).
+        what: String,
+        /// What the driver said.
+        source: sqlx::Error,
+    },
+    /// A schema migration failed (or the database is newer than this binary).
+    #[error("cannot migrate the session store {what}: {source}")]
+    Migrate {
+        /// The store, password redacted.
+        what: String,
+        /// What the migrator said.
+        source: sqlx::migrate::MigrateError,
+    },
+    /// Reading the inventory failed (at start-up: a corrupt file).
+    #[error("cannot read the session store {what}: {source}")]
+    Read {
+        /// The store, password redacted (for SQLite: the file).
+        what: String,
+        /// What the driver said.
+        source: sqlx::Error,
+    },
+    /// A read or write failed.
+    #[error("session store: {0}")]
+    Query(#[from] sqlx::Error),
+    /// A stored row could not be understood.
+    #[error("session store: unreadable row: {0}")]
+    Row(String),
+    /// The data dir (the SQLite file's folder, the runtime id file) failed.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// One inventory entry as stored: what `/v2/sessions`, `session/list` and
+/// `_sandboxagent/session/get` show of a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRow {
+    /// The agent id that hosts the session.
+    pub agent: Arc<str>,
+    /// The agent's session id.
+    pub session_id: Arc<str>,
+    /// The working directory given at creation.
+    pub cwd: Option<String>,
+    /// First seen, in nanoseconds since the Unix epoch.
+    pub created_ns: i64,
+    /// Last activity, in nanoseconds since the Unix epoch.
+    pub updated_ns: i64,
+    /// Why it ended; `None` while live (after a restart: dormant).
+    pub end_reason: Option<EndReason>,
+    /// `_meta["sandboxagent.dev"]` as stored.
+    pub metadata: Map<String, Value>,
+    /// Events recorded so far (the next event's offset).
+    pub event_count: u64,
+    /// Title hint.
+    pub title: Option<String>,
+    /// Model hint.
+    pub model: Option<String>,
+    /// Mode hint.
+    pub mode: Option<String>,
+    /// The models the agent offered for it.
+    pub models: Option<Vec<ModelInfo>>,
+}
+
+/// One recorded ACP message of a session, as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    /// Its offset in the session's log (0-based, gapless until pruned).
+    pub offset: u64,
+    /// When the runtime saw it, in nanoseconds since the Unix epoch.
+    pub at_ns: i64,
+    /// Which side sent it.
+    pub direction: Direction,
+    /// The JSON-RPC message, one JSON object.
+    pub message: Bytes,
+}
+
+/// A session's store key: (agent, session id).
+pub(crate) type Key = (Arc<str>, Arc<str>);
+
+/// The rows a batch writes, cloned from the pending ones when it is built:
+/// key → (marker sequence number, version, row).
+pub(crate) type RowSnapshot = HashMap<Key, (u64, u64, Box<SessionRow>)>;
+
+/// The row a marker of (`agent`, `session`) with sequence number `seq` writes.
+pub(crate) fn row_of<'a>(
+    rows: &'a RowSnapshot,
+    agent: &Arc<str>,
+    session: &Arc<str>,
+    seq: u64,
+) -> Option<&'a SessionRow> {
+    rows.get(&(agent.clone(), session.clone()))
+        .filter(|(marker, _, _)| *marker == seq)
+        .map(|(_, _, row)| row.as_ref())
+}
+
+/// One change for the store.
+#[derive(Debug)]
+pub(crate) enum Write {
+    /// An inventory entry changed: write its newest row (kept in
+    /// `Persist::rows` under this sequence number).
+    Session {
+        agent: Arc<str>,
+        session: Arc<str>,
+        seq: u64,
+    },
+    /// Append one event to a session's log.
+    Event {
+        agent: Arc<str>,
+        session: Arc<str>,
+        event: EventRow,
+    },
+    /// Delete a session and its events (a pruned ended session, or an ended
+    /// one replaced by a new session with the same id).
+    Remove { agent: Arc<str>, session: Arc<str> },
+    /// Answered once every earlier write is in the store.
+    Flush(oneshot::Sender<()>),
+}
+
+impl Write {
+    /// The message bytes this write holds while it waits.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Self::Event { event, .. } => event.message.len(),
+            _ => 0,
+        }
+    }
+}
