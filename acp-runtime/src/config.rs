@@ -83,10 +83,7 @@ pub const DEFAULT_ENDED_SESSIONS: usize = 1000;
 pub const DEFAULT_TERMINATE_GRACE_MS: u64 = 2_000;
 /// Longest an agent install may take, in milliseconds (15 minutes).
 pub const DEFAULT_INSTALL_TIMEOUT_MS: u64 = 15 * 60 * 1000;
-/// How long after a failed install of an agent its lazy install (on
-/// `initialize`) is not tried again, in milliseconds: requests get the
-/// failure at once instead of each running npm.
-pub const DEFAULT_INSTALL_RETRY_BACKOFF_MS: u64 = 10_000;
+pub use crate::install::DEFAULT_INSTALL_RETRY_BACKOFF_MS;
 /// Largest body `PUT /v2/fs/file` or `POST /v2/fs/upload-batch` accepts, as
 /// sent, in bytes (4 GiB: a repository or a build output, on a sandbox disk).
 pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 4 << 30;

@@ -18,12 +18,12 @@
 
 use super::exit::ExitInfo;
 use super::framing::PREFIX_BYTES;
-use crate::connection::Connection;
-use crate::connections::Connections;
-use crate::hints::{self, Hints};
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use crate::protocol::{self, AgentMessage, Kind, RpcError, code, method};
-use crate::session::{Session, Sessions};
+use crate::state::connection::Connection;
+use crate::state::connections::Connections;
+use crate::state::hints::{self, Hints};
+use crate::state::session::{Session, Sessions};
 use bytes::Bytes;
 use ext_methods::notification::AGENT_UNPARSED;
 use ext_methods::{

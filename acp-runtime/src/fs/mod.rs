@@ -1,6 +1,6 @@
 //! The host file system API (research/contract.md, "Host file system"): one
 //! implementation behind both surfaces, the `_sandboxagent/fs/*` methods
-//! (`crate::ext`) and the `/v2/fs/*` routes (`crate::http::fs`).
+//! (`crate::runtime`'s ext methods) and the `/v2/fs/*` routes (`crate::http::fs`).
 //!
 //! - this file: [`Scope`], path resolution and `--fs-root` confinement.
 //! - `ops`: list, stat, mkdir, move, delete.
@@ -44,7 +44,6 @@ pub(crate) mod batch;
 pub(crate) mod ops;
 pub(crate) mod transfer;
 
-use crate::config::ServerConfig;
 use crate::error::{Error, FsConflict};
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, openat};
@@ -71,20 +70,20 @@ pub(crate) struct Scope {
 }
 
 impl Scope {
-    /// The scope of one request: confined to `config.fs_root` (resolved
+    /// The scope of one request: confined to `root` (`--fs-root`, resolved
     /// once, at start: resolving it again per request would follow a root
-    /// later replaced by a symlink), relative paths from `cwd` (a session's,
-    /// [`crate::session::Sessions::cwd_of`]) or else the server's working
-    /// directory.
+    /// later replaced by a symlink; `as_given` is the root as the operator
+    /// wrote it), relative paths from `cwd` (a session's) or else the
+    /// server's working directory.
     ///
     /// # Errors
     /// 500 when the server's working directory is gone.
-    pub(crate) fn new(config: &ServerConfig, cwd: Option<String>) -> Result<Self, Error> {
-        let root = config.fs_root.clone();
-        let root_alias = config
-            .fs_root_as_given
-            .clone()
-            .filter(|given| Some(given) != root.as_ref());
+    pub(crate) fn new(
+        root: Option<PathBuf>,
+        as_given: Option<PathBuf>,
+        cwd: Option<String>,
+    ) -> Result<Self, Error> {
+        let root_alias = as_given.filter(|given| Some(given) != root.as_ref());
         let cwd = cwd.filter(|cwd| Path::new(cwd).is_absolute());
         let base = match cwd {
             Some(cwd) => PathBuf::from(cwd),

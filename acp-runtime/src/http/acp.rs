@@ -5,7 +5,7 @@
 //! shape differs: `initialize` answers 200 with `Acp-Connection-Id`, every
 //! other message 202 with its answer on a stream; `GET` opens the
 //! connection's stream, or with `Acp-Session-Id` one session's stream (a lane
-//! of the same ring, see [`crate::connection`]), both resumable with
+//! of the same ring, see [`crate::state::connection`]), both resumable with
 //! `Last-Event-ID`; `DELETE` ends the connection and the sessions only it is
 //! attached to.
 
@@ -14,7 +14,6 @@ use super::headers::{accepts, last_event_id};
 use super::message::{self, Detached};
 use super::routes::ACP_PATH;
 use super::sse;
-use crate::connection::Profile;
 use crate::error::Error;
 use crate::message::Inbound;
 use crate::protocol::{
@@ -24,6 +23,7 @@ use crate::protocol::{
 use crate::runtime::dispatch::To;
 use crate::runtime::open::Opening;
 use crate::runtime::{Reply, Runtime};
+use crate::state::connection::Profile;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
 

@@ -14,7 +14,7 @@ use std::convert::Infallible;
 pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 
 /// A request as the routes see it: the body is `Some` until a route takes it
-/// with [`read_body`]; [`handle`] discards what no route read.
+/// with [`read_body`]; [`super::handle`] discards what no route read.
 pub type HttpRequest = Request<Option<Incoming>>;
 
 /// A response with a complete body.

@@ -7,7 +7,7 @@ use super::headers::is_json_content;
 use crate::error::Error;
 use crate::protocol::APPLICATION_JSON;
 use crate::runtime::Runtime;
-use crate::session::Session;
+use crate::state::session::Session;
 use bytes::Bytes;
 use ext_methods::{AgentInstallParams, AgentListResult};
 use http::StatusCode;

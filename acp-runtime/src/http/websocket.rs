@@ -16,14 +16,14 @@
 use super::body::{Body, HttpRequest, empty};
 use super::message::{Detached, error_line};
 use super::routes::ACP_PATH;
-use crate::connection::{Batch, Connection, Outgoing, Profile, Stream};
-use crate::connections;
 use crate::error::Error;
 use crate::message::{Inbound, one_line};
 use crate::protocol::{self, ACP_CONNECTION_ID_HEADER, RpcError, code};
 use crate::runtime::dispatch::To;
 use crate::runtime::open::Opening;
 use crate::runtime::{Reply, Runtime};
+use crate::state::connection::{Batch, Connection, Outgoing, Profile, Stream};
+use crate::state::connections;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http::header::{

@@ -24,7 +24,6 @@ use super::layout::{
 use super::manifest::{AGENT_HOME_PLACEHOLDER, Chosen, check_version_spec, is_exact_version};
 use super::npm::{npm_install, npm_view_version};
 use super::progress::Progress;
-use crate::config::DEFAULT_INSTALL_RETRY_BACKOFF_MS;
 use crate::error::Error;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -34,6 +33,11 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+/// How long after a failed install of an agent its lazy install (on
+/// `initialize`) is not tried again, in milliseconds: requests get the
+/// failure at once instead of each running npm.
+pub const DEFAULT_INSTALL_RETRY_BACKOFF_MS: u64 = 10_000;
 
 /// What `POST /v2/agents/{agent}/install` and `sandbox-agent agents install`
 /// ask for.

@@ -26,7 +26,9 @@ mod npm;
 mod progress;
 
 pub use catalog::{AgentSpec, Launch};
-pub use installer::{InstallError, InstallOptions, InstallOutcome, Installer};
+pub use installer::{
+    DEFAULT_INSTALL_RETRY_BACKOFF_MS, InstallError, InstallOptions, InstallOutcome, Installer,
+};
 pub use layout::Installation;
 pub use npm::NPM_NETWORK_DEFAULTS;
 pub use progress::{LogProgress, Progress};

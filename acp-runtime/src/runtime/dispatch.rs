@@ -10,10 +10,10 @@ use super::open::Opening;
 use super::{Reply, Runtime};
 use crate::agent::process::AgentProcess;
 use crate::agent::router::Effect;
-use crate::connection::{Connection, InFlightId, MAX_IN_FLIGHT, Profile, Refused};
 use crate::error::Error;
 use crate::message::Inbound;
 use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
+use crate::state::connection::{Connection, InFlightId, MAX_IN_FLIGHT, Profile, Refused};
 use bytes::Bytes;
 use ext_methods::{Direction, PREFIX as EXTENSION_PREFIX};
 use serde_json::value::RawValue;
@@ -90,7 +90,7 @@ impl Runtime {
             }
         };
         if method.starts_with(EXTENSION_PREFIX) {
-            let answer = crate::ext::call(self, connection, method, envelope.params).await;
+            let answer = super::ext::call(self, connection, method, envelope.params).await;
             let (result, error) = match &answer {
                 Ok(result) => (Some(&**result), None),
                 Err(error) => (None, Some(&**error)),
@@ -295,7 +295,7 @@ impl Runtime {
                 None => Effect::None,
             },
             method::SESSION_SET_MODE | method::SESSION_SET_MODEL => {
-                Effect::SetHints(crate::hints::from_request(method, envelope.params))
+                Effect::SetHints(crate::state::hints::from_request(method, envelope.params))
             }
             _ => Effect::None,
         })
@@ -310,9 +310,9 @@ impl Runtime {
         let method = envelope.method();
         if method.starts_with(EXTENSION_PREFIX) {
             match ext_methods::names::find(method) {
-                Some(ext) if ext.notification && crate::ext::answers(method) => {
+                Some(ext) if ext.notification && super::ext::answers(method) => {
                     if let Err(error) =
-                        crate::ext::call(self, connection, method, envelope.params).await
+                        super::ext::call(self, connection, method, envelope.params).await
                     {
                         tracing::info!(
                             method,

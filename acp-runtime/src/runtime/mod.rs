@@ -10,20 +10,23 @@
 //!   its answer awaited.
 //! - `services`: what the runtime answers itself, for every surface
 //!   (`session/list`, terminate, models, installs, event pages, health).
+//! - `ext`: the `_sandboxagent/*` methods, a jsonrpsee `RpcModule` built
+//!   once; each call gets the runtime and the calling connection.
 
 pub mod dispatch;
+mod ext;
 pub mod open;
 mod services;
 
 use crate::agent::Agents;
 use crate::agent::router::RouteTargets;
 use crate::config::ServerConfig;
-use crate::connection::ReplayLimits;
-use crate::connections::Connections;
-use crate::event_log::LogLimits;
 use crate::install::Installer;
 use crate::protocol::{self, RpcError};
-use crate::session::{InventoryLimits, Sessions};
+use crate::state::connection::ReplayLimits;
+use crate::state::connections::Connections;
+use crate::state::event_log::LogLimits;
+use crate::state::session::{InventoryLimits, Sessions};
 use crate::store::Store;
 use crate::store::writer::Persist;
 use bytes::Bytes;

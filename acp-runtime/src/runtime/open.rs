@@ -6,10 +6,10 @@
 use super::{Reply, Runtime};
 use crate::agent::StartError;
 use crate::agent::process::AgentProcess;
-use crate::connection::{ClientCapabilities, Profile};
 use crate::error::Error;
 use crate::message::Inbound;
 use crate::protocol::{self, method};
+use crate::state::connection::{ClientCapabilities, Profile};
 use bytes::Bytes;
 use ext_methods::capability;
 use serde_json::value::RawValue;
@@ -154,7 +154,7 @@ impl Runtime {
                 .or_insert_with(|| serde_json::json!({}));
         }
         let block = ext_methods::advertisement(
-            crate::ext::names(),
+            super::ext::names(),
             &[
                 capability::SESSION_ENDED_NOTIFICATION,
                 capability::AGENT_UNPARSED_NOTIFICATION,

@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::fs::Scope;
 use crate::install::{InstallOptions, LogProgress};
 use crate::protocol::{self, RpcError, code, method};
-use crate::session::Session;
+use crate::state::session::Session;
 use crate::store::writer::StoreHealth;
 use agent_client_protocol::v1::schema::{ListSessionsRequest, ListSessionsResponse};
 use bytes::Bytes;
@@ -54,7 +54,7 @@ impl Runtime {
     /// `_sandboxagent/agent/install`, one path for both surfaces.
     ///
     /// # Errors
-    /// As [`Agents::install`]: 404 `unknown-agent`, 400 for an unusable
+    /// As [`crate::agent::Agents::install`]: 404 `unknown-agent`, 400 for an unusable
     /// version, 409 `not-installable`, 502 `install-failed`.
     pub async fn install_agent(
         &self,
@@ -227,7 +227,7 @@ impl Runtime {
             .into_iter()
             .filter(|event| event.offset < in_memory)
             .map(|event| {
-                crate::event_log::wire_event(
+                crate::state::event_log::wire_event(
                     event.offset,
                     crate::store::time_of(event.at_ns),
                     event.direction,
@@ -283,6 +283,10 @@ impl Runtime {
                 cwd
             }
         };
-        Scope::new(&self.config, cwd)
+        Scope::new(
+            self.config.fs_root.clone(),
+            self.config.fs_root_as_given.clone(),
+            cwd,
+        )
     }
 }

@@ -3,7 +3,7 @@
 //! small interface (research/contract.md, "Durable sessions").
 //!
 //! Memory stays the serving layer: the runtime answers from its own
-//! inventory and logs, and [`writer`] copies every change to the store off
+//! inventory and logs, and `writer` copies every change to the store off
 //! the request path. The store is read at start-up (the inventory of this
 //! runtime id) and when a client pages events older than what memory holds.
 //!

@@ -5,9 +5,9 @@
 //! process") and fails if it breaks.
 
 use super::*;
-use crate::connection::{Batch, ClientCapabilities, Profile, ReplayLimits};
-use crate::event_log::LogLimits;
-use crate::session::InventoryLimits;
+use crate::state::connection::{Batch, ClientCapabilities, Profile, ReplayLimits};
+use crate::state::event_log::LogLimits;
+use crate::state::session::InventoryLimits;
 use ext_methods::notification::SESSION_ENDED;
 use serde_json::json;
 use tokio::sync::oneshot::error::TryRecvError;

@@ -7,9 +7,9 @@
 //! The module is called in-process with a placeholder id; the caller puts the
 //! client's own id (raw JSON) on the answer, so ids round-trip exactly.
 
-use crate::connection::Connection;
 use crate::protocol::{self, Envelope, RpcError, code};
 use crate::runtime::Runtime;
+use crate::state::connection::Connection;
 use ext_methods::{
     AgentInstallRequest, AgentListResult, FsDeleteParams, FsMoveParams, FsPathParams,
     ListModelsParams, SessionRef, SetMetadataParams, method,

@@ -3,9 +3,9 @@
 //! memory of the ids reaped for idleness so a late client learns why its id
 //! is gone.
 
-use crate::connection::{ClientCapabilities, Connection, Profile, ReplayLimits};
 use crate::error::Error;
-use crate::session::Sessions;
+use crate::state::connection::{ClientCapabilities, Connection, Profile, ReplayLimits};
+use crate::state::session::Sessions;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};

@@ -4,10 +4,10 @@
 //! "Routing: connections, sessions, one agent process" and
 //! "Extension methods and control plane").
 
-use crate::connection::Connection;
-use crate::event_log::{EventLog, LogLimits};
-use crate::hints::Hints;
 use crate::protocol;
+use crate::state::connection::Connection;
+use crate::state::event_log::{EventLog, LogLimits};
+use crate::state::hints::Hints;
 use crate::store::writer::Persist;
 use crate::store::{self, EventRow, SessionRow};
 use crate::time::rfc3339;

@@ -1,0 +1,17 @@
+//! What a running server holds about its clients and sessions, shared by
+//! the request handlers and the agents' stdout loops (research/contract.md,
+//! "Routing: connections, sessions, one agent process").
+//!
+//! - `connection`: one client connection: its replay ring of
+//!   `(sequence, lane, JSON)`, its live stream slots, in-flight ids.
+//! - `connections`: the open connections, the connection cap, idle reaping.
+//! - `session`: the server-wide session inventory: attachments, metadata,
+//!   hints, the store rows.
+//! - `event_log`: each session's recorded ACP traffic.
+//! - `hints`: title / model / mode read from ACP messages.
+
+pub mod connection;
+pub mod connections;
+pub mod event_log;
+pub mod hints;
+pub mod session;
