@@ -1,11 +1,17 @@
 //! Argument groups that more than one command takes, declared once and
-//! flattened into each (`#[command(flatten)]`).
+//! flattened into each (`#[command(flatten)]`): the agent catalog
+//! (`server`, `agents`) and the running server a client command talks to
+//! (`fs`, `sessions`).
 
 use acp_runtime::config::default_data_dir;
 use acp_runtime::install::{AgentSpec, catalog};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+
+/// The environment variable that names the server when `--url` does not
+/// (`fs` through clap, `sessions` by hand).
+pub const URL_ENV: &str = "SANDBOX_AGENT_URL";
 
 /// Where agents come from and where they are installed; shared by `server`
 /// and `agents`.
@@ -62,4 +68,23 @@ impl CatalogArgs {
                     .to_owned()
             })
     }
+}
+
+/// The running server a client command talks to. Global, so they may also
+/// follow the subcommand (`fs ls --url …`). A command adds what its `--url`
+/// does besides (`mut_arg`): `fs` reads [`URL_ENV`] through clap,
+/// `sessions` has its own help and a default.
+#[derive(Debug, Clone, Args)]
+pub struct RemoteArgs {
+    /// The server (http://host:port).
+    #[arg(long, global = true, value_name = "URL")]
+    pub url: Option<String>,
+    /// Its bearer token.
+    #[arg(
+        long,
+        global = true,
+        env = "SANDBOX_AGENT_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
 }

@@ -147,7 +147,7 @@ pub struct ServerArgs {
         env = "SANDBOX_AGENT_STORE",
         hide_env_values = true,
         value_name = "URL",
-        value_parser = parse_store
+        value_parser = acp_runtime::store::StoreUrl::parse
     )]
     pub store: Option<acp_runtime::store::StoreUrl>,
     /// The id this runtime's rows carry in the store. A new sandbox started
@@ -345,9 +345,4 @@ pub async fn run(args: ServerArgs) -> Result<(), String> {
     acp_runtime::server::run(config)
         .await
         .map_err(|e| format!("server failed: {e}"))
-}
-
-/// `--store`: see [`acp_runtime::store::StoreUrl::parse`].
-fn parse_store(text: &str) -> Result<acp_runtime::store::StoreUrl, String> {
-    acp_runtime::store::StoreUrl::parse(text)
 }
