@@ -106,12 +106,15 @@
 //! (JSON-RPC code).
 //!
 //! # Layout
-//! - `client`: [`SandboxAgentClient`]: lifecycle (`connect`, `open`,
-//!   `close`, `shutdown`) and every call: ACP methods under their ACP names
-//!   (`new_session`, `prompt`, …), `prompt_stream`, sandbox-agent
-//!   extensions under sandbox names (`set_metadata`, `terminate_session`,
-//!   …), the control plane (`health`, `agents`, `install_agent`,
-//!   `all_sessions`, `session_events`).
+//! - `client/`: [`SandboxAgentClient`], one file per area: `lifecycle`
+//!   (`connect`, `open`, `close`, `shutdown`), `acp` (ACP methods under
+//!   their ACP names: `new_session`, `prompt`, `prompt_stream`, …),
+//!   `extensions` (sandbox-agent extensions under sandbox names:
+//!   `set_metadata`, `terminate_session`, …), `control_plane` (`health`,
+//!   `agents`, `install_agent`, `all_sessions`, `session_events`), `fs`
+//!   (the host file system: [`FsPath`], listing, stat, mkdir, move,
+//!   delete, streamed file reads ([`FsDownload`]) and writes, tree uploads
+//!   (`upload_fs_batch`, `upload_fs_dir`)).
 //! - `options`: [`ClientOptions`] (agent, server or embedded mode,
 //!   auto-connect, timeouts, permission handler, embedded-server settings).
 //! - `connection`: one live connection: the ACP client over
@@ -125,9 +128,6 @@
 //!   [`SessionEntry`] with typed [`SessionMeta`]).
 //! - `embedded`: finding, starting and stopping the server binary.
 //! - `control`: the control-plane HTTP routes.
-//! - `fs` (under `client`): the host file system: [`FsPath`], listing,
-//!   stat, mkdir, move, delete, streamed file reads ([`FsDownload`]) and
-//!   writes, tree uploads (`upload_fs_batch`, `upload_fs_dir`).
 //! - `error`: [`Error`], one enum for everything.
 
 mod client;
@@ -140,9 +140,9 @@ mod meta;
 mod options;
 mod turn;
 
-pub use client::fs::{FS_RESUME_ATTEMPTS, FsDownload, FsPath};
 pub use client::{
-    EventPage, SandboxAgentClient, SessionList, SetSessionModelRequest, SetSessionModelResponse,
+    EventPage, FS_RESUME_ATTEMPTS, FsDownload, FsPath, SandboxAgentClient, SessionList,
+    SetSessionModelRequest, SetSessionModelResponse,
 };
 pub use control::{Health, InstallOptions, InstallResult};
 pub use embedded::{BINARY_ENV, LISTENING_PREFIX};

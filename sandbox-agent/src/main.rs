@@ -2,13 +2,17 @@
 //! runtime each command wants, and runs the command.
 //!
 //! # Layout
-//! - [`cli`]: the command line (clap): every subcommand's arguments.
-//! - [`commands`]: one module per subcommand — `server` (the runtime,
-//!   `acp_runtime`), `prompt` (the quick start, on `sandbox-agent-sdk`),
-//!   `bridge` (ACP on stdio for editors, on `acp-http-client`), `agents`
-//!   (list and install), `bench` (the load generator), `mock_agent` (the
-//!   built-in deterministic agent the server runs as `mock`), `sessions`
-//!   (the inventory and event logs, from a server or a session store).
+//! - [`cli`]: the command line (clap): the top-level parser and the
+//!   subcommand enum.
+//! - [`commands`]: one module per subcommand, each with its own arguments —
+//!   `server` (the runtime, `acp_runtime`), `prompt` (the quick start, on
+//!   `sandbox-agent-sdk`), `bridge` (ACP on stdio for editors, on
+//!   `acp-http-client`), `agents` (list and install), `bench` (the load
+//!   generator), `mock_agent` (the built-in deterministic agent the server
+//!   runs as `mock`), `sessions` (the inventory and event logs, from a
+//!   server or a session store), `fs` (files in and out of a server),
+//!   `supervise` (the agents' tree supervisor); `args` holds the argument
+//!   groups several commands share.
 //!
 //! One executable on purpose: embedded mode (the SDK) and the `mock` agent
 //! re-run it.
@@ -25,12 +29,7 @@ fn main() -> ExitCode {
     // Before any runtime thread exists: the supervisor blocks signals for
     // the whole process and reads them from a signalfd.
     if let Command::Supervise(args) = &cli.command {
-        let status = acp_runtime::agent::tree::run(
-            std::time::Duration::from_millis(args.grace_ms),
-            &args.program,
-            &args.args,
-        );
-        return ExitCode::from(u8::try_from(status).unwrap_or(1));
+        return commands::supervise::run(args);
     }
     let runtime = match runtime_for(&cli.command).enable_all().build() {
         Ok(runtime) => runtime,

@@ -3,15 +3,49 @@
 //! needed; a server using the same data dir sees the result (installs are
 //! locked across processes).
 
-use crate::cli::{AgentsArgs, AgentsCommand};
+use super::args::CatalogArgs;
 use acp_runtime::agent::Agents;
 use acp_runtime::install::manifest::Chosen;
 use acp_runtime::install::{AgentSpec, InstallOptions, Installer, Launch, Progress};
+use clap::{Args, Subcommand};
 use ext_methods::{AgentInfo, AgentListResult, AgentSource};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// `sandbox-agent agents …`.
+#[derive(Debug, Clone, Args)]
+pub struct AgentsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: AgentsCommand,
+    /// Agent sources and the data dir.
+    #[command(flatten)]
+    pub catalog: CatalogArgs,
+}
+
+/// The `agents` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AgentsCommand {
+    /// List the known agents: source, installed version, program.
+    List {
+        /// Print the same JSON as GET /v2/agents.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Install an agent into the data dir (a no-op when it is there).
+    Install {
+        /// Agent id (`sandbox-agent agents list` shows them).
+        name: String,
+        /// Another version than the manifest's (npm agents; "latest" allowed).
+        #[arg(long, value_name = "V")]
+        version: Option<String>,
+        /// Install again even when that version is installed.
+        #[arg(long)]
+        reinstall: bool,
+    },
+}
 
 /// How long `agents install` lets one install run.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(15 * 60);

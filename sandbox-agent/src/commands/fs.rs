@@ -2,6 +2,7 @@
 //! (research/contract.md, "Host file system") from the command line, through
 //! the SDK. Transfers show a progress bar on stderr when it is a terminal.
 
+use super::args::{RemoteArgs, URL_ENV};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use futures::StreamExt;
@@ -13,21 +14,14 @@ use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 /// `sandbox-agent fs`.
 #[derive(Debug, Clone, Args)]
+#[command(mut_arg("url", |url| url.env(URL_ENV)))]
 pub struct FsArgs {
     /// What to do.
     #[command(subcommand)]
     pub command: FsCommand,
-    /// The server (http://host:port).
-    #[arg(long, global = true, value_name = "URL", env = "SANDBOX_AGENT_URL")]
-    pub url: Option<String>,
-    /// Its bearer token.
-    #[arg(
-        long,
-        global = true,
-        env = "SANDBOX_AGENT_TOKEN",
-        hide_env_values = true
-    )]
-    pub token: Option<String>,
+    /// `--url` (else $SANDBOX_AGENT_URL) and `--token`.
+    #[command(flatten)]
+    pub server: RemoteArgs,
     /// Relative paths start at this session's working directory (else the
     /// server's).
     #[arg(long, global = true, value_name = "ID")]
@@ -105,11 +99,12 @@ pub enum FsCommand {
 /// file that cannot be read or written.
 pub async fn run(args: FsArgs) -> Result<(), String> {
     let url = args
+        .server
         .url
         .clone()
         .ok_or("--url is required (the server to talk to, e.g. http://127.0.0.1:2468)")?;
     let mut options = ClientOptions::new("mock").base_url(url).auto_connect(false);
-    if let Some(token) = &args.token {
+    if let Some(token) = &args.server.token {
         options = options.token(token);
     }
     let client = SandboxAgentClient::connect(options)

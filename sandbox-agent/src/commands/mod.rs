@@ -1,8 +1,12 @@
-//! One module per subcommand of `sandbox-agent`. Each exposes `run`, which
-//! `main` calls with the parsed arguments; a failure is a message for the
-//! user (printed after `sandbox-agent: `, exit status 1).
+//! One module per subcommand of `sandbox-agent`. Each declares its own
+//! arguments (`…Args`, clap) and exposes `run`, which `main` calls with them
+//! parsed; a failure is a message for the user (printed after
+//! `sandbox-agent: `, exit status 1). `supervise` runs before any async
+//! runtime and returns the exit status itself. [`args`] holds the argument
+//! groups several commands flatten.
 
 pub mod agents;
+pub mod args;
 pub mod bench;
 pub mod bridge;
 pub mod fs;
@@ -10,3 +14,4 @@ pub mod mock_agent;
 pub mod prompt;
 pub mod server;
 pub mod sessions;
+pub mod supervise;

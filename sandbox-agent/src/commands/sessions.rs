@@ -17,6 +17,7 @@
 //! per line). A failure is a message for the user: the server's problem
 //! `detail`, or why the store could not be read.
 
+use super::args::{RemoteArgs, URL_ENV};
 use acp_runtime::store::{self, Store, StoreUrl};
 use clap::{Args, Subcommand};
 use ext_methods::{Direction, SessionEvent, SessionEventsPage, SessionMeta};
@@ -31,9 +32,6 @@ use std::time::{Duration, SystemTime};
 /// The server asked when neither `--url` nor `SANDBOX_AGENT_URL` names one:
 /// `sandbox-agent server`'s default address.
 const DEFAULT_URL: &str = "http://127.0.0.1:2468";
-/// The environment variable that names the server when `--url` does not
-/// (as for `sandbox-agent fs`).
-const URL_ENV: &str = "SANDBOX_AGENT_URL";
 /// Longest one control-plane request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Events asked for per page: the control plane's largest `limit`
@@ -46,29 +44,24 @@ const SUMMARY_CHARS: usize = 100;
 
 /// `sandbox-agent sessions`.
 #[derive(Debug, Clone, Args)]
+// $SANDBOX_AGENT_URL is read in `Source::open`, not by clap: clap would
+// count it as given and refuse it next to --store. The help is written as
+// clap shows a one-paragraph doc comment: without the final period.
+#[command(mut_arg("url", |url| url
+    .help("The server to ask (http://host:port). Default: $SANDBOX_AGENT_URL, else http://127.0.0.1:2468")
+    .conflicts_with("store")))]
 pub struct SessionsArgs {
     /// What to show.
     #[command(subcommand)]
     pub command: SessionsCommand,
-    /// The server to ask (http://host:port). Default: $SANDBOX_AGENT_URL,
-    /// else http://127.0.0.1:2468.
-    // The variable is read in `Source::open`, not by clap: clap would count
-    // it as given and refuse it next to --store.
-    #[arg(long, global = true, value_name = "URL", conflicts_with = "store")]
-    pub url: Option<String>,
-    /// Its bearer token.
-    #[arg(
-        long,
-        global = true,
-        env = "SANDBOX_AGENT_TOKEN",
-        hide_env_values = true
-    )]
-    pub token: Option<String>,
+    /// `--url` and `--token`.
+    #[command(flatten)]
+    pub server: RemoteArgs,
     /// Read a session store instead of asking a server: `sqlite:PATH` (a
     /// server's default is sqlite:<data-dir>/sessions.db) or
     /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`. Opening it brings its
     /// schema up to this binary's version.
-    #[arg(long, global = true, value_name = "URL", value_parser = parse_store)]
+    #[arg(long, global = true, value_name = "URL", value_parser = StoreUrl::parse)]
     pub store: Option<StoreUrl>,
     /// With --store: whose sessions to read. Default: the id in
     /// <data-dir>/runtime-id.
@@ -515,11 +508,6 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), String> {
     emit(&format!("{text}\n"))
 }
 
-/// `--store`: see [`StoreUrl::parse`].
-fn parse_store(text: &str) -> Result<StoreUrl, String> {
-    StoreUrl::parse(text)
-}
-
 /// Where the sessions are read from.
 enum Source {
     /// A running server's control plane.
@@ -533,11 +521,12 @@ impl Source {
     async fn open(args: &SessionsArgs) -> Result<Source, String> {
         let Some(url) = &args.store else {
             let base = args
+                .server
                 .url
                 .clone()
                 .or_else(|| std::env::var(URL_ENV).ok().filter(|url| !url.is_empty()))
                 .unwrap_or_else(|| DEFAULT_URL.to_owned());
-            return ControlPlane::new(&base, args.token.as_deref()).map(Source::Server);
+            return ControlPlane::new(&base, args.server.token.as_deref()).map(Source::Server);
         };
         if let StoreUrl::Sqlite(path) = url
             && !path.is_file()

@@ -16,6 +16,8 @@ pub mod scenarios;
 pub mod store;
 pub mod transports;
 
+use acp_runtime::config;
+use clap::Args;
 use client::BenchError;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -94,6 +96,92 @@ pub struct BenchOptions {
     pub startup_runs: usize,
     /// The `sandbox-agent` executable (for the embedded server, stdio, startup).
     pub program: PathBuf,
+}
+
+/// `sandbox-agent bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Measure a running server (host:port or http://host:port) instead of starting one.
+    #[arg(long, value_name = "URL", conflicts_with = "embedded")]
+    pub url: Option<String>,
+    /// Start a local server for the run (the default).
+    #[arg(long)]
+    pub embedded: bool,
+    /// Bearer token for --url.
+    #[arg(long, env = "SANDBOX_AGENT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Connections of the concurrent roundtrip run.
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
+    /// Seconds each timed loop runs.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Scenarios to run (comma-separated); all by default.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub scenario: Vec<Scenario>,
+    /// Updates the stream scenario's prompt emits.
+    #[arg(long, default_value_t = 100_000)]
+    pub stream_updates: u64,
+    /// Bytes of text per streamed update.
+    #[arg(long, default_value_t = 16)]
+    pub stream_bytes: usize,
+    /// Events in the ring for the replay scenario.
+    // By default a full ring of a server started with default settings.
+    #[arg(long, default_value_t = config::DEFAULT_REPLAY_BUFFER_EVENTS as u64)]
+    pub replay_events: u64,
+    /// Connections (each with an open stream) of the connections scenario.
+    #[arg(long, default_value_t = 1000)]
+    pub idle_connections: usize,
+    /// Server starts measured by the startup scenario.
+    #[arg(long, default_value_t = 10)]
+    pub startup_runs: usize,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl BenchArgs {
+    /// Validates the arguments.
+    ///
+    /// # Errors
+    /// A message for the user.
+    pub fn into_options(self) -> Result<BenchOptions, String> {
+        let url = match &self.url {
+            None => None,
+            Some(url) => {
+                let host = url
+                    .trim_start_matches("http://")
+                    .trim_end_matches('/')
+                    .trim_end_matches("/v2/rpc");
+                let address = std::net::ToSocketAddrs::to_socket_addrs(host)
+                    .map_err(|e| format!("cannot resolve {url}: {e}"))?
+                    .next()
+                    .ok_or_else(|| format!("cannot resolve {url}"))?;
+                Some(address)
+            }
+        };
+        if !(self.duration > 0.0 && self.duration.is_finite()) {
+            return Err("--duration must be a positive number of seconds".to_owned());
+        }
+        Ok(BenchOptions {
+            url,
+            token: self.token,
+            connections: self.connections.max(1),
+            duration: Duration::from_secs_f64(self.duration),
+            scenarios: if self.scenario.is_empty() {
+                Scenario::ALL.to_vec()
+            } else {
+                self.scenario
+            },
+            stream_updates: self.stream_updates.max(1),
+            stream_bytes: self.stream_bytes.max(1),
+            replay_events: self.replay_events.max(1),
+            idle_connections: self.idle_connections.max(1),
+            startup_runs: self.startup_runs.max(1),
+            program: std::env::current_exe()
+                .map_err(|e| format!("cannot locate this executable: {e}"))?,
+        })
+    }
 }
 
 /// A server under test: its address and, when local, its pid.
@@ -191,7 +279,7 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 ///
 /// # Errors
 /// Invalid arguments, or a server that cannot be started or reached.
-pub async fn run(args: crate::cli::BenchArgs) -> Result<(), String> {
+pub async fn run(args: BenchArgs) -> Result<(), String> {
     let json = args.json;
     let options = args.into_options()?;
     let report = measure(options)

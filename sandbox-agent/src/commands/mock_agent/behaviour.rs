@@ -1,0 +1,202 @@
+//! What a prompt turn does, from the prompt's text: the plain reply, the
+//! `tool` and `permission` turns, and the `!` directives
+//! (research/contract.md, "The mock agent").
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agent_client_protocol::Error;
+use agent_client_protocol::v1::schema::ContentBlock;
+
+/// Exit code of `!crash` without an argument.
+const DEFAULT_CRASH_CODE: i32 = 3;
+
+/// What a prompt turn does; decided from the prompt text by [`Behaviour::from_prompt`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Behaviour {
+    /// The plain reply, one chunk per word.
+    Reply,
+    /// A completed `read` tool call, then the plain reply.
+    Tool,
+    /// An `edit` tool call that needs `session/request_permission`.
+    Permission,
+    /// `!crash [CODE]`.
+    Crash { code: i32 },
+    /// `!garbage`: non-JSON lines on stdout, then the plain reply.
+    Garbage,
+    /// `!stall`: nothing until `session/cancel`.
+    Stall,
+    /// `!emit N K`: N chunks of K bytes.
+    Emit { chunks: usize, bytes: usize },
+    /// `!slow N MS`: N chunks, MS apart.
+    Slow { chunks: usize, interval: Duration },
+    /// `!huge BYTES`: one non-JSON stdout line of BYTES bytes, then the plain reply.
+    Huge { bytes: usize },
+    /// `!fs PATH`: `fs/read_text_file` to the client.
+    Fs { path: PathBuf },
+    /// `!stderr N`: N lines on stderr, then the plain reply.
+    Stderr { lines: usize },
+}
+
+impl Behaviour {
+    /// The one place that maps a prompt's text to what the turn does.
+    ///
+    /// Text starting with `!` is a directive; an unknown directive name gets
+    /// the plain reply, a known one with wrong arguments is an invalid-params
+    /// error naming its usage. Otherwise `permission` anywhere in the text
+    /// wins over `tool` (plain substrings, case-sensitive: `tools` counts).
+    pub(super) fn from_prompt(text: &str) -> Result<Self, Error> {
+        let Some(directive) = text.strip_prefix('!') else {
+            return Ok(if text.contains("permission") {
+                Self::Permission
+            } else if text.contains("tool") {
+                Self::Tool
+            } else {
+                Self::Reply
+            });
+        };
+        let directive = directive.trim();
+        let (name, rest) = directive
+            .split_once(char::is_whitespace)
+            .unwrap_or((directive, ""));
+        let usage = match name {
+            "crash" => "!crash [CODE]",
+            "garbage" => "!garbage",
+            "stall" => "!stall",
+            "emit" => "!emit N K",
+            "slow" => "!slow N MS",
+            "huge" => "!huge BYTES",
+            "fs" => "!fs PATH",
+            "stderr" => "!stderr N",
+            _ => return Ok(Self::Reply),
+        };
+        let wrong = || Error::invalid_params().data(format!("usage: {usage} (got `{text}`)"));
+        let args: Vec<&str> = rest.split_whitespace().collect();
+        Ok(match (name, args.as_slice()) {
+            ("crash", []) => Self::Crash {
+                code: DEFAULT_CRASH_CODE,
+            },
+            ("crash", [code]) => Self::Crash {
+                code: parse_arg(code, wrong)?,
+            },
+            ("garbage", []) => Self::Garbage,
+            ("stall", []) => Self::Stall,
+            ("emit", [chunks, bytes]) => Self::Emit {
+                chunks: parse_arg(chunks, wrong)?,
+                bytes: parse_arg(bytes, wrong)?,
+            },
+            ("slow", [chunks, millis]) => Self::Slow {
+                chunks: parse_arg(chunks, wrong)?,
+                interval: Duration::from_millis(parse_arg(millis, wrong)?),
+            },
+            ("huge", [bytes]) => Self::Huge {
+                bytes: parse_arg(bytes, wrong)?,
+            },
+            // The path is the rest of the text, spaces included.
+            ("fs", [_, ..]) => Self::Fs {
+                path: PathBuf::from(rest.trim()),
+            },
+            ("stderr", [lines]) => Self::Stderr {
+                lines: parse_arg(lines, wrong)?,
+            },
+            _ => return Err(wrong()),
+        })
+    }
+}
+
+/// One numeric directive argument, or the directive's usage error.
+fn parse_arg<T: std::str::FromStr>(arg: &str, wrong: impl Fn() -> Error) -> Result<T, Error> {
+    arg.parse().map_err(|_| wrong())
+}
+
+/// The prompt's text: all text content blocks joined by spaces.
+pub(super) fn prompt_text(prompt: &[ContentBlock]) -> String {
+    let texts: Vec<&str> = prompt
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    texts.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_client_protocol::ErrorCode;
+
+    #[test]
+    fn plain_text_and_keywords() {
+        assert_eq!(Behaviour::from_prompt("hi").ok(), Some(Behaviour::Reply));
+        assert_eq!(
+            Behaviour::from_prompt("use a tool").ok(),
+            Some(Behaviour::Tool)
+        );
+        assert_eq!(
+            Behaviour::from_prompt("tool with permission").ok(),
+            Some(Behaviour::Permission)
+        );
+        assert_eq!(
+            Behaviour::from_prompt("!unknown").ok(),
+            Some(Behaviour::Reply)
+        );
+    }
+
+    #[test]
+    fn directives() {
+        assert_eq!(
+            Behaviour::from_prompt("!crash").ok(),
+            Some(Behaviour::Crash { code: 3 })
+        );
+        assert_eq!(
+            Behaviour::from_prompt("!crash 7").ok(),
+            Some(Behaviour::Crash { code: 7 })
+        );
+        assert_eq!(
+            Behaviour::from_prompt("!emit 100000 16").ok(),
+            Some(Behaviour::Emit {
+                chunks: 100_000,
+                bytes: 16
+            })
+        );
+        assert_eq!(
+            Behaviour::from_prompt("!slow 3 10").ok(),
+            Some(Behaviour::Slow {
+                chunks: 3,
+                interval: Duration::from_millis(10)
+            })
+        );
+        assert_eq!(
+            Behaviour::from_prompt("!fs /tmp/a file.txt").ok(),
+            Some(Behaviour::Fs {
+                path: PathBuf::from("/tmp/a file.txt")
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_directives_are_invalid_params() {
+        for text in [
+            "!emit 5",
+            "!emit a b",
+            "!crash x",
+            "!fs",
+            "!stall now",
+            "!huge -1",
+        ] {
+            let error = Behaviour::from_prompt(text).err();
+            assert_eq!(
+                error.map(|error| error.code),
+                Some(ErrorCode::INVALID_PARAMS),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn prompt_text_joins_text_blocks() {
+        let blocks = vec![ContentBlock::from("a"), ContentBlock::from("b c")];
+        assert_eq!(prompt_text(&blocks), "a b c");
+    }
+}

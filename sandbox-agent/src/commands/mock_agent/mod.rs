@@ -1,0 +1,192 @@
+//! The built-in mock agent (`sandbox-agent mock-agent`, agent id `mock`).
+//!
+//! A real ACP agent (protocol v1, agent side of the `agent-client-protocol`
+//! crate) speaking newline-delimited JSON-RPC on stdin/stdout. It is
+//! deterministic: the same prompt gives the same updates in the same order.
+//! Its behaviour is specified in `research/contract.md`, section "The mock
+//! agent"; [`Behaviour::from_prompt`](behaviour::Behaviour::from_prompt) is
+//! the one place that maps prompt text to what a prompt turn does.
+//!
+//! How it is put together:
+//! - stdin is read by tokio and handed to the SDK's [`Lines`] transport;
+//! - stdout has exactly one writer, fed by one buffer of whole lines
+//!   ([`Stdout`]): the SDK's serialized messages and the raw lines of
+//!   `!garbage` / `!huge` go through the same buffer, so a raw line can never
+//!   split a JSON line;
+//! - request handlers run in the SDK's dispatch loop and never wait for the
+//!   client; each prompt turn runs in a task spawned with `cx.spawn`, so
+//!   `session/cancel` is handled while a turn runs;
+//! - sessions live in one shared map
+//!   ([`MockAgent::sessions`](agent::MockAgent::sessions)); with
+//!   `--state-dir` each is also kept in a file of its own
+//!   ([`StateDir`](state_dir::StateDir)), so `session/load` in a later
+//!   process (after a runtime restart) finds it.
+//!
+//! # Layout
+//! - this file: the arguments, the process (`run`: stdout writer, `!crash`
+//!   exit) and the ACP connection's foreground.
+//! - [`handlers`](mod@handlers): every request and notification handler, in dispatch
+//!   order, and the methods outside the v1 schema.
+//! - [`agent`]: [`MockAgent`], the sessions, and the
+//!   answers to `initialize`, `authenticate` and the session methods.
+//! - [`state_dir`]: `--state-dir`, one file per session.
+//! - [`behaviour`]: what a prompt's text makes a turn do.
+//! - [`turn`]: prompt turns: starting, cancelling and playing them,
+//!   requests to the client included.
+//! - [`stdio`]: stdin lines in, one stdout writer out.
+
+mod agent;
+mod behaviour;
+mod handlers;
+mod state_dir;
+mod stdio;
+mod turn;
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::{Agent, Client, ConnectTo, Error, Lines};
+use clap::Args;
+use tokio_util::task::TaskTracker;
+
+use agent::MockAgent;
+use handlers::handlers;
+use stdio::{Stdout, stdin_lines, writer_stopped};
+
+/// Knobs of `sandbox-agent mock-agent` that make it misbehave from the start.
+#[derive(Debug, Clone, Args)]
+pub struct MockAgentArgs {
+    /// Exit with this code before reading anything (an agent that dies at once).
+    #[arg(long, value_name = "CODE")]
+    pub exit_at_start: Option<i32>,
+    /// Announce each new session with a `session/update` before answering `session/new`.
+    #[arg(long)]
+    pub announce_session_early: bool,
+    /// Session ids are this text followed by a UUID. ACP session ids are
+    /// arbitrary strings; this makes ones with `/`, spaces or non-ASCII text.
+    #[arg(long, value_name = "TEXT", default_value = "mock-")]
+    pub session_id_prefix: String,
+    /// Answer every `session/new` with this session id (an agent whose ids
+    /// collide with another agent's; a later session replaces an earlier one).
+    #[arg(long, value_name = "ID", conflicts_with = "session_id_prefix")]
+    pub session_id: Option<String>,
+    /// Advertise the auth method METHOD and answer session requests with
+    /// `-32000` "Authentication required" until `authenticate {methodId:
+    /// METHOD}` came (an agent that needs a credential).
+    #[arg(long, value_name = "METHOD")]
+    pub require_auth: Option<String>,
+    /// Keep every session (id, cwd, mode, model, the history `session/load`
+    /// replays) in DIR, one JSON file per session, so a later process can
+    /// load a session of an earlier one. Created when missing.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+/// How long `!crash` waits for stdout to be written before exiting anyway.
+const CRASH_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs the mock agent on this process's stdin/stdout until stdin closes.
+///
+/// With `--exit-at-start CODE` the process exits with CODE before reading
+/// anything. When stdin closes, prompt turns still running are allowed to
+/// finish (a turn waiting for the client ends, since the client is gone), then
+/// this returns. `!crash [CODE]` ends the process with CODE, after everything
+/// queued for stdout has been written; it does not return.
+///
+/// # Errors
+/// An I/O error of stdin or stdout, or a failure of the ACP connection
+/// (reported by the SDK, wrapped as [`io::ErrorKind::Other`]).
+pub async fn run(args: MockAgentArgs) -> io::Result<()> {
+    if let Some(code) = args.exit_at_start {
+        std::process::exit(code);
+    }
+    if let Some(dir) = &args.state_dir {
+        std::fs::create_dir_all(dir).map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("--state-dir {}: {error}", dir.display()),
+            )
+        })?;
+    }
+    let (stdout, writer) = Stdout::new();
+    // The writer runs in a task of its own, so writing overlaps serializing.
+    let writer = tokio::spawn(writer);
+    let (crash_tx, crash_rx) = tokio::sync::mpsc::unbounded_channel();
+    let agent = Arc::new(MockAgent::new(&args, stdout.clone(), crash_tx));
+    let transport = Lines::new(stdout.sink(), stdin_lines());
+
+    let ending = serve(agent, transport, crash_rx).await;
+    // The connection has queued its last line: write out the rest and stop.
+    stdout.close();
+    if let Ok(Ending::Crash(code)) = ending {
+        exit_once_written(code, writer).await;
+    }
+    // A write error explains a failed connection better than the connection's error.
+    writer
+        .await
+        .unwrap_or_else(|error| Err(io::Error::other(error)))?;
+    ending.map_err(io::Error::other)?;
+    Ok(())
+}
+
+/// `!crash`: exits with `code` once the writer has written everything, or
+/// after [`CRASH_DRAIN_TIMEOUT`] if stdout is stuck (nobody reading).
+async fn exit_once_written(code: i32, writer: tokio::task::JoinHandle<io::Result<()>>) -> ! {
+    match tokio::time::timeout(CRASH_DRAIN_TIMEOUT, writer).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(error))) => eprintln!("mock agent: writing stdout failed: {error}"),
+        Ok(Err(error)) => eprintln!("mock agent: the stdout writer failed: {error}"),
+        Err(_) => eprintln!("mock agent: stdout not written after {CRASH_DRAIN_TIMEOUT:?}"),
+    }
+    std::process::exit(code)
+}
+
+/// Why the connection ended.
+enum Ending {
+    /// stdin reached EOF and every prompt turn has finished.
+    StdinClosed,
+    /// A `!crash` turn asked for the process to exit with this code.
+    Crash(i32),
+}
+
+/// Runs the ACP connection: the handlers, and a foreground that ends on a
+/// crash request, on stdin EOF once the running turns are done, or when
+/// stdout fails. When the
+/// foreground ends, the SDK writes out everything already queued and closes
+/// the transport before this returns.
+async fn serve(
+    agent: Arc<MockAgent>,
+    transport: impl ConnectTo<Agent> + 'static,
+    crash_rx: tokio::sync::mpsc::UnboundedReceiver<i32>,
+) -> Result<Ending, Error> {
+    let turns = agent.turns.clone();
+    let stdout = agent.stdout.clone();
+    handlers(&agent)
+        .connect_with(transport, async move |cx: ConnectionTo<Client>| {
+            foreground(cx, crash_rx, turns, stdout).await
+        })
+        .await
+}
+
+/// The connection's foreground: ends on a crash request, on stdin EOF once
+/// the running turns are done, or when stdout fails.
+async fn foreground(
+    cx: ConnectionTo<Client>,
+    mut crash_rx: tokio::sync::mpsc::UnboundedReceiver<i32>,
+    turns: TaskTracker,
+    stdout: Stdout,
+) -> Result<Ending, Error> {
+    tokio::select! {
+        Some(code) = crash_rx.recv() => Ok(Ending::Crash(code)),
+        () = async {
+            cx.incoming_closed().await;
+            turns.close();
+            turns.wait().await;
+        } => Ok(Ending::StdinClosed),
+        // Nothing can reach the client any more.
+        () = stdout.failed() => Err(Error::into_internal_error(writer_stopped())),
+    }
+}

@@ -1,0 +1,98 @@
+//! `--state-dir`: each session in a JSON file of its own, so `session/load`
+//! in a later process (after a runtime restart) finds it.
+
+use std::borrow::Cow;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use agent_client_protocol::v1::schema::{SessionConfigValueId, SessionId, SessionModeId};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use super::agent::{Message, Session};
+
+/// `--state-dir`: one JSON file per session, `<sha256 of the id, hex>.json`
+/// (a name safe for any session id), holding a [`SavedSession`]. Each write
+/// goes to a temp file first and is renamed over the old one, so a process
+/// killed mid-write leaves the previous version whole.
+pub(super) struct StateDir {
+    pub(super) dir: PathBuf,
+}
+
+/// A session as kept in its state file (`Cow`, so saving borrows the
+/// session and loading owns what it reads).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SavedSession<'a> {
+    /// The session's id, checked on load.
+    session_id: Cow<'a, SessionId>,
+    cwd: Cow<'a, Path>,
+    mode: Cow<'a, SessionModeId>,
+    model: Cow<'a, SessionConfigValueId>,
+    /// Milliseconds since the Unix epoch.
+    updated_at_ms: u64,
+    /// What `session/load` replays, in order.
+    history: Cow<'a, [Message]>,
+}
+
+impl StateDir {
+    /// The state file of session `id`.
+    pub(super) fn path(&self, id: &SessionId) -> PathBuf {
+        let digest = Sha256::digest(id.0.as_bytes());
+        let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+        self.dir.join(format!("{hex}.json"))
+    }
+
+    pub(super) fn save(&self, id: &SessionId, session: &Session) -> io::Result<()> {
+        let saved = SavedSession {
+            session_id: Cow::Borrowed(id),
+            cwd: Cow::Borrowed(&session.cwd),
+            mode: Cow::Borrowed(&session.mode),
+            model: Cow::Borrowed(&session.model),
+            updated_at_ms: session
+                .updated_at
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| {
+                    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+                }),
+            history: Cow::Borrowed(&session.history),
+        };
+        let bytes = serde_json::to_vec(&saved).map_err(io::Error::other)?;
+        let path = self.path(id);
+        let mut temp = path.clone().into_os_string();
+        temp.push(format!(".{}.tmp", std::process::id()));
+        let temp = PathBuf::from(temp);
+        let written = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, &path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        written
+    }
+
+    /// The saved session `id`, or `None` when it has no state file.
+    pub(super) fn load(&self, id: &SessionId) -> io::Result<Option<Session>> {
+        let bytes = match std::fs::read(self.path(id)) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let saved: SavedSession<'static> = serde_json::from_slice(&bytes)
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
+        if saved.session_id.as_ref() != id {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the file holds session {:?}", saved.session_id.0),
+            ));
+        }
+        Ok(Some(Session {
+            created: 0,
+            cwd: saved.cwd.into_owned(),
+            mode: saved.mode.into_owned(),
+            model: saved.model.into_owned(),
+            history: saved.history.into_owned(),
+            updated_at: UNIX_EPOCH + Duration::from_millis(saved.updated_at_ms),
+            turn: None,
+        }))
+    }
+}

@@ -1,0 +1,358 @@
+//! Prompt turns: `session/prompt` starts one in a task of its own,
+//! `session/cancel` ends it, and [`Turn`] plays what its
+//! [`Behaviour`] says, requests to the client included.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use agent_client_protocol::v1::schema::{
+    ContentBlock, ContentChunk, PermissionOption, PermissionOptionKind, PromptRequest,
+    PromptResponse, ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    SessionId, SessionUpdate, StopReason, ToolCall, ToolCallStatus, ToolCallUpdate,
+    ToolCallUpdateFields, ToolKind,
+};
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{Client, Error, ErrorCode, JsonRpcRequest, JsonRpcResponse};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::agent::{Message, MockAgent, RunningTurn, Speaker, notify, session_not_found};
+use super::behaviour::{Behaviour, prompt_text};
+
+/// The tool call id used by the `tool` and `permission` turns.
+const TOOL_CALL_ID: &str = "mock-tool-1";
+/// The id of the permission option that grants the `permission` turn's
+/// write; any other answer denies it.
+const ALLOW_OPTION_ID: &str = "allow-once";
+/// What `!garbage` writes to stdout: plain text, ANSI escapes, a bare number.
+const GARBAGE_LINES: [&str; 3] = ["this is not json", "\x1b[31mred\x1b[0m", "42"];
+/// `!emit` lets the connection write what it has queued every this many
+/// chunks. Short queues are faster: 16 to 256 measure alike, 4096 is 3x slower.
+const EMIT_YIELD_EVERY: usize = 32;
+
+impl MockAgent {
+    /// `session/prompt`: registers the turn and runs it in a spawned task,
+    /// which answers the prompt when the turn ends. Returns at once, so the
+    /// dispatch loop stays free for `session/cancel` and the client's answers.
+    pub(super) fn start_turn(
+        self: &Arc<Self>,
+        request: PromptRequest,
+        responder: Responder<PromptResponse>,
+        cx: ConnectionTo<Client>,
+    ) -> Result<(), Error> {
+        let text = prompt_text(&request.prompt);
+        let behaviour = match Behaviour::from_prompt(&text) {
+            Ok(behaviour) => behaviour,
+            Err(error) => return responder.respond_with_error(error),
+        };
+        let running = match self.begin_turn(&request.session_id, &text) {
+            Ok(running) => running,
+            Err(error) => return responder.respond_with_error(error),
+        };
+        let turn = Turn {
+            agent: self.clone(),
+            cx: cx.clone(),
+            session_id: request.session_id,
+        };
+        let request_cancelled = responder.cancellation();
+        let task = self.turns.track_future(async move {
+            let result = tokio::select! {
+                biased;
+                () = running.cancel.cancelled() => Ok(StopReason::Cancelled),
+                // `$/cancel_request` for the prompt request itself.
+                () = request_cancelled.cancelled() => Ok(StopReason::Cancelled),
+                result = turn.play(behaviour, &text) => result,
+            };
+            turn.agent.end_turn(&turn.session_id, running.id);
+            // Fails only when the connection is gone.
+            responder.respond_with_result(result.map(PromptResponse::new))
+        });
+        cx.spawn(task)
+    }
+
+    /// Marks a turn as running in the session and records the user's message.
+    fn begin_turn(&self, session_id: &SessionId, text: &str) -> Result<RunningTurn, Error> {
+        let mut sessions = self.sessions.lock();
+        sessions.turns_started += 1;
+        let id = sessions.turns_started;
+        let Some(session) = sessions.by_id.get_mut(session_id) else {
+            return Err(session_not_found(session_id));
+        };
+        if session.turn.is_some() {
+            return Err(Error::new(
+                ErrorCode::INVALID_REQUEST,
+                "a prompt turn is already running in this session",
+            ));
+        }
+        let running = RunningTurn {
+            id,
+            cancel: CancellationToken::new(),
+        };
+        session.turn = Some(running.clone());
+        session.updated_at = SystemTime::now();
+        session.history.push(Message {
+            from: Speaker::User,
+            text: text.to_owned(),
+        });
+        self.save(session_id, session);
+        Ok(running)
+    }
+
+    /// Marks the turn as over and saves the session with the agent's reply
+    /// (the reply's chunks are not saved one by one: `!emit` sends 100,000).
+    fn end_turn(&self, session_id: &SessionId, turn_id: u64) {
+        let mut sessions = self.sessions.lock();
+        if let Some(session) = sessions.by_id.get_mut(session_id)
+            && session.turn.as_ref().is_some_and(|turn| turn.id == turn_id)
+        {
+            session.turn = None;
+            session.updated_at = SystemTime::now();
+            self.save(session_id, session);
+        }
+    }
+
+    /// `session/cancel`: ends the session's running turn, if any, with stop
+    /// reason `cancelled`.
+    pub(super) fn cancel_turn(&self, session_id: &SessionId) {
+        if let Some(session) = self.sessions.lock().by_id.get(session_id)
+            && let Some(turn) = &session.turn
+        {
+            turn.cancel.cancel();
+        }
+    }
+
+    /// Appends agent text to the session's history (one message per turn).
+    fn record_agent_text(&self, session_id: &SessionId, text: &str) {
+        if let Some(session) = self.sessions.lock().by_id.get_mut(session_id) {
+            match session.history.last_mut() {
+                Some(last) if last.from == Speaker::Agent => last.text.push_str(text),
+                _ => session.history.push(Message {
+                    from: Speaker::Agent,
+                    text: text.to_owned(),
+                }),
+            }
+        }
+    }
+}
+
+/// One prompt turn in its spawned task. Dropping it at any `.await` (on
+/// `session/cancel`) is safe: requests to the client are awaited in their own
+/// tasks (see [`Turn::ask_client`]).
+struct Turn {
+    agent: Arc<MockAgent>,
+    cx: ConnectionTo<Client>,
+    session_id: SessionId,
+}
+
+impl Turn {
+    /// Runs the turn and returns its stop reason; an error becomes the
+    /// prompt's JSON-RPC error.
+    async fn play(&self, behaviour: Behaviour, text: &str) -> Result<StopReason, Error> {
+        match behaviour {
+            Behaviour::Reply => self.reply(text),
+            Behaviour::Tool => {
+                self.read_tool_call()?;
+                self.reply(text)
+            }
+            Behaviour::Permission => self.ask_permission().await,
+            Behaviour::Crash { code } => self.crash(code).await,
+            Behaviour::Garbage => {
+                for line in GARBAGE_LINES {
+                    self.write_raw_line(line).await?;
+                }
+                self.reply(text)
+            }
+            Behaviour::Stall => {
+                // Only `session/cancel` ends it, or the client going away.
+                self.cx.incoming_closed().await;
+                Ok(StopReason::Cancelled)
+            }
+            Behaviour::Emit { chunks, bytes } => self.emit(chunks, bytes).await,
+            Behaviour::Slow { chunks, interval } => self.slow(chunks, interval).await,
+            Behaviour::Huge { bytes } => {
+                self.write_raw_line(&"x".repeat(bytes)).await?;
+                self.reply(text)
+            }
+            Behaviour::Fs { path } => self.read_file(&path).await,
+            Behaviour::Stderr { lines } => {
+                for line in 1..=lines {
+                    eprintln!("stderr line {line}");
+                }
+                self.reply(text)
+            }
+        }
+    }
+
+    /// The plain reply: `Hello from the mock agent. You said: <text>`.
+    fn reply(&self, text: &str) -> Result<StopReason, Error> {
+        self.say(&format!("Hello from the mock agent. You said: {text}"))?;
+        Ok(StopReason::EndTurn)
+    }
+
+    /// Streams `sentence` as one `agent_message_chunk` per word, each word
+    /// followed by a space except the last.
+    fn say(&self, sentence: &str) -> Result<(), Error> {
+        let words: Vec<&str> = sentence.split_whitespace().collect();
+        let last = words.len().saturating_sub(1);
+        for (index, word) in words.iter().enumerate() {
+            let chunk = if index == last {
+                (*word).to_owned()
+            } else {
+                format!("{word} ")
+            };
+            self.chunk(chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Sends one `agent_message_chunk` and records it for `session/load`.
+    fn chunk(&self, text: String) -> Result<(), Error> {
+        self.agent.record_agent_text(&self.session_id, &text);
+        self.update(SessionUpdate::AgentMessageChunk(ContentChunk::new(
+            ContentBlock::from(text),
+        )))
+    }
+
+    fn update(&self, update: SessionUpdate) -> Result<(), Error> {
+        notify(&self.cx, &self.session_id, update)
+    }
+
+    fn read_tool_call(&self) -> Result<(), Error> {
+        let call = ToolCall::new(TOOL_CALL_ID, "Reading the mock file")
+            .kind(ToolKind::Read)
+            .status(ToolCallStatus::InProgress);
+        self.update(SessionUpdate::ToolCall(call))?;
+        self.tool_call_status(ToolCallStatus::Completed)
+    }
+
+    fn tool_call_status(&self, status: ToolCallStatus) -> Result<(), Error> {
+        let fields = ToolCallUpdateFields::new().status(status);
+        self.update(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+            TOOL_CALL_ID,
+            fields,
+        )))
+    }
+
+    async fn ask_permission(&self) -> Result<StopReason, Error> {
+        const TITLE: &str = "Write to mock.txt";
+        let call = ToolCall::new(TOOL_CALL_ID, TITLE)
+            .kind(ToolKind::Edit)
+            .status(ToolCallStatus::Pending);
+        self.update(SessionUpdate::ToolCall(call))?;
+        let fields = ToolCallUpdateFields::new()
+            .title(TITLE)
+            .kind(ToolKind::Edit)
+            .status(ToolCallStatus::Pending);
+        let options = vec![
+            PermissionOption::new(
+                ALLOW_OPTION_ID,
+                "Allow once",
+                PermissionOptionKind::AllowOnce,
+            ),
+            PermissionOption::new(
+                "reject-once",
+                "Reject once",
+                PermissionOptionKind::RejectOnce,
+            ),
+        ];
+        let request = RequestPermissionRequest::new(
+            self.session_id.clone(),
+            ToolCallUpdate::new(TOOL_CALL_ID, fields),
+            options,
+        );
+        let granted = match self.ask_client(request).await?.outcome {
+            RequestPermissionOutcome::Cancelled => return Ok(StopReason::Cancelled),
+            RequestPermissionOutcome::Selected(selected) => {
+                selected.option_id.0.as_ref() == ALLOW_OPTION_ID
+            }
+            // An outcome this schema version does not know: not a grant.
+            _ => false,
+        };
+        if granted {
+            self.tool_call_status(ToolCallStatus::Completed)?;
+            self.say("Permission granted.")?;
+        } else {
+            self.tool_call_status(ToolCallStatus::Failed)?;
+            self.say("Permission denied.")?;
+        }
+        Ok(StopReason::EndTurn)
+    }
+
+    async fn read_file(&self, path: &Path) -> Result<StopReason, Error> {
+        let request = ReadTextFileRequest::new(self.session_id.clone(), path);
+        match self.ask_client(request).await {
+            Ok(file) => self.say(&format!("Read {} bytes.", file.content.len()))?,
+            Err(error) => self.say(&format!("fs error: {}", error.message))?,
+        }
+        Ok(StopReason::EndTurn)
+    }
+
+    /// `!crash`: the chunk, the stderr line, then the connection's foreground
+    /// ends it and `run` exits the process once stdout is written. The prompt
+    /// is never answered: this future never completes, and a responder
+    /// dropped while the connection shuts down sends nothing.
+    async fn crash(&self, code: i32) -> Result<StopReason, Error> {
+        self.chunk("Crashing...".to_owned())?;
+        eprintln!("mock agent: crashing on request");
+        if self.agent.crash.send(code).is_err() {
+            // The foreground is gone already; nothing would flush stdout.
+            std::process::exit(code);
+        }
+        std::future::pending().await
+    }
+
+    async fn emit(&self, chunks: usize, bytes: usize) -> Result<StopReason, Error> {
+        let text = "x".repeat(bytes);
+        for index in 0..chunks {
+            self.chunk(text.clone())?;
+            // The connection's actors run in this same task: let them write
+            // what is queued, and let a cancellation in.
+            if index % EMIT_YIELD_EVERY == EMIT_YIELD_EVERY - 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+        Ok(StopReason::EndTurn)
+    }
+
+    async fn slow(&self, chunks: usize, interval: Duration) -> Result<StopReason, Error> {
+        for index in 1..=chunks {
+            if index > 1 {
+                tokio::time::sleep(interval).await;
+            }
+            self.chunk(format!("chunk-{index} "))?;
+        }
+        Ok(StopReason::EndTurn)
+    }
+
+    async fn write_raw_line(&self, line: &str) -> Result<(), Error> {
+        self.agent
+            .stdout
+            .write_raw_line(line)
+            .await
+            .map_err(Error::into_internal_error)
+    }
+
+    /// Sends a request to the client and waits for its answer.
+    ///
+    /// The answer is awaited in a task of its own: if the turn is dropped
+    /// (cancelled), the request stays pending, and the SDK does not send
+    /// `$/cancel_request` for it. After `session/cancel` the client answers
+    /// such requests itself (ACP: permission outcome `cancelled`).
+    async fn ask_client<Req>(&self, request: Req) -> Result<Req::Response, Error>
+    where
+        Req: JsonRpcRequest,
+        Req::Response: JsonRpcResponse + Send,
+    {
+        let (answer_tx, answer_rx) = oneshot::channel();
+        let sent = self.cx.send_request(request);
+        self.cx.spawn(async move {
+            // The turn may be gone; its answer then goes nowhere.
+            let _ = answer_tx.send(sent.block_task().await);
+            Ok(())
+        })?;
+        answer_rx
+            .await
+            .map_err(|_| Error::internal_error().data("the connection closed"))?
+    }
+}

@@ -1,0 +1,31 @@
+//! `sandbox-agent supervise` (hidden): the tree supervisor the server starts
+//! each agent process under (`acp_runtime::agent::tree`).
+
+use clap::Args;
+use std::process::ExitCode;
+
+/// `sandbox-agent supervise --grace-ms N -- PROGRAM ARGS…`: what the server
+/// runs each agent process under (`acp_runtime::agent::tree`).
+#[derive(Debug, Clone, Args)]
+pub struct SuperviseArgs {
+    /// SIGTERM to SIGKILL of the tree in a graceful stop, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub grace_ms: u64,
+    /// The program to run.
+    pub program: std::ffi::OsString,
+    /// Its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<std::ffi::OsString>,
+}
+
+/// Runs the program under the tree supervisor and returns its exit status.
+/// `main` calls it before any async runtime thread exists (the supervisor
+/// blocks signals for the whole process).
+pub fn run(args: &SuperviseArgs) -> ExitCode {
+    let status = acp_runtime::agent::tree::run(
+        std::time::Duration::from_millis(args.grace_ms),
+        &args.program,
+        &args.args,
+    );
+    ExitCode::from(u8::try_from(status).unwrap_or(1))
+}
