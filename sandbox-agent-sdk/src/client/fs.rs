@@ -386,15 +386,8 @@ impl SandboxAgentClient {
         path: impl Into<FsPath>,
         bytes: impl Into<Bytes>,
     ) -> Result<FsWriteResult, Error> {
-        let body = reqwest::Body::from(bytes.into());
-        self.fs_upload(
-            Method::PUT,
-            "file",
-            path.into(),
-            "application/octet-stream",
-            body,
-        )
-        .await
+        self.put_fs_file(path.into(), reqwest::Body::from(bytes.into()))
+            .await
     }
 
     /// `PUT /v2/fs/file` streamed from `reader` (a file, a pipe, a socket),
@@ -407,15 +400,13 @@ impl SandboxAgentClient {
         path: impl Into<FsPath>,
         reader: impl AsyncRead + Send + 'static,
     ) -> Result<FsWriteResult, Error> {
-        let body = streamed(reader);
-        self.fs_upload(
-            Method::PUT,
-            "file",
-            path.into(),
-            "application/octet-stream",
-            body,
-        )
-        .await
+        self.put_fs_file(path.into(), streamed(reader)).await
+    }
+
+    /// `PUT /v2/fs/file` with `body` as the file's bytes.
+    async fn put_fs_file(&self, path: FsPath, body: reqwest::Body) -> Result<FsWriteResult, Error> {
+        self.fs_upload(Method::PUT, "file", path, "application/octet-stream", body)
+            .await
     }
 
     /// `POST /v2/fs/upload-batch`: unpacks the tar stream `archive` (gzip
