@@ -17,7 +17,8 @@
 //! log, each connection's ring of JSON) → `http::sse` or `http::websocket`,
 //! which frame it as they write. Modules are listed highest first; none
 //! imports a module above it, and no two files import each other
-//! (`scripts/module-cycles.py`).
+//! (`scripts/module-cycles.py`). A client's body is copied once and parsed
+//! once (`message::one_line`, `message::Inbound`).
 //!
 //! - [`server`]: bind, accept loop, idle reaping, graceful shutdown (public:
 //!   [`server::run`]).
@@ -29,6 +30,8 @@
 //!   connection (`open`), the dispatch of a client's message (`dispatch`),
 //!   what the runtime answers itself (`services`, the `_sandboxagent/*`
 //!   methods in `ext`).
+//! - [`config`]: validated settings and their defaults, the aggregate of
+//!   the settings types of the modules below it.
 //! - [`agent`]: running agents: the supervisor (public), processes and
 //!   their stdout, the stdin/stderr loops, line framing, the tree
 //!   supervisor, orphan reaping and the routing table.
@@ -42,15 +45,14 @@
 //!   open-connection registry, the session inventory, event logs, hints.
 //! - [`store`]: durable sessions: SQLite or PostgreSQL, the writer task off
 //!   the request path (public: the CLI reads a store directly).
-//! - [`config`]: validated settings and their defaults.
 //! - `message`: a client's JSON-RPC message, parsed once (`Inbound`).
 //! - `archive`: safe unpacking of release archives and upload-batch tars.
 //! - `log_limit`: rate limits for warnings an agent can trigger per message.
 //! - `process_group`: signalling a process group (an agent's, npm's).
-//! - [`protocol`]: wire constants (header names, media types, methods,
-//!   codes) and JSON-RPC envelope parsing (no I/O).
 //! - `error`: the error enum every HTTP failure is made of, with its HTTP
 //!   status, problem type and JSON-RPC error.
+//! - [`protocol`]: wire constants (header names, media types, methods,
+//!   codes) and JSON-RPC envelope parsing (no I/O).
 //! - `time`: timestamps as the runtime writes them (RFC 3339).
 
 pub mod agent;

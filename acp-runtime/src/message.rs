@@ -74,21 +74,35 @@ impl OwnedInbound {
     }
 }
 
-/// The message of `body` as one line, ready for [`Inbound::parse`]:
-/// newline-delimited stdio toward the agent needs it. `body` itself when it
-/// has no CR or LF (the common case, no copy); else, once it parsed as a
-/// JSON-RPC message, a copy with them flattened ([`protocol::one_line`] is
-/// only for bytes that parsed: a raw newline inside a string must stay an
-/// error).
-///
-/// # Errors
-/// Why `body` is not a JSON-RPC message, when it has a CR or LF.
-pub fn one_line(body: Bytes) -> Result<Bytes, EnvelopeError> {
-    if !protocol::has_newline(&body) {
-        return Ok(body);
+/// The message of `body` as one line, ready for [`Inbound::parse`], in a
+/// buffer of its own. One line: newline-delimited stdio toward the agent
+/// needs it, so CR and LF between tokens become spaces (inside a string
+/// they are left as they are, and the parse refuses them: JSON has no raw
+/// control characters in strings). A buffer of its own: what an edge read
+/// may be a slice of a larger read buffer (hyper's, tungstenite's) that
+/// everything keeping the message (the session's log, the store's queue)
+/// would otherwise keep alive. One copy, no parse.
+pub fn one_line(body: &[u8]) -> Bytes {
+    if !protocol::has_newline(body) {
+        return Bytes::copy_from_slice(body);
     }
-    Envelope::parse(&body, true)?;
-    Ok(Bytes::from(protocol::one_line(&body).into_owned()))
+    let mut copy = body.to_vec();
+    let (mut in_string, mut escaped) = (false, false);
+    for byte in &mut copy {
+        if in_string {
+            match *byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else if *byte == b'"' {
+            in_string = true;
+        } else if matches!(*byte, b'\n' | b'\r') {
+            *byte = b' ';
+        }
+    }
+    Bytes::from(copy)
 }
 
 #[cfg(test)]
@@ -97,13 +111,22 @@ mod tests {
 
     #[test]
     fn one_line_flattens_whitespace_but_not_strings() {
-        let pretty = Bytes::from_static(b"{\n \"jsonrpc\": \"2.0\",\r\n \"method\": \"m\"\n}");
-        let line = one_line(pretty).expect("valid");
+        let pretty = b"{\n \"jsonrpc\": \"2.0\",\r\n \"method\": \"m\"\n}";
+        let line = one_line(pretty);
         assert!(!protocol::has_newline(&line));
         let message = Inbound::parse(&line).expect("parses");
         assert_eq!((message.method(), message.kind), ("m", Kind::Notification));
-        let raw_newline = Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"method\":\"a\nb\"}");
-        assert!(one_line(raw_newline).is_err());
+        let raw_newline = one_line(b"{\"jsonrpc\":\"2.0\",\"method\":\"a\nb\"}");
+        assert_eq!(
+            &raw_newline[..],
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"a\nb\"}"
+        );
+        assert!(Inbound::parse(&raw_newline).is_err());
+        let escaped_quote = one_line(b"{\"jsonrpc\":\"2.0\",\n\"method\":\"a\\\"\n\"}");
+        assert_eq!(
+            &escaped_quote[..],
+            b"{\"jsonrpc\":\"2.0\", \"method\":\"a\\\"\n\"}"
+        );
     }
 
     #[test]

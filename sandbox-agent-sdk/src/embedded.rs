@@ -391,10 +391,10 @@ fn keep_tail(
     pipe: impl Read + Send + 'static,
     tail: Arc<parking_lot::Mutex<VecDeque<String>>>,
 ) -> tokio::sync::oneshot::Receiver<()> {
-    let (read, done) = tokio::sync::oneshot::channel::<()>();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     std::thread::spawn(move || {
-        // Dropped when the pipe ends: `done` resolves.
-        let _read = read;
+        // Dropped when the pipe ends: `rx` resolves.
+        let _tx = tx;
         let reader = BufReader::new(pipe);
         for line in reader.split(b'\n') {
             let Ok(line) = line else { break };
@@ -405,7 +405,7 @@ fn keep_tail(
             tail.push_back(String::from_utf8_lossy(&line).into_owned());
         }
     });
-    done
+    rx
 }
 
 /// Polls `GET {base_url}/v2/health` until it answers 200; false when

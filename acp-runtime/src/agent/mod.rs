@@ -15,8 +15,9 @@
 //! - [`tree`]: the tree supervisor the server re-runs its binary as, one per
 //!   agent process: a child subreaper that kills every descendant, `setsid`
 //!   ones included, on a stop, when the agent exits or when the server dies.
-//! - `stdio`: the stdin writer, the stdout loop (lines in order to the
-//!   router, then reaping) and the stderr capture.
+//! - `stdio`: the stdin writer and the stderr capture (the stdout loop,
+//!   lines in order to the router and then the reaping, is the process's
+//!   own: `process::read_stdout`).
 //! - [`framing`]: stdout line framing with a maximum line length.
 //! - `router`: the routing table: id rewriting, pending requests both ways,
 //!   held messages, delivery to sessions and connections.

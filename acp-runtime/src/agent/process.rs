@@ -1,7 +1,8 @@
 //! One running agent process: starting it in its own process group (with
 //! the group's keeper and record, [`super::orphans`]), its identity (agent
 //! id, generation, pid), its routing table ([`Router`]) and how it ended.
-//! The loops that move its bytes are in [`super::stdio`].
+//! Its stdout is read here ([`read_stdout`]: the end of stdout is the end
+//! of the process); the stdin and stderr loops are in [`super::stdio`].
 
 use super::exit::ExitInfo;
 use super::framing::{Line, LineDecoder};

@@ -4,7 +4,7 @@
 //! Toward the agent, every client request gets a fresh integer id from this
 //! process's counter; the pending table maps it back to the connection and the
 //! client's own id (kept as raw JSON, so it round-trips exactly). From the
-//! agent, the stdout loop ([`super::stdio`]) hands each line to
+//! agent, the stdout loop ([`super::process::read_stdout`]) hands each line to
 //! [`Router::dispatch`] in order: notifications and agent requests go to the
 //! connections attached to their session; responses go back to the waiting
 //! POST, or to the connection's SSE stream when the POST is gone. Because
@@ -400,8 +400,11 @@ impl Router {
         };
         // Agent lines are one line, but a bare CR inside is JSON whitespace
         // that would split an SSE `data:` line.
+        // One exact-size copy, shared by the session's log and every ring:
+        // `line` is a slice of the reader's buffer, which a message kept
+        // for long would otherwise keep alive whole.
         let line = match protocol::one_line(&line) {
-            std::borrow::Cow::Borrowed(_) => line.clone(),
+            std::borrow::Cow::Borrowed(line) => Bytes::copy_from_slice(line),
             std::borrow::Cow::Owned(flat) => Bytes::from(flat),
         };
         match kind {

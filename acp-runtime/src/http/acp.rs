@@ -15,7 +15,7 @@ use super::message::{self, Detached};
 use super::routes::ACP_PATH;
 use super::sse;
 use crate::error::Error;
-use crate::message::Inbound;
+use crate::message::{Inbound, one_line};
 use crate::protocol::{
     self, ACP_CONNECTION_ID_HEADER, ACP_SESSION_ID_HEADER, APPLICATION_JSON, EVENT_STREAM, Kind,
     method,
@@ -66,12 +66,13 @@ pub async fn post(
     request: &mut HttpRequest,
     path_agent: Option<&str>,
 ) -> Result<Response<Body>, Error> {
-    let line = message::read(runtime, request).await?;
-    if line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+    let body = message::read(runtime, request).await?;
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return Err(Error::BatchNotSupported);
     }
     let connection_id = header(request.headers(), ACP_CONNECTION_ID_HEADER)?;
     let session_header = header(request.headers(), ACP_SESSION_ID_HEADER)?;
+    let line = one_line(&body);
     let message = Inbound::parse(&line).map_err(message::invalid)?;
     let Some(connection_id) = connection_id else {
         if !message.is_initialize() {

@@ -6,7 +6,7 @@
 use super::body::{HttpRequest, read_body};
 use super::headers::{accepts, is_json_content};
 use crate::error::Error;
-use crate::message::{Inbound, OwnedInbound, one_line};
+use crate::message::{Inbound, OwnedInbound};
 use crate::protocol::{self, APPLICATION_JSON, EnvelopeError, Kind};
 use crate::runtime::dispatch::To;
 use crate::runtime::{Reply, Runtime};
@@ -16,11 +16,10 @@ use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// Checks a POST carrying one JSON-RPC message (`Content-Type` JSON,
-/// `Accept` allowing JSON) and reads its body, on one line ([`one_line`]).
+/// `Accept` allowing JSON) and reads its body, as sent (see [`one_line`]).
 ///
 /// # Errors
-/// 415, 406, 413, 408, and 400 for a body that breaks off or, when it has a
-/// CR or LF, is not a JSON-RPC message.
+/// 415, 406, 413, 408, and 400 for a body that breaks off.
 pub async fn read(runtime: &Runtime, request: &mut HttpRequest) -> Result<Bytes, Error> {
     if !is_json_content(request.headers()) {
         return Err(Error::UnsupportedMediaType);
@@ -28,13 +27,12 @@ pub async fn read(runtime: &Runtime, request: &mut HttpRequest) -> Result<Bytes,
     if !accepts(request.headers(), APPLICATION_JSON) {
         return Err(Error::NotAcceptable(APPLICATION_JSON));
     }
-    let body = read_body(
+    read_body(
         request,
         runtime.config.max_body_bytes,
         runtime.config.read_timeout,
     )
-    .await?;
-    one_line(body).map_err(invalid)
+    .await
 }
 
 /// The 400 for bytes that are not a JSON-RPC message.

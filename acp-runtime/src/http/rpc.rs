@@ -6,7 +6,7 @@ use super::headers::{accepts, last_event_id};
 use super::message;
 use super::sse;
 use crate::error::Error;
-use crate::message::Inbound;
+use crate::message::{Inbound, one_line};
 use crate::protocol::{APPLICATION_JSON, CONNECTION_ID_HEADER, EVENT_STREAM, LAST_EVENT_ID_HEADER};
 use crate::runtime::dispatch::To;
 use crate::runtime::open::Opening;
@@ -22,8 +22,9 @@ pub async fn post(
     runtime: &Arc<Runtime>,
     request: &mut HttpRequest,
 ) -> Result<Response<Body>, Error> {
-    let line = message::read(runtime, request).await?;
+    let body = message::read(runtime, request).await?;
     let connection_id = connection_id(request.headers())?;
+    let line = one_line(&body);
     let message = Inbound::parse(&line).map_err(message::invalid)?;
     let connection;
     let to = match connection_id {

@@ -281,10 +281,7 @@ impl Peer {
         connection: &mut Option<Arc<Connection>>,
         stream: &mut Option<Stream>,
     ) -> Option<Bytes> {
-        let line = match one_line(body) {
-            Ok(line) => line,
-            Err(error) => return Some(parse_error(&error.to_string())),
-        };
+        let line = one_line(&body);
         let message = match Inbound::parse(&line) {
             Ok(message) => message,
             Err(error) => return Some(parse_error(&error.to_string())),
@@ -331,10 +328,7 @@ impl Peer {
     /// The frame is parsed once, here: the runtime takes the parsed message
     /// ([`Detached::start`]).
     async fn message(&self, connection: &Arc<Connection>, body: Bytes) -> Option<Bytes> {
-        let line = match one_line(body) {
-            Ok(line) => line,
-            Err(error) => return Some(parse_error(&error.to_string())),
-        };
+        let line = one_line(&body);
         let message = match Inbound::parse(&line) {
             Ok(message) => message,
             Err(error) => return Some(parse_error(&error.to_string())),

@@ -198,7 +198,7 @@ struct LiveStream {
     wake: Arc<Notify>,
 }
 
-/// Most JSON bytes one [`Stream::next_batch`] hands out when several
+/// Most bytes one [`Stream::next_batch`] hands out when several
 /// events are waiting (one event is always handed out, whatever its size).
 pub const BATCH_BYTES: usize = 256 * 1024;
 
@@ -542,7 +542,8 @@ pub struct Stream {
 
 impl Stream {
     /// Appends the next events after the cursor to `out`, up to about
-    /// [`BATCH_BYTES`] of JSON (at least one), with a
+    /// [`BATCH_BYTES`] (each event counted as for the byte bound: its JSON
+    /// plus [`EVENT_OVERHEAD`]; at least one event), with a
     /// `_sandboxagent/stream/gap` notice first when events the client has not
     /// seen were already dropped from the ring. The JSON is shared with the
     /// ring, not copied.
@@ -580,11 +581,12 @@ impl Stream {
             .range(start.min(state.events.len())..)
             .filter(|event| event.lane == self.lane)
         {
-            if bytes > 0 && bytes + event.json.len() > BATCH_BYTES {
+            let size = event.json.len() + EVENT_OVERHEAD;
+            if bytes > 0 && bytes + size > BATCH_BYTES {
                 full = true;
                 break;
             }
-            bytes += event.json.len();
+            bytes += size;
             out.push(Outgoing {
                 seq: Some(event.seq),
                 json: event.json.clone(),

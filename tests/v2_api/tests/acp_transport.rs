@@ -409,6 +409,10 @@ async fn routing_table_statuses() {
     assert_problem(&reply, 406, "not-acceptable");
     let reply = Api::send(acp_post(&api, "/acp/mock", None, None).body(format!("[{init}]"))).await;
     assert_problem(&reply, 501, "batch-not-supported");
+    // A batch written over several lines is still a batch.
+    let reply =
+        Api::send(acp_post(&api, "/acp/mock", None, None).body(format!("[\n  {init}\n]"))).await;
+    assert_problem(&reply, 501, "batch-not-supported");
     let reply = Api::send(api.request(Method::PUT, "/acp")).await;
     assert_problem(&reply, 405, "method-not-allowed");
 

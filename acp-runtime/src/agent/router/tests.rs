@@ -448,6 +448,38 @@ async fn session_new_registers_attaches_and_routes_updates_to_the_owner_only() {
     assert!(f.stdin_lines().is_empty());
 }
 
+/// The ring never parses a message: the router names the session whose
+/// lane an event goes to. With a session lane open, the session's update
+/// and its agent request land there, in order; a sessionless notification
+/// stays on the connection's own lane.
+#[tokio::test]
+async fn the_router_puts_a_sessions_messages_in_its_lane() {
+    let mut f = Fixture::new();
+    let a = f.open(json!({}));
+    let (mut receiver, agent_id) = f.start_session_new(&a, "5").await;
+    f.agent_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":{agent_id},"result":{{"sessionId":"s-1"}}}}"#
+    ));
+    answer(&mut receiver);
+    let mut lane = a.open_lane_stream(Some("s-1"), None).expect("session lane");
+    let mut connection_lane = a.open_stream(None).expect("connection lane");
+    let ask = r#"{"jsonrpc":"2.0","id":40,"method":"session/request_permission","params":{"sessionId":"s-1","options":[]}}"#;
+    let note = r#"{"jsonrpc":"2.0","method":"_vendor/status","params":{"ok":true}}"#;
+    f.agent_line(&update("s-1", 1));
+    f.agent_line(ask);
+    f.agent_line(note);
+    let read = |stream: &mut crate::state::connection::Stream| {
+        let mut batch = Vec::new();
+        stream.next_batch(&mut batch);
+        batch
+            .iter()
+            .map(|m| serde_json::from_slice::<Value>(&m.json).expect("JSON"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(read(&mut lane), [value(&update("s-1", 1)), value(ask)]);
+    assert_eq!(read(&mut connection_lane), [value(note)]);
+}
+
 // 4. Messages held until `session/new` is answered.
 #[tokio::test]
 async fn updates_before_the_session_new_answer_are_held_then_delivered_first() {
