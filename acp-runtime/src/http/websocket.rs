@@ -210,6 +210,12 @@ struct Ending {
     reason: &'static str,
 }
 
+/// The connection was closed (DELETE, idle reaping): the stream ended.
+const CLOSED: Ending = Ending {
+    code: CloseCode::Normal,
+    reason: "connection closed",
+};
+
 impl Peer {
     /// Reads frames, writes the ring, pings, until either side ends.
     async fn serve(self, socket: Socket) {
@@ -249,12 +255,10 @@ impl Peer {
                             // A new request runs at once, before the next
                             // frame is read; one that needed no waiting (the
                             // runtime answered it) has its answer written now.
-                            if settle(&mut requests).await {
-                                match write_ring(&mut stream, &mut batch, &mut sink, heartbeat, &mut requests).await {
-                                    Written::Yes => {}
-                                    Written::Failed => break None,
-                                    Written::Ended => break Some(Ending { code: CloseCode::Normal, reason: "connection closed" }),
-                                }
+                            if settle(&mut requests).await
+                                && let Err(ending) = write_ring(&mut stream, &mut batch, &mut sink, heartbeat, &mut requests).await
+                            {
+                                break ending;
                             }
                         }
                         Some(Ok(Message::Close(_))) => break None,
@@ -267,15 +271,13 @@ impl Peer {
                     // ready too, it is written now, not after a wake-up
                     // through the ring.
                     settle(&mut requests).await;
-                    match write_ring(&mut stream, &mut batch, &mut sink, heartbeat, &mut requests).await {
-                        Written::Yes => {}
-                        Written::Failed => break None,
-                        Written::Ended => break Some(Ending { code: CloseCode::Normal, reason: "connection closed" }),
+                    if let Err(ending) = write_ring(&mut stream, &mut batch, &mut sink, heartbeat, &mut requests).await {
+                        break ending;
                     }
                 }
                 more = next_batch(&mut stream, &mut batch) => {
                     if !more {
-                        break Some(Ending { code: CloseCode::Normal, reason: "connection closed" });
+                        break Some(CLOSED);
                     }
                     if !sending(send_batch(&mut sink, &mut batch, heartbeat), &mut requests).await {
                         break None;
@@ -290,7 +292,7 @@ impl Peer {
                         break None;
                     }
                 }
-                () = closed => break Some(Ending { code: CloseCode::Normal, reason: "connection closed" }),
+                () = closed => break Some(CLOSED),
                 () = self.runtime.shutdown.cancelled() => {
                     break Some(Ending { code: CloseCode::Away, reason: "server shutting down" });
                 }
@@ -471,40 +473,33 @@ async fn settle(requests: &mut Requests) -> bool {
     any
 }
 
-/// What [`write_ring`] did.
-enum Written {
-    /// What the ring had, if anything, was sent.
-    Yes,
-    /// The socket failed or the peer does not read ([`send_batch`]).
-    Failed,
-    /// The stream ended: the connection was closed.
-    Ended,
-}
-
 /// Sends what the ring has for the socket now, without waiting for the
 /// ring's wake-up: the socket task pushed it itself (a request's answer).
 /// The wake-up that push left is taken first, so it costs no second pass;
 /// a push after that leaves a new one, so none is missed.
+///
+/// # Errors
+/// How the socket ends: [`CLOSED`] once the stream ended, `None` when the
+/// socket failed or the peer does not read ([`send_batch`]).
 async fn write_ring<S>(
     stream: &mut Option<Stream>,
     batch: &mut Vec<Outgoing>,
     sink: &mut S,
     heartbeat: Duration,
     requests: &mut Requests,
-) -> Written
+) -> Result<(), Option<Ending>>
 where
     S: futures::Sink<Message, Error = tungstenite::Error> + Unpin,
 {
     let Some(stream) = stream else {
-        return Written::Yes;
+        return Ok(());
     };
     let _ = futures::poll!(std::pin::pin!(stream.wake().notified()));
-    let found = stream.next_batch(batch);
-    match found {
-        Batch::Idle => Written::Yes,
-        Batch::Ended => Written::Ended,
-        Batch::Data if sending(send_batch(sink, batch, heartbeat), requests).await => Written::Yes,
-        Batch::Data => Written::Failed,
+    match stream.next_batch(batch) {
+        Batch::Idle => Ok(()),
+        Batch::Ended => Err(Some(CLOSED)),
+        Batch::Data if sending(send_batch(sink, batch, heartbeat), requests).await => Ok(()),
+        Batch::Data => Err(None),
     }
 }
 
@@ -580,5 +575,41 @@ mod tests {
             .parse()
             .expect("uri");
         assert!(query_token_matches(&uri, "s").is_err());
+    }
+
+    #[tokio::test]
+    async fn requests_go_on_while_a_send_waits() {
+        // The send finishes only once the request did: a socket task that
+        // stopped polling its requests during a send would hang here.
+        let answered = Arc::new(tokio::sync::Notify::new());
+        let mut requests = Requests::new();
+        let notify = answered.clone();
+        requests.push(Box::pin(async move {
+            tokio::task::yield_now().await;
+            notify.notify_one();
+        }));
+        let send = async {
+            answered.notified().await;
+            true
+        };
+        let sent = tokio::time::timeout(Duration::from_secs(5), sending(send, &mut requests));
+        assert_eq!(sent.await.ok(), Some(true));
+        assert!(requests.is_empty());
+    }
+
+    #[tokio::test]
+    async fn settle_takes_only_what_is_ready() {
+        let mut requests = Requests::new();
+        assert!(!settle(&mut requests).await);
+        let (answer, waiting) = tokio::sync::oneshot::channel::<()>();
+        requests.push(Box::pin(async {}));
+        requests.push(Box::pin(async move {
+            let _ = waiting.await;
+        }));
+        assert!(settle(&mut requests).await, "the ready one completed");
+        assert_eq!(requests.len(), 1, "the waiting one is still in flight");
+        let _ = answer.send(());
+        assert!(settle(&mut requests).await);
+        assert!(requests.is_empty());
     }
 }
