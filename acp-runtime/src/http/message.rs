@@ -55,15 +55,23 @@ impl Detached {
     /// Runs `message`: a request in its own task (its answer may take a
     /// whole prompt turn), a notification or an answer to an agent request
     /// before returning, so a later message cannot overtake it on its way to
-    /// the agent. The message is not parsed again: a request's task gets a
-    /// copy of its members ([`OwnedInbound`]).
+    /// the agent.
     pub async fn start(self, message: &Inbound<'_>) {
         if message.kind == Kind::Request {
-            let owned = OwnedInbound::new(message);
-            tokio::spawn(async move { self.run(&owned.inbound()).await });
+            tokio::spawn(self.request(message));
         } else {
             self.run(message).await;
         }
+    }
+
+    /// The run of request `message` as a future of its own, for whoever
+    /// drives it: [`Detached::start`] spawns it, a WebSocket polls it in its
+    /// socket task (`http::websocket`). It owns a copy of the message's
+    /// members ([`OwnedInbound`], no second parse) and has pushed the answer
+    /// to the ring when it completes.
+    pub fn request(self, message: &Inbound<'_>) -> impl Future<Output = ()> + Send + 'static {
+        let owned = OwnedInbound::new(message);
+        async move { self.run(&owned.inbound()).await }
     }
 
     /// Hands the message to the runtime and pushes what comes back to the

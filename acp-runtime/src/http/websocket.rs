@@ -12,19 +12,31 @@
 //! peer it has heard nothing from, pong included, for two intervals. A
 //! closed socket closes its connection; the sessions live on for
 //! `session/load` on another.
+//!
+//! One task serves a socket: it reads frames, runs notifications before
+//! the next frame, and polls the requests in flight itself (a
+//! `FuturesUnordered`, not a task each), also while a send waits for a slow
+//! peer. A request's answer is pushed to the ring like any event (the next
+//! sequence number, the same replay) and written right away by the task
+//! that pushed it; the ring's wake-up serves what others push (session
+//! updates, agent requests). Requests still in flight when the socket ends
+//! finish in tasks of their own, as a POSTed one does
+//! (research/benchmarks.md, "The message path, once").
 
 use super::body::{Body, HttpRequest, empty};
 use super::message::{Detached, error_line};
 use super::routes::ACP_PATH;
 use crate::error::Error;
 use crate::message::{Inbound, one_line};
-use crate::protocol::{self, ACP_CONNECTION_ID_HEADER, RpcError, code};
+use crate::protocol::{self, ACP_CONNECTION_ID_HEADER, Kind, RpcError, code};
 use crate::runtime::dispatch::To;
 use crate::runtime::open::Opening;
 use crate::runtime::{Reply, Runtime};
 use crate::state::connection::{Batch, Connection, Outgoing, Profile, Stream};
 use crate::state::connections;
 use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
 use http::header::{
     CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE,
@@ -32,7 +44,9 @@ use http::header::{
 use http::{HeaderMap, HeaderValue, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
 use serde_json::value::RawValue;
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 use tokio_tungstenite::WebSocketStream;
@@ -51,6 +65,12 @@ const MAX_WRITE_BUFFER: usize = 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
 type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+/// The requests a socket has in flight, each the run of one request
+/// ([`Detached::request`]), polled by the socket's own task. The
+/// connection's in-flight bound ([`crate::state::connection::MAX_IN_FLIGHT`])
+/// bounds it: a request over it completes at once with its error.
+type Requests = FuturesUnordered<BoxFuture<'static, ()>>;
 
 /// Whether the request asks for a WebSocket (`Upgrade: websocket`).
 pub fn is_upgrade(headers: &HeaderMap) -> bool {
@@ -192,6 +212,12 @@ struct Ending {
     reason: &'static str,
 }
 
+/// The connection was closed (DELETE, idle reaping): the stream ended.
+const CLOSED: Ending = Ending {
+    code: CloseCode::Normal,
+    reason: "connection closed",
+};
+
 impl Peer {
     /// Reads frames, writes the ring, pings, until either side ends.
     async fn serve(self, socket: Socket) {
@@ -200,6 +226,7 @@ impl Peer {
         let mut connection: Option<Arc<Connection>> = None;
         let mut stream: Option<Stream> = None;
         let mut batch: Vec<Outgoing> = Vec::new();
+        let mut requests = Requests::new();
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
         let mut last_heard = Instant::now();
         let ending = loop {
@@ -219,13 +246,21 @@ impl Peer {
                             let body = Bytes::from(text);
                             let answer = match &connection {
                                 None => self.initialize(body, &mut connection, &mut stream).await,
-                                Some(open) => self.message(open, body).await,
+                                Some(open) => self.message(open, body, &mut requests).await,
                             };
                             last_heard = Instant::now();
                             if let Some(answer) = answer
-                                && !send(&mut sink, answer, heartbeat).await
+                                && !sending(send(&mut sink, answer, heartbeat), &mut requests).await
                             {
                                 break None;
+                            }
+                            // A new request runs at once, before the next
+                            // frame is read; one that needed no waiting (the
+                            // runtime answered it) has its answer written now.
+                            if settle(&mut requests).await
+                                && let Err(ending) = write_ring(&mut stream, &mut batch, &mut sink, heartbeat, &mut requests).await
+                            {
+                                break ending;
                             }
                         }
                         Some(Ok(Message::Close(_))) => break None,
@@ -233,11 +268,20 @@ impl Peer {
                         Some(Ok(_)) => {}
                     }
                 }
+                Some(()) = requests.next(), if !requests.is_empty() => {
+                    // An answer is in the ring: with the others that are
+                    // ready too, it is written now, not after a wake-up
+                    // through the ring.
+                    settle(&mut requests).await;
+                    if let Err(ending) = write_ring(&mut stream, &mut batch, &mut sink, heartbeat, &mut requests).await {
+                        break ending;
+                    }
+                }
                 more = next_batch(&mut stream, &mut batch) => {
                     if !more {
-                        break Some(Ending { code: CloseCode::Normal, reason: "connection closed" });
+                        break Some(CLOSED);
                     }
-                    if !send_batch(&mut sink, &mut batch, heartbeat).await {
+                    if !sending(send_batch(&mut sink, &mut batch, heartbeat), &mut requests).await {
                         break None;
                     }
                 }
@@ -245,11 +289,12 @@ impl Peer {
                     if last_heard.elapsed() > heartbeat * 2 {
                         break Some(Ending { code: CloseCode::Away, reason: "keep-alive timeout" });
                     }
-                    if !send_message(&mut sink, Message::Ping(Bytes::new()), heartbeat).await {
+                    let ping = send_message(&mut sink, Message::Ping(Bytes::new()), heartbeat);
+                    if !sending(ping, &mut requests).await {
                         break None;
                     }
                 }
-                () = closed => break Some(Ending { code: CloseCode::Normal, reason: "connection closed" }),
+                () = closed => break Some(CLOSED),
                 () = self.runtime.shutdown.cancelled() => {
                     break Some(Ending { code: CloseCode::Away, reason: "server shutting down" });
                 }
@@ -263,6 +308,12 @@ impl Peer {
             let _ = send_message(&mut sink, Message::Close(Some(frame)), heartbeat).await;
         }
         drop(stream);
+        // What is still in flight finishes in tasks of its own, as a request
+        // POSTed on `/acp` does: each ends once the connection is closed
+        // (below), answering "connection closed" to a ring that is gone.
+        for request in requests {
+            tokio::spawn(request);
+        }
         if let Some(connection) = connection
             && self
                 .runtime
@@ -322,12 +373,19 @@ impl Peer {
     }
 
     /// A message on an open connection: handled as a POST on `/acp` is, its
-    /// answer pushed to the ring. An answer frame only for a message that
-    /// does not parse.
+    /// answer pushed to the ring. A notification or an answer to an agent
+    /// request runs before the next frame is read; a request is added to
+    /// `requests`, which the socket task polls (no task of its own). An
+    /// answer frame only for a message that does not parse.
     ///
     /// The frame is parsed once, here: the runtime takes the parsed message
-    /// ([`Detached::start`]).
-    async fn message(&self, connection: &Arc<Connection>, body: Bytes) -> Option<Bytes> {
+    /// ([`Detached`]).
+    async fn message(
+        &self,
+        connection: &Arc<Connection>,
+        body: Bytes,
+        requests: &mut Requests,
+    ) -> Option<Bytes> {
         let line = one_line(&body);
         let message = match Inbound::parse(&line) {
             Ok(message) => message,
@@ -338,7 +396,11 @@ impl Peer {
             connection: connection.clone(),
             lane: None,
         };
-        detached.start(&message).await;
+        if message.kind == Kind::Request {
+            requests.push(Box::pin(detached.request(&message)));
+        } else {
+            detached.start(&message).await;
+        }
         None
     }
 }
@@ -394,6 +456,60 @@ async fn next_batch(stream: &mut Option<Stream>, batch: &mut Vec<Outgoing>) -> b
         // scheduler lets the others push theirs, so one write carries the
         // burst.
         tokio::task::yield_now().await;
+    }
+}
+
+/// Polls the requests that are ready, without waiting: `true` when one or
+/// more completed (their answers are in the ring).
+async fn settle(requests: &mut Requests) -> bool {
+    let mut any = false;
+    while let Poll::Ready(Some(())) = futures::poll!(requests.next()) {
+        any = true;
+    }
+    any
+}
+
+/// Sends what the ring has for the socket now, without waiting for the
+/// ring's wake-up: the socket task pushed it itself (a request's answer).
+/// The wake-up that push left is taken first, so it costs no second pass;
+/// a push after that leaves a new one, so none is missed.
+///
+/// # Errors
+/// How the socket ends: [`CLOSED`] once the stream ended, `None` when the
+/// socket failed or the peer does not read ([`send_batch`]).
+async fn write_ring<S>(
+    stream: &mut Option<Stream>,
+    batch: &mut Vec<Outgoing>,
+    sink: &mut S,
+    heartbeat: Duration,
+    requests: &mut Requests,
+) -> Result<(), Option<Ending>>
+where
+    S: futures::Sink<Message, Error = tungstenite::Error> + Unpin,
+{
+    let Some(stream) = stream else {
+        return Ok(());
+    };
+    let _ = futures::poll!(std::pin::pin!(stream.wake().notified()));
+    match stream.next_batch(batch) {
+        Batch::Idle => Ok(()),
+        Batch::Ended => Err(Some(CLOSED)),
+        Batch::Data if sending(send_batch(sink, batch, heartbeat), requests).await => Ok(()),
+        Batch::Data => Err(None),
+    }
+}
+
+/// Awaits `send` (one of the sends below) while the socket's requests go on
+/// being polled: a request whose answer comes while the peer is slow to
+/// read still has it pushed to the ring (and written next), as a request in
+/// a task of its own would.
+async fn sending(send: impl Future<Output = bool>, requests: &mut Requests) -> bool {
+    let mut send = std::pin::pin!(send);
+    loop {
+        tokio::select! {
+            sent = &mut send => return sent,
+            Some(()) = requests.next(), if !requests.is_empty() => {}
+        }
     }
 }
 
@@ -455,5 +571,41 @@ mod tests {
             .parse()
             .expect("uri");
         assert!(query_token_matches(&uri, "s").is_err());
+    }
+
+    #[tokio::test]
+    async fn requests_go_on_while_a_send_waits() {
+        // The send finishes only once the request did: a socket task that
+        // stopped polling its requests during a send would hang here.
+        let answered = Arc::new(tokio::sync::Notify::new());
+        let mut requests = Requests::new();
+        let notify = answered.clone();
+        requests.push(Box::pin(async move {
+            tokio::task::yield_now().await;
+            notify.notify_one();
+        }));
+        let send = async {
+            answered.notified().await;
+            true
+        };
+        let sent = tokio::time::timeout(Duration::from_secs(5), sending(send, &mut requests));
+        assert_eq!(sent.await.ok(), Some(true));
+        assert!(requests.is_empty());
+    }
+
+    #[tokio::test]
+    async fn settle_takes_only_what_is_ready() {
+        let mut requests = Requests::new();
+        assert!(!settle(&mut requests).await);
+        let (answer, waiting) = tokio::sync::oneshot::channel::<()>();
+        requests.push(Box::pin(async {}));
+        requests.push(Box::pin(async move {
+            let _ = waiting.await;
+        }));
+        assert!(settle(&mut requests).await, "the ready one completed");
+        assert_eq!(requests.len(), 1, "the waiting one is still in flight");
+        let _ = answer.send(());
+        assert!(settle(&mut requests).await);
+        assert!(requests.is_empty());
     }
 }
