@@ -71,6 +71,8 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
         shutdown.cancel();
     });
     tokio::spawn(reap_idle(runtime.clone()));
+    // research/contract.md, "Memory budget".
+    tokio::spawn(runtime.clone().keep_within_budget());
     if runtime.config.exit_on_stdin_eof {
         watch_stdin(runtime.shutdown.clone())?;
     }
