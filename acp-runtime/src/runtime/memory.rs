@@ -10,6 +10,10 @@
 //! 2. then the oldest half of the largest live session logs and
 //!    connection rings, largest first (a ring's stream gets a
 //!    `_sandboxagent/stream/gap` notice for what it had not sent).
+//!
+//! Apart from the budget, with a store an ended session's log shrinks to
+//! its last [`ENDED_TAIL_BYTES`] once the store has it all (checked every
+//! [`TRIM_INTERVAL`]): the rest pages from the store.
 
 use super::Runtime;
 use crate::state::budget::MemoryBudget;
@@ -24,6 +28,16 @@ const PASS_PAUSE: Duration = Duration::from_millis(10);
 
 /// Most halving rounds over the live holders in one pass.
 const MAX_ROUNDS: usize = 16;
+
+/// Bytes of messages an ended session's log keeps in memory once its
+/// events are in the store.
+pub(crate) const ENDED_TAIL_BYTES: usize = 64 * 1024;
+
+/// How often ended sessions' logs are checked for trimming.
+const TRIM_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Longest the trim waits for the store's writer to catch up.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One live holder of events: a session's log or a connection's ring.
 enum Holder {
@@ -43,6 +57,44 @@ impl Runtime {
                 () = self.shutdown.cancelled() => return,
             }
         }
+    }
+
+    /// Trims ended sessions' logs to their tail every [`TRIM_INTERVAL`],
+    /// until shutdown (a task of its own: it waits on the store).
+    pub(crate) async fn trim_ended_sessions(self: Arc<Self>) {
+        let mut ticker = tokio::time::interval(TRIM_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    self.trim_ended().await;
+                }
+                () = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// With a store, shrinks the log of every ended session to its last
+    /// [`ENDED_TAIL_BYTES`] once the store's writer has written everything
+    /// queued so far (a store that is behind or degraded keeps them all in
+    /// memory). Returns how many events left memory.
+    pub(crate) async fn trim_ended(&self) -> u64 {
+        let Some(persist) = &self.persist else {
+            return 0;
+        };
+        let ended: Vec<Arc<Session>> = self
+            .sessions
+            .all()
+            .into_iter()
+            .filter(|s| s.is_ended() && s.is_stored() && s.log_bytes() > ENDED_TAIL_BYTES)
+            .collect();
+        if ended.is_empty() || !persist.flush(FLUSH_TIMEOUT).await {
+            return 0;
+        }
+        ended
+            .iter()
+            .map(|session| session.evict_events(ENDED_TAIL_BYTES))
+            .sum()
     }
 
     /// One eviction pass (see the module doc); returns the events evicted.

@@ -226,6 +226,11 @@ impl Session {
         self.state.lock().updated_at
     }
 
+    /// Whether its changes go to a store (not `--store memory`, not retired).
+    pub fn is_stored(&self) -> bool {
+        self.store().is_some()
+    }
+
     /// Whether no agent process hosts it: ended, or dormant.
     pub fn is_gone(&self) -> bool {
         let state = self.state.lock();

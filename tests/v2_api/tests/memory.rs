@@ -226,3 +226,80 @@ async fn memory_budget_without_a_store_evicts_into_the_offset_gap() {
         "the evicted events show as an offset gap: {page}"
     );
 }
+
+#[tokio::test]
+async fn ended_sessions_keep_only_a_tail_in_memory_with_a_store() {
+    // The default store (SQLite) and budget (512 MiB, not reached here).
+    let server = TestServer::start(&[]).await;
+    let (conn, session) = chatty_session(&server, 10, 1000).await;
+    terminate(&server, &conn, &session).await;
+    server.api().delete(Some(&conn)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = procfs::rss_bytes(server.pid()).expect("server RSS");
+    let mut ended = Vec::new();
+    for _ in 0..4 {
+        // 30 MB each: the log keeps its 16 MiB (`--event-log-bytes`).
+        ended.push(chatty_session(&server, 3000, 10_000).await);
+    }
+    let peak = procfs::rss_bytes(server.pid()).expect("server RSS");
+    for (conn, session) in &ended {
+        terminate(&server, conn, session).await;
+        server.api().delete(Some(conn)).await.assert_status(204);
+    }
+    // Four tails of 64 KiB, and a little for entries still arriving.
+    let tails = 1u64 << 20;
+    let deadline = tokio::time::Instant::now() + RETURN_WITHIN;
+    let health = loop {
+        let health: Value = server.api().health().await.json();
+        let used = health["memoryUsedBytes"].as_u64().unwrap_or(u64::MAX);
+        if used <= tails || tokio::time::Instant::now() >= deadline {
+            break health;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let used = health["memoryUsedBytes"].as_u64().unwrap_or(u64::MAX);
+    let after = rss_settles_below(&server, before + KEPT_AFTER_ROUND / 2).await;
+    eprintln!(
+        "RSS before {} MiB, peak {} MiB, after {} MiB; logs hold {used} bytes: {health}",
+        before >> 20,
+        peak >> 20,
+        after >> 20
+    );
+    assert!(
+        used <= tails,
+        "the ended sessions' logs still hold {used} bytes in memory: {health}"
+    );
+    assert!(
+        after <= before + KEPT_AFTER_ROUND,
+        "RSS did not come back: {} MiB before, {} MiB at the peak, {} MiB after",
+        before >> 20,
+        peak >> 20,
+        after >> 20
+    );
+    // Every event stays readable: the head from the store, the tail from
+    // memory, the seam between them without a gap.
+    let (_, session) = &ended[0];
+    let mut offset = 0u64;
+    loop {
+        let page = server
+            .api()
+            .get_json(&format!(
+                "/v2/sessions/{session}/events?offset={offset}&limit=1000"
+            ))
+            .await;
+        let events = page["events"].as_array().expect("events");
+        if events.is_empty() {
+            break;
+        }
+        for event in events {
+            assert_eq!(
+                event["offset"].as_u64(),
+                Some(offset),
+                "a gap at {offset}: {event}"
+            );
+            offset += 1;
+        }
+        assert_eq!(page["nextOffset"].as_u64(), Some(offset), "{page}");
+    }
+    assert!(offset > 3000, "only {offset} events were readable");
+}
