@@ -68,6 +68,12 @@ async fn rss_settles_below(server: &TestServer, ceiling: u64) -> u64 {
 /// has not purged yet. glibc's malloc kept 74 MiB of the round's 86.
 const KEPT_AFTER_ROUND: u64 = 24 << 20;
 
+/// The same with the SQLite store on, which adds its page caches (up to
+/// 2 MiB per pooled connection) and what the writer allocated while 120 MB
+/// of events went through it: measured 23 MiB over the baseline, against
+/// 89 MiB while the ended sessions' logs stayed whole.
+const KEPT_WITH_STORE: u64 = 32 << 20;
+
 #[tokio::test]
 async fn memory_returns_after_sessions_end_and_connections_close() {
     // The allocator under test only: with a store, the writer's queue would
@@ -258,7 +264,7 @@ async fn ended_sessions_keep_only_a_tail_in_memory_with_a_store() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let used = health["memoryUsedBytes"].as_u64().unwrap_or(u64::MAX);
-    let after = rss_settles_below(&server, before + KEPT_AFTER_ROUND / 2).await;
+    let after = rss_settles_below(&server, before + KEPT_WITH_STORE / 2).await;
     eprintln!(
         "RSS before {} MiB, peak {} MiB, after {} MiB; logs hold {used} bytes: {health}",
         before >> 20,
@@ -270,7 +276,7 @@ async fn ended_sessions_keep_only_a_tail_in_memory_with_a_store() {
         "the ended sessions' logs still hold {used} bytes in memory: {health}"
     );
     assert!(
-        after <= before + KEPT_AFTER_ROUND,
+        after <= before + KEPT_WITH_STORE,
         "RSS did not come back: {} MiB before, {} MiB at the peak, {} MiB after",
         before >> 20,
         peak >> 20,
