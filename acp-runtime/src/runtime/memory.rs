@@ -79,7 +79,9 @@ impl Runtime {
     /// queued so far (a store that is behind or degraded keeps them all in
     /// memory). Returns how many events left memory.
     pub(crate) async fn trim_ended(&self) -> u64 {
-        let Some(persist) = &self.persist else {
+        // A degraded store would only time the flush out, and leave one
+        // more flush queued behind its writes each time.
+        let Some(persist) = self.persist.as_ref().filter(|p| p.health().error.is_none()) else {
             return 0;
         };
         let ended: Vec<Arc<Session>> = self
