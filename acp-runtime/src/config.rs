@@ -76,6 +76,9 @@ pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 5_000;
 pub const DEFAULT_EVENT_LOG_EVENTS: usize = 10_000;
 /// Bytes kept per session in its event log (16 MiB).
 pub const DEFAULT_EVENT_LOG_BYTES: usize = 16 * 1024 * 1024;
+/// Default `--memory-budget-bytes`: 512 MiB for every event log and replay
+/// ring together (research/contract.md, "Memory budget").
+pub const DEFAULT_MEMORY_BUDGET_BYTES: usize = 512 * 1024 * 1024;
 /// Ended sessions kept in the inventory.
 pub const DEFAULT_ENDED_SESSIONS: usize = 1000;
 /// How long a terminated session's agent gets to end its turn, in
@@ -142,6 +145,10 @@ pub struct ServerConfig {
     /// Ended sessions kept in the inventory (oldest forgotten first), in
     /// memory and in the store.
     pub ended_sessions: usize,
+    /// Bytes every event log and replay ring may hold together; past it the
+    /// oldest in-memory events are evicted, ended and dormant sessions'
+    /// first (research/contract.md, "Memory budget").
+    pub memory_budget_bytes: usize,
     /// Where sessions and their event logs are kept; `None`: the default,
     /// `sqlite:<data_dir>/sessions.db` (research/contract.md, "Durable
     /// sessions").
@@ -224,6 +231,7 @@ impl ServerConfig {
             shutdown_grace: Duration::from_millis(DEFAULT_SHUTDOWN_GRACE_MS),
             event_log_events: DEFAULT_EVENT_LOG_EVENTS,
             event_log_bytes: DEFAULT_EVENT_LOG_BYTES,
+            memory_budget_bytes: DEFAULT_MEMORY_BUDGET_BYTES,
             ended_sessions: DEFAULT_ENDED_SESSIONS,
             store: None,
             runtime_id: None,

@@ -71,6 +71,9 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
         shutdown.cancel();
     });
     tokio::spawn(reap_idle(runtime.clone()));
+    // research/contract.md, "Memory budget".
+    tokio::spawn(runtime.clone().keep_within_budget());
+    tokio::spawn(runtime.clone().trim_ended_sessions());
     if runtime.config.exit_on_stdin_eof {
         watch_stdin(runtime.shutdown.clone())?;
     }

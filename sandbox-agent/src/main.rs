@@ -20,6 +20,13 @@
 mod cli;
 mod commands;
 
+/// jemalloc, not glibc's malloc: freed memory goes back to the system (its
+/// options are in `.cargo/config.toml`), so the server's RSS falls after
+/// sessions end and connections close (research/contract.md, "Memory
+/// budget"; the measurement is in research/decisions.md).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use clap::Parser;
 use cli::{Cli, Command};
 use std::process::ExitCode;

@@ -257,6 +257,9 @@ fn health(runtime: &Runtime) -> Response<Body> {
         "storeWaiting": store.waiting,
         "storeDroppedEvents": store.dropped_events,
         "storeRejectedWrites": store.rejected_writes,
+        "memoryBudgetBytes": runtime.memory.limit(),
+        "memoryUsedBytes": runtime.memory.used(),
+        "memoryEvictedEvents": runtime.memory.evicted_events(),
     });
     // Health needs no token: with one set, what could name hosts or ids
     // (the driver's error, the runtime id) stays off it.

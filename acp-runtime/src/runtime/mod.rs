@@ -10,11 +10,14 @@
 //!   its answer awaited.
 //! - `services`: what the runtime answers itself, for every surface
 //!   (`session/list`, terminate, models, installs, event pages, health).
+//! - `memory`: keeping event logs and replay rings within the memory
+//!   budget (the evictor).
 //! - `ext`: the `_sandboxagent/*` methods, a jsonrpsee `RpcModule` built
 //!   once; each call gets the runtime and the calling connection.
 
 pub mod dispatch;
 mod ext;
+mod memory;
 pub mod open;
 mod services;
 
@@ -23,6 +26,7 @@ use crate::agent::router::RouteTargets;
 use crate::config::ServerConfig;
 use crate::install::Installer;
 use crate::protocol::{self, RpcError};
+use crate::state::budget::MemoryBudget;
 use crate::state::connection::ReplayLimits;
 use crate::state::connections::Connections;
 use crate::state::event_log::LogLimits;
@@ -53,6 +57,9 @@ pub struct Runtime {
     pub store: Option<Store>,
     /// The store's writer (`None` with `--store memory`).
     pub persist: Option<Arc<Persist>>,
+    /// The account of every event log and replay ring
+    /// (`--memory-budget-bytes`; research/contract.md, "Memory budget").
+    pub memory: Arc<MemoryBudget>,
 }
 
 /// An opened store and its writer task, as [`Runtime::new`] takes them.
@@ -125,9 +132,14 @@ impl Runtime {
             },
             ended_sessions: config.ended_sessions,
         };
+        let memory = Arc::new(MemoryBudget::new(config.memory_budget_bytes));
         let routes = RouteTargets {
-            sessions: Arc::new(Sessions::new(inventory, persist.clone())),
-            connections: Arc::new(Connections::new(config.max_connections, limits)),
+            sessions: Arc::new(
+                Sessions::new(inventory, persist.clone()).with_budget(memory.clone()),
+            ),
+            connections: Arc::new(
+                Connections::new(config.max_connections, limits).with_budget(memory.clone()),
+            ),
         };
         Arc::new(Self {
             connections: routes.connections.clone(),
@@ -149,6 +161,7 @@ impl Runtime {
             shutdown: CancellationToken::new(),
             store,
             persist,
+            memory,
             config,
         })
     }

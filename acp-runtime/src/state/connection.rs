@@ -21,6 +21,7 @@
 
 use crate::error::Error;
 use crate::protocol;
+use crate::state::budget::MemoryBudget;
 use bytes::Bytes;
 use ext_methods::{StreamGap, notification::STREAM_GAP};
 use parking_lot::Mutex;
@@ -168,6 +169,34 @@ struct State {
     stream_generation: u64,
     limits: ReplayLimits,
     closed: bool,
+    /// The server-wide account the ring's bytes are charged to (`None`:
+    /// uncounted; research/contract.md, "Memory budget").
+    budget: Option<Arc<MemoryBudget>>,
+}
+
+impl State {
+    /// Drops the oldest event, noting it for its lane's gap notice; returns
+    /// whether there was one.
+    fn pop_oldest(&mut self) -> bool {
+        let Some(old) = self.events.pop_front() else {
+            return false;
+        };
+        let cost = old.json.len() + EVENT_OVERHEAD;
+        self.bytes -= cost;
+        if let Some(budget) = &self.budget {
+            budget.release(cost);
+        }
+        self.dropped.insert(old.lane, old.seq);
+        true
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.release(self.bytes);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -227,6 +256,7 @@ impl Connection {
                 stream_generation: 0,
                 limits,
                 closed: false,
+                budget: None,
             }),
             closed: CancellationToken::new(),
             last_activity_ms: AtomicU64::new(0),
@@ -260,6 +290,9 @@ impl Connection {
         let seq = state.next_seq;
         state.next_seq += 1;
         state.bytes += json.len() + EVENT_OVERHEAD;
+        if let Some(budget) = &state.budget {
+            budget.charge(json.len() + EVENT_OVERHEAD);
+        }
         if let Some(stream) = state.streams.get(&lane) {
             stream.wake.notify_one();
         }
@@ -268,12 +301,34 @@ impl Connection {
         while state.events.len() > limits.events
             || (state.bytes > limits.bytes && state.events.len() > 1)
         {
-            if let Some(old) = state.events.pop_front() {
-                state.bytes -= old.json.len() + EVENT_OVERHEAD;
-                state.dropped.insert(old.lane, old.seq);
-            }
+            state.pop_oldest();
         }
         Some(seq)
+    }
+
+    /// Charges this connection's ring to `budget` from now on (call it
+    /// before the first push).
+    pub fn with_budget(mut self, budget: Arc<MemoryBudget>) -> Self {
+        self.state.get_mut().budget = Some(budget);
+        self
+    }
+
+    /// Bytes the ring holds, as [`ReplayLimits::bytes`] counts them.
+    pub fn ring_bytes(&self) -> usize {
+        self.state.lock().bytes
+    }
+
+    /// Evicts the oldest events until the ring holds at most `keep` bytes,
+    /// as if the replay limits had dropped them: a stream that had not sent
+    /// them gets a `_sandboxagent/stream/gap` notice (research/contract.md,
+    /// "Transport: /v2/rpc", GET). Returns how many went.
+    pub fn evict_to(&self, keep: usize) -> u64 {
+        let mut state = self.state.lock();
+        let mut evicted = 0;
+        while state.bytes > keep && state.pop_oldest() {
+            evicted += 1;
+        }
+        evicted
     }
 
     /// Opens the live stream, replaying from after `last_event_id`.
@@ -370,6 +425,9 @@ impl Connection {
         let mut state = self.state.lock();
         state.closed = true;
         state.events = VecDeque::new();
+        if let Some(budget) = &state.budget {
+            budget.release(state.bytes);
+        }
         state.bytes = 0;
         for (_, stream) in state.streams.drain() {
             stream.wake.notify_one();
@@ -812,5 +870,39 @@ mod tests {
         assert!(caps.allows("fs/read_text_file"));
         assert!(!caps.allows("fs/write_text_file"));
         assert!(!caps.allows("terminal/create"));
+    }
+
+    #[test]
+    fn budget_eviction_leaves_a_gap_notice_and_releases_the_budget() {
+        let budget = Arc::new(MemoryBudget::new(usize::MAX));
+        let conn = Arc::new(
+            Connection::new(
+                "c".into(),
+                "mock".into(),
+                ClientCapabilities::default(),
+                Profile::V2Rpc,
+                ReplayLimits {
+                    events: 100,
+                    bytes: usize::MAX,
+                },
+                Instant::now(),
+            )
+            .with_budget(budget.clone()),
+        );
+        for _ in 0..4 {
+            conn.push(Bytes::from_static(b"{}"), None);
+        }
+        assert_eq!(budget.used(), 4 * (2 + EVENT_OVERHEAD));
+        assert_eq!(conn.evict_to(2 * (2 + EVENT_OVERHEAD)), 2);
+        assert_eq!(budget.used(), 2 * (2 + EVENT_OVERHEAD));
+        let mut stream = conn.open_stream(Some(0)).expect("stream");
+        let mut out = Vec::new();
+        assert_eq!(stream.next_batch(&mut out), Batch::Data);
+        let seqs: Vec<Option<u64>> = out.iter().map(|o| o.seq).collect();
+        assert_eq!(seqs, [None, Some(3), Some(4)], "a gap notice, then 3 and 4");
+        assert!(std::str::from_utf8(&out[0].json).is_ok_and(|j| j.contains(STREAM_GAP)));
+        drop(stream);
+        conn.close();
+        assert_eq!(budget.used(), 0, "a closed connection releases its ring");
     }
 }

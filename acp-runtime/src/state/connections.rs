@@ -4,6 +4,7 @@
 //! is gone.
 
 use crate::error::Error;
+use crate::state::budget::MemoryBudget;
 use crate::state::connection::{ClientCapabilities, Connection, Profile, ReplayLimits};
 use crate::state::session::Sessions;
 use dashmap::DashMap;
@@ -33,6 +34,8 @@ pub struct Connections {
     max: usize,
     limits: ReplayLimits,
     epoch: Instant,
+    /// The account every connection's ring is charged to (`None`: uncounted).
+    budget: Option<Arc<MemoryBudget>>,
 }
 
 impl Connections {
@@ -45,7 +48,15 @@ impl Connections {
             max,
             limits,
             epoch: Instant::now(),
+            budget: None,
         }
+    }
+
+    /// Charges every connection opened from now on to `budget`
+    /// (research/contract.md, "Memory budget").
+    pub fn with_budget(mut self, budget: Arc<MemoryBudget>) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// Opens a connection bound to `agent`, with a fresh random id.
@@ -87,14 +98,18 @@ impl Connections {
         if reserved.is_err() {
             return Err(Error::TooManyConnections { limit: self.max });
         }
-        let connection = Arc::new(Connection::new(
+        let mut connection = Connection::new(
             id.clone(),
             agent,
             capabilities,
             profile,
             self.limits,
             self.epoch,
-        ));
+        );
+        if let Some(budget) = &self.budget {
+            connection = connection.with_budget(budget.clone());
+        }
+        let connection = Arc::new(connection);
         self.map.insert(id, connection.clone());
         Ok(connection)
     }

@@ -2,12 +2,21 @@
 //! the time the runtime saw it (`GET /v2/sessions/{id}/events`;
 //! research/contract.md, "Extension methods and control plane"). Bounded
 //! by events and bytes; the oldest go first, which shows as a jump in
-//! offsets.
+//! offsets. Every entry is charged to the server-wide memory budget
+//! (research/contract.md, "Memory budget"), which may evict the oldest
+//! entries early: with a store they are read from it, without one they
+//! are gone like any dropped event.
 
+use crate::state::budget::MemoryBudget;
 use bytes::Bytes;
 use ext_methods::{Direction, SessionEvent, SessionEventsPage};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::SystemTime;
+
+/// What one entry costs against the memory budget beside its message: the
+/// entry itself and its share of the deque, in bytes.
+pub const ENTRY_OVERHEAD: usize = 48;
 
 /// Bounds of one session's log.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +42,8 @@ pub struct EventLog {
     first_offset: u64,
     bytes: usize,
     limits: LogLimits,
+    /// The account this log's entries are charged to (`None`: uncounted).
+    budget: Option<Arc<MemoryBudget>>,
 }
 
 impl EventLog {
@@ -43,17 +54,24 @@ impl EventLog {
             first_offset: 0,
             bytes: 0,
             limits,
+            budget: None,
         }
+    }
+
+    /// Charges this log's entries to `budget` from now on (call it on an
+    /// empty log).
+    pub fn with_budget(mut self, budget: Arc<MemoryBudget>) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// An empty log whose next event gets offset `count`: a session whose
     /// earlier events are in the store only (research/contract.md,
     /// "Durable sessions").
     pub fn starting_at(limits: LogLimits, count: u64) -> Self {
-        Self {
-            first_offset: count,
-            ..Self::new(limits)
-        }
+        let mut log = Self::new(limits);
+        log.first_offset = count;
+        log
     }
 
     /// Offset of the oldest event held in memory (older ones are dropped,
@@ -65,6 +83,9 @@ impl EventLog {
     /// Records one JSON-RPC message (`message`: one JSON object) seen at `at`.
     pub fn record(&mut self, at: SystemTime, direction: Direction, message: Bytes) {
         self.bytes += message.len();
+        if let Some(budget) = &self.budget {
+            budget.charge(message.len() + ENTRY_OVERHEAD);
+        }
         self.entries.push_back(Entry {
             at,
             direction,
@@ -73,11 +94,37 @@ impl EventLog {
         while self.entries.len() > self.limits.events
             || (self.bytes > self.limits.bytes && self.entries.len() > 1)
         {
-            if let Some(old) = self.entries.pop_front() {
-                self.bytes -= old.message.len();
-                self.first_offset += 1;
-            }
+            self.pop_oldest();
         }
+    }
+
+    /// Drops the oldest entry (its offset then shows as a gap, or is read
+    /// from the store); returns whether there was one.
+    fn pop_oldest(&mut self) -> bool {
+        let Some(old) = self.entries.pop_front() else {
+            return false;
+        };
+        self.bytes -= old.message.len();
+        self.first_offset += 1;
+        if let Some(budget) = &self.budget {
+            budget.release(old.message.len() + ENTRY_OVERHEAD);
+        }
+        true
+    }
+
+    /// Evicts the oldest entries until at most `keep` bytes of messages are
+    /// held (`0` empties the log; its count stays). Returns how many went.
+    pub fn evict_to(&mut self, keep: usize) -> u64 {
+        let mut evicted = 0;
+        while self.bytes > keep && self.pop_oldest() {
+            evicted += 1;
+        }
+        evicted
+    }
+
+    /// Bytes of messages held in memory.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Messages recorded so far, including dropped ones.
@@ -112,6 +159,14 @@ impl EventLog {
         SessionEventsPage {
             events,
             next_offset,
+        }
+    }
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.release(self.bytes + self.entries.len() * ENTRY_OVERHEAD);
         }
     }
 }
@@ -211,5 +266,34 @@ mod tests {
             Bytes::from_static(b"{\"b\":2}"),
         );
         assert_eq!(offsets(&log.page(0, 10)), [1]);
+    }
+
+    #[test]
+    fn eviction_moves_the_first_offset_and_releases_the_budget() {
+        let budget = Arc::new(MemoryBudget::new(usize::MAX));
+        let mut log = log(100).with_budget(budget.clone());
+        for _ in 0..4 {
+            log.record(
+                SystemTime::now(),
+                Direction::AgentToClient,
+                Bytes::from_static(b"{\"a\":1}"),
+            );
+        }
+        assert_eq!(budget.used(), 4 * (7 + ENTRY_OVERHEAD));
+        assert_eq!(log.evict_to(14), 2);
+        assert_eq!(log.first_offset(), 2);
+        assert_eq!(log.count(), 4);
+        assert_eq!(offsets(&log.page(0, 10)), [2, 3]);
+        assert_eq!(budget.used(), 2 * (7 + ENTRY_OVERHEAD));
+        assert_eq!(log.evict_to(0), 2);
+        assert!(log.page(0, 10).events.is_empty());
+        assert_eq!(log.page(0, 10).next_offset, 4);
+        log.record(
+            SystemTime::now(),
+            Direction::AgentToClient,
+            Bytes::from_static(b"{}"),
+        );
+        drop(log);
+        assert_eq!(budget.used(), 0, "a dropped log releases what it held");
     }
 }

@@ -8,8 +8,10 @@
 //! - `session`: the server-wide session inventory: attachments, metadata,
 //!   hints, the store rows.
 //! - `event_log`: each session's recorded ACP traffic.
+//! - `budget`: the server-wide memory budget of logs and rings.
 //! - `hints`: title / model / mode read from ACP messages.
 
+pub mod budget;
 pub mod connection;
 pub mod connections;
 pub mod event_log;

@@ -5,6 +5,7 @@
 //! "Extension methods and control plane").
 
 use crate::protocol;
+use crate::state::budget::MemoryBudget;
 use crate::state::connection::Connection;
 use crate::state::event_log::{EventLog, LogLimits};
 use crate::state::hints::Hints;
@@ -207,6 +208,35 @@ impl Session {
         self.state.lock().log.first_offset()
     }
 
+    /// Evicts the oldest events of the log until at most `keep` bytes of
+    /// messages stay in memory (research/contract.md, "Memory budget"):
+    /// with a store they are read from it, else their offsets are a gap.
+    /// Returns how many went.
+    pub fn evict_events(&self, keep: usize) -> u64 {
+        self.state.lock().log.evict_to(keep)
+    }
+
+    /// Bytes of messages the log holds in memory.
+    pub fn log_bytes(&self) -> usize {
+        self.state.lock().log.bytes()
+    }
+
+    /// When the session last changed (an event, a hint, its end).
+    pub fn updated_at(&self) -> SystemTime {
+        self.state.lock().updated_at
+    }
+
+    /// Whether its changes go to a store (not `--store memory`, not retired).
+    pub fn is_stored(&self) -> bool {
+        self.store().is_some()
+    }
+
+    /// Whether no agent process hosts it: ended, or dormant.
+    pub fn is_gone(&self) -> bool {
+        let state = self.state.lock();
+        state.ended.is_some() || state.dormant
+    }
+
     /// Stops storing anything of this entry (see `retired`).
     fn retire(&self) {
         self.retired
@@ -373,6 +403,8 @@ pub struct Sessions {
     limits: InventoryLimits,
     /// Where changes are stored; `None` with `--store memory`.
     persist: Option<Arc<Persist>>,
+    /// The account every log is charged to (`None`: uncounted).
+    budget: Option<Arc<MemoryBudget>>,
 }
 
 /// One page of `session/list` (ACP cursor pagination).
@@ -391,6 +423,24 @@ impl Sessions {
             map: DashMap::new(),
             limits,
             persist,
+            budget: None,
+        }
+    }
+
+    /// Charges every log made from now on to `budget` (research/contract.md,
+    /// "Memory budget").
+    pub(crate) fn with_budget(mut self, budget: Arc<MemoryBudget>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// An empty log whose next event gets offset `count`, charged to the
+    /// budget.
+    fn log_from(&self, count: u64) -> EventLog {
+        let log = EventLog::starting_at(self.limits.log, count);
+        match &self.budget {
+            Some(budget) => log.with_budget(budget.clone()),
+            None => log,
         }
     }
 
@@ -410,7 +460,7 @@ impl Sessions {
                 model: row.model,
                 mode: row.mode,
                 models: row.models,
-                log: EventLog::starting_at(self.limits.log, row.event_count),
+                log: self.log_from(row.event_count),
                 dormant: row.end_reason.is_none(),
             };
             let session = Arc::new(Session {
@@ -478,7 +528,7 @@ impl Sessions {
                 model: None,
                 mode: None,
                 models: None,
-                log: EventLog::new(self.limits.log),
+                log: self.log_from(0),
                 dormant: false,
             };
             let mut created_at = now;
@@ -491,7 +541,7 @@ impl Sessions {
                 state.model.clone_from(&old_state.model);
                 state.mode.clone_from(&old_state.mode);
                 state.models.clone_from(&old_state.models);
-                state.log = EventLog::starting_at(self.limits.log, old_state.log.count());
+                state.log = self.log_from(old_state.log.count());
             }
             let session = Arc::new(Session {
                 id: id.into(),

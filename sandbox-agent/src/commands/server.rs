@@ -129,6 +129,16 @@ pub struct ServerArgs {
         default_value_t = config::DEFAULT_EVENT_LOG_BYTES
     )]
     pub event_log_bytes: usize,
+    /// Bytes every session's event log and every connection's replay ring
+    /// may hold together; past it the oldest events in memory are evicted,
+    /// ended and dormant sessions' first (with a store they stay readable
+    /// from it).
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_MEMORY_BUDGET_BYTES",
+        default_value_t = config::DEFAULT_MEMORY_BUDGET_BYTES
+    )]
+    pub memory_budget_bytes: usize,
     /// Ended sessions kept in the inventory and the store, dormant ones (restored
     /// after a restart, not loaded since) counted with them; the oldest are
     /// forgotten first.
@@ -317,6 +327,7 @@ impl ServerArgs {
         });
         config.event_log_events = self.event_log_events.max(1);
         config.event_log_bytes = self.event_log_bytes;
+        config.memory_budget_bytes = self.memory_budget_bytes;
         config.ended_sessions = self.ended_sessions;
         config.store = self.store;
         if let Some(id) = &self.runtime_id {

@@ -1,0 +1,311 @@
+//! Memory has a ceiling (research/contract.md, "Memory budget"): what
+//! sessions and connections held comes back when they end and close, one
+//! server-wide budget bounds every event log and replay ring, and `GET
+//! /v2/health` reports it.
+
+use serde_json::{Value, json};
+use std::time::Duration;
+use v2_api_tests::{TestServer, procfs};
+
+/// How long the allocator may take to give freed memory back: its background
+/// threads purge pages a second after they were freed (`.cargo/config.toml`),
+/// checked with some slack for a loaded machine.
+const RETURN_WITHIN: Duration = Duration::from_secs(20);
+
+/// Opens a `/v2/rpc` connection to the mock agent, makes a session on it and
+/// has the agent stream `chunks` chunks of `bytes` bytes into it; the client
+/// never opens the stream, so everything stays in the connection's replay
+/// ring (and the session's log). Returns (connection, session).
+async fn chatty_session(server: &TestServer, chunks: usize, bytes: usize) -> (String, String) {
+    let api = server.api();
+    let conn = api.initialize("mock").await;
+    let session = api.new_session(&conn).await;
+    let done = api
+        .prompt(
+            &conn,
+            &session,
+            json!(2),
+            &format!("!emit {chunks} {bytes}"),
+        )
+        .await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    (conn, session)
+}
+
+/// Ends `session` with `_sandboxagent/session/terminate` on `conn`.
+async fn terminate(server: &TestServer, conn: &str, session: &str) {
+    let answer = server
+        .api()
+        .rpc(
+            conn,
+            9,
+            "_sandboxagent/session/terminate",
+            json!({"sessionId": session}),
+        )
+        .await;
+    assert!(answer.get("result").is_some(), "{answer}");
+}
+
+/// Polls the server's RSS until it is at most `ceiling` bytes or
+/// [`RETURN_WITHIN`] has passed; returns the last reading. (jemalloc purges
+/// gradually over its decay time, so a reading just under a looser bound
+/// may still be falling: callers wait for half their bound.)
+async fn rss_settles_below(server: &TestServer, ceiling: u64) -> u64 {
+    let deadline = tokio::time::Instant::now() + RETURN_WITHIN;
+    loop {
+        let rss = procfs::rss_bytes(server.pid()).expect("server RSS");
+        if rss <= ceiling || tokio::time::Instant::now() >= deadline {
+            return rss;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// What the server may keep after a round of chatty sessions ended and their
+/// connections closed: the four ended sessions' logs (1 MiB each, as
+/// `--event-log-bytes` says, kept for `/v2/sessions/{id}/events`; 64 KiB
+/// each with a store), allocator metadata and thread caches, pages jemalloc
+/// has not purged yet. glibc's malloc kept 74 MiB of the round's 86.
+const KEPT_AFTER_ROUND: u64 = 24 << 20;
+
+/// The same with the SQLite store on, which adds its page caches (up to
+/// 2 MiB per pooled connection) and what the writer allocated while 120 MB
+/// of events went through it: measured 23 MiB over the baseline, against
+/// 89 MiB while the ended sessions' logs stayed whole.
+const KEPT_WITH_STORE: u64 = 32 << 20;
+
+#[tokio::test]
+async fn memory_returns_after_sessions_end_and_connections_close() {
+    // The allocator under test only: with a store, the writer's queue would
+    // blur what this measures.
+    let server = TestServer::start(&["--store", "memory", "--event-log-bytes", "1048576"]).await;
+    // One small round first, so every lazily made thing (agent process,
+    // allocator arenas, thread pools) exists before the baseline.
+    let (conn, session) = chatty_session(&server, 10, 1000).await;
+    terminate(&server, &conn, &session).await;
+    server.api().delete(Some(&conn)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = procfs::rss_bytes(server.pid()).expect("server RSS");
+    let mut peak = before;
+    for round in 0..2 {
+        let mut opened = Vec::new();
+        for _ in 0..4 {
+            // 30 MB each, all held in the connection's ring (64 MiB by default).
+            opened.push(chatty_session(&server, 3000, 10_000).await);
+        }
+        peak = peak.max(procfs::rss_bytes(server.pid()).expect("server RSS"));
+        for (conn, session) in &opened {
+            terminate(&server, conn, session).await;
+            server.api().delete(Some(conn)).await.assert_status(204);
+        }
+        let after = rss_settles_below(&server, before + KEPT_AFTER_ROUND / 2).await;
+        eprintln!(
+            "round {round}: RSS before {} MiB, peak {} MiB, after {} MiB",
+            before >> 20,
+            peak >> 20,
+            after >> 20
+        );
+        assert!(
+            peak > before + (64 << 20),
+            "the round did not hold its events ({before} → {peak} bytes): it measures nothing"
+        );
+        assert!(
+            after <= before + KEPT_AFTER_ROUND,
+            "RSS did not come back: {} MiB before, {} MiB at the peak, {} MiB {}s after the sessions ended and the connections closed",
+            before >> 20,
+            peak >> 20,
+            after >> 20,
+            RETURN_WITHIN.as_secs()
+        );
+    }
+    let health: Value = server.api().health().await.json();
+    assert_eq!(health["status"], "ok", "{health}");
+}
+
+/// Polls `GET /v2/health` until `memoryUsedBytes` is at most the budget, for
+/// up to [`RETURN_WITHIN`]; returns the last health body.
+async fn health_within_budget(server: &TestServer) -> Value {
+    let deadline = tokio::time::Instant::now() + RETURN_WITHIN;
+    loop {
+        let health: Value = server.api().health().await.json();
+        let within = health["memoryUsedBytes"]
+            .as_u64()
+            .zip(health["memoryBudgetBytes"].as_u64())
+            .is_some_and(|(used, budget)| used <= budget);
+        if within || tokio::time::Instant::now() >= deadline {
+            return health;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// 8 MiB for every log and ring together.
+const SMALL_BUDGET: u64 = 8 << 20;
+
+#[tokio::test]
+async fn memory_budget_evicts_the_oldest_and_reports_in_health() {
+    // The default store (SQLite in the data dir): what is evicted stays
+    // readable from it.
+    let budget = SMALL_BUDGET.to_string();
+    let server = TestServer::start(&["--memory-budget-bytes", &budget]).await;
+    let health: Value = server.api().health().await.json();
+    assert_eq!(health["memoryBudgetBytes"], SMALL_BUDGET, "{health}");
+    assert_eq!(health["memoryEvictedEvents"], 0, "{health}");
+
+    // One session that ends: its log is the first to go.
+    let (ended_conn, ended) = chatty_session(&server, 2000, 2000).await;
+    terminate(&server, &ended_conn, &ended).await;
+    server
+        .api()
+        .delete(Some(&ended_conn))
+        .await
+        .assert_status(204);
+    // Three live ones whose clients never read: 4 MB each in the log and
+    // in the ring, 24 MB in all against 8 MiB.
+    let mut live = Vec::new();
+    for _ in 0..3 {
+        live.push(chatty_session(&server, 2000, 2000).await);
+    }
+    let health = health_within_budget(&server).await;
+    eprintln!("health after four chatty sessions: {health}");
+    let used = health["memoryUsedBytes"].as_u64().expect("memoryUsedBytes");
+    assert!(
+        used <= SMALL_BUDGET,
+        "{used} bytes held against a budget of {SMALL_BUDGET}: {health}"
+    );
+    let evicted = health["memoryEvictedEvents"]
+        .as_u64()
+        .expect("memoryEvictedEvents");
+    assert!(evicted > 0, "nothing evicted: {health}");
+
+    // The ended session's log went from memory, not from the store: its
+    // first events page from there.
+    let page = server
+        .api()
+        .get_json(&format!("/v2/sessions/{ended}/events?offset=0&limit=3"))
+        .await;
+    let offsets: Vec<u64> = page["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["offset"].as_u64())
+        .collect();
+    assert_eq!(offsets, [0, 1, 2], "{page}");
+
+    // A live connection's ring lost its oldest events: resuming from the
+    // start says so with a gap notice before the first event it still has.
+    let (conn, _) = &live[0];
+    let mut stream = server.api().open_stream(conn, Some(0)).await;
+    let first = stream.next_event(Duration::from_secs(10)).await;
+    assert_eq!(
+        first.method(),
+        Some("_sandboxagent/stream/gap"),
+        "the ring was evicted, so the stream starts with a gap: {first:?}"
+    );
+    assert_eq!(first.params()["from"], 1, "{first:?}");
+    stream.close();
+}
+
+#[tokio::test]
+async fn memory_budget_without_a_store_evicts_into_the_offset_gap() {
+    let budget = SMALL_BUDGET.to_string();
+    let server = TestServer::start(&["--store", "memory", "--memory-budget-bytes", &budget]).await;
+    let (conn, ended) = chatty_session(&server, 2000, 2000).await;
+    terminate(&server, &conn, &ended).await;
+    server.api().delete(Some(&conn)).await.assert_status(204);
+    for _ in 0..3 {
+        chatty_session(&server, 2000, 2000).await;
+    }
+    let health = health_within_budget(&server).await;
+    let used = health["memoryUsedBytes"].as_u64().expect("memoryUsedBytes");
+    assert!(used <= SMALL_BUDGET, "{health}");
+    // Nothing else holds the ended session's events: what went is gone, and
+    // the page starts after the gap.
+    let page = server
+        .api()
+        .get_json(&format!("/v2/sessions/{ended}/events?offset=0&limit=3"))
+        .await;
+    let first = page["events"][0]["offset"].as_u64().unwrap_or(u64::MAX);
+    let next = page["nextOffset"].as_u64().expect("nextOffset");
+    assert!(
+        first > 0 || page["events"].as_array().is_some_and(|e| e.is_empty()) && next > 0,
+        "the evicted events show as an offset gap: {page}"
+    );
+}
+
+#[tokio::test]
+async fn ended_sessions_keep_only_a_tail_in_memory_with_a_store() {
+    // The default store (SQLite) and budget (512 MiB, not reached here).
+    let server = TestServer::start(&[]).await;
+    let (conn, session) = chatty_session(&server, 10, 1000).await;
+    terminate(&server, &conn, &session).await;
+    server.api().delete(Some(&conn)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = procfs::rss_bytes(server.pid()).expect("server RSS");
+    let mut ended = Vec::new();
+    for _ in 0..4 {
+        // 30 MB each: the log keeps its 16 MiB (`--event-log-bytes`).
+        ended.push(chatty_session(&server, 3000, 10_000).await);
+    }
+    let peak = procfs::rss_bytes(server.pid()).expect("server RSS");
+    for (conn, session) in &ended {
+        terminate(&server, conn, session).await;
+        server.api().delete(Some(conn)).await.assert_status(204);
+    }
+    // Four tails of 64 KiB, and a little for entries still arriving.
+    let tails = 1u64 << 20;
+    let deadline = tokio::time::Instant::now() + RETURN_WITHIN;
+    let health = loop {
+        let health: Value = server.api().health().await.json();
+        let used = health["memoryUsedBytes"].as_u64().unwrap_or(u64::MAX);
+        if used <= tails || tokio::time::Instant::now() >= deadline {
+            break health;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let used = health["memoryUsedBytes"].as_u64().unwrap_or(u64::MAX);
+    let after = rss_settles_below(&server, before + KEPT_WITH_STORE / 2).await;
+    eprintln!(
+        "RSS before {} MiB, peak {} MiB, after {} MiB; logs hold {used} bytes: {health}",
+        before >> 20,
+        peak >> 20,
+        after >> 20
+    );
+    assert!(
+        used <= tails,
+        "the ended sessions' logs still hold {used} bytes in memory: {health}"
+    );
+    assert!(
+        after <= before + KEPT_WITH_STORE,
+        "RSS did not come back: {} MiB before, {} MiB at the peak, {} MiB after",
+        before >> 20,
+        peak >> 20,
+        after >> 20
+    );
+    // Every event stays readable: the head from the store, the tail from
+    // memory, the seam between them without a gap.
+    let (_, session) = &ended[0];
+    let mut offset = 0u64;
+    loop {
+        let page = server
+            .api()
+            .get_json(&format!(
+                "/v2/sessions/{session}/events?offset={offset}&limit=1000"
+            ))
+            .await;
+        let events = page["events"].as_array().expect("events");
+        if events.is_empty() {
+            break;
+        }
+        for event in events {
+            assert_eq!(
+                event["offset"].as_u64(),
+                Some(offset),
+                "a gap at {offset}: {event}"
+            );
+            offset += 1;
+        }
+        assert_eq!(page["nextOffset"].as_u64(), Some(offset), "{page}");
+    }
+    assert!(offset > 3000, "only {offset} events were readable");
+}
