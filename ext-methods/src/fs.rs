@@ -113,9 +113,19 @@ pub struct FsDeleteParams {
 /// Result of `list_entries`: the directory's entries, sorted by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsEntries {
-    /// The entries (not `.` and `..`).
+    /// The entries (not `.` and `..`), sorted by name: the first
+    /// [`MAX_LIST_ENTRIES`] of a larger directory.
     pub entries: Vec<FsEntry>,
+    /// Set when the directory has more than [`MAX_LIST_ENTRIES`] entries and
+    /// only the first ones by name are listed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
+
+/// Most entries one listing answers with (research/contract.md, "Host file
+/// system"): a listing is held whole in memory until the client has read
+/// it, so a directory of any size must not make one unbounded.
+pub const MAX_LIST_ENTRIES: usize = 10_000;
 
 /// Result of `mkdir` and `delete_entry`: the absolute path acted on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

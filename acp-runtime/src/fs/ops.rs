@@ -1,11 +1,12 @@
 //! List, stat, mkdir, move and delete (research/contract.md, "Host file
 //! system"): the control operations, the same on `/v2/rpc` and `/v2/fs/*`.
 
-use super::{Beneath, Scope, shown};
+use super::{Beneath, Scope, metadata_at, shown};
 use crate::error::{Error, FsConflict};
 use crate::time::rfc3339;
 use ext_methods::{
     FsDeleteParams, FsEntries, FsEntry, FsEntryType, FsMoveParams, FsMoveResult, FsPathResult,
+    MAX_LIST_ENTRIES,
 };
 use nix::fcntl::{OFlag, RenameFlags, openat};
 use nix::sys::stat::Mode;
@@ -30,12 +31,24 @@ pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error
     let real = dir.real.clone();
     let read = std::fs::read_dir(dir.child(OsStr::new("")))
         .map_err(|error| Error::from_io(&error, &real))?;
-    let mut entries = Vec::new();
+    // Names first (sorted as the answer is), then only the first
+    // `MAX_LIST_ENTRIES` are looked at.
+    let mut names = Vec::new();
     for item in read {
-        let item = item.map_err(|error| Error::from_io(&error, &real))?;
-        let name = item.file_name();
+        names.push(
+            item.map_err(|error| Error::from_io(&error, &real))?
+                .file_name(),
+        );
+    }
+    names.sort_by(|a, b| a.to_string_lossy().cmp(&b.to_string_lossy()));
+    let truncated = names.len() > MAX_LIST_ENTRIES;
+    names.truncate(MAX_LIST_ENTRIES);
+    let mut entries = Vec::with_capacity(names.len());
+    for name in names {
         // An entry removed while listing is simply not listed.
-        let Ok(meta) = item.metadata() else { continue };
+        let Ok(meta) = metadata_at(dir.fd(), &name) else {
+            continue;
+        };
         let path = dir.real.join(&name);
         let link = meta
             .file_type()
@@ -44,7 +57,7 @@ pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error
         entries.push(entry(&name, &path, &meta, link));
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(FsEntries { entries })
+    Ok(FsEntries { entries, truncated })
 }
 
 /// `stat`: the entry at `path`, a symlink reported as what it points to.

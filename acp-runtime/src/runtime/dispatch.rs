@@ -14,9 +14,11 @@ use crate::error::Error;
 use crate::message::Inbound;
 use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
 use crate::state::connection::{Connection, InFlightId, MAX_IN_FLIGHT, Profile, Refused};
+use crate::state::session::{MAX_METADATA_BYTES, metadata_size};
 use bytes::Bytes;
 use ext_methods::{Direction, PREFIX as EXTENSION_PREFIX};
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -277,13 +279,13 @@ impl Runtime {
                 }
                 Effect::CreateSession {
                     cwd: cwd(),
-                    metadata: protocol::meta_namespace(envelope.params).unwrap_or_default(),
+                    metadata: metadata_of(envelope)?,
                     request: body.clone(),
                 }
             }
             method::SESSION_FORK => Effect::CreateSession {
                 cwd: cwd(),
-                metadata: protocol::meta_namespace(envelope.params).unwrap_or_default(),
+                metadata: metadata_of(envelope)?,
                 request: body.clone(),
             },
             method::SESSION_LOAD | method::SESSION_RESUME => match envelope.session_id() {
@@ -386,6 +388,22 @@ impl Runtime {
         }
         Ok(Reply::Accepted)
     }
+}
+
+/// The `_meta["sandboxagent.dev"]` a new session starts with.
+///
+/// # Errors
+/// 400 past [`MAX_METADATA_BYTES`]: the inventory keeps it for the
+/// session's whole life (research/contract.md, "`session/new` with metadata").
+fn metadata_of(envelope: &Envelope<'_>) -> Result<Map<String, Value>, Error> {
+    let metadata = protocol::meta_namespace(envelope.params).unwrap_or_default();
+    let size = metadata_size(&metadata);
+    if size > MAX_METADATA_BYTES {
+        return Err(Error::InvalidRequest(format!(
+            "_meta[\"sandboxagent.dev\"] is {size} bytes; a session keeps at most {MAX_METADATA_BYTES}"
+        )));
+    }
+    Ok(metadata)
 }
 
 fn cwd_of(params: Option<&RawValue>) -> Option<String> {

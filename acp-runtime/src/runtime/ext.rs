@@ -10,6 +10,7 @@
 use crate::protocol::{self, Envelope, RpcError, code};
 use crate::runtime::Runtime;
 use crate::state::connection::Connection;
+use crate::state::session::MAX_METADATA_BYTES;
 use ext_methods::{
     AgentInstallRequest, AgentListResult, FsDeleteParams, FsMoveParams, FsPathParams,
     ListModelsParams, SessionRef, SetMetadataParams, method,
@@ -201,7 +202,11 @@ fn set_metadata(params: Params<'_>, _: &Context, extensions: &Extensions) -> Met
     let (session_id, patch) = params.into_patch().map_err(|e| invalid_params(e.0))?;
     let caller = caller(extensions)?;
     let session = runtime(extensions)?.session_or_error(&caller.agent, &session_id)?;
-    session.apply_metadata(&patch);
+    session.try_apply_metadata(&patch).map_err(|size| {
+        invalid_params(format!(
+            "the session's metadata would be {size} bytes; at most {MAX_METADATA_BYTES} are kept"
+        ))
+    })?;
     to_value(session.info())
 }
 

@@ -24,6 +24,18 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Most bytes a session's `_meta["sandboxagent.dev"]` may take as JSON, at
+/// `session/new` or `fork` and after any `set_metadata`
+/// (research/contract.md, "`session/new` with metadata"): the inventory
+/// keeps it in memory and in every store row, live or ended, so it is
+/// small by rule.
+pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+
+/// The size of `metadata` as JSON, in bytes.
+pub fn metadata_size(metadata: &Map<String, Value>) -> usize {
+    serde_json::to_vec(metadata).map_or(usize::MAX, |json| json.len())
+}
+
 /// One ACP session known to the runtime.
 #[derive(Debug)]
 pub struct Session {
@@ -297,6 +309,22 @@ impl Session {
             state.models = Some(models.clone());
         }
         self.store_row(&state);
+    }
+
+    /// [`Session::apply_metadata`], unless the merged metadata would be
+    /// larger than [`MAX_METADATA_BYTES`] (as JSON): then nothing changes.
+    ///
+    /// # Errors
+    /// The size the merged metadata would have had, in bytes.
+    pub fn try_apply_metadata(&self, patch: &Map<String, Value>) -> Result<(), usize> {
+        let mut merged = self.state.lock().metadata.clone();
+        ext_methods::meta::merge(&mut merged, patch);
+        let size = metadata_size(&merged);
+        if size > MAX_METADATA_BYTES {
+            return Err(size);
+        }
+        self.apply_metadata(patch);
+        Ok(())
     }
 
     /// Merges `patch` into the stored metadata (JSON Merge Patch); `title`,

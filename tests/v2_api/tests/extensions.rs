@@ -603,6 +603,64 @@ async fn set_metadata_rejects_wrong_params() {
     assert!(after.get("title").is_none_or(Value::is_null), "{after}");
 }
 
+/// `_meta["sandboxagent.dev"]` stays with a session for its whole life, in
+/// memory and in every store row: at most 64 KiB of it, at `session/new`
+/// and after any `set_metadata` (research/contract.md, "`session/new`
+/// with metadata"). Before, 40 sessions of 15 MB each took a server to 985 MB
+/// that no budget counted, and back there after a restart.
+#[tokio::test]
+async fn session_metadata_is_bounded() {
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize(MOCK).await;
+    let too_much = "y".repeat(70 * 1024);
+    let new = acp::request(
+        1,
+        "session/new",
+        json!({"cwd": "/tmp", "mcpServers": [],
+               "_meta": {"sandboxagent.dev": {"agent": MOCK, "blob": too_much}}}),
+    );
+    let reply = server.post(Some(&conn), &new).await;
+    v2_api_tests::assert_problem(&reply, 400, "invalid-request");
+    let session = server.new_session(&conn).await;
+    let half = "y".repeat(40 * 1024);
+    expect_result(
+        &server
+            .rpc(
+                &conn,
+                2,
+                SET_METADATA,
+                json!({"sessionId": session, "metadata": {"a": half}}),
+            )
+            .await,
+    );
+    let over = server
+        .rpc(
+            &conn,
+            3,
+            SET_METADATA,
+            json!({"sessionId": session, "metadata": {"b": half}}),
+        )
+        .await;
+    expect_error(&over, INVALID_PARAMS);
+    // The refused patch changed nothing; a smaller one still applies.
+    let after = session_get(&server, &conn, &session).await;
+    assert!(namespace(&after).get("b").is_none(), "{after}");
+    assert_eq!(
+        namespace(&after)["a"].as_str().map(str::len),
+        Some(40 * 1024)
+    );
+    expect_result(
+        &server
+            .rpc(
+                &conn,
+                4,
+                SET_METADATA,
+                json!({"sessionId": session, "metadata": {"a": null, "b": "ok"}}),
+            )
+            .await,
+    );
+}
+
 // ---------------------------------------------------------------------------
 // terminate
 // ---------------------------------------------------------------------------
