@@ -141,7 +141,9 @@ impl Stream for FsDownload {
 }
 
 impl SandboxAgentClient {
-    /// `GET /v2/fs/entries`: the entries of a directory, sorted by name.
+    /// `GET /v2/fs/entries`: the entries of a directory, sorted by name; of
+    /// a directory with more than [`ext_methods::MAX_LIST_ENTRIES`] (10,000),
+    /// the first that many by name.
     ///
     /// # Errors
     /// [`Error::Http`] with the problem type: 400 `invalid-path`, 403
