@@ -31,18 +31,22 @@ pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error
     let real = dir.real.clone();
     let read = std::fs::read_dir(dir.child(OsStr::new("")))
         .map_err(|error| Error::from_io(&error, &real))?;
-    // Names first (sorted as the answer is), then only the first
-    // `MAX_LIST_ENTRIES` are looked at.
-    let mut names = Vec::new();
+    // Only the first `MAX_LIST_ENTRIES` names are kept while reading (a
+    // max-heap drops the largest), so a directory of any size costs at most
+    // that many names; only those are looked at.
+    let mut names = std::collections::BinaryHeap::with_capacity(MAX_LIST_ENTRIES + 1);
+    let mut truncated = false;
     for item in read {
         names.push(
             item.map_err(|error| Error::from_io(&error, &real))?
                 .file_name(),
         );
+        if names.len() > MAX_LIST_ENTRIES {
+            names.pop();
+            truncated = true;
+        }
     }
-    names.sort_by(|a, b| a.to_string_lossy().cmp(&b.to_string_lossy()));
-    let truncated = names.len() > MAX_LIST_ENTRIES;
-    names.truncate(MAX_LIST_ENTRIES);
+    let names = names.into_sorted_vec();
     let mut entries = Vec::with_capacity(names.len());
     for name in names {
         // An entry removed while listing is simply not listed.
