@@ -690,17 +690,22 @@ mod tests {
     use super::*;
 
     fn connection(events: usize) -> Arc<Connection> {
-        Arc::new(Connection::new(
+        Arc::new(unshared(ReplayLimits {
+            events,
+            bytes: usize::MAX,
+        }))
+    }
+
+    /// A `/v2/rpc` connection with `limits`, not yet shared.
+    fn unshared(limits: ReplayLimits) -> Connection {
+        Connection::new(
             "c".into(),
             "mock".into(),
             ClientCapabilities::default(),
             Profile::V2Rpc,
-            ReplayLimits {
-                events,
-                bytes: usize::MAX,
-            },
+            limits,
             Instant::now(),
-        ))
+        )
     }
 
     /// The next batch of `stream`, its ids in order ("gap" for a notice).
@@ -834,17 +839,10 @@ mod tests {
 
     #[test]
     fn byte_limit_keeps_newest_event() {
-        let c = Arc::new(Connection::new(
-            "c".into(),
-            "mock".into(),
-            ClientCapabilities::default(),
-            Profile::V2Rpc,
-            ReplayLimits {
-                events: 100,
-                bytes: 10,
-            },
-            Instant::now(),
-        ));
+        let c = Arc::new(unshared(ReplayLimits {
+            events: 100,
+            bytes: 10,
+        }));
         c.push(Bytes::from_static(b"{\"a\":1}"), None);
         c.push(Bytes::from_static(b"{\"b\":2}"), None);
         let mut stream = c.open_stream(Some(1)).expect("open");
@@ -876,17 +874,10 @@ mod tests {
     fn budget_eviction_leaves_a_gap_notice_and_releases_the_budget() {
         let budget = Arc::new(MemoryBudget::new(usize::MAX));
         let conn = Arc::new(
-            Connection::new(
-                "c".into(),
-                "mock".into(),
-                ClientCapabilities::default(),
-                Profile::V2Rpc,
-                ReplayLimits {
-                    events: 100,
-                    bytes: usize::MAX,
-                },
-                Instant::now(),
-            )
+            unshared(ReplayLimits {
+                events: 100,
+                bytes: usize::MAX,
+            })
             .with_budget(budget.clone()),
         );
         for _ in 0..4 {
