@@ -257,12 +257,12 @@ impl AgentProcess {
     /// Records how the process ended and lets its router fail what was
     /// pending and end its sessions. Called after the process group was
     /// killed, so the group's record goes too.
-    pub(crate) fn finish(&self, exit: ExitInfo) {
+    pub(crate) async fn finish(&self, exit: ExitInfo) {
         drop(self.group_record.lock().take());
         *self.exit.lock() = Some(exit);
         self.exited.cancel();
         let stderr = self.stderr.lock().summary();
-        self.router.finish(exit, stderr);
+        self.router.finish(exit, stderr).await;
     }
 }
 
@@ -293,8 +293,19 @@ pub async fn read_stdout(
         };
         tokio::select! {
             biased;
-            line = stdout.next() => match line {
-                Some(Ok(Line::Message(bytes))) => process.router.dispatch(bytes),
+            // A full share of the store's queue pauses reading here: the
+            // pipe then pushes back on the agent (research/contract.md,
+            // "Durable sessions"). At once in the common case.
+            line = async {
+                process.router.wait_for_store().await;
+                stdout.next().await
+            } => match line {
+                Some(Ok(Line::Message(bytes))) => {
+                    if let Some(answer) = process.router.dispatch(bytes) {
+                        // Before the next line, so nothing overtakes it.
+                        answer.deliver().await;
+                    }
+                }
                 Some(Ok(Line::TooLong { prefix, length })) => {
                     process.router.report_too_long(&prefix, length, max_line_bytes);
                 }
@@ -334,6 +345,6 @@ pub async fn read_stdout(
         }
     };
     tracing::info!(agent = %process.agent, pid = process.pid, ?exit, "agent process exited");
-    process.finish(exit);
+    process.finish(exit).await;
     exit
 }

@@ -24,6 +24,8 @@ use crate::state::connection::Connection;
 use crate::state::connections::Connections;
 use crate::state::hints::{self, Hints};
 use crate::state::session::{Session, Sessions};
+use crate::store::share::Share;
+use crate::store::writer::{self, Persist};
 use bytes::Bytes;
 use ext_methods::notification::AGENT_UNPARSED;
 use ext_methods::{
@@ -221,6 +223,49 @@ pub struct Router {
     last_requester: Mutex<Weak<Connection>>,
     /// Rate limits of the per-message warnings.
     warnings: Warnings,
+    /// The store's writer and this agent's share of its queue (`None` with
+    /// `--store memory`): the stdout reader waits on it under a flood.
+    store: Option<(Arc<Persist>, Arc<Share>)>,
+}
+
+/// A client's answer held until every event before it is committed to the
+/// store: what [`Router::dispatch`] returns for a `session/prompt` answer
+/// when a store is on (research/contract.md, "Durable sessions": an answer
+/// a client has seen is durable). Deliver it before reading the agent's
+/// next line, so nothing overtakes it.
+#[must_use = "the answer reaches the client only through `deliver`"]
+pub struct DurableAnswer {
+    committed: oneshot::Receiver<()>,
+    request: ClientRequest,
+    line: Bytes,
+}
+
+impl DurableAnswer {
+    /// Waits for the commit (at most [`writer::DURABLE_WAIT`]; at once when
+    /// the store turns degraded), then sends the answer to the client.
+    pub async fn deliver(self) {
+        writer::until_committed(Some(self.committed)).await;
+        deliver(self.request, self.line);
+    }
+}
+
+impl std::fmt::Debug for DurableAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurableAnswer").finish_non_exhaustive()
+    }
+}
+
+/// Sends `line`, the answer to `request`, to the waiting POST, or to the
+/// connection's SSE stream when the POST is gone (or timed out), so nothing
+/// is lost.
+fn deliver(request: ClientRequest, line: Bytes) {
+    request
+        .connection
+        .release_request_id(request.client_id.get());
+    if let Err(line) = request.reply.send(line) {
+        // An answer has no `params`: the connection's own lane.
+        request.connection.push(line, None);
+    }
 }
 
 impl std::fmt::Debug for Router {
@@ -244,6 +289,10 @@ impl Router {
         exited: CancellationToken,
     ) -> Self {
         let warnings = Warnings::new(&agent);
+        let store = targets
+            .sessions
+            .store()
+            .map(|persist| (persist.clone(), persist.share(&agent)));
         Self {
             agent,
             generation,
@@ -258,6 +307,16 @@ impl Router {
             held: Mutex::new(VecDeque::new()),
             last_requester: Mutex::new(Weak::new()),
             warnings,
+            store,
+        }
+    }
+
+    /// Waits while the store's writer is behind on this agent's events and
+    /// the store is healthy (see [`Persist::wait_for_room`]); the stdout
+    /// reader calls it before each line. At once in the common case.
+    pub async fn wait_for_store(&self) {
+        if let Some((persist, share)) = &self.store {
+            persist.wait_for_room(share).await;
         }
     }
 
@@ -350,20 +409,30 @@ impl Router {
 
     /// Answers a client's request with `line` (a JSON-RPC response carrying
     /// the client's id): into the session's event log when there is one, then
-    /// to the waiting POST, or to the connection's SSE stream when the POST
-    /// is gone (or timed out), so nothing is lost.
-    fn settle(&self, request: ClientRequest, line: Vec<u8>, session: Option<&Session>) {
+    /// to the client (see [`deliver`]). A `session/prompt` answer with a
+    /// store comes back as a [`DurableAnswer`] to deliver once the turn's
+    /// events are committed.
+    fn settle(
+        &self,
+        request: ClientRequest,
+        line: Vec<u8>,
+        session: Option<&Session>,
+    ) -> Option<DurableAnswer> {
         let line = Bytes::from(line);
         if let Some(session) = session {
             session.record(Direction::AgentToClient, line.clone());
+            if request.prompt
+                && let Some(committed) = session.durable_barrier()
+            {
+                return Some(DurableAnswer {
+                    committed,
+                    request,
+                    line,
+                });
+            }
         }
-        request
-            .connection
-            .release_request_id(request.client_id.get());
-        if let Err(line) = request.reply.send(line) {
-            // An answer has no `params`: the connection's own lane.
-            request.connection.push(line, None);
-        }
+        deliver(request, line);
+        None
     }
 
     /// Takes agent request `raw_id` if it is still unanswered, returning its
@@ -380,9 +449,11 @@ impl Router {
 
     /// Handles one line the agent wrote to stdout. The line itself (shared,
     /// not copied) is what the session log and the connections' rings keep.
-    pub fn dispatch(&self, line: Bytes) {
+    /// Returns the answer to deliver before the next line when it waits
+    /// for the store ([`DurableAnswer`]).
+    pub fn dispatch(&self, line: Bytes) -> Option<DurableAnswer> {
         if line.iter().all(u8::is_ascii_whitespace) {
-            return;
+            return None;
         }
         let (message, kind) = match AgentMessage::parse(&line) {
             Ok(parsed) => parsed,
@@ -395,7 +466,7 @@ impl Router {
                 } else {
                     self.report_unparsed(&String::from_utf8_lossy(&line), &error.to_string());
                 }
-                return;
+                return None;
             }
         };
         // Agent lines are one line, but a bare CR inside is JSON whitespace
@@ -408,10 +479,11 @@ impl Router {
             std::borrow::Cow::Owned(flat) => Bytes::from(flat),
         };
         match kind {
-            Kind::Response => self.on_response(&message),
+            Kind::Response => return self.on_response(&message),
             Kind::Notification => self.on_notification(&message, &line),
             Kind::Request => self.on_agent_request(&message, &line),
         }
+        None
     }
 
     /// Reports a line longer than `max` bytes (of which the framing kept
@@ -440,13 +512,13 @@ impl Router {
         }
     }
 
-    fn on_response(&self, envelope: &AgentMessage<'_>) {
+    fn on_response(&self, envelope: &AgentMessage<'_>) -> Option<DurableAnswer> {
         let id = envelope.id.and_then(|id| id.get().parse::<i64>().ok());
         let Some(pending) = id.and_then(|id| self.pending.lock().remove(&id)) else {
             if self.warnings.unknown_id.admit() {
                 tracing::warn!(agent = %self.agent, id = ?envelope.id.map(RawValue::get), "agent answered an unknown request id; dropped");
             }
-            return;
+            return None;
         };
         match pending {
             Pending::Runtime(reply) => {
@@ -459,6 +531,7 @@ impl Router {
                     ))),
                 };
                 let _ = reply.send(outcome);
+                None
             }
             Pending::Client(request) => self.answer_client(request, envelope),
         }
@@ -466,7 +539,11 @@ impl Router {
 
     /// Relays the agent's answer to a client's request, after applying what
     /// a successful answer implies (a new or attached session, hints).
-    fn answer_client(&self, mut request: ClientRequest, envelope: &AgentMessage<'_>) {
+    fn answer_client(
+        &self,
+        mut request: ClientRequest,
+        envelope: &AgentMessage<'_>,
+    ) -> Option<DurableAnswer> {
         let effect = std::mem::replace(&mut request.effect, Effect::None);
         let session_id = request.session.take();
         let mut result = envelope.result.map(Cow::Borrowed);
@@ -502,7 +579,7 @@ impl Router {
             (None, _) => session_id.and_then(|id| self.live_session(&id)),
         };
         let line = protocol::response_line(&request.client_id, result.as_deref(), envelope.error);
-        self.settle(request, line, session.as_deref());
+        self.settle(request, line, session.as_deref())
     }
 
     /// Registers and attaches the session a successful `session/new` /
@@ -850,7 +927,9 @@ impl Router {
                     &request.client_id,
                     &serde_json::json!({ "stopReason": "cancelled" }),
                 );
-                self.settle(request, line, session.as_deref());
+                if let Some(answer) = self.settle(request, line, session.as_deref()) {
+                    tokio::spawn(answer.deliver());
+                }
             }
         }
         count
@@ -860,7 +939,7 @@ impl Router {
     /// error naming the exit and carrying the stderr excerpt, forgets agent
     /// requests and held messages, and ends the live sessions it hosted,
     /// telling their connections with `_sandboxagent/session/ended`.
-    pub fn finish(&self, exit: ExitInfo, stderr: StderrExcerpt) {
+    pub async fn finish(&self, exit: ExitInfo, stderr: StderrExcerpt) {
         let message = format!("agent process exited ({})", exit.describe());
         let error =
             RpcError::new(code::INTERNAL_ERROR, message.clone()).with_data(serde_json::json!({
@@ -874,7 +953,8 @@ impl Router {
             match pending {
                 Pending::Client(request) => {
                     let line = protocol::error_response_line(&request.client_id, &error);
-                    self.settle(request, line, None);
+                    // No session: delivered at once.
+                    let _ = self.settle(request, line, None);
                 }
                 // Dropping the sender tells the runtime's caller the process is gone.
                 Pending::Runtime(_) => {}
@@ -887,20 +967,23 @@ impl Router {
         } else {
             EndReason::Error
         };
-        for session in self
+        // Together: each waits for the same group commit.
+        let sessions = self
             .targets
             .sessions
-            .live_of_process(&self.agent, self.generation)
-        {
-            session.end_with_notice(&SessionEnded {
+            .live_of_process(&self.agent, self.generation);
+        futures::future::join_all(sessions.iter().map(|session| {
+            let notice = SessionEnded {
                 session_id: session.id.to_string(),
                 reason,
                 terminated_by: TerminatedBy::Agent,
                 message: Some(message.clone()),
                 exit_code: exit.code,
                 stderr: Some(stderr.clone()),
-            });
-        }
+            };
+            async move { session.end_with_notice(&notice).await }
+        }))
+        .await;
     }
 }
 

@@ -97,14 +97,16 @@ impl Runtime {
         id: &str,
     ) -> Result<TerminateResult, RpcError> {
         let session = self.session_or_error(agent, id)?;
-        let ended = session.end_with_notice(&SessionEnded {
-            session_id: id.to_owned(),
-            reason: EndReason::Terminated,
-            terminated_by: TerminatedBy::Daemon,
-            message: Some("terminated on request".to_owned()),
-            exit_code: None,
-            stderr: None,
-        });
+        let ended = session
+            .end_with_notice(&SessionEnded {
+                session_id: id.to_owned(),
+                reason: EndReason::Terminated,
+                terminated_by: TerminatedBy::Daemon,
+                message: Some("terminated on request".to_owned()),
+                exit_code: None,
+                stderr: None,
+            })
+            .await;
         if !ended {
             return Ok(TerminateResult {
                 session_id: id.to_owned(),
@@ -186,6 +188,9 @@ impl Runtime {
                 waiting: 0,
                 dropped_events: 0,
                 rejected_writes: 0,
+                paused_agents: Vec::new(),
+                pauses: 0,
+                paused_ms: 0,
             },
         }
     }

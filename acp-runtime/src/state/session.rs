@@ -9,7 +9,8 @@ use crate::state::budget::MemoryBudget;
 use crate::state::connection::Connection;
 use crate::state::event_log::{EventLog, LogLimits};
 use crate::state::hints::Hints;
-use crate::store::writer::Persist;
+use crate::store::share::Share;
+use crate::store::writer::{self, Persist};
 use crate::store::{self, EventRow, SessionRow};
 use crate::time::rfc3339;
 use agent_client_protocol::v1::schema::SessionInfo;
@@ -49,6 +50,8 @@ pub struct Session {
     pub created_at: SystemTime,
     /// Where its changes are stored; `None` with `--store memory`.
     persist: Option<Arc<Persist>>,
+    /// Its agent's share of the store's queue (`None` with `--store memory`).
+    share: Option<Arc<Share>>,
     /// Replaced, revived or forgotten: another entry owns its store key now,
     /// so nothing of this one is stored any more.
     retired: std::sync::atomic::AtomicBool,
@@ -125,10 +128,14 @@ impl Session {
     }
 
     /// Ends the session with `notice`'s reason and tells it: the
-    /// `_sandboxagent/session/ended` notification goes into the event log and
-    /// to every connection that was attached. Returns `false` (and sends
-    /// nothing) when the session had already ended.
-    pub fn end_with_notice(&self, notice: &SessionEnded) -> bool {
+    /// `_sandboxagent/session/ended` notification goes into the event log
+    /// and, once the log is committed to the store (at most
+    /// `writer::DURABLE_WAIT`; at once with no store or a degraded one), to
+    /// every connection that was attached: a client that saw the end sees
+    /// every event before it after a restart (research/contract.md,
+    /// "Durable sessions"). Returns `false` (and sends nothing) when the
+    /// session had already ended.
+    pub async fn end_with_notice(&self, notice: &SessionEnded) -> bool {
         let Some(attached) = self.end(notice.reason) else {
             return false;
         };
@@ -139,6 +146,9 @@ impl Session {
         {
             let mut state = self.state.lock();
             self.record_locked(&mut state, Direction::AgentToClient, line.clone(), stored);
+        }
+        if stored {
+            writer::until_committed(self.durable_barrier()).await;
         }
         for connection in attached {
             connection.push(line.clone(), Some(&self.id));
@@ -192,14 +202,17 @@ impl Session {
     ) {
         let now = SystemTime::now();
         state.updated_at = now;
-        if stored && let Some(persist) = self.store() {
+        if stored
+            && let Some(persist) = self.store()
+            && let Some(share) = &self.share
+        {
             let event = EventRow {
                 offset: state.log.count(),
                 at_ns: store::nanos(now),
                 direction,
                 message: message.clone(),
             };
-            persist.event(&self.agent, &self.id, event);
+            persist.event(share, &self.id, event);
         }
         state.log.record(now, direction, message);
     }
@@ -257,6 +270,14 @@ impl Session {
 
     /// Where this entry's changes go: `None` with `--store memory` or once
     /// it is retired.
+    /// Resolves once every event recorded so far is committed to the store
+    /// (or fails when the store turns degraded first); `None` with no
+    /// store, a degraded one, or a retired entry: what a durable answer
+    /// waits for (research/contract.md, "Durable sessions").
+    pub fn durable_barrier(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        self.store()?.barrier()
+    }
+
     fn store(&self) -> Option<&Arc<Persist>> {
         self.persist
             .as_ref()
@@ -445,6 +466,11 @@ pub struct ListPage {
 }
 
 impl Sessions {
+    /// The store's writer (`None` with `--store memory`).
+    pub(crate) fn store(&self) -> Option<&Arc<Persist>> {
+        self.persist.as_ref()
+    }
+
     /// An empty inventory whose changes go to `persist` (`None`: memory only).
     pub(crate) fn new(limits: InventoryLimits, persist: Option<Arc<Persist>>) -> Self {
         Self {
@@ -493,6 +519,7 @@ impl Sessions {
             };
             let session = Arc::new(Session {
                 id: row.session_id.clone(),
+                share: self.persist.as_ref().map(|p| p.share(&row.agent)),
                 agent: row.agent,
                 process_generation: RESTORED_GENERATION,
                 created_at: store::time_of(row.created_ns),
@@ -576,6 +603,7 @@ impl Sessions {
                 agent: agent.clone(),
                 process_generation,
                 created_at,
+                share: self.persist.as_ref().map(|p| p.share(&agent)),
                 persist: self.persist.clone(),
                 retired: std::sync::atomic::AtomicBool::new(false),
                 state: Mutex::new(state),

@@ -13,6 +13,7 @@
 
 mod file;
 mod rows;
+pub(crate) mod share;
 pub(crate) mod writer;
 pub use rows::{EventRow, SessionRow, StoreError};
 use rows::{RowSnapshot, Write, row_of};
@@ -590,7 +591,7 @@ impl Store {
                             .await?;
                     }
                 }
-                Write::Event { .. } | Write::Flush(_) => {}
+                Write::Event { .. } | Write::Flush(_) | Write::Barrier(_) => {}
             }
         }
         self.insert_events(&mut tx, &mut events, &mut counts)
@@ -658,6 +659,7 @@ impl Store {
                     agent,
                     session,
                     event,
+                    ..
                 } = write
                 else {
                     continue;

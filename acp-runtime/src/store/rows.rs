@@ -2,6 +2,7 @@
 //! writes the writer task batches, the error. A leaf of `store`: the store,
 //! the writer and the file checks all use it; it uses none of them.
 
+use super::share::Share;
 use bytes::Bytes;
 use ext_methods::{Direction, EndReason, ModelInfo};
 use serde_json::{Map, Value};
@@ -124,12 +125,18 @@ pub(crate) enum Write {
         agent: Arc<str>,
         session: Arc<str>,
         event: EventRow,
+        /// The agent's share of the queue, which counts it until written.
+        share: Arc<Share>,
     },
     /// Delete a session and its events (a pruned ended session, or an ended
     /// one replaced by a new session with the same id).
     Remove { agent: Arc<str>, session: Arc<str> },
     /// Answered once every earlier write is in the store.
     Flush(oneshot::Sender<()>),
+    /// Answered once every earlier write is in the store, or dropped
+    /// unanswered when the store turns degraded: what a durable answer
+    /// waits for, which an outage must not hold up.
+    Barrier(oneshot::Sender<()>),
 }
 
 impl Write {

@@ -5,6 +5,13 @@
 //! - The hot path never waits: a send is a push onto an unbounded channel
 //!   whose length and bytes are counted and capped; past the cap an event is
 //!   dropped, counted, and logged (rate limited): a gap, never a block.
+//! - An agent's flood is slowed, not dropped: each agent has its own
+//!   [`Share`] of the queue, and while the store is healthy and the share is
+//!   full, the agent's stdout reader waits ([`Persist::wait_for_room`]).
+//!   While the store is degraded nobody waits and the caps above apply.
+//! - An answer a client sees is durable: [`Persist::barrier`] resolves once
+//!   every earlier write is committed (group commit: it rides the batch),
+//!   or at once when the store turns degraded.
 //! - A batch is whatever queued while the previous one was written (at most
 //!   [`MAX_BATCH`] writes): under load batches grow by themselves, idle the
 //!   latency is one transaction.
@@ -26,13 +33,14 @@
 use super::Store;
 use super::file::Problem;
 use super::rows::{EventRow, Key, RowSnapshot, SessionRow, Write};
+use super::share::Share;
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64 as Sequence;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 /// Most writes in one transaction.
@@ -48,6 +56,32 @@ const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 /// How often an idle writer checks the SQLite file.
 const FILE_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a paused reader checks whether the store turned degraded.
+const PAUSE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+/// Longest an answer waits for its commit before it goes out anyway (a
+/// write that hangs is failed after [`WRITE_TIMEOUT`], which releases it
+/// too).
+pub(crate) const DURABLE_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits until `barrier` (from [`Persist::barrier`]) resolves, at most
+/// [`DURABLE_WAIT`]. Returns whether the writes before it are committed;
+/// `false` at once for `None` (no store, or a degraded one).
+pub(crate) async fn until_committed(barrier: Option<oneshot::Receiver<()>>) -> bool {
+    let Some(barrier) = barrier else {
+        return false;
+    };
+    match tokio::time::timeout(DURABLE_WAIT, barrier).await {
+        Ok(Ok(())) => true,
+        Ok(Err(_)) => false,
+        Err(_) => {
+            tracing::warn!(
+                waited = ?DURABLE_WAIT,
+                "session store: an answer waited too long for its commit; sent without it"
+            );
+            false
+        }
+    }
+}
 
 /// The newest unwritten row of an entry, and which marker writes it.
 #[derive(Debug)]
@@ -74,6 +108,12 @@ pub(crate) struct StoreHealth {
     pub dropped_events: u64,
     /// Writes the database refused for what they hold (dropped, logged).
     pub rejected_writes: u64,
+    /// Agents whose stdout reader waits for the writer now.
+    pub paused_agents: Vec<String>,
+    /// Times an agent's reader waited for the writer.
+    pub pauses: u64,
+    /// Milliseconds agents' readers waited for the writer, in total.
+    pub paused_ms: u64,
 }
 
 /// The hot path's handle on the writer task.
@@ -98,6 +138,11 @@ pub(crate) struct Persist {
     file_problem: Mutex<Option<String>>,
     backend: &'static str,
     drop_warning: LogLimit,
+    /// Each agent's share of the waiting writes.
+    shares: Mutex<HashMap<Arc<str>, Arc<Share>>>,
+    pauses: AtomicU64,
+    paused_ns: AtomicU64,
+    pause_notice: LogLimit,
 }
 
 impl Persist {
@@ -122,6 +167,16 @@ impl Persist {
                     count,
                     ?interval,
                     "session store: more events dropped (not stored)"
+                );
+            }),
+            shares: Mutex::new(HashMap::new()),
+            pauses: AtomicU64::new(0),
+            paused_ns: AtomicU64::new(0),
+            pause_notice: LogLimit::new(WARN_INTERVAL, |count, interval| {
+                tracing::info!(
+                    count,
+                    ?interval,
+                    "session store: agents' readers waited for the writer again"
                 );
             }),
         });
@@ -198,8 +253,75 @@ impl Persist {
         }
     }
 
-    /// Queues one event; dropped (counted, logged) past the waiting caps.
-    pub(crate) fn event(&self, agent: &Arc<str>, session: &Arc<str>, event: EventRow) {
+    /// The share of the queue of `agent`'s events (one per agent id).
+    pub(crate) fn share(&self, agent: &Arc<str>) -> Arc<Share> {
+        self.shares
+            .lock()
+            .entry(agent.clone())
+            .or_insert_with(|| Arc::new(Share::new(agent.clone())))
+            .clone()
+    }
+
+    /// Whether writes fail now (the store is unreachable, full, or its
+    /// file cannot be written).
+    fn is_degraded(&self) -> bool {
+        self.degraded.lock().is_some() || self.file_problem.lock().is_some()
+    }
+
+    /// Waits while `share` is full and the store is healthy: the caller is
+    /// the agent's stdout reader, so the agent's pipe pushes back on it.
+    /// Returns at once in the common case (two atomic loads); while the
+    /// store is degraded it never waits (an outage must not freeze agents).
+    pub(crate) async fn wait_for_room(&self, share: &Share) {
+        if !share.is_full() || self.is_degraded() {
+            return;
+        }
+        let started = Instant::now();
+        share.set_paused(true);
+        // Cleared however the wait ends (the reader's select may drop it).
+        let _paused = scopeguard(share);
+        self.pauses.fetch_add(1, Ordering::Relaxed);
+        if self.pause_notice.admit() {
+            tracing::info!(
+                agent = %share.agent,
+                "session store is behind: reading this agent's output waits for the writer"
+            );
+        }
+        loop {
+            let woken = share.notified();
+            if share.may_resume() || self.is_degraded() {
+                break;
+            }
+            let _ = tokio::time::timeout(PAUSE_CHECK_INTERVAL, woken).await;
+        }
+        let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.paused_ns.fetch_add(waited, Ordering::Relaxed);
+    }
+
+    /// A receiver that resolves once every write queued before this call is
+    /// committed, or fails (dropped) when the store turns degraded first;
+    /// `None` while the store is degraded. The writer answers it with the
+    /// batch it is in: a group commit, no transaction of its own.
+    pub(crate) fn barrier(&self) -> Option<oneshot::Receiver<()>> {
+        if self.is_degraded() {
+            return None;
+        }
+        let (done, committed) = oneshot::channel();
+        self.send(Write::Barrier(done));
+        Some(committed)
+    }
+
+    /// Wakes the paused readers whose share has room (all of them when
+    /// `force`: the store turned degraded).
+    fn wake_shares(&self, force: bool) {
+        for share in self.shares.lock().values() {
+            share.wake(force);
+        }
+    }
+
+    /// Queues one event of `share`'s agent; dropped (counted, logged) past
+    /// the waiting caps.
+    pub(crate) fn event(&self, share: &Arc<Share>, session: &Arc<str>, event: EventRow) {
         let bytes = event.message.len();
         if self.waiting.load(Ordering::Relaxed) >= MAX_WAITING
             || self.waiting_bytes.load(Ordering::Relaxed) + bytes > MAX_WAITING_BYTES
@@ -213,10 +335,12 @@ impl Persist {
             }
             return;
         }
+        share.add(bytes);
         self.send(Write::Event {
-            agent: agent.clone(),
+            agent: share.agent.clone(),
             session: session.clone(),
             event,
+            share: share.clone(),
         });
     }
 
@@ -253,6 +377,9 @@ impl Persist {
         self.waiting.fetch_sub(1, Ordering::Relaxed);
         self.waiting_bytes
             .fetch_sub(write.bytes(), Ordering::Relaxed);
+        if let Write::Event { share, .. } = write {
+            share.remove(write.bytes());
+        }
     }
 
     /// Whether shutdown has begun (see [`Self::begin_shutdown`]).
@@ -288,6 +415,15 @@ impl Persist {
             waiting: self.waiting.load(Ordering::Relaxed),
             dropped_events: self.dropped.load(Ordering::Relaxed),
             rejected_writes: self.rejected.load(Ordering::Relaxed),
+            paused_agents: self
+                .shares
+                .lock()
+                .values()
+                .filter(|share| share.is_paused())
+                .map(|share| share.agent.to_string())
+                .collect(),
+            pauses: self.pauses.load(Ordering::Relaxed),
+            paused_ms: self.paused_ns.load(Ordering::Relaxed) / 1_000_000,
         }
     }
 }
@@ -327,6 +463,7 @@ async fn run(
             }
         }
         if !file_ready(&store, &persist) {
+            release_barriers(&mut queue, &persist);
             take_while_waiting(&mut rx, &mut queue, retry).await;
             shed(&mut queue, &persist);
             retry = (retry * 2).min(RETRY_MAX);
@@ -344,6 +481,7 @@ async fn run(
             Ok(Ok(counts)) => {
                 written(&mut queue, take, &persist, &mut pruned);
                 persist.written_rows(rows);
+                persist.wake_shares(false);
                 isolate = isolate.saturating_sub(1);
                 if persist.degraded.lock().take().is_some() {
                     tracing::info!(store = store.describe(), "session store is writable again");
@@ -400,6 +538,7 @@ async fn run(
             );
         }
         *persist.degraded.lock() = Some(error);
+        release_barriers(&mut queue, &persist);
         take_while_waiting(&mut rx, &mut queue, retry).await;
         shed(&mut queue, &persist);
         retry = (retry * 2).min(RETRY_MAX);
@@ -456,7 +595,7 @@ fn written(
     for write in queue.drain(..count) {
         persist.written(&write);
         match write {
-            Write::Flush(done) => {
+            Write::Flush(done) | Write::Barrier(done) => {
                 let _ = done.send(());
             }
             Write::Remove { agent, session } => {
@@ -498,10 +637,37 @@ fn describe(write: &Write) -> String {
             agent,
             session,
             event,
+            ..
         } => format!("event {} of session {session:?} of {agent}", event.offset),
         Write::Remove { agent, session } => format!("removal of session {session:?} of {agent}"),
         Write::Flush(_) => "flush".to_owned(),
+        Write::Barrier(_) => "barrier".to_owned(),
     }
+}
+
+/// Clears `share`'s paused mark when dropped.
+fn scopeguard(share: &Share) -> impl Drop + '_ {
+    struct Unpause<'a>(&'a Share);
+    impl Drop for Unpause<'_> {
+        fn drop(&mut self) {
+            self.0.set_paused(false);
+        }
+    }
+    Unpause(share)
+}
+
+/// The store turned degraded: answers nobody waiting on a barrier (the
+/// dropped senders tell them the answer goes out undurable) and lets every
+/// paused reader go on, so an outage never holds up a client or an agent.
+fn release_barriers(queue: &mut VecDeque<Write>, persist: &Persist) {
+    queue.retain(|write| {
+        let barrier = matches!(write, Write::Barrier(_));
+        if barrier {
+            persist.written(write);
+        }
+        !barrier
+    });
+    persist.wake_shares(true);
 }
 
 /// Past the waiting caps, drops the oldest queued events (counted).

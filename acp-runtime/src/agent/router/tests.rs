@@ -80,7 +80,7 @@ impl Fixture {
 
     /// One line on the agent's stdout.
     fn agent_line(&self, line: &str) {
-        self.router.dispatch(Bytes::from(line.to_owned()));
+        let _ = self.router.dispatch(Bytes::from(line.to_owned()));
     }
 
     /// The lines written to the agent's stdin since the last call, each
@@ -942,13 +942,15 @@ async fn process_exit_fails_pending_requests_and_ends_live_sessions() {
         truncated: false,
         total_lines: Some(2),
     };
-    f.router.finish(
-        ExitInfo {
-            code: Some(1),
-            signal: None,
-        },
-        stderr,
-    );
+    f.router
+        .finish(
+            ExitInfo {
+                code: Some(1),
+                signal: None,
+            },
+            stderr,
+        )
+        .await;
 
     let message = "agent process exited (exit code 1)";
     let stderr_json =
@@ -1010,13 +1012,15 @@ async fn a_clean_exit_ends_sessions_as_completed() {
     let mut f = Fixture::new();
     let a = f.open(json!({}));
     let session = f.create_session(&a, "1", "s-1").await;
-    f.router.finish(
-        ExitInfo {
-            code: Some(0),
-            signal: None,
-        },
-        StderrExcerpt::default(),
-    );
+    f.router
+        .finish(
+            ExitInfo {
+                code: Some(0),
+                signal: None,
+            },
+            StderrExcerpt::default(),
+        )
+        .await;
     let ring = events(&a);
     assert_eq!(ring.len(), 1);
     assert_eq!(ring[0]["method"], SESSION_ENDED);
@@ -1227,7 +1231,7 @@ async fn answer_call(router: &Router, stdin: &mut mpsc::Receiver<Bytes>, member:
     assert_eq!(sent["method"], "initialize");
     assert_eq!(sent["params"], json!({"protocolVersion": 1}));
     let id = &sent["id"];
-    router.dispatch(Bytes::from(format!(
+    let _ = router.dispatch(Bytes::from(format!(
         r#"{{"jsonrpc":"2.0","id":{id},{member}}}"#
     )));
 }
@@ -1266,7 +1270,9 @@ async fn runtime_call_pending_at_exit_reports_the_exit() {
     let params = json!({});
     let exit = async {
         stdin.recv().await.expect("the call was written");
-        router.finish(ExitInfo::default(), StderrExcerpt::default());
+        router
+            .finish(ExitInfo::default(), StderrExcerpt::default())
+            .await;
     };
     let (outcome, ()) = tokio::join!(router.call("initialize", &params), exit);
     assert!(matches!(outcome, Err(None)), "{outcome:?}");
