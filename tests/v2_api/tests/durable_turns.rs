@@ -1,0 +1,267 @@
+//! An answer a client has seen is durable, and a flood loses nothing
+//! (research/contract.md, "Durable sessions"): the real server, a real
+//! SQLite file (and the harness's real PostgreSQL), killed with SIGKILL the
+//! moment an answer arrives, then started again on the same store.
+
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+use v2_api_tests::{PgServer, TempDir, TestServer, path_segment};
+
+const MOCK: &str = "mock";
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// Chunks of the turn that is answered and then killed.
+const TURN_CHUNKS: usize = 2000;
+
+/// Starts a server on `data_dir` with `--store store` (`None`: SQLite in
+/// the data dir) and `extra` arguments.
+async fn start(data_dir: &Path, store: Option<&str>, extra: &[&str]) -> TestServer {
+    let mut args = vec!["--data-dir", data_dir.to_str().expect("UTF-8 temp dir")];
+    if let Some(store) = store {
+        args.extend(["--store", store]);
+    }
+    args.extend_from_slice(extra);
+    TestServer::start(&args).await
+}
+
+/// Every logged event of `session`, paging from offset 0.
+async fn all_events(server: &TestServer, session: &str) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut offset = 0;
+    loop {
+        let page = server
+            .get_json(&format!(
+                "/v2/sessions/{}/events?agent={MOCK}&offset={offset}&limit=1000",
+                path_segment(session)
+            ))
+            .await;
+        let batch = page["events"].as_array().cloned().unwrap_or_default();
+        if batch.is_empty() {
+            return events;
+        }
+        offset = page["nextOffset"].as_u64().expect("nextOffset");
+        events.extend(batch);
+    }
+}
+
+/// How many of `events` are the agent's `agent_message_chunk` updates.
+fn chunks(events: &[Value]) -> usize {
+    events
+        .iter()
+        .filter(|event| {
+            event["message"]["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        })
+        .count()
+}
+
+/// Runs `runs` times: a turn of [`TURN_CHUNKS`] chunks is answered, the
+/// server is killed with SIGKILL at once, and a new server on the same
+/// store must show the whole turn, its answer included, offsets unbroken.
+async fn answered_turns_survive_sigkill(store: Option<&str>, runs: usize) {
+    let data = TempDir::new("answered");
+    for run in 0..runs {
+        let mut server = start(data.path(), store, &[]).await;
+        let conn = server.initialize(MOCK).await;
+        let session = server.new_session(&conn).await;
+        let answer = server
+            .prompt(
+                &conn,
+                &session,
+                json!(2),
+                &format!("!emit {TURN_CHUNKS} 64"),
+            )
+            .await;
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+        server.kill_now(TIMEOUT).await.expect("SIGKILL ends it");
+        drop(server);
+
+        let server = start(data.path(), store, &[]).await;
+        let events = all_events(&server, &session).await;
+        let offsets: Vec<u64> = events
+            .iter()
+            .map(|event| event["offset"].as_u64().expect("offset"))
+            .collect();
+        assert_eq!(
+            offsets,
+            (0..events.len() as u64).collect::<Vec<_>>(),
+            "run {run}: the stored log is unbroken"
+        );
+        assert_eq!(
+            chunks(&events),
+            TURN_CHUNKS,
+            "run {run}: every update of the answered turn is stored"
+        );
+        let last = events.last().expect("events");
+        assert_eq!(
+            last["message"],
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}),
+            "run {run}: the answer the client saw is stored, last"
+        );
+        drop(server);
+    }
+}
+
+#[tokio::test]
+async fn an_answered_turn_survives_sigkill_sqlite_50_runs() {
+    answered_turns_survive_sigkill(None, 50).await;
+}
+
+#[tokio::test]
+async fn an_answered_turn_survives_sigkill_postgres_10_runs() {
+    let pg = PgServer::start().await;
+    pg.create_database("sessions").await;
+    answered_turns_survive_sigkill(Some(&pg.url("sessions")), 10).await;
+}
+
+/// `_sandboxagent/session/terminate` answered: the end is stored, so the
+/// session comes back ended, not dormant, after SIGKILL.
+#[tokio::test]
+async fn a_terminated_session_is_still_ended_after_sigkill() {
+    let data = TempDir::new("terminated");
+    for run in 0..10 {
+        let mut server = start(data.path(), None, &[]).await;
+        let conn = server.initialize(MOCK).await;
+        let session = server.new_session(&conn).await;
+        let answer = server
+            .prompt(&conn, &session, json!(2), "!emit 500 64")
+            .await;
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+        let ended = server
+            .rpc(
+                &conn,
+                3,
+                "_sandboxagent/session/terminate",
+                json!({"sessionId": session}),
+            )
+            .await;
+        assert_eq!(ended["result"]["alreadyEnded"], false, "{ended}");
+        server.kill_now(TIMEOUT).await.expect("SIGKILL ends it");
+        drop(server);
+
+        let server = start(data.path(), None, &[]).await;
+        let entry = server
+            .get_json(&format!(
+                "/v2/sessions/{}?agent={MOCK}",
+                path_segment(&session)
+            ))
+            .await;
+        let meta = &entry["_meta"]["sandboxagent.dev"];
+        assert_eq!(meta["ended"], true, "run {run}: {entry}");
+        assert_ne!(meta["dormant"], true, "run {run}: {entry}");
+        let events = all_events(&server, &session).await;
+        assert!(
+            events
+                .iter()
+                .any(|event| event["message"]["method"] == "_sandboxagent/session/ended"),
+            "run {run}: the end notice is stored"
+        );
+    }
+}
+
+/// Four sessions of one agent flood it with 80 MB of updates while the
+/// store cannot write (a test transaction holds PostgreSQL's `events` table
+/// locked): reading the agent waits for the writer (`/v2/health` names the
+/// agent meanwhile), and once the lock goes every event is stored,
+/// `storeDroppedEvents` 0. Before, the writes past the 64 MiB queue cap
+/// were dropped from the stored log.
+#[tokio::test]
+async fn a_flood_while_the_store_is_slow_waits_and_stores_every_event() {
+    const SESSIONS: usize = 4;
+    const CHUNKS: usize = 2_500;
+    let pg = PgServer::start().await;
+    pg.create_database("sessions").await;
+    let url = pg.url("sessions");
+    let data = TempDir::new("flood");
+    let server = start(data.path(), Some(&url), &["--event-log-events", "20000"]).await;
+    let conn = server.initialize(MOCK).await;
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        sessions.push(server.new_session(&conn).await);
+    }
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url).await.expect("open the store");
+    let mut lock = pool.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock the events table");
+
+    let turns = sessions.iter().enumerate().map(|(index, session)| {
+        let api = server.api();
+        let (conn, session) = (conn.clone(), session.clone());
+        async move {
+            api.prompt(
+                &conn,
+                &session,
+                json!(10 + index),
+                &format!("!emit {CHUNKS} 8192"),
+            )
+            .await
+        }
+    });
+    let turns = tokio::spawn(futures::future::join_all(turns));
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let health = server.get_json("/v2/health").await;
+        if health["storePausedAgents"] == json!([MOCK]) {
+            assert_eq!(
+                health["store"], "ok",
+                "a slow store is not degraded: {health}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent's reader never waited for the locked store: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    lock.rollback().await.expect("unlock");
+
+    for answer in turns.await.expect("turns") {
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    }
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let health = loop {
+        let health = server.get_json("/v2/health").await;
+        if health["storeWaiting"] == 0 {
+            break health;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{health}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(health["storeDroppedEvents"], 0, "{health}");
+    assert!(
+        health["storePauses"].as_u64().is_some_and(|n| n > 0),
+        "{health}"
+    );
+    assert!(
+        health["storePausedMs"].as_u64().is_some_and(|n| n > 0),
+        "{health}"
+    );
+    assert_eq!(health["storePausedAgents"], json!([]), "{health}");
+    for session in &sessions {
+        let entry = server
+            .get_json(&format!(
+                "/v2/sessions/{}?agent={MOCK}",
+                path_segment(session)
+            ))
+            .await;
+        let count = entry["_meta"]["sandboxagent.dev"]["eventCount"]
+            .as_u64()
+            .expect("eventCount");
+        let stored: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM events WHERE agent = $1 AND session_id = $2")
+                .bind(MOCK)
+                .bind(session.as_str())
+                .fetch_one(&pool)
+                .await
+                .expect("count the stored events");
+        assert_eq!(
+            u64::try_from(stored).ok(),
+            Some(count),
+            "every event of {session} is in PostgreSQL"
+        );
+        assert!(count > CHUNKS as u64, "{entry}");
+    }
+}
