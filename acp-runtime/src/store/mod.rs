@@ -15,7 +15,7 @@ mod file;
 mod rows;
 pub(crate) mod share;
 pub(crate) mod writer;
-pub use rows::{EventRow, SessionRow, StoreError};
+pub use rows::{EventRow, PageQuery, SessionRow, StoreError};
 use rows::{RowSnapshot, Write, row_of};
 
 use bytes::Bytes;
@@ -197,6 +197,11 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
         "hints and listing index",
         include_str!("../../migrations/sqlite/0002_hints_and_listing_index.sql"),
     ),
+    (
+        3,
+        "first prompt and id index",
+        include_str!("../../migrations/sqlite/0003_first_prompt_and_id_index.sql"),
+    ),
 ]);
 
 const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
@@ -209,6 +214,11 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
         2,
         "hints and listing index",
         include_str!("../../migrations/postgres/0002_hints_and_listing_index.sql"),
+    ),
+    (
+        3,
+        "first prompt and id index",
+        include_str!("../../migrations/postgres/0003_first_prompt_and_id_index.sql"),
     ),
 ]);
 
@@ -442,19 +452,154 @@ impl Store {
         }
     }
 
-    /// Every inventory entry of this runtime id, newest first (a row this
-    /// runtime cannot read is skipped with a warning).
+    /// One page of this runtime id's inventory, newest first (by
+    /// `created_ns`, agent, session id, all descending: the
+    /// `sessions_newest_first` index, so a page costs the same at any size),
+    /// after `query.after` and matching its filters; a row this runtime
+    /// cannot read is skipped with a warning.
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] naming the store when the query fails.
+    pub async fn page(&self, query: &PageQuery) -> Result<Vec<SessionRow>, StoreError> {
+        let mut sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE runtime_id = $1");
+        let mut next = 2;
+        let mut param = |sql: &mut String, clause: &str| {
+            sql.push_str(&clause.replace('?', &format!("${next}")));
+            next += 1;
+        };
+        if query.agent.is_some() {
+            param(&mut sql, " AND agent = ?");
+        }
+        if query.cwd.is_some() {
+            param(&mut sql, " AND cwd = ?");
+        }
+        match query.ended {
+            Some(true) => sql.push_str(" AND end_reason IS NOT NULL"),
+            Some(false) => sql.push_str(" AND end_reason IS NULL"),
+            None => {}
+        }
+        if query.title.is_some() {
+            param(&mut sql, " AND lower(title) LIKE ? ESCAPE '\\'");
+        }
+        if query.after.is_some() {
+            let (a, b, c) = (next, next + 1, next + 2);
+            sql.push_str(&format!(
+                " AND (created_ns < ${a} OR (created_ns = ${a} AND (agent < ${b} \
+                 OR (agent = ${b} AND session_id < ${c}))))"
+            ));
+            next += 3;
+        }
+        sql.push_str(&format!(
+            " ORDER BY created_ns DESC, agent DESC, session_id DESC LIMIT ${next}"
+        ));
+        let sql = self.sql(&sql).into_owned();
+        let mut select = sqlx::query(&sql).bind(&*self.runtime_id);
+        if let Some(agent) = &query.agent {
+            select = select.bind(agent.as_str());
+        }
+        if let Some(cwd) = &query.cwd {
+            select = select.bind(cwd.as_str());
+        }
+        if let Some(title) = &query.title {
+            select = select.bind(like_pattern(title));
+        }
+        if let Some((created_ns, agent, session)) = &query.after {
+            select = select
+                .bind(*created_ns)
+                .bind(agent.as_str())
+                .bind(session.as_str());
+        }
+        let rows = select
+            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|source| StoreError::Read {
+                what: self.what.to_string(),
+                source,
+            })?;
+        Ok(self.readable(&rows))
+    }
+
+    /// Every inventory entry of this runtime id, newest first (the CLI's
+    /// offline listing; the server pages with [`Self::page`]).
     ///
     /// # Errors
     /// [`StoreError::Read`] naming the store when the query fails.
     pub async fn sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
-        let sql = self.sql(
-            "SELECT agent, session_id, cwd, created_ns, updated_ns, end_reason, metadata, \
-             event_count, title, model, mode, models FROM sessions WHERE runtime_id = $1 \
-             ORDER BY created_ns DESC, agent DESC, session_id DESC",
+        self.page(&PageQuery {
+            limit: i64::MAX as usize,
+            ..PageQuery::default()
+        })
+        .await
+    }
+
+    /// The entries of session `id` (of `agent` only, when given): one per
+    /// agent that has the id, read through the `sessions_by_id` index.
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] naming the store when the query fails.
+    pub async fn entries_of(
+        &self,
+        agent: Option<&str>,
+        id: &str,
+    ) -> Result<Vec<SessionRow>, StoreError> {
+        let mut sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE runtime_id = $1 AND session_id = $2"
         );
+        if agent.is_some() {
+            sql.push_str(" AND agent = $3");
+        }
+        let sql = self.sql(&sql).into_owned();
+        let mut select = sqlx::query(&sql).bind(&*self.runtime_id).bind(id);
+        if let Some(agent) = agent {
+            select = select.bind(agent);
+        }
+        let rows = select
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|source| StoreError::Read {
+                what: self.what.to_string(),
+                source,
+            })?;
+        Ok(self.readable(&rows))
+    }
+
+    /// How many entries this runtime id has.
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] naming the store when the query fails.
+    pub async fn count_sessions(&self) -> Result<u64, StoreError> {
+        let sql = self.sql("SELECT count(*) AS n FROM sessions WHERE runtime_id = $1");
+        let row = sqlx::query(&sql)
+            .bind(&*self.runtime_id)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|source| StoreError::Read {
+                what: self.what.to_string(),
+                source,
+            })?;
+        Ok(u64::try_from(row.try_get::<i64, _>("n").unwrap_or(0)).unwrap_or(0))
+    }
+
+    /// The keys (agent, session id) of this runtime id's entries past the
+    /// newest `keep`, oldest last: what retention (`--ended-sessions`)
+    /// deletes, once the caller has spared the live ones.
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] naming the store when the query fails.
+    pub async fn keys_past(&self, keep: u64) -> Result<Vec<(String, String)>, StoreError> {
+        let sql = self.sql(
+            "SELECT agent, session_id FROM sessions WHERE runtime_id = $1 \
+             ORDER BY created_ns DESC, agent DESC, session_id DESC LIMIT -1 OFFSET $2",
+        );
+        let sql = if self.backend == Backend::Postgres {
+            Cow::Owned(sql.replace("LIMIT -1 ", ""))
+        } else {
+            sql
+        };
         let rows = sqlx::query(&sql)
             .bind(&*self.runtime_id)
+            .bind(i64::try_from(keep).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
             .await
             .map_err(|source| StoreError::Read {
@@ -463,6 +608,19 @@ impl Store {
             })?;
         Ok(rows
             .iter()
+            .filter_map(|row| {
+                Some((
+                    row.try_get::<String, _>("agent").ok()?,
+                    row.try_get::<String, _>("session_id").ok()?,
+                ))
+            })
+            .collect())
+    }
+
+    /// The rows this runtime can read (a row it cannot is skipped with a
+    /// warning naming it).
+    fn readable(&self, rows: &[AnyRow]) -> Vec<SessionRow> {
+        rows.iter()
             .filter_map(|row| match session_row(row) {
                 Ok(session) => Some(session),
                 Err(error) => {
@@ -477,7 +635,7 @@ impl Store {
                     None
                 }
             })
-            .collect())
+            .collect()
     }
 
     /// Up to `limit` events of (`agent`, `session_id`) at or after `offset`,
@@ -697,13 +855,14 @@ impl Store {
     ) -> Result<(), sqlx::Error> {
         let sql = self.sql(
             "INSERT INTO sessions (runtime_id, agent, session_id, cwd, created_ns, updated_ns, \
-             end_reason, metadata, event_count, title, model, mode, models) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             end_reason, metadata, event_count, title, model, mode, models, first_prompt) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
              ON CONFLICT (runtime_id, agent, session_id) DO UPDATE SET cwd = excluded.cwd, \
              created_ns = excluded.created_ns, updated_ns = excluded.updated_ns, \
              end_reason = excluded.end_reason, metadata = excluded.metadata, \
              event_count = excluded.event_count, title = excluded.title, \
-             model = excluded.model, mode = excluded.mode, models = excluded.models",
+             model = excluded.model, mode = excluded.mode, models = excluded.models, \
+             first_prompt = excluded.first_prompt",
         );
         sqlx::query(&sql)
             .bind(&*self.runtime_id)
@@ -723,6 +882,7 @@ impl Store {
                     .as_ref()
                     .and_then(|models| serde_json::to_string(models).ok()),
             )
+            .bind(row.first_prompt.as_deref().map(text))
             .execute(&mut **tx)
             .await?;
         Ok(())
@@ -862,6 +1022,25 @@ fn end_reason_text(reason: EndReason) -> &'static str {
     }
 }
 
+/// The columns of an inventory entry, as [`session_row`] reads them.
+const SESSION_COLUMNS: &str = "agent, session_id, cwd, created_ns, updated_ns, end_reason, \
+     metadata, event_count, title, model, mode, models, first_prompt";
+
+/// A `LIKE` pattern matching `text` anywhere, lower case, its `%`, `_` and
+/// `\` escaped (with `ESCAPE '\'`).
+fn like_pattern(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len() + 2);
+    pattern.push('%');
+    for c in text.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
 fn session_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
     let bad = |e: sqlx::Error| StoreError::Row(e.to_string());
     let end_reason = match row
@@ -893,6 +1072,7 @@ fn session_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
         model: row.try_get("model").map_err(bad)?,
         mode: row.try_get("mode").map_err(bad)?,
         models: models.and_then(|text| serde_json::from_str(&text).ok()),
+        first_prompt: row.try_get("first_prompt").map_err(bad)?,
     })
 }
 

@@ -671,6 +671,7 @@ fn stored_entry(row: &store::SessionRow) -> Value {
         title: row.title.clone(),
         model: row.model.clone(),
         mode: row.mode.clone(),
+        first_prompt: row.first_prompt.clone(),
         extra,
     };
     let mut namespace = Map::new();
