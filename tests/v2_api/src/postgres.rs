@@ -10,6 +10,9 @@
 //! data and socket directories owned by that user. Clients (`psql`, the
 //! runtime under test) connect over TCP to `127.0.0.1` as the database
 //! superuser `sandbox`, with trust authentication.
+//!
+//! [`PgServer::start_with_tls`] starts one with `ssl=on` and a certificate
+//! the test made; clients may then connect with or without TLS.
 
 use std::fs::File;
 use std::net::TcpListener;
@@ -71,7 +74,15 @@ struct Inner {
     owner: (Uid, Gid),
     /// The running `postgres` (postmaster) process; `None` while stopped.
     postmaster: Mutex<Option<Child>>,
+    /// Extra `-c name=value` settings of every start (TLS: `ssl=on` and
+    /// the certificate files).
+    settings: Vec<String>,
 }
+
+/// The server's certificate and key, copied into the server's directory.
+const TLS_CERT: &str = "server.crt";
+/// See [`TLS_CERT`].
+const TLS_KEY: &str = "server.key";
 
 /// Paths of the PostgreSQL programs this harness runs.
 struct Binaries {
@@ -93,8 +104,37 @@ impl PgServer {
     /// is not ready in time (the message includes the server's log).
     pub async fn start() -> PgServer {
         PgServer {
-            inner: Arc::new(blocking(Inner::create).await),
+            inner: Arc::new(blocking(|| Inner::create(None)).await),
         }
+    }
+
+    /// Like [`PgServer::start`], with TLS on (`-c ssl=on`): `cert` (PEM,
+    /// the chain the server presents) and `key` (its PEM private key) are
+    /// copied into the server's directory, owned by the server's user, the
+    /// key with mode 0600 as PostgreSQL requires. Clients choose TLS or not
+    /// (no `hostssl` rule); `pg_stat_ssl` shows which they chose.
+    ///
+    /// # Panics
+    /// As [`PgServer::start`]; also when the files cannot be copied.
+    pub async fn start_with_tls(cert: &Path, key: &Path) -> PgServer {
+        let files = (cert.to_owned(), key.to_owned());
+        PgServer {
+            inner: Arc::new(blocking(move || Inner::create(Some(files))).await),
+        }
+    }
+
+    /// Replaces the certificate and key of a server started with
+    /// [`PgServer::start_with_tls`] and reloads its configuration
+    /// (`pg_reload_conf()`): new connections get the new certificate,
+    /// open ones keep theirs.
+    ///
+    /// # Panics
+    /// When the files cannot be copied or `psql` fails.
+    pub async fn replace_tls_files(&self, cert: &Path, key: &Path) {
+        let inner = Arc::clone(&self.inner);
+        let (cert, key) = (cert.to_owned(), key.to_owned());
+        blocking(move || inner.install_tls_files(&cert, &key)).await;
+        self.psql("postgres", "SELECT pg_reload_conf()").await;
     }
 
     /// The connection URL of database `db`:
@@ -180,7 +220,7 @@ impl Inner {
     /// Finds the binaries, runs `initdb` as the non-root user and starts the
     /// server on a free port (trying a few ports, in case another process
     /// takes the chosen one first).
-    fn create() -> Inner {
+    fn create(tls: Option<(PathBuf, PathBuf)>) -> Inner {
         const PORT_ATTEMPTS: usize = 3;
         let bin = Binaries::find();
         let owner = server_user();
@@ -208,8 +248,18 @@ impl Inner {
             port: 0,
             owner,
             postmaster: Mutex::new(None),
+            settings: Vec::new(),
         };
         inner.initdb();
+        if let Some((cert, key)) = tls {
+            inner.install_tls_files(&cert, &key);
+            let path = |name: &str| inner.root.join("tls").join(name).display().to_string();
+            inner.settings = vec![
+                "ssl=on".to_owned(),
+                format!("ssl_cert_file={}", path(TLS_CERT)),
+                format!("ssl_key_file={}", path(TLS_KEY)),
+            ];
+        }
         for attempt in 1..=PORT_ATTEMPTS {
             inner.port = free_port();
             inner.spawn_postmaster();
@@ -261,10 +311,34 @@ impl Inner {
             .arg(&self.socket_dir)
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
             .args(["-c", "fsync=off", "-c", "shared_buffers=16MB"]);
+        for setting in &self.settings {
+            command.arg("-c").arg(setting);
+        }
         let child = command
             .spawn()
             .unwrap_or_else(|error| panic!("spawn {}: {error}", self.bin.postgres.display()));
         *self.postmaster() = Some(child);
+    }
+
+    /// Copies `cert` and `key` to `root/tls/`, owned by the server's user
+    /// (the key readable by it alone: PostgreSQL refuses a wider one).
+    fn install_tls_files(&self, cert: &Path, key: &Path) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = self.root.join("tls");
+        let fail = |what: &Path, error: std::io::Error| -> ! {
+            panic!("TLS files: {}: {error}", what.display())
+        };
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| fail(&dir, e));
+        chown(&dir, Some(self.owner.0), Some(self.owner.1))
+            .unwrap_or_else(|e| fail(&dir, e.into()));
+        for (from, name, mode) in [(cert, TLS_CERT, 0o644), (key, TLS_KEY, 0o600)] {
+            let to = dir.join(name);
+            std::fs::copy(from, &to).unwrap_or_else(|e| fail(from, e));
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))
+                .unwrap_or_else(|e| fail(&to, e));
+            chown(&to, Some(self.owner.0), Some(self.owner.1))
+                .unwrap_or_else(|e| fail(&to, e.into()));
+        }
     }
 
     /// A command for `program` as the server's user, in the server's
