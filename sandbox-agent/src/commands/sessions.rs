@@ -19,6 +19,7 @@
 
 use super::args::{RemoteArgs, URL_ENV};
 use acp_runtime::store::{self, Store, StoreUrl};
+use clap::builder::NonEmptyStringValueParser;
 use clap::{Args, Subcommand};
 use ext_methods::{Direction, SessionEvent, SessionEventsPage, SessionMeta};
 use reqwest::Url;
@@ -99,12 +100,14 @@ pub enum SessionsCommand {
     /// Every field of one session.
     Show {
         /// The session id.
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         id: String,
     },
     /// The session's recorded ACP messages, one line each: offset, time,
     /// direction, method (or result/error and the request id), a summary.
     Events {
         /// The session id.
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         id: String,
         /// Keep polling for new events (every 500 ms) until Ctrl-C; needs a
         /// server.
