@@ -265,16 +265,17 @@ async fn require_and_the_default_encrypt_disable_does_not_and_failed_checks_are_
         pg.create_database("required").await;
         let server = serving(&url(&pg, "127.0.0.1", "required", "sslmode=require")).await;
         store_state(&server, "ok", Duration::from_secs(20)).await;
-        assert_eq!(encrypted(&pg, "required").await.1, true, "require encrypts");
+        let (connections, all) = encrypted(&pg, "required").await;
+        assert!(connections >= 1 && all, "require encrypts");
         drop(server);
 
         // No sslmode: `prefer`, as libpq, so TLS when the server offers it.
         pg.create_database("preferred").await;
         let server = serving(&url(&pg, "127.0.0.1", "preferred", "")).await;
         store_state(&server, "ok", Duration::from_secs(20)).await;
-        assert_eq!(
-            encrypted(&pg, "preferred").await.1,
-            true,
+        let (connections, all) = encrypted(&pg, "preferred").await;
+        assert!(
+            connections >= 1 && all,
             "the default (prefer) encrypts when the server offers TLS"
         );
         drop(server);
