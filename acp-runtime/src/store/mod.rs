@@ -118,7 +118,12 @@ fn redact_password(url: &str) -> String {
     if parsed.password().is_some() {
         let _ = parsed.set_password(Some("***"));
     }
-    if parsed.query().is_some() {
+    // Rebuilt only when it holds a password: rebuilding re-encodes every
+    // value, and `sslrootcert=/etc/ca.pem` should read as typed.
+    if parsed
+        .query_pairs()
+        .any(|(key, _)| key.eq_ignore_ascii_case("password"))
+    {
         let pairs: Vec<(String, String)> = parsed
             .query_pairs()
             .map(|(key, value)| {
@@ -974,6 +979,19 @@ mod tests {
                 .expect("postgresql")
                 .redacted(),
             "postgresql://u@h/db"
+        );
+        let url =
+            StoreUrl::parse("postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem&password=p")
+                .expect("postgres");
+        assert_eq!(
+            url.redacted(),
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Fca.pem&password=***"
+        );
+        let url = StoreUrl::parse("postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem")
+            .expect("postgres");
+        assert_eq!(
+            url.redacted(),
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem"
         );
     }
 }
