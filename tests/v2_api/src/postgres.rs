@@ -74,9 +74,6 @@ struct Inner {
     owner: (Uid, Gid),
     /// The running `postgres` (postmaster) process; `None` while stopped.
     postmaster: Mutex<Option<Child>>,
-    /// Extra `-c name=value` settings of every start (TLS: `ssl=on` and
-    /// the certificate files).
-    settings: Vec<String>,
 }
 
 /// The server's certificate and key, copied into the server's directory.
@@ -108,11 +105,13 @@ impl PgServer {
         }
     }
 
-    /// Like [`PgServer::start`], with TLS on (`-c ssl=on`): `cert` (PEM,
-    /// the chain the server presents) and `key` (its PEM private key) are
-    /// copied into the server's directory, owned by the server's user, the
-    /// key with mode 0600 as PostgreSQL requires. Clients choose TLS or not
-    /// (no `hostssl` rule); `pg_stat_ssl` shows which they chose.
+    /// Like [`PgServer::start`], with TLS on (`ssl = on` in the cluster's
+    /// `postgresql.conf`, so `ALTER SYSTEM SET ssl = off` and a reload can
+    /// turn it off): `cert` (PEM, the chain the server presents) and `key`
+    /// (its PEM private key) are copied into the server's directory, owned
+    /// by the server's user, the key with mode 0600 as PostgreSQL requires.
+    /// Clients choose TLS or not (no `hostssl` rule); `pg_stat_ssl` shows
+    /// which they chose.
     ///
     /// # Panics
     /// As [`PgServer::start`]; also when the files cannot be copied.
@@ -248,17 +247,11 @@ impl Inner {
             port: 0,
             owner,
             postmaster: Mutex::new(None),
-            settings: Vec::new(),
         };
         inner.initdb();
         if let Some((cert, key)) = tls {
             inner.install_tls_files(&cert, &key);
-            let path = |name: &str| inner.root.join("tls").join(name).display().to_string();
-            inner.settings = vec![
-                "ssl=on".to_owned(),
-                format!("ssl_cert_file={}", path(TLS_CERT)),
-                format!("ssl_key_file={}", path(TLS_KEY)),
-            ];
+            inner.enable_tls();
         }
         for attempt in 1..=PORT_ATTEMPTS {
             inner.port = free_port();
@@ -311,9 +304,6 @@ impl Inner {
             .arg(&self.socket_dir)
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
             .args(["-c", "fsync=off", "-c", "shared_buffers=16MB"]);
-        for setting in &self.settings {
-            command.arg("-c").arg(setting);
-        }
         let child = command
             .spawn()
             .unwrap_or_else(|error| panic!("spawn {}: {error}", self.bin.postgres.display()));
@@ -339,6 +329,23 @@ impl Inner {
             chown(&to, Some(self.owner.0), Some(self.owner.1))
                 .unwrap_or_else(|e| fail(&to, e.into()));
         }
+    }
+
+    /// Appends `ssl = on` and the certificate files to `postgresql.conf`.
+    fn enable_tls(&self) {
+        use std::io::Write as _;
+        let conf = self.data_dir.join("postgresql.conf");
+        let path = |name: &str| self.root.join("tls").join(name).display().to_string();
+        let lines = format!(
+            "\nssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+            path(TLS_CERT),
+            path(TLS_KEY)
+        );
+        File::options()
+            .append(true)
+            .open(&conf)
+            .and_then(|mut file| file.write_all(lines.as_bytes()))
+            .unwrap_or_else(|error| panic!("{}: {error}", conf.display()));
     }
 
     /// A command for `program` as the server's user, in the server's

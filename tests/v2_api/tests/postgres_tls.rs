@@ -350,6 +350,30 @@ async fn require_and_the_default_encrypt_disable_does_not_and_failed_checks_are_
             stderr.contains(&format!("sslrootcert {missing}: ")),
             "{stderr}"
         );
+
+        // TLS switched off on the server: require is refused with that
+        // reason, the default (prefer) connects in plain text.
+        pg.psql("postgres", "ALTER SYSTEM SET ssl = off").await;
+        pg.psql("postgres", "SELECT pg_reload_conf()").await;
+        // The postmaster reloads asynchronously; new sessions show when.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while pg.psql("postgres", "SHOW ssl").await != "off" {
+            assert!(tokio::time::Instant::now() < deadline, "ssl stays on");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let stderr = start_up_error(&url(&pg, "127.0.0.1", "required", "sslmode=require")).await;
+        assert!(
+            stderr.contains("TLS check failed: the server does not offer TLS, and sslmode=require"),
+            "{stderr}"
+        );
+        pg.create_database("fallback").await;
+        let server = serving(&url(&pg, "127.0.0.1", "fallback", "")).await;
+        store_state(&server, "ok", Duration::from_secs(20)).await;
+        let (connections, all) = encrypted(&pg, "fallback").await;
+        assert!(
+            connections >= 1 && !all,
+            "prefer goes plain when TLS is off"
+        );
     })
     .await
     .expect("the test timed out");
