@@ -50,7 +50,7 @@ const SPINNER_FRAME: Duration = Duration::from_millis(80);
 /// What precedes the session id on stderr (scripts read the line).
 const SESSION_LINE: &str = "session: ";
 
-/// `sandbox-agent prompt [--agent mock] [--url URL] [--token T] [--yes|--deny] "text"`.
+/// `sandbox-agent prompt [--agent mock] [--url URL] [--token T] [--session ID] [--yes|--deny] "text"`.
 #[derive(Debug, Clone, Args)]
 pub struct PromptArgs {
     /// Agent id to prompt.

@@ -60,7 +60,8 @@ pub struct SessionsArgs {
     pub server: RemoteArgs,
     /// Read a session store instead of asking a server: `sqlite:PATH` (a
     /// server's default is sqlite:<data-dir>/sessions.db) or
-    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`. Opening it brings its
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` (TLS as libpq:
+    /// `?sslmode=verify-full&sslrootcert=CA.pem`). Opening it brings its
     /// schema up to this binary's version.
     #[arg(long, global = true, value_name = "URL", value_parser = StoreUrl::parse)]
     pub store: Option<StoreUrl>,
