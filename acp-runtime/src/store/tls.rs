@@ -83,17 +83,21 @@ pub(crate) struct Settings {
 
 impl Settings {
     /// Reads `sslmode` (default: `$PGSSLMODE`, else `prefer`, as libpq)
-    /// and `sslrootcert` of `url`.
+    /// and `sslrootcert` of `url`. A URL that does not parse has neither
+    /// (the driver then names what is wrong with it).
+    ///
+    /// The errors never quote the URL: it may hold a password, and the
+    /// caller shows it redacted (research/contract.md, "Durable sessions").
     ///
     /// # Errors
     /// A sentence for an unknown or unsupported `sslmode`, an empty
     /// `sslrootcert`, or a parameter given twice.
     pub(crate) fn from_url(url: &str) -> Result<Self, String> {
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|e| format!("the PostgreSQL URL does not parse: {e}"))?;
+        let parsed = reqwest::Url::parse(url).ok();
         let mut mode = None;
         let mut root = None;
-        for (key, value) in parsed.query_pairs() {
+        let pairs = parsed.iter().flat_map(|parsed| parsed.query_pairs());
+        for (key, value) in pairs {
             let slot = if MODE_KEYS.contains(&key.as_ref()) {
                 &mut mode
             } else if ROOT_KEYS.contains(&key.as_ref()) {
@@ -124,7 +128,11 @@ impl Settings {
             mode,
             given,
             root,
-            host: parsed.host_str().unwrap_or("localhost").to_owned(),
+            host: parsed
+                .as_ref()
+                .and_then(|parsed| parsed.host_str())
+                .unwrap_or("localhost")
+                .to_owned(),
         })
     }
 
