@@ -14,6 +14,7 @@
 mod file;
 mod rows;
 pub(crate) mod share;
+mod tls;
 pub(crate) mod writer;
 pub use rows::{EventRow, PageQuery, SessionRow, StoreError};
 use rows::{RowSnapshot, Write, row_of};
@@ -46,13 +47,18 @@ pub enum StoreUrl {
     Memory,
     /// A SQLite file, created when missing.
     Sqlite(PathBuf),
-    /// A PostgreSQL database, `postgres://user[:password]@host[:port]/db[?…]`.
+    /// A PostgreSQL database, `postgres://user[:password]@host[:port]/db[?…]`,
+    /// over TLS as its `sslmode` and `sslrootcert` say (libpq's rules).
     Postgres(String),
 }
 
 impl StoreUrl {
     /// Parses `memory`, `sqlite:PATH` (or `sqlite://PATH`) and
     /// `postgres://…` / `postgresql://…`.
+    ///
+    /// A PostgreSQL URL is taken as it is: its `sslmode` and `sslrootcert`
+    /// are checked when the store is opened, whose error shows the URL
+    /// redacted (a parser's error would quote it, password and all).
     ///
     /// # Errors
     /// A message naming the accepted forms.
@@ -114,7 +120,12 @@ fn redact_password(url: &str) -> String {
     if parsed.password().is_some() {
         let _ = parsed.set_password(Some("***"));
     }
-    if parsed.query().is_some() {
+    // Rebuilt only when it holds a password: rebuilding re-encodes every
+    // value, and `sslrootcert=/etc/ca.pem` should read as typed.
+    if parsed
+        .query_pairs()
+        .any(|(key, _)| key.eq_ignore_ascii_case("password"))
+    {
         let pairs: Vec<(String, String)> = parsed
             .query_pairs()
             .map(|(key, value)| {
@@ -180,6 +191,9 @@ pub struct Store {
     /// The SQLite file as opened, checked before writes and while idle
     /// (`None` for PostgreSQL).
     file: Option<Arc<file::SqliteFile>>,
+    /// PostgreSQL's TLS settings, to name a failed check in errors
+    /// (`None` for SQLite).
+    tls: Option<Arc<tls::Settings>>,
 }
 
 /// The embedded migrations of one backend (`acp-runtime/migrations/<backend>/`).
@@ -306,10 +320,13 @@ impl Store {
     /// # Errors
     /// [`StoreError::Open`] naming the file or (redacted) URL when it cannot
     /// be opened, is not a database or is not writable;
+    /// [`StoreError::Tls`] naming the TLS check PostgreSQL's connection
+    /// failed (or the bad `sslmode` / `sslrootcert`);
     /// [`StoreError::Migrate`] when the schema cannot be brought up to date.
     pub async fn open(url: &StoreUrl, runtime_id: &str) -> Result<Option<Self>, StoreError> {
         sqlx::any::install_default_drivers();
         let what = url.redacted();
+        let mut tls = None;
         let (connect, backend, pool_size) = match url {
             StoreUrl::Memory => return Ok(None),
             StoreUrl::Sqlite(path) => {
@@ -323,11 +340,29 @@ impl Store {
                 let encoded = percent_encoding::utf8_percent_encode(path, SQLITE_PATH).to_string();
                 (format!("sqlite://{encoded}?mode=rwc"), Backend::Sqlite, 4)
             }
-            StoreUrl::Postgres(url) => (url.clone(), Backend::Postgres, 4),
+            StoreUrl::Postgres(url) => {
+                let settings = tls::Settings::from_url(url)
+                    .and_then(|settings| settings.check_root_file().map(|()| settings))
+                    .map_err(|reason| StoreError::Tls {
+                        what: what.clone(),
+                        reason,
+                    })?;
+                let connect = settings.connect_url(url);
+                tls = Some(Arc::new(settings));
+                (connect, Backend::Postgres, 4)
+            }
         };
-        let open_error = |source| StoreError::Open {
-            what: what.clone(),
-            source,
+        // A failed TLS check is told as the check that failed, not as the
+        // driver's I/O error (research/contract.md, "PostgreSQL over TLS").
+        let open_error = |source: sqlx::Error| match tls.as_ref().and_then(|t| t.explain(&source)) {
+            Some(reason) => StoreError::Tls {
+                what: what.clone(),
+                reason,
+            },
+            None => StoreError::Open {
+                what: what.clone(),
+                source,
+            },
         };
         // Servers started at once on one SQLite file take turns to open and
         // migrate it: SQLite answers "database is locked" at once (no busy
@@ -420,6 +455,7 @@ impl Store {
             runtime_id: runtime_id.into(),
             what: what.into(),
             file,
+            tls,
         }))
     }
 
@@ -432,6 +468,15 @@ impl Store {
     /// (`Ok` for PostgreSQL); see [`file::Problem`].
     pub(crate) fn check_file(&self) -> Result<(), file::Problem> {
         self.file.as_ref().map_or(Ok(()), |file| file.check())
+    }
+
+    /// `error` as the degraded state and logs show it: a failed TLS check
+    /// named as such, else the driver's text.
+    pub(crate) fn error_text(&self, error: &sqlx::Error) -> String {
+        self.tls
+            .as_ref()
+            .and_then(|tls| tls.explain(error))
+            .unwrap_or_else(|| error.to_string())
     }
 
     /// Whether this is a PostgreSQL store (else SQLite).
@@ -1117,6 +1162,19 @@ mod tests {
                 .expect("postgresql")
                 .redacted(),
             "postgresql://u@h/db"
+        );
+        let url =
+            StoreUrl::parse("postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem&password=p")
+                .expect("postgres");
+        assert_eq!(
+            url.redacted(),
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Fca.pem&password=***"
+        );
+        let url = StoreUrl::parse("postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem")
+            .expect("postgres");
+        assert_eq!(
+            url.redacted(),
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem"
         );
     }
 }

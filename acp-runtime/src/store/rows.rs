@@ -21,6 +21,15 @@ pub enum StoreError {
         /// What the driver said.
         source: sqlx::Error,
     },
+    /// Connecting to PostgreSQL failed a TLS check, or its `sslmode` or
+    /// `sslrootcert` is wrong; `reason` names the check.
+    #[error("cannot open the session store {what}: {reason}")]
+    Tls {
+        /// The store, password redacted.
+        what: String,
+        /// The check that failed, in words.
+        reason: String,
+    },
     /// A schema migration failed (or the database is newer than this binary).
     #[error("cannot migrate the session store {what}: {source}")]
     Migrate {

@@ -534,7 +534,7 @@ async fn run(
         };
         let error = match error {
             sqlx::Error::PoolTimedOut => format!("a write took longer than {WRITE_TIMEOUT:?}"),
-            other => other.to_string(),
+            other => store.error_text(&other),
         };
         if failure_warning.admit() {
             tracing::warn!(
