@@ -23,7 +23,8 @@ pub mod names;
 pub mod types;
 
 pub use attach::{
-    AttachParams, AttachResult, HistoryGap, HistoryPolicy, OBSERVER_FORBIDDEN, RequestResolved, Role,
+    AttachParams, AttachResult, HistoryGap, HistoryPolicy, OBSERVER_FORBIDDEN, RequestResolved,
+    Role,
 };
 pub use fs::*;
 pub use meta::SessionMeta;

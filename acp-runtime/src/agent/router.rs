@@ -746,7 +746,11 @@ impl Router {
         let Some(request) = self.take_request(request_id.get()) else {
             return;
         };
-        if let Some(session) = request.session.as_deref().and_then(|id| self.live_session(id)) {
+        if let Some(session) = request
+            .session
+            .as_deref()
+            .and_then(|id| self.live_session(id))
+        {
             session.record(Direction::AgentToClient, line.clone());
         }
         // Exactly the connections that got the request: for one without a
@@ -789,14 +793,26 @@ impl Router {
             match target {
                 Some(connection) if connection.capabilities.allows(method) => {
                     connection.push(line.clone(), None);
-                    self.remember_agent_request(&raw_id, None, method, line.clone(), vec![connection]);
+                    self.remember_agent_request(
+                        &raw_id,
+                        None,
+                        method,
+                        line.clone(),
+                        vec![connection],
+                    );
                 }
                 _ => self.answer_method_not_found(envelope, method),
             }
             return;
         };
         let Some(session) = self.live_session(&session_id) else {
-            self.remember_agent_request(&raw_id, Some(session_id.clone()), method, line.clone(), Vec::new());
+            self.remember_agent_request(
+                &raw_id,
+                Some(session_id.clone()),
+                method,
+                line.clone(),
+                Vec::new(),
+            );
             self.hold(session_id, line, Some(raw_id));
             return;
         };
@@ -1091,7 +1107,10 @@ fn outcome_of(answer: &[u8]) -> Value {
     struct Answer {
         result: Option<Value>,
     }
-    match serde_json::from_slice::<Answer>(answer).ok().and_then(|a| a.result) {
+    match serde_json::from_slice::<Answer>(answer)
+        .ok()
+        .and_then(|a| a.result)
+    {
         Some(Value::Object(mut result)) if result.contains_key("outcome") => {
             result.remove("outcome").unwrap_or(Value::Null)
         }

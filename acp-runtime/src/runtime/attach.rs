@@ -71,27 +71,27 @@ impl Runtime {
             .with_data(serde_json::json!({ "sessionId": id, "live": false }))
         };
         let session = self.live_session(connection, id).ok_or_else(not_live)?;
-        // The store keeps the last `--event-log-events` events, as memory
-        // does: older offsets are a gap whether or not their rows are gone.
-        let floor = session
-            .event_count()
-            .saturating_sub(self.config.event_log_events as u64);
-        let start = policy
-            .start(session.event_count())
-            .map(|start| start.max(floor));
+        let start = policy.start(session.event_count());
         let mut stored = FromStore::default();
         for attempt in 0..=STORE_READS {
             let first = session.first_offset_in_memory();
+            // The store keeps the last `--event-log-events` events, as
+            // memory does: older offsets are a gap (the replay's marker)
+            // whether or not their rows are gone yet.
+            let floor = session
+                .event_count()
+                .saturating_sub(self.config.event_log_events as u64);
             if let Some(start) = start
-                && start < first
-                && session.is_stored()
                 && stored.until < first
             {
+                let from = start.max(floor);
                 if attempt == STORE_READS {
                     // Take what was read; the rest shows as a gap.
                     stored.until = u64::MAX;
+                } else if from < first && session.is_stored() {
+                    stored = self.read_stored(&session, from, first).await?;
                 } else {
-                    stored = self.read_stored(&session, start, first).await?;
+                    stored.until = first;
                 }
             }
             match session.attach_with_history(connection, role, start, &stored) {
@@ -208,9 +208,20 @@ impl Runtime {
         let budget = self.config.event_log_bytes.max(1);
         while offset < until && bytes < budget {
             let rows = store
-                .events(&session.agent, &session.id, offset, STORE_PAGE, budget - bytes)
+                .events(
+                    &session.agent,
+                    &session.id,
+                    offset,
+                    STORE_PAGE,
+                    budget - bytes,
+                )
                 .await
-                .map_err(|error| RpcError::new(code::INTERNAL_ERROR, format!("the session's history cannot be read from the store: {error}")))?;
+                .map_err(|error| {
+                    RpcError::new(
+                        code::INTERNAL_ERROR,
+                        format!("the session's history cannot be read from the store: {error}"),
+                    )
+                })?;
             let Some(last) = rows.last().map(|row| row.offset) else {
                 break;
             };

@@ -12,8 +12,8 @@ use crate::runtime::Runtime;
 use crate::state::connection::Connection;
 use crate::state::session::MAX_METADATA_BYTES;
 use ext_methods::{
-    AgentInstallRequest, AgentListResult, AttachParams, FsDeleteParams, FsMoveParams,
-    FsPathParams, ListModelsParams, SessionRef, SetMetadataParams, method,
+    AgentInstallRequest, AgentListResult, AttachParams, FsDeleteParams, FsMoveParams, FsPathParams,
+    ListModelsParams, SessionRef, SetMetadataParams, method,
 };
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, Methods, RpcModule};

@@ -133,8 +133,10 @@ mod tests {
     }
 
     fn update(text: &str) -> Bytes {
-        line(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s",
-            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}}))
+        line(
+            json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s",
+            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}}),
+        )
     }
 
     fn lines(replay: Replay) -> Vec<Value> {
@@ -148,8 +150,10 @@ mod tests {
     #[test]
     fn prompts_become_user_chunks_in_place_and_gaps_are_marked() {
         let mut replay = Replay::new("s", 0);
-        let prompt = line(json!({"jsonrpc": "2.0", "id": 4, "method": "session/prompt",
-            "params": {"sessionId": "s", "prompt": [{"type": "text", "text": "hi"}, {"type": "text", "text": "there"}]}}));
+        let prompt = line(
+            json!({"jsonrpc": "2.0", "id": 4, "method": "session/prompt",
+            "params": {"sessionId": "s", "prompt": [{"type": "text", "text": "hi"}, {"type": "text", "text": "there"}]}}),
+        );
         replay.push(2, Direction::ClientToAgent, &prompt);
         replay.push(3, Direction::AgentToClient, &update("Hello"));
         replay.push(
@@ -165,7 +169,10 @@ mod tests {
             seen[0]["params"],
             json!({"from": 0, "to": 1, "sessionId": "s"})
         );
-        assert_eq!(seen[1]["params"]["update"]["sessionUpdate"], "user_message_chunk");
+        assert_eq!(
+            seen[1]["params"]["update"]["sessionUpdate"],
+            "user_message_chunk"
+        );
         assert_eq!(seen[1]["params"]["update"]["content"]["text"], "hi");
         assert_eq!(seen[2]["params"]["update"]["content"]["text"], "there");
         assert_eq!(seen[3]["params"]["update"]["content"]["text"], "Hello");
@@ -173,7 +180,9 @@ mod tests {
 
     #[test]
     fn an_agents_own_replay_during_a_load_is_skipped_after_history() {
-        let load = line(json!({"jsonrpc": "2.0", "id": 9, "method": "session/load", "params": {"sessionId": "s"}}));
+        let load = line(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "session/load", "params": {"sessionId": "s"}}),
+        );
         let answered = line(json!({"jsonrpc": "2.0", "id": 9, "result": {}}));
         let mut replay = Replay::new("s", 0);
         replay.push(0, Direction::AgentToClient, &update("old"));

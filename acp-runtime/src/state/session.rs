@@ -125,7 +125,11 @@ impl Session {
     /// role.
     pub fn attached(&self) -> Vec<Arc<Connection>> {
         let state = self.state.lock();
-        state.attached.iter().map(|a| a.connection.clone()).collect()
+        state
+            .attached
+            .iter()
+            .map(|a| a.connection.clone())
+            .collect()
     }
 
     /// The attached connections that receive agent requests (controllers).
