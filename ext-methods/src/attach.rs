@@ -52,13 +52,13 @@ pub enum HistoryPolicy {
 }
 
 impl HistoryPolicy {
-    /// The first event-log offset to replay, for a log of `count` events;
-    /// `None`: nothing.
-    pub fn start(self, count: u64) -> Option<u64> {
+    /// The first event-log offset to replay; `None`: nothing (an offset
+    /// past the log's end replays what is recorded from there on).
+    pub fn start(self) -> Option<u64> {
         match self {
             Self::Full => Some(0),
             Self::None => None,
-            Self::SinceOffset(offset) => (offset < count).then_some(offset),
+            Self::SinceOffset(offset) => Some(offset),
         }
     }
 }

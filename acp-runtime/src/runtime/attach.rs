@@ -71,7 +71,7 @@ impl Runtime {
             .with_data(serde_json::json!({ "sessionId": id, "live": false }))
         };
         let session = self.live_session(connection, id).ok_or_else(not_live)?;
-        let start = policy.start(session.event_count());
+        let start = policy.start();
         let mut stored = FromStore::default();
         for attempt in 0..=STORE_READS {
             let first = session.first_offset_in_memory();

@@ -41,6 +41,12 @@ impl Replay {
         }
     }
 
+    /// The offset the next event should have: everything before it is in
+    /// the replay (or its gap marker).
+    pub fn expected(&self) -> u64 {
+        self.expected
+    }
+
     /// Takes the event at `offset` (events must come in offset order; one
     /// before [`Replay::expected`] is ignored).
     pub fn push(&mut self, offset: u64, direction: Direction, message: &Bytes) {

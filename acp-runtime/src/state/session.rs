@@ -166,13 +166,17 @@ impl Session {
     }
 
     /// Attaches `connection` with `role` after replaying the session's
-    /// history from log offset `start` (`None`: no history) to it alone,
-    /// all under the session's lock: every event recorded later reaches it
-    /// live, after the replay, so there is neither a gap nor a duplicate
-    /// between the two (research/contract.md, "The replay"). Events memory
-    /// no longer holds come from `stored` (read from the store by the
-    /// caller); those neither holds are a gap marker. A connection attached
-    /// already gets its new role.
+    /// history from log offset `start` (`None`: no history) to it alone
+    /// (research/contract.md, "The replay"). The last part of the replay
+    /// is pushed and the connection attached under the session's lock, the
+    /// one under which every new event is recorded and delivered: every
+    /// later event reaches it live, after the replay, so there is neither a
+    /// gap nor a duplicate between the two. The bulk is built outside the
+    /// lock (from shared copies of the log's messages), so a long history
+    /// does not hold the agent's stdout loop. Events memory no longer holds
+    /// come from `stored` (read from the store by the caller); those
+    /// neither holds are a gap marker. A connection attached already gets
+    /// its new role.
     pub fn attach_with_history(
         &self,
         connection: &Arc<Connection>,
@@ -180,28 +184,63 @@ impl Session {
         start: Option<u64>,
         stored: &FromStore,
     ) -> AttachOutcome {
-        let mut state = self.state.lock();
-        if state.ended.is_some() {
-            return AttachOutcome::Ended;
-        }
-        let count = state.log.count();
-        let first = state.log.first_offset();
-        let mut replayed = 0;
-        if let Some(start) = start.filter(|start| *start < count) {
+        /// Events still to take when the replay is finished under the lock.
+        const UNDER_LOCK: u64 = 256;
+        /// Rounds outside the lock before finishing under it whatever is left.
+        const ROUNDS: usize = 8;
+        let mut replay = None;
+        if let Some(start) = start {
+            let state = self.state.lock();
+            if state.ended.is_some() {
+                return AttachOutcome::Ended;
+            }
+            let first = state.log.first_offset();
             if self.store().is_some() && start < first && stored.until < first {
                 return AttachOutcome::ReadAgain;
             }
-            let mut replay = Replay::new(&self.id, start);
+            let held = copy_entries(&state.log, start.max(first));
+            drop(state);
+            let mut building = Replay::new(&self.id, start);
             for (offset, direction, message) in &stored.events {
                 if *offset < first {
-                    replay.push(*offset, *direction, message);
+                    building.push(*offset, *direction, message);
                 }
             }
-            for (offset, direction, message) in state.log.entries_from(start.max(first)) {
-                replay.push(offset, direction, message);
+            for (offset, direction, message) in &held {
+                building.push(*offset, *direction, message);
             }
-            replay.gap_until(count);
-            for line in replay.into_lines() {
+            replay = Some(building);
+        }
+        let mut rounds = 0;
+        let mut state = loop {
+            let state = self.state.lock();
+            if state.ended.is_some() {
+                return AttachOutcome::Ended;
+            }
+            let Some(building) = replay.as_mut() else {
+                break state;
+            };
+            rounds += 1;
+            if state.log.count().saturating_sub(building.expected()) <= UNDER_LOCK
+                || rounds >= ROUNDS
+            {
+                break state;
+            }
+            // A busy log moved on meanwhile: catch up outside the lock.
+            let held = copy_entries(&state.log, building.expected());
+            drop(state);
+            for (offset, direction, message) in &held {
+                building.push(*offset, *direction, message);
+            }
+        };
+        let count = state.log.count();
+        let mut replayed = 0;
+        if let Some(mut building) = replay {
+            for (offset, direction, message) in state.log.entries_from(building.expected()) {
+                building.push(offset, direction, message);
+            }
+            building.gap_until(count);
+            for line in building.into_lines() {
                 if connection.push(line, Some(&self.id)).is_some() {
                     replayed += 1;
                 }
@@ -906,6 +945,14 @@ impl Sessions {
             }
         }
     }
+}
+
+/// Shared copies (no message is copied) of the log's events in memory at
+/// or after `offset`.
+fn copy_entries(log: &EventLog, offset: u64) -> Vec<StoredEvent> {
+    log.entries_from(offset)
+        .map(|(offset, direction, message)| (offset, direction, message.clone()))
+        .collect()
 }
 
 /// The controllers among `attached`.

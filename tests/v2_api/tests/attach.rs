@@ -669,3 +669,58 @@ async fn a_session_less_cancel_goes_to_the_connection_that_got_the_request() {
         "the cancel went to the latest requester: {at_b:#?}"
     );
 }
+
+/// The seam under a flood: a client attaches (`full`) while the agent
+/// writes 20,000 updates as fast as it can; it gets each of them exactly
+/// once (history, then live) and no gap marker.
+#[tokio::test]
+async fn attach_during_a_flood_gets_every_update_once() {
+    const UPDATES: usize = 20_000;
+    let server =
+        TestServer::start(&["--event-log-events", "100000", "--replay-buffer", "100000"]).await;
+    let conn = server.initialize("mock").await;
+    let session = server.new_session(&conn).await;
+    let mut stream = server.open_stream(&conn, None).await;
+    let conn_b = server.initialize("mock").await;
+    let mut stream_b = server.open_stream(&conn_b, None).await;
+    let (api, c, s) = (server.api(), conn.clone(), session.clone());
+    let text = format!("!emit {UPDATES} 8");
+    let turn = tokio::spawn(async move { api.prompt(&c, &s, json!(3), &text).await });
+    stream
+        .next_event_matching(
+            |e| e.update_kind() == Some("agent_message_chunk"),
+            EVENT_TIMEOUT,
+        )
+        .await;
+    let attached = server
+        .rpc(&conn_b, 1, ATTACH, json!({"sessionId": session}))
+        .await;
+    let replayed = attached["result"]["replayed"].as_u64().expect("replayed");
+    let reply = v2_api_tests::join_within(turn, EVENT_TIMEOUT).await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+    let (mut chunks, mut prompts, mut gaps) = (0, 0, 0);
+    while chunks < UPDATES {
+        match stream_b.try_next(Duration::from_secs(5)).await {
+            Next::Event(event) => match (event.method(), event.update_kind()) {
+                (_, Some("agent_message_chunk")) => chunks += 1,
+                (_, Some("user_message_chunk")) => prompts += 1,
+                (Some("_sandboxagent/stream/gap"), _) => gaps += 1,
+                _ => {}
+            },
+            other => panic!("after {chunks} chunks: {other:?}"),
+        }
+    }
+    let extra = quiet_events(&mut stream_b, Duration::from_millis(500)).await;
+    assert!(
+        extra
+            .iter()
+            .all(|e| e.update_kind() != Some("agent_message_chunk")),
+        "duplicates after {UPDATES}: {} more",
+        extra.len()
+    );
+    assert_eq!((prompts, gaps), (1, 0));
+    assert!(
+        replayed > 1 && replayed < UPDATES as u64,
+        "attached mid-flood: {replayed} replayed"
+    );
+}
