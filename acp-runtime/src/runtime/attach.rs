@@ -189,7 +189,8 @@ impl Runtime {
     }
 
     /// The events of `session` from `start` up to (not including) `until`
-    /// that only the store holds, in order.
+    /// that only the store holds, in order, at most `--replay-buffer-bytes`
+    /// of messages.
     async fn read_stored(
         &self,
         session: &Session,
@@ -205,7 +206,9 @@ impl Runtime {
         };
         let mut offset = start;
         let mut bytes = 0_usize;
-        let budget = self.config.event_log_bytes.max(1);
+        // No more than the connection's ring can hold: a longer history
+        // would only push its own oldest part out there (the rest is a gap).
+        let budget = self.config.replay_buffer_bytes.max(1);
         while offset < until && bytes < budget {
             let rows = store
                 .events(

@@ -724,3 +724,55 @@ async fn attach_during_a_flood_gets_every_update_once() {
         "attached mid-flood: {replayed} replayed"
     );
 }
+
+/// What memory no longer holds comes from the store (SQLite, the default):
+/// with `--event-log-bytes 20000` memory keeps a few of a turn's 400
+/// updates, and an attach still replays every one, in order, with no gap
+/// marker.
+#[tokio::test]
+async fn the_replay_reads_what_memory_dropped_from_the_store() {
+    const UPDATES: usize = 400;
+    let server = TestServer::start(&["--event-log-bytes", "20000"]).await;
+    let conn = server.initialize("mock").await;
+    let session = server.new_session(&conn).await;
+    let reply = server
+        .prompt(&conn, &session, json!(3), &format!("!emit {UPDATES} 500"))
+        .await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+    // Wait until the writer has stored the turn.
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    loop {
+        let health = server.get_json("/v2/health").await;
+        if health["storeWaiting"] == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the store did not catch up: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let conn_b = server.initialize("mock").await;
+    let mut stream_b = server.open_stream(&conn_b, None).await;
+    let attached = server
+        .rpc(&conn_b, 1, ATTACH, json!({"sessionId": session}))
+        .await;
+    assert!(attached.get("result").is_some(), "{attached}");
+    let replay = quiet_events(&mut stream_b, Duration::from_millis(800)).await;
+    assert_eq!(
+        replay.first().and_then(SseEvent::update_kind),
+        Some("user_message_chunk"),
+        "{:#?}",
+        replay.first()
+    );
+    let chunks = replay
+        .iter()
+        .filter(|e| e.update_kind() == Some("agent_message_chunk"))
+        .count();
+    let gaps = replay
+        .iter()
+        .filter(|e| e.method() == Some("_sandboxagent/stream/gap"))
+        .count();
+    assert_eq!((chunks, gaps), (UPDATES, 0));
+    assert_eq!(attached["result"]["replayed"], UPDATES + 1);
+}
