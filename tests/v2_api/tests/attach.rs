@@ -593,7 +593,7 @@ async fn an_ended_session_answers_its_open_agent_requests() {
     let session = server.new_session(&conn).await;
     let mut stream = server.open_stream(&conn, None).await;
     let mut peer = SdkPeer::start(&server, "mock").await;
-    let loaded = peer.request(ATTACH, json!({"sessionId": session})).await;
+    let loaded = peer.request("session/load", load_params(&session)).await;
     assert_eq!(loaded["type"], "response", "{loaded}");
     let (api, c, s) = (server.api(), conn.clone(), session.clone());
     let turn =
