@@ -792,14 +792,15 @@ impl Router {
                 .filter(|c| !c.is_closed());
             match target {
                 Some(connection) if connection.capabilities.allows(method) => {
-                    connection.push(line.clone(), None);
+                    // Filed first: an answer may come as soon as it is pushed.
                     self.remember_agent_request(
                         &raw_id,
                         None,
                         method,
                         line.clone(),
-                        vec![connection],
+                        vec![connection.clone()],
                     );
+                    connection.push(line.clone(), None);
                 }
                 _ => self.answer_method_not_found(envelope, method),
             }

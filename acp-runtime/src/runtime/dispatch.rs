@@ -339,6 +339,13 @@ impl Runtime {
     ) -> Result<Reply, Error> {
         let (envelope, body) = (&message.envelope, message.line);
         let method = envelope.method();
+        if let Some(session) = envelope.session_id()
+            && let Some(error) = self.refuse_observer(connection, &session, method)
+        {
+            // A notification has no answer to carry the error: dropped.
+            tracing::info!(connection = %connection.id, method, error = %error.message, "dropping an observer's notification");
+            return Ok(Reply::Accepted);
+        }
         if method.starts_with(EXTENSION_PREFIX) {
             match ext_methods::names::find(method) {
                 Some(ext) if ext.notification && super::ext::answers(method) => {
@@ -354,13 +361,6 @@ impl Runtime {
                 }
                 _ => tracing::debug!(method, "ignoring unknown extension notification"),
             }
-            return Ok(Reply::Accepted);
-        }
-        if let Some(session) = envelope.session_id()
-            && let Some(error) = self.refuse_observer(connection, &session, method)
-        {
-            // A notification has no answer to carry the error: dropped.
-            tracing::info!(connection = %connection.id, method, error = %error.message, "dropping an observer's notification");
             return Ok(Reply::Accepted);
         }
         // A notification is not a reason to start an agent: with no process

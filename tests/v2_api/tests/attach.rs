@@ -430,8 +430,9 @@ async fn a_capped_log_replays_from_a_gap_marker() {
 
 /// Observers (the SDK client) receive every update but no agent request;
 /// their prompt, config and metadata changes get `-32003` naming the role,
-/// and their `session/cancel` is dropped; the controller's permission round
-/// trip is unaffected.
+/// and their notifications that would steer (`session/cancel`, terminate,
+/// set_metadata) are dropped; the controller's permission round trip is
+/// unaffected.
 #[tokio::test]
 async fn observers_see_updates_but_get_no_requests_and_cannot_steer() {
     let server = TestServer::start(&[]).await;
@@ -474,11 +475,18 @@ async fn observers_see_updates_but_get_no_requests_and_cannot_steer() {
         assert_eq!(refused["error"]["data"]["role"], "observer", "{refused}");
         assert_eq!(refused["error"]["data"]["method"], method, "{refused}");
     }
-    peer.send(
-        json!({"op": "notify", "method": "session/cancel", "params": {"sessionId": session}}),
-    )
-    .await;
-    peer.until(|e| e["type"] == "notified").await;
+    // Notifications have no answer: the observer's are dropped.
+    for method in [
+        "session/cancel",
+        "_sandboxagent/session/terminate",
+        "_sandboxagent/session/set_metadata",
+    ] {
+        peer.send(json!({"op": "notify", "method": method,
+            "params": {"sessionId": session, "metadata": {"title": "mine"}}}))
+            .await;
+        peer.until(|e| e["type"] == "notified" && e["method"] == method)
+            .await;
+    }
     server
         .post(
             Some(&conn),
@@ -502,6 +510,10 @@ async fn observers_see_updates_but_get_no_requests_and_cannot_steer() {
     );
     let entry = server.get_json(&format!("/v2/sessions/{session}")).await;
     assert_ne!(entry["title"], "mine", "{entry}");
+    assert_eq!(
+        entry["_meta"]["sandboxagent.dev"]["ended"], false,
+        "{entry}"
+    );
     peer.exit().await;
 }
 
