@@ -269,7 +269,7 @@ async fn attach_mid_turn_joins_history_and_live_without_gap_or_duplicate() {
     let session = server.new_session(&conn).await;
     let mut stream = server.open_stream(&conn, None).await;
     let (api, c, s) = (server.api(), conn.clone(), session.clone());
-    let turn = tokio::spawn(async move { api.prompt(&c, &s, json!(7), "!slow 20 40").await });
+    let turn = tokio::spawn(async move { api.prompt(&c, &s, json!(7), "!slow 40 60").await });
     stream
         .next_event_matching(|e| e.agent_text() == Some("chunk-3 "), EVENT_TIMEOUT)
         .await;
@@ -292,17 +292,17 @@ async fn attach_mid_turn_joins_history_and_live_without_gap_or_duplicate() {
     );
     let reply = v2_api_tests::join_within(turn, EVENT_TIMEOUT).await;
     assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
-    peer.until(|e| e["params"]["update"]["content"]["text"] == "chunk-20 ")
+    peer.until(|e| e["params"]["update"]["content"]["text"] == "chunk-40 ")
         .await;
     peer.settle(Duration::from_millis(300)).await;
     let updates: Vec<Value> = peer.updates().into_iter().cloned().collect();
     assert_eq!(
         chunk_text(&updates[0], "user_message_chunk"),
-        Some("!slow 20 40")
+        Some("!slow 40 60")
     );
     assert_eq!(
         agent_text(&updates),
-        acp::slow_chunks(20).concat(),
+        acp::slow_chunks(40).concat(),
         "history then live, each chunk once: {updates:#?}"
     );
 
