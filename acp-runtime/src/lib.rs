@@ -29,7 +29,7 @@
 //! - `runtime`: the handles a server shares (`Runtime`), `initialize` on no
 //!   connection (`open`), the dispatch of a client's message (`dispatch`),
 //!   what the runtime answers itself (`services`, the `_sandboxagent/*`
-//!   methods in `ext`).
+//!   methods in `ext`, several clients on one session in `attach`).
 //! - [`config`]: validated settings and their defaults, the aggregate of
 //!   the settings types of the modules below it.
 //! - [`agent`]: running agents: the supervisor (public), processes and
@@ -42,7 +42,8 @@
 //! - `fs`: the host file system API (paths, confinement, transfers),
 //!   behind `/v2/fs/*` and the `_sandboxagent/fs/*` methods.
 //! - `state`: connections (the replay ring, lanes, in-flight ids), the
-//!   open-connection registry, the session inventory, event logs, hints.
+//!   open-connection registry, the session inventory (with each attached
+//!   connection's role), event logs, the replay an attach gets, hints.
 //! - [`store`]: durable sessions: SQLite or PostgreSQL, the writer task off
 //!   the request path (public: the CLI reads a store directly).
 //! - `message`: a client's JSON-RPC message, parsed once (`Inbound`).

@@ -78,6 +78,10 @@ pub mod method {
     pub const SESSION_SET_MODEL: &str = "session/set_model";
     /// `$/cancel_request` (ACP protocol level): cancel a request by id.
     pub const CANCEL_REQUEST: &str = "$/cancel_request";
+    /// ACP agent request asking the user for permission.
+    pub const SESSION_REQUEST_PERMISSION: &str = "session/request_permission";
+    /// ACP `session/set_config_option`.
+    pub const SESSION_SET_CONFIG_OPTION: &str = "session/set_config_option";
 }
 
 /// JSON-RPC 2.0 error codes used by the runtime (JSON-RPC 2.0 section 5.1).
@@ -92,6 +96,12 @@ pub mod code {
     pub const INTERNAL_ERROR: i64 = -32603;
     /// Resource not found (ACP): unknown or ended session.
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    /// Request cancelled (ACP, as LSP): the runtime's answer to an agent
+    /// request of a session that ended before any client answered it.
+    pub const REQUEST_CANCELLED: i64 = -32800;
+    /// A request an observer of the session may not send
+    /// ([`ext_methods::OBSERVER_FORBIDDEN`]).
+    pub const OBSERVER_FORBIDDEN: i64 = ext_methods::OBSERVER_FORBIDDEN;
     /// Server error (JSON-RPC's implementation-defined range): too many
     /// requests in flight on one connection.
     pub const TOO_MANY_REQUESTS: i64 = -32001;

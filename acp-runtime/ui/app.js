@@ -620,6 +620,7 @@ class SessionView {
     this.replaying = 0;
     this.prompts = new Set(); // request ids of session/prompt in the log
     this.permissions = new Map(); // agent request id → card
+    this.resolved = new Set(); // agent request ids another client answered (or the runtime cancelled)
     this.tools = new Map(); // toolCallId → item
     this.lastKind = null;
     this.current = null; // the agent message (or thought) item being streamed into
@@ -729,6 +730,10 @@ class SessionView {
       return;
     }
     const message = event.message;
+    if (message.method === "_sandboxagent/request/resolved") {
+      if (message.params && message.params.sessionId === this.id) this.resolve(message.params);
+      return;
+    }
     if (message.method === "_sandboxagent/agent/unparsed") {
       this.add(el("div", { class: "item notice" }, el("div", { class: "who" }, "agent wrote a line that is not JSON-RPC"), el("pre", {}, message.params.raw), el("p", { class: "muted" }, message.params.error)));
       return;
@@ -892,10 +897,27 @@ class SessionView {
     }
   }
 
+  /**
+   * Another client answered an agent request first (or the session ended):
+   * its card goes, a short notice says how it ended.
+   */
+  resolve({ requestId, outcome }) {
+    const key = JSON.stringify(requestId);
+    if (this.resolved.has(key)) return;
+    this.resolved.add(key);
+    const how = (outcome && (outcome.optionId || outcome.outcome)) || "answered";
+    const card = this.permissions.get(key);
+    const notice = el("div", { class: "item notice muted", "data-resolved": how }, `permission answered elsewhere: ${how}`);
+    if (card) card.node.replaceWith(notice);
+    else this.add(notice);
+  }
+
   renderPermission(message) {
     this.current = null;
     const params = message.params || {};
     const key = JSON.stringify(message.id);
+    // Answered by another client before this tab drew it: nothing to ask.
+    if (this.resolved.has(key)) return;
     const choices = el("div", { class: "choices" });
     const outcome = el("p", { class: "muted", role: "status" });
     const node = this.add(
@@ -909,6 +931,7 @@ class SessionView {
       ),
     );
     const card = {
+      node,
       answered: (result) => {
         const selected = result && result.outcome && result.outcome.optionId;
         node.dataset.permission = "answered";

@@ -10,15 +10,22 @@
 //! - [`types`]: params and results of each method, params of each
 //!   notification, the event-log and agent-list shapes.
 //! - [`fs`]: params and results of the host file system operations.
+//! - [`attach`]: several clients on one session: attach params and result,
+//!   roles, the observer error, `request/resolved`.
 //! - [`meta`]: read, merge and inject `_meta["sandboxagent.dev"]`; the typed
 //!   [`SessionMeta`].
 //! - [`advertisement`]: the capability block in every `initialize` result.
 
+pub mod attach;
 pub mod fs;
 pub mod meta;
 pub mod names;
 pub mod types;
 
+pub use attach::{
+    AttachParams, AttachResult, HistoryGap, HistoryPolicy, OBSERVER_FORBIDDEN, RequestResolved,
+    Role,
+};
 pub use fs::*;
 pub use meta::SessionMeta;
 pub use names::{ExtMethod, METHODS, NAMESPACE, PREFIX, capability, method, notification};

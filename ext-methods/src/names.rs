@@ -11,6 +11,11 @@ pub const PREFIX: &str = "_sandboxagent/";
 
 /// Requests the runtime answers itself (never forwarded to an agent).
 pub mod method {
+    /// [`AttachParams`](crate::AttachParams) →
+    /// [`AttachResult`](crate::AttachResult): this connection joins a live
+    /// session as controller or observer, its history replayed from the
+    /// event log to it alone (the agent is not asked).
+    pub const SESSION_ATTACH: &str = "_sandboxagent/session/attach";
     /// `{sessionId}` → `{}`: this connection stops receiving the session.
     pub const SESSION_DETACH: &str = "_sandboxagent/session/detach";
     /// `{sessionId}` → [`TerminateResult`](crate::TerminateResult): ends the session.
@@ -55,6 +60,9 @@ pub mod notification {
     pub const AGENT_UNPARSED: &str = "_sandboxagent/agent/unparsed";
     /// [`StreamGap`](crate::StreamGap): events a resumed stream can no longer replay.
     pub const STREAM_GAP: &str = "_sandboxagent/stream/gap";
+    /// [`RequestResolved`](crate::RequestResolved): an agent request another
+    /// connection answered (or the runtime cancelled) is no longer open.
+    pub const REQUEST_RESOLVED: &str = "_sandboxagent/request/resolved";
 }
 
 /// One extension method: its wire name, the capability flag that advertises
@@ -72,6 +80,11 @@ pub struct ExtMethod {
 /// Every extension method this product defines. A server advertises the ones
 /// it actually answers (see [`crate::advertisement`]).
 pub const METHODS: &[ExtMethod] = &[
+    ExtMethod {
+        name: method::SESSION_ATTACH,
+        capability: "sessionAttach",
+        notification: false,
+    },
     ExtMethod {
         name: method::SESSION_DETACH,
         capability: "sessionDetach",
@@ -148,6 +161,8 @@ pub mod capability {
     pub const AGENT_UNPARSED_NOTIFICATION: &str = "agentUnparsedNotification";
     /// The runtime sends `_sandboxagent/stream/gap`.
     pub const STREAM_GAP_NOTIFICATION: &str = "streamGapNotification";
+    /// The runtime sends `_sandboxagent/request/resolved`.
+    pub const REQUEST_RESOLVED_NOTIFICATION: &str = "requestResolvedNotification";
     /// `initialize` / `session/new` take the agent from `_meta["sandboxagent.dev"].agent`.
     pub const SESSION_AGENT_META: &str = "sessionAgentMeta";
     /// `session/list` answers from the server-wide inventory, with `_meta`.

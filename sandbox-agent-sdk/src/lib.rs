@@ -171,9 +171,9 @@ pub use ext_methods::{FsEntry, FsEntryType, FsMoveResult, FsUploadBatchResult, F
 
 #[doc(no_inline)]
 pub use ext_methods::{
-    AgentInfo, AgentSource, AgentUnparsed, Direction, EndReason, ListModelsResult, ModelInfo,
-    ModelsTarget, SessionEnded, SessionEvent, SessionEventsPage, SessionMeta, StderrExcerpt,
-    StreamGap, TerminateResult, TerminatedBy,
+    AgentInfo, AgentSource, AgentUnparsed, AttachResult, Direction, EndReason, HistoryPolicy,
+    ListModelsResult, ModelInfo, ModelsTarget, RequestResolved, Role, SessionEnded, SessionEvent,
+    SessionEventsPage, SessionMeta, StderrExcerpt, StreamGap, TerminateResult, TerminatedBy,
 };
 
 /// The ACP (protocol v1) message types the client's methods take and

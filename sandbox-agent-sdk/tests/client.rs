@@ -11,9 +11,9 @@ use sandbox_agent_sdk::schema::{
     StopReason, ToolCallStatus,
 };
 use sandbox_agent_sdk::{
-    ClientOptions, EndReason, Error, Event, HttpFailure, InstallOptions, Metadata, ModelsTarget,
-    PermissionDecision, SandboxAgentClient, SetSessionModelRequest, StatusCode, TerminatedBy,
-    sandbox_meta,
+    ClientOptions, EndReason, Error, Event, HistoryPolicy, HttpFailure, InstallOptions, Metadata,
+    ModelsTarget, PermissionDecision, Role, SandboxAgentClient, SetSessionModelRequest, StatusCode,
+    TerminatedBy, sandbox_meta,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -506,6 +506,26 @@ async fn session_methods_under_their_names() -> TestResult {
         }
     }
     assert!(replayed.contains("You said: hello"), "replay: {replayed:?}");
+    // As an observer the client watches but may not prompt; as a
+    // controller again it may.
+    let watching = client
+        .attach_session(id.clone(), Role::Observer, HistoryPolicy::None)
+        .await?;
+    assert_eq!((watching.role, watching.replayed), (Role::Observer, 0));
+    let refused = client
+        .prompt(sandbox_agent_sdk::schema::PromptRequest::new(
+            id.clone(),
+            vec!["may I?".into()],
+        ))
+        .await;
+    assert_eq!(
+        refused.as_ref().err().and_then(|e| e.rpc_code()),
+        Some(-32003),
+        "{refused:?}"
+    );
+    client
+        .attach_session(id.clone(), Role::Controller, HistoryPolicy::None)
+        .await?;
     let resumed = client
         .resume_session(ResumeSessionRequest::new(id.clone(), "/tmp"))
         .await?;

@@ -28,8 +28,10 @@ use crate::store::share::Share;
 use crate::store::writer::{self, Persist};
 use bytes::Bytes;
 use ext_methods::notification::AGENT_UNPARSED;
+use ext_methods::notification::REQUEST_RESOLVED;
 use ext_methods::{
-    AgentUnparsed, Direction, EndReason, ModelInfo, SessionEnded, StderrExcerpt, TerminatedBy,
+    AgentUnparsed, Direction, EndReason, ModelInfo, RequestResolved, Role, SessionEnded,
+    StderrExcerpt, TerminatedBy,
 };
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -142,6 +144,19 @@ struct AgentRequest {
     session: Option<Arc<str>>,
     method: Box<str>,
     line: Bytes,
+    /// The connections it was pushed to: an agent's `$/cancel_request` goes
+    /// to them, and none gets it twice.
+    targets: Vec<Arc<Connection>>,
+}
+
+/// An agent request a client answered first: who else must hear that it
+/// is resolved ([`Router::announce_resolved`]).
+#[derive(Debug)]
+pub struct Answered {
+    /// The request's session.
+    pub session: Option<Arc<str>>,
+    /// The agent's id of the request (raw JSON).
+    pub raw_id: Box<str>,
 }
 
 /// A message held until its session's owner is known.
@@ -439,12 +454,122 @@ impl Router {
     /// session; `None` when it was answered already or never existed (the
     /// caller drops the answer: exactly one answer reaches the agent).
     pub fn take_agent_request(&self, raw_id: &str) -> Option<Option<Arc<str>>> {
+        self.take_request(raw_id).map(|request| request.session)
+    }
+
+    fn take_request(&self, raw_id: &str) -> Option<AgentRequest> {
         let mut requests = self.agent_requests.lock();
         let key = requests
             .iter()
             .find(|(_, (id, _))| &**id == raw_id)
             .map(|(seq, _)| *seq)?;
-        requests.remove(&key).map(|(_, request)| request.session)
+        requests.remove(&key).map(|(_, request)| request)
+    }
+
+    /// Takes agent request `raw_id` for `connection`'s answer: the first
+    /// answer wins (research/contract.md, "Routing"). `None` when it was
+    /// answered already, never existed, or `connection` is attached to its
+    /// session as an observer (which never received it): the caller drops
+    /// the answer.
+    pub fn take_answered(&self, raw_id: &str, connection: &Connection) -> Option<Answered> {
+        let mut requests = self.agent_requests.lock();
+        let (key, request) = requests
+            .iter()
+            .find(|(_, (id, _))| &**id == raw_id)
+            .map(|(seq, (_, request))| (*seq, request))?;
+        let observer = request
+            .session
+            .as_deref()
+            .and_then(|id| self.live_session(id))
+            .and_then(|session| session.role_of(connection))
+            == Some(Role::Observer);
+        if observer {
+            return None;
+        }
+        let (raw_id, request) = requests.remove(&key)?;
+        Some(Answered {
+            session: request.session,
+            raw_id,
+        })
+    }
+
+    /// Tells every connection attached to the request's session except
+    /// `answerer` that the request is resolved
+    /// (`_sandboxagent/request/resolved`), so their UIs remove the
+    /// question. `answer` is the winning JSON-RPC response.
+    pub fn announce_resolved(&self, answered: &Answered, answerer: &Connection, answer: &[u8]) {
+        let Some(session) = answered
+            .session
+            .as_deref()
+            .and_then(|id| self.live_session(id))
+        else {
+            return;
+        };
+        let others: Vec<_> = session
+            .attached()
+            .into_iter()
+            .filter(|c| !std::ptr::eq(c.as_ref(), answerer))
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        let notice = resolved_line(&session.id, &answered.raw_id, outcome_of(answer));
+        for connection in others {
+            connection.push(notice.clone(), Some(&session.id));
+        }
+    }
+
+    /// Answers every open agent request of `session_id` on the clients'
+    /// behalf, as cancelled, because the session ended: a permission gets
+    /// the ACP outcome `cancelled`, any other request the error `-32800`
+    /// (request cancelled). The connections that got one hear
+    /// `_sandboxagent/request/resolved`. Returns how many.
+    pub fn cancel_session_requests(&self, session_id: &str) -> usize {
+        let cancelled: Vec<(Box<str>, AgentRequest)> = {
+            let mut requests = self.agent_requests.lock();
+            let keys: Vec<u64> = requests
+                .iter()
+                .filter(|(_, (_, request))| request.session.as_deref() == Some(session_id))
+                .map(|(seq, _)| *seq)
+                .collect();
+            keys.iter().filter_map(|key| requests.remove(key)).collect()
+        };
+        let session = self.targets.sessions.get(&self.agent, session_id);
+        for (raw_id, request) in &cancelled {
+            let Ok(id) = RawValue::from_string(raw_id.to_string()) else {
+                continue;
+            };
+            let mut line = if &*request.method == method::SESSION_REQUEST_PERMISSION {
+                protocol::result_response_line(
+                    &id,
+                    &serde_json::json!({ "outcome": { "outcome": "cancelled" } }),
+                )
+            } else {
+                protocol::error_response_line(
+                    &id,
+                    &RpcError::new(
+                        code::REQUEST_CANCELLED,
+                        format!("request cancelled: session {session_id} ended"),
+                    ),
+                )
+            };
+            if let Some(session) = &session {
+                session.record(Direction::ClientToAgent, Bytes::from(line.clone()));
+            }
+            line.push(b'\n');
+            if self.stdin.try_send(Bytes::from(line)).is_err() && self.warnings.stdin_full.admit() {
+                tracing::warn!(agent = %self.agent, "cannot answer agent request: stdin queue full or closed");
+            }
+            let notice = resolved_line(
+                session_id,
+                raw_id,
+                serde_json::json!({ "outcome": "cancelled" }),
+            );
+            for connection in &request.targets {
+                connection.push(notice.clone(), Some(session_id));
+            }
+        }
+        cancelled.len()
     }
 
     /// Handles one line the agent wrote to stdout. The line itself (shared,
@@ -645,6 +770,14 @@ impl Router {
         }
     }
 
+    /// A connection attached to `session` without the agent being asked
+    /// (`_sandboxagent/session/attach`, or a `session/load` the runtime
+    /// answered): as a controller it gets the session's open agent requests
+    /// it has not had yet.
+    pub fn attached(&self, session: &Session, connection: &Arc<Connection>) {
+        self.deliver_waiting_requests(session, connection, &HashSet::new());
+    }
+
     /// Attaches `connection` to a known live session of this process before a
     /// `session/load` / `session/resume` is answered, so the history the agent
     /// replays during the load reaches it. Undone if the load fails.
@@ -687,15 +820,20 @@ impl Router {
         let Some(request_id) = envelope.cancelled_request_id() else {
             return;
         };
-        let Some(session) = self.take_agent_request(request_id.get()) else {
+        let Some(request) = self.take_request(request_id.get()) else {
             return;
         };
-        let targets = match session.and_then(|id| self.live_session(&id)) {
-            Some(session) => session.record_and_targets(Direction::AgentToClient, line.clone()),
-            None => self.last_requester.lock().upgrade().into_iter().collect(),
-        };
-        for connection in targets {
-            connection.push(line.clone(), envelope.session_id());
+        if let Some(session) = request
+            .session
+            .as_deref()
+            .and_then(|id| self.live_session(id))
+        {
+            session.record(Direction::AgentToClient, line.clone());
+        }
+        // Exactly the connections that got the request: for one without a
+        // session, the connection it went to, whoever asked last since.
+        for connection in &request.targets {
+            connection.push(line.clone(), request.session.as_deref());
         }
     }
 
@@ -731,35 +869,63 @@ impl Router {
                 .filter(|c| !c.is_closed());
             match target {
                 Some(connection) if connection.capabilities.allows(method) => {
-                    self.remember_agent_request(&raw_id, None, method, line.clone());
+                    // Filed first: an answer may come as soon as it is pushed.
+                    self.remember_agent_request(
+                        &raw_id,
+                        None,
+                        method,
+                        line.clone(),
+                        vec![connection.clone()],
+                    );
                     connection.push(line.clone(), None);
                 }
                 _ => self.answer_method_not_found(envelope, method),
             }
             return;
         };
-        self.remember_agent_request(&raw_id, Some(session_id.clone()), method, line.clone());
         let Some(session) = self.live_session(&session_id) else {
+            self.remember_agent_request(
+                &raw_id,
+                Some(session_id.clone()),
+                method,
+                line.clone(),
+                Vec::new(),
+            );
             self.hold(session_id, line, Some(raw_id));
             return;
         };
-        let attached = session.record_and_targets(Direction::AgentToClient, line.clone());
-        if attached.is_empty() {
-            // Waits until a connection attaches (`deliver_waiting_requests`).
-            return;
-        }
-        let allowed: Vec<_> = attached
+        // Pushed and filed under one lock: a connection attaching meanwhile
+        // (`deliver_waiting_requests`) sees it either filed with its
+        // targets or not at all, so it never gets it twice.
+        let mut requests = self.agent_requests.lock();
+        let controllers = session.record_and_controllers(Direction::AgentToClient, line.clone());
+        let allowed: Vec<Arc<Connection>> = controllers
             .iter()
             .filter(|c| c.capabilities.allows(method))
+            .cloned()
             .collect();
-        if allowed.is_empty() {
-            self.take_agent_request(&raw_id);
+        if !controllers.is_empty() && allowed.is_empty() {
+            drop(requests);
             self.answer_method_not_found(envelope, method);
             return;
         }
-        for connection in allowed {
+        // With no controller attached it waits until one attaches.
+        for connection in &allowed {
             connection.push(line.clone(), Some(&session_id));
         }
+        let seq = self.agent_request_seq.fetch_add(1, Ordering::Relaxed);
+        requests.insert(
+            seq,
+            (
+                raw_id,
+                AgentRequest {
+                    session: Some(session_id),
+                    method: method.into(),
+                    line: line.clone(),
+                    targets: allowed,
+                },
+            ),
+        );
     }
 
     fn remember_agent_request(
@@ -768,6 +934,7 @@ impl Router {
         session: Option<Arc<str>>,
         method: &str,
         line: Bytes,
+        targets: Vec<Arc<Connection>>,
     ) {
         let seq = self.agent_request_seq.fetch_add(1, Ordering::Relaxed);
         self.agent_requests.lock().insert(
@@ -778,6 +945,7 @@ impl Router {
                     session,
                     method: method.into(),
                     line,
+                    targets,
                 },
             ),
         );
@@ -869,24 +1037,35 @@ impl Router {
     fn deliver_waiting_requests(
         &self,
         session: &Session,
-        connection: &Connection,
+        connection: &Arc<Connection>,
         skip: &HashSet<Box<str>>,
     ) {
+        // Observers get no agent requests (research/contract.md,
+        // "`_sandboxagent/session/attach`").
+        if session.role_of(connection) != Some(Role::Controller) {
+            return;
+        }
         let mut refused = Vec::new();
         {
-            let requests = self.agent_requests.lock();
-            for (id, request) in requests.values() {
-                if request.session.as_deref() != Some(&*session.id) || skip.contains(id) {
+            let mut requests = self.agent_requests.lock();
+            for (id, request) in requests.values_mut() {
+                if request.session.as_deref() != Some(&*session.id)
+                    || request.targets.iter().any(|c| Arc::ptr_eq(c, connection))
+                {
                     continue;
                 }
-                if connection.capabilities.allows(&request.method) {
+                if skip.contains(id) {
+                    // Flushed with the held messages already.
+                    request.targets.push(connection.clone());
+                } else if connection.capabilities.allows(&request.method) {
                     connection.push(request.line.clone(), request.session.as_deref());
+                    request.targets.push(connection.clone());
                 } else {
                     refused.push(request.line.clone());
                 }
             }
         }
-        let attached = session.attached();
+        let attached = session.controllers();
         for line in refused {
             if let Ok((envelope, _)) = AgentMessage::parse(&line) {
                 if attached
@@ -992,6 +1171,38 @@ impl Router {
 /// The kept start of an unusable line, marked as cut.
 fn cut(prefix: &[u8]) -> String {
     format!("{}…", String::from_utf8_lossy(prefix))
+}
+
+/// A `_sandboxagent/request/resolved` notification.
+fn resolved_line(session_id: &str, raw_id: &str, outcome: Value) -> Bytes {
+    let request_id = serde_json::from_str(raw_id).unwrap_or(Value::Null);
+    Bytes::from(protocol::notification_line(
+        REQUEST_RESOLVED,
+        &RequestResolved {
+            session_id: session_id.to_owned(),
+            request_id,
+            outcome,
+        },
+    ))
+}
+
+/// The `outcome` of `_sandboxagent/request/resolved` for a winning answer
+/// (see [`RequestResolved::outcome`]).
+fn outcome_of(answer: &[u8]) -> Value {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        result: Option<Value>,
+    }
+    match serde_json::from_slice::<Answer>(answer)
+        .ok()
+        .and_then(|a| a.result)
+    {
+        Some(Value::Object(mut result)) if result.contains_key("outcome") => {
+            result.remove("outcome").unwrap_or(Value::Null)
+        }
+        Some(result) => result,
+        None => serde_json::json!({ "outcome": "error" }),
+    }
 }
 
 /// `result` with the session's `_meta["sandboxagent.dev"]` entry added.

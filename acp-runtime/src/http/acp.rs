@@ -37,7 +37,7 @@ const SESSION_SCOPED: &[&str] = &[
     method::SESSION_FORK,
     method::SESSION_LOAD,
     method::SESSION_RESUME,
-    "session/set_config_option",
+    method::SESSION_SET_CONFIG_OPTION,
     method::SESSION_SET_MODE,
     method::SESSION_SET_MODEL,
 ];

@@ -100,15 +100,26 @@ impl Runtime {
         {
             return Ok(Reply::error(client_id, &error.to_rpc_error()));
         }
+        if let Some(error) = session
+            .as_deref()
+            .and_then(|id| self.refuse_observer(connection, id, method))
+        {
+            return Ok(Reply::error(client_id, &error));
+        }
         if method.starts_with(EXTENSION_PREFIX) {
             let answer = super::ext::call(self, connection, method, envelope.params).await;
             let (result, error) = match &answer {
                 Ok(result) => (Some(&**result), None),
                 Err(error) => (None, Some(&**error)),
             };
-            return Ok(Reply::json(protocol::response_line(
-                client_id, result, error,
-            )));
+            let mut reply = Reply::json(protocol::response_line(client_id, result, error));
+            if method == ext_methods::method::SESSION_ATTACH
+                && let Reply::Json { last_event_id, .. } = &mut reply
+            {
+                // The replayed history is on the stream up to this id.
+                *last_event_id = Some(connection.newest_event_id());
+            }
+            return Ok(reply);
         }
         if method == method::SESSION_LIST {
             return Ok(match self.list_sessions(envelope.params).await {
@@ -121,6 +132,24 @@ impl Runtime {
             .and_then(|id| self.ended_session_error(&connection.agent, id, method))
         {
             return Ok(Reply::error(client_id, &error));
+        }
+        // A session live here is loaded from its event log, to this
+        // connection alone: the agent would replay it to every attached one
+        // (research/contract.md, "`_sandboxagent/session/attach`").
+        if method == method::SESSION_LOAD
+            && let Some(live) = session
+                .as_deref()
+                .and_then(|id| self.live_session(connection, id))
+        {
+            let reply = match self.load_live_session(connection, &live).await {
+                Ok(result) => protocol::result_response_line(client_id, &result),
+                Err(error) => protocol::error_response_line(client_id, &error),
+            };
+            return Ok(Reply::Json {
+                body: Bytes::from(reply),
+                connection_id: None,
+                last_event_id: Some(connection.newest_event_id()),
+            });
         }
         let effect = self.effect_of(connection, envelope, body)?;
         let process = match self.ready_agent(&connection.agent, client_id).await? {
@@ -323,6 +352,13 @@ impl Runtime {
     ) -> Result<Reply, Error> {
         let (envelope, body) = (&message.envelope, message.line);
         let method = envelope.method();
+        if let Some(session) = envelope.session_id()
+            && let Some(error) = self.refuse_observer(connection, &session, method)
+        {
+            // A notification has no answer to carry the error: dropped.
+            tracing::info!(connection = %connection.id, method, error = %error.message, "dropping an observer's notification");
+            return Ok(Reply::Accepted);
+        }
         if method.starts_with(EXTENSION_PREFIX) {
             match ext_methods::names::find(method) {
                 Some(ext) if ext.notification && super::ext::answers(method) => {
@@ -383,17 +419,23 @@ impl Runtime {
         let current = self.agents.current(&connection.agent);
         match current
             .as_ref()
-            .map(|p| (p, p.router.take_agent_request(raw_id)))
+            .map(|p| (p, p.router.take_answered(raw_id, connection)))
         {
-            Some((process, Some(session))) => {
-                if let Some(session) =
-                    session.and_then(|id| self.sessions.live(&id, process.generation))
+            Some((process, Some(answered))) => {
+                if let Some(session) = answered
+                    .session
+                    .as_deref()
+                    .and_then(|id| self.sessions.live(id, process.generation))
                 {
                     session.record(Direction::ClientToAgent, body.clone());
                 }
                 if process.router.send_line(body).await.is_err() {
                     tracing::debug!(connection = %connection.id, "answer dropped: agent process exited");
                 }
+                // The first answer won: the other clients remove the question.
+                process
+                    .router
+                    .announce_resolved(&answered, connection, body);
             }
             _ => {
                 tracing::info!(connection = %connection.id, id = raw_id, "dropping an answer to an agent request that is unknown or already answered");

@@ -12,7 +12,7 @@ use crate::runtime::Runtime;
 use crate::state::connection::Connection;
 use crate::state::session::MAX_METADATA_BYTES;
 use ext_methods::{
-    AgentInstallRequest, AgentListResult, FsDeleteParams, FsMoveParams, FsPathParams,
+    AgentInstallRequest, AgentListResult, AttachParams, FsDeleteParams, FsMoveParams, FsPathParams,
     ListModelsParams, SessionRef, SetMetadataParams, method,
 };
 use jsonrpsee::types::{ErrorObjectOwned, Params};
@@ -43,6 +43,9 @@ fn methods() -> &'static Methods {
 fn register() -> Methods {
     let mut module = RpcModule::new(());
     let registered = [
+        module
+            .register_async_method(method::SESSION_ATTACH, attach)
+            .map(drop),
         module
             .register_method(method::SESSION_DETACH, detach)
             .map(drop),
@@ -160,6 +163,24 @@ fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
 fn to_value(value: impl Serialize) -> MethodResult {
     serde_json::to_value(value)
         .map_err(|error| RpcError::new(code::INTERNAL_ERROR, error.to_string()).into())
+}
+
+/// `_sandboxagent/session/attach {sessionId, role?, historyPolicy?}` →
+/// `AttachResult` (research/contract.md, "`_sandboxagent/session/attach`").
+async fn attach(params: Params<'static>, _: Arc<Context>, extensions: Extensions) -> MethodResult {
+    let params: AttachParams = params.parse()?;
+    let runtime = runtime(&extensions)?;
+    let caller = caller(&extensions)?;
+    to_value(
+        runtime
+            .attach_session(
+                &caller,
+                &params.session_id,
+                params.role,
+                params.history_policy,
+            )
+            .await?,
+    )
 }
 
 /// `_sandboxagent/session/detach {sessionId}` → `{}`.

@@ -12,9 +12,12 @@
 //!   (`session/list`, terminate, models, installs, event pages, health).
 //! - `memory`: keeping event logs and replay rings within the memory
 //!   budget (the evictor).
+//! - `attach`: several clients on one session: attach (and a `session/load`
+//!   of a live session) answered from the event log, observers' limits.
 //! - `ext`: the `_sandboxagent/*` methods, a jsonrpsee `RpcModule` built
 //!   once; each call gets the runtime and the calling connection.
 
+mod attach;
 pub mod dispatch;
 mod ext;
 mod inventory;

@@ -159,6 +159,7 @@ impl Runtime {
                 capability::SESSION_ENDED_NOTIFICATION,
                 capability::AGENT_UNPARSED_NOTIFICATION,
                 capability::STREAM_GAP_NOTIFICATION,
+                capability::REQUEST_RESOLVED_NOTIFICATION,
                 capability::SESSION_AGENT_META,
                 capability::SESSION_LIST_INVENTORY,
             ],

@@ -125,6 +125,8 @@ impl Runtime {
             .current(&session.agent)
             .filter(|p| p.generation == session.process_generation)
         {
+            // Nobody will answer its open requests now: the runtime does.
+            process.router.cancel_session_requests(id);
             let cancel = protocol::notification_line(
                 method::SESSION_CANCEL,
                 &serde_json::json!({ "sessionId": id }),

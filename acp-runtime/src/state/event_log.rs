@@ -132,6 +132,23 @@ impl EventLog {
         self.first_offset + self.entries.len() as u64
     }
 
+    /// The events held in memory at or after `offset`, oldest first:
+    /// `(offset, direction, message)`.
+    pub fn entries_from(&self, offset: u64) -> impl Iterator<Item = (u64, Direction, &Bytes)> {
+        let start = offset.saturating_sub(self.first_offset) as usize;
+        self.entries
+            .iter()
+            .enumerate()
+            .skip(start)
+            .map(|(index, entry)| {
+                (
+                    self.first_offset + index as u64,
+                    entry.direction,
+                    &entry.message,
+                )
+            })
+    }
+
     /// Up to `limit` events at or after `offset`. Dropped events are skipped:
     /// the first returned offset is then larger than `offset`.
     pub fn page(&self, offset: u64, limit: usize) -> SessionEventsPage {

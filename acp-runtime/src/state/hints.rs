@@ -31,6 +31,9 @@ pub struct Hints {
     pub model: Option<String>,
     /// Available models.
     pub models: Option<Vec<ModelInfo>>,
+    /// Every config option, as the agent last reported them (the attach
+    /// answer gives them back).
+    pub config_options: Option<Vec<SessionConfigOption>>,
 }
 
 impl Hints {
@@ -55,6 +58,9 @@ impl Hints {
         }
         if other.models.is_some() {
             self.models = other.models;
+        }
+        if other.config_options.is_some() {
+            self.config_options = other.config_options;
         }
     }
 }
@@ -100,7 +106,9 @@ pub fn from_session_result(result: &RawValue) -> Hints {
         );
     }
     if let Some(options) = result.config_options {
-        apply_config_options(&mut hints, &parse_options(options));
+        let options = parse_options(options);
+        apply_config_options(&mut hints, &options);
+        hints.config_options = Some(options);
     }
     if hints.models.is_none()
         && let Some(models) = result.models
@@ -174,6 +182,7 @@ pub fn from_update(kind: &str, line: &[u8]) -> Option<Hints> {
         }
         SessionUpdate::ConfigOptionUpdate(update) => {
             apply_config_options(&mut hints, &update.config_options);
+            hints.config_options = Some(update.config_options);
         }
         _ => {}
     }

@@ -8,6 +8,8 @@
 //! - `session`: the server-wide session inventory: attachments, metadata,
 //!   hints, the store rows.
 //! - `event_log`: each session's recorded ACP traffic.
+//! - `replay`: a session's history for an attaching connection, made from
+//!   its event log.
 //! - `budget`: the server-wide memory budget of logs and rings.
 //! - `hints`: title / model / mode read from ACP messages.
 
@@ -16,4 +18,5 @@ pub mod connection;
 pub mod connections;
 pub mod event_log;
 pub mod hints;
+pub mod replay;
 pub mod session;

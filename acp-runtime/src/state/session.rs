@@ -9,16 +9,20 @@ use crate::state::budget::MemoryBudget;
 use crate::state::connection::Connection;
 use crate::state::event_log::{EventLog, LogLimits};
 use crate::state::hints::Hints;
+use crate::state::replay::Replay;
 use crate::store::share::Share;
 use crate::store::writer::{self, Persist};
 use crate::store::{self, EventRow, SessionRow};
 use crate::time::rfc3339;
-use agent_client_protocol::v1::schema::{ContentBlock, PromptRequest, SessionInfo};
+use agent_client_protocol::v1::schema::{
+    ContentBlock, PromptRequest, SessionConfigOption, SessionInfo, SessionMode, SessionModeState,
+};
 use bytes::Bytes;
 use dashmap::DashMap;
 use ext_methods::notification::SESSION_ENDED;
 use ext_methods::{
-    Direction, EndReason, ListModelsResult, ModelInfo, SessionEnded, SessionEventsPage, SessionMeta,
+    Direction, EndReason, ListModelsResult, ModelInfo, Role, SessionEnded, SessionEventsPage,
+    SessionMeta,
 };
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
@@ -58,10 +62,49 @@ pub struct Session {
     state: Mutex<SessionState>,
 }
 
+/// A connection attached to a session, with what it may do
+/// (research/contract.md, "`_sandboxagent/session/attach`").
+#[derive(Debug, Clone)]
+struct Attached {
+    connection: Arc<Connection>,
+    role: Role,
+}
+
+/// One event read from the store for a replay: offset, direction, message.
+pub type StoredEvent = (u64, Direction, Bytes);
+
+/// What [`Session::attach_with_history`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachOutcome {
+    /// Attached: `replayed` messages went to the connection before any live
+    /// one, covering the log up to `next_offset`.
+    Attached {
+        /// Event-log offset just past the replay.
+        next_offset: u64,
+        /// Messages pushed to the connection.
+        replayed: u64,
+    },
+    /// The session has ended: nothing was attached.
+    Ended,
+    /// Memory evicted events past what the caller read from the store:
+    /// read the store again up to [`Session::first_offset_in_memory`].
+    ReadAgain,
+}
+
+/// The events of a replay that only the store holds: those before
+/// `until`, the oldest offset memory held when they were read.
+#[derive(Debug, Default)]
+pub struct FromStore {
+    /// Events at or after the replay's start, below `until`, in order.
+    pub events: Vec<StoredEvent>,
+    /// The first offset the read did not cover.
+    pub until: u64,
+}
+
 #[derive(Debug)]
 struct SessionState {
     cwd: Option<String>,
-    attached: Vec<Arc<Connection>>,
+    attached: Vec<Attached>,
     updated_at: SystemTime,
     ended: Option<EndReason>,
     /// `_meta["sandboxagent.dev"]` as stored from `session/new` and `set_metadata`.
@@ -70,6 +113,10 @@ struct SessionState {
     model: Option<String>,
     mode: Option<String>,
     models: Option<Vec<ModelInfo>>,
+    /// Available modes (ACP `SessionMode` objects) as last reported.
+    modes: Option<Vec<Value>>,
+    /// Config options as last reported.
+    config_options: Option<Vec<SessionConfigOption>>,
     log: EventLog,
     /// Restored from the store and not loaded since: its agent process is
     /// gone (research/contract.md, "Durable sessions").
@@ -142,19 +189,148 @@ impl ListFilter {
 }
 
 impl Session {
-    /// The connections that receive this session's updates and agent requests.
+    /// The connections that receive this session's updates, whatever their
+    /// role.
     pub fn attached(&self) -> Vec<Arc<Connection>> {
-        self.state.lock().attached.clone()
+        let state = self.state.lock();
+        state
+            .attached
+            .iter()
+            .map(|a| a.connection.clone())
+            .collect()
     }
 
-    /// Attaches `connection` (idempotent).
+    /// The attached connections that receive agent requests (controllers).
+    pub fn controllers(&self) -> Vec<Arc<Connection>> {
+        controllers(&self.state.lock().attached)
+    }
+
+    /// The role `connection` is attached with, if it is attached.
+    pub fn role_of(&self, connection: &Connection) -> Option<Role> {
+        let state = self.state.lock();
+        state
+            .attached
+            .iter()
+            .find(|a| std::ptr::eq(a.connection.as_ref(), connection))
+            .map(|a| a.role)
+    }
+
+    /// Attaches `connection` as a controller (a `session/new`, `load`,
+    /// `resume` or `fork`); one attached already keeps its role.
     pub fn attach(&self, connection: &Arc<Connection>) {
         let mut state = self.state.lock();
-        if !state.attached.iter().any(|c| Arc::ptr_eq(c, connection)) {
-            state.attached.push(connection.clone());
+        if !state
+            .attached
+            .iter()
+            .any(|a| Arc::ptr_eq(&a.connection, connection))
+        {
+            state.attached.push(Attached {
+                connection: connection.clone(),
+                role: Role::Controller,
+            });
         }
         drop(state);
         connection.attach_session(self.id.clone());
+    }
+
+    /// Attaches `connection` with `role` after replaying the session's
+    /// history from log offset `start` (`None`: no history) to it alone
+    /// (research/contract.md, "The replay"). The last part of the replay
+    /// is pushed and the connection attached under the session's lock, the
+    /// one under which every new event is recorded and delivered: every
+    /// later event reaches it live, after the replay, so there is neither a
+    /// gap nor a duplicate between the two. The bulk is built outside the
+    /// lock (from shared copies of the log's messages), so a long history
+    /// does not hold the agent's stdout loop. Events memory no longer holds
+    /// come from `stored` (read from the store by the caller); those
+    /// neither holds are a gap marker. A connection attached already gets
+    /// its new role.
+    pub fn attach_with_history(
+        &self,
+        connection: &Arc<Connection>,
+        role: Role,
+        start: Option<u64>,
+        stored: &FromStore,
+    ) -> AttachOutcome {
+        /// Events still to take when the replay is finished under the lock.
+        const UNDER_LOCK: u64 = 256;
+        /// Rounds outside the lock before finishing under it whatever is left.
+        const ROUNDS: usize = 8;
+        let mut replay = None;
+        if let Some(start) = start {
+            let state = self.state.lock();
+            if state.ended.is_some() {
+                return AttachOutcome::Ended;
+            }
+            let first = state.log.first_offset();
+            if self.store().is_some() && start < first && stored.until < first {
+                return AttachOutcome::ReadAgain;
+            }
+            let held = copy_entries(&state.log, start.max(first));
+            drop(state);
+            let mut building = Replay::new(&self.id, start);
+            for (offset, direction, message) in &stored.events {
+                if *offset < first {
+                    building.push(*offset, *direction, message);
+                }
+            }
+            for (offset, direction, message) in &held {
+                building.push(*offset, *direction, message);
+            }
+            replay = Some(building);
+        }
+        let mut rounds = 0;
+        let mut state = loop {
+            let state = self.state.lock();
+            if state.ended.is_some() {
+                return AttachOutcome::Ended;
+            }
+            let Some(building) = replay.as_mut() else {
+                break state;
+            };
+            rounds += 1;
+            if state.log.count().saturating_sub(building.expected()) <= UNDER_LOCK
+                || rounds >= ROUNDS
+            {
+                break state;
+            }
+            // A busy log moved on meanwhile: catch up outside the lock.
+            let held = copy_entries(&state.log, building.expected());
+            drop(state);
+            for (offset, direction, message) in &held {
+                building.push(*offset, *direction, message);
+            }
+        };
+        let count = state.log.count();
+        let mut replayed = 0;
+        if let Some(mut building) = replay {
+            for (offset, direction, message) in state.log.entries_from(building.expected()) {
+                building.push(offset, direction, message);
+            }
+            building.gap_until(count);
+            for line in building.into_lines() {
+                if connection.push(line, Some(&self.id)).is_some() {
+                    replayed += 1;
+                }
+            }
+        }
+        match state
+            .attached
+            .iter_mut()
+            .find(|a| Arc::ptr_eq(&a.connection, connection))
+        {
+            Some(attached) => attached.role = role,
+            None => state.attached.push(Attached {
+                connection: connection.clone(),
+                role,
+            }),
+        }
+        drop(state);
+        connection.attach_session(self.id.clone());
+        AttachOutcome::Attached {
+            next_offset: count,
+            replayed,
+        }
     }
 
     /// Stops delivery to `connection`; returns whether it was attached.
@@ -163,7 +339,7 @@ impl Session {
         let before = state.attached.len();
         state
             .attached
-            .retain(|c| !std::ptr::eq(c.as_ref(), connection));
+            .retain(|a| !std::ptr::eq(a.connection.as_ref(), connection));
         let was_attached = state.attached.len() != before;
         drop(state);
         connection.detach_session(&self.id);
@@ -184,7 +360,10 @@ impl Session {
         if self.store().is_some_and(|p| !p.is_shutting_down()) {
             self.store_row(&state);
         }
-        let attached = std::mem::take(&mut state.attached);
+        let attached: Vec<Arc<Connection>> = std::mem::take(&mut state.attached)
+            .into_iter()
+            .map(|a| a.connection)
+            .collect();
         drop(state);
         for connection in &attached {
             connection.detach_session(&self.id);
@@ -242,17 +421,22 @@ impl Session {
     /// attached connection, under one lock and without copying the list.
     pub fn record_and_deliver(&self, direction: Direction, message: Bytes) {
         let mut state = self.state.lock();
-        for connection in &state.attached {
-            connection.push(message.clone(), Some(&self.id));
+        for attached in &state.attached {
+            attached.connection.push(message.clone(), Some(&self.id));
         }
         self.record_locked(&mut state, direction, message, true);
     }
 
-    /// Records a message and returns the attached connections, under one lock.
-    pub fn record_and_targets(&self, direction: Direction, message: Bytes) -> Vec<Arc<Connection>> {
+    /// Records a message and returns the attached controllers, under one
+    /// lock (an agent request goes to them only).
+    pub fn record_and_controllers(
+        &self,
+        direction: Direction,
+        message: Bytes,
+    ) -> Vec<Arc<Connection>> {
         let mut state = self.state.lock();
         self.record_locked(&mut state, direction, message, true);
-        state.attached.clone()
+        controllers(&state.attached)
     }
 
     /// Appends to the log and, when `stored`, queues the event for the
@@ -424,6 +608,12 @@ impl Session {
         if let Some(models) = &hints.models {
             state.models = Some(models.clone());
         }
+        if let Some(modes) = &hints.modes {
+            state.modes = Some(modes.clone());
+        }
+        if let Some(options) = &hints.config_options {
+            state.config_options = Some(options.clone());
+        }
         self.store_row(&state);
     }
 
@@ -522,6 +712,38 @@ impl Session {
         }
     }
 
+    /// What a `session/load` answer says about the session, from its hints
+    /// (research/contract.md, "The replay"): its modes (current and
+    /// available), its config options, and, for agents that predate config
+    /// options, its models.
+    pub fn load_hints(
+        &self,
+    ) -> (
+        Option<SessionModeState>,
+        Option<Vec<SessionConfigOption>>,
+        Option<ListModelsResult>,
+    ) {
+        let state = self.state.lock();
+        let modes = match (&state.mode, &state.modes) {
+            (Some(current), Some(available)) => Some(SessionModeState::new(
+                current.clone(),
+                available
+                    .iter()
+                    .filter_map(|mode| serde_json::from_value::<SessionMode>(mode.clone()).ok())
+                    .collect(),
+            )),
+            _ => None,
+        };
+        let models = match (&state.config_options, &state.models) {
+            (None, Some(models)) => Some(ListModelsResult {
+                available_models: models.clone(),
+                current_model_id: state.model.clone(),
+            }),
+            _ => None,
+        };
+        (modes, state.config_options.clone(), models)
+    }
+
     /// The working directory given at creation, if known.
     pub fn cwd(&self) -> Option<String> {
         self.state.lock().cwd.clone()
@@ -609,6 +831,8 @@ impl Sessions {
             model: row.model,
             mode: row.mode,
             models: row.models,
+            modes: None,
+            config_options: None,
             log: self.log_from(row.event_count),
             dormant: row.end_reason.is_none(),
             first_prompt: row.first_prompt,
@@ -764,6 +988,8 @@ impl Sessions {
                 model: None,
                 mode: None,
                 models: None,
+                modes: None,
+                config_options: None,
                 log: self.log_from(0),
                 dormant: false,
                 first_prompt: None,
@@ -780,6 +1006,8 @@ impl Sessions {
                 state.mode.clone_from(&old_state.mode);
                 state.models.clone_from(&old_state.models);
                 state.first_prompt.clone_from(&old_state.first_prompt);
+                state.modes.clone_from(&old_state.modes);
+                state.config_options.clone_from(&old_state.config_options);
                 state.log = self.log_from(old_state.log.count());
             }
             let session = Arc::new(Session {
@@ -937,6 +1165,23 @@ impl Sessions {
             }
         }
     }
+}
+
+/// Shared copies (no message is copied) of the log's events in memory at
+/// or after `offset`.
+fn copy_entries(log: &EventLog, offset: u64) -> Vec<StoredEvent> {
+    log.entries_from(offset)
+        .map(|(offset, direction, message)| (offset, direction, message.clone()))
+        .collect()
+}
+
+/// The controllers among `attached`.
+fn controllers(attached: &[Attached]) -> Vec<Arc<Connection>> {
+    attached
+        .iter()
+        .filter(|a| a.role == Role::Controller)
+        .map(|a| a.connection.clone())
+        .collect()
 }
 
 /// The process generation of a session restored from the store: no agent

@@ -1076,7 +1076,7 @@ const SESSION_COLUMNS: &str = "agent, session_id, cwd, created_ns, updated_ns, e
 fn like_pattern(text: &str) -> String {
     let mut pattern = String::with_capacity(text.len() + 2);
     pattern.push('%');
-    for c in text.to_lowercase().chars() {
+    for c in text.to_ascii_lowercase().chars() {
         if matches!(c, '%' | '_' | '\\') {
             pattern.push('\\');
         }

@@ -1,13 +1,14 @@
 //! The sandbox-agent extensions (`_sandboxagent/*`, answered by the server)
-//! under sandbox names: models, metadata, detach, terminate, one session.
+//! under sandbox names: models, metadata, attach, detach, terminate, one
+//! session.
 
 use super::SandboxAgentClient;
 use crate::error::Error;
 use crate::meta::SessionEntry;
 use agent_client_protocol::v1::schema::{SessionId, SessionInfo};
 use ext_methods::{
-    ListModelsParams, ListModelsResult, ModelsTarget, SessionRef, SetMetadataParams,
-    TerminateResult, method,
+    AttachParams, AttachResult, HistoryPolicy, ListModelsParams, ListModelsResult, ModelsTarget,
+    Role, SessionRef, SetMetadataParams, TerminateResult, method,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -71,6 +72,32 @@ impl SandboxAgentClient {
             .ext_request(method::SESSION_SET_METADATA, &params)
             .await?;
         Ok(SessionEntry::from_info(info))
+    }
+
+    /// Joins a session live on the server as `role`
+    /// (`_sandboxagent/session/attach`): the history `history` asks for,
+    /// from the server's event log, comes to this client alone as session
+    /// updates (prompts as `user_message_chunk`s) before the answer, then
+    /// the live ones, with no gap and no duplicate; the agent is not asked.
+    /// An observer gets no permission requests, and its prompts fail with
+    /// `-32003` (research/contract.md, "Several clients on one session").
+    ///
+    /// # Errors
+    /// [`Error::NotConnected`]; [`Error::Rpc`] `-32002` (the session is not
+    /// live on the server: [`load_session`](Self::load_session) revives a
+    /// dormant one).
+    pub async fn attach_session(
+        &self,
+        session_id: impl Into<SessionId>,
+        role: Role,
+        history: HistoryPolicy,
+    ) -> Result<AttachResult, Error> {
+        let params = AttachParams {
+            session_id: session_id.into().0.to_string(),
+            role,
+            history_policy: history,
+        };
+        self.ext_request(method::SESSION_ATTACH, &params).await
     }
 
     /// This connection stops receiving the session's updates and requests

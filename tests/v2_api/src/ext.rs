@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 
 use crate::{META_KEY, acp};
 
+/// `_sandboxagent/session/attach`.
+pub const ATTACH: &str = "_sandboxagent/session/attach";
 /// `_sandboxagent/session/detach`.
 pub const DETACH: &str = "_sandboxagent/session/detach";
 /// `_sandboxagent/session/terminate`.
@@ -41,7 +43,7 @@ pub const SESSION_ENDED: &str = "_sandboxagent/session/ended";
 
 /// Every extension method research/contract.md defines, sorted
 /// ("Extension methods and control plane").
-pub const ALL_METHODS: [&str; 13] = [
+pub const ALL_METHODS: [&str; 14] = [
     AGENT_INSTALL,
     AGENT_LIST,
     FS_DELETE_ENTRY,
@@ -49,6 +51,7 @@ pub const ALL_METHODS: [&str; 13] = [
     FS_MKDIR,
     FS_MOVE,
     FS_STAT,
+    ATTACH,
     DETACH,
     SESSION_GET,
     SESSION_LIST,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use v2_api_tests::acp::{self, stop_reason};
 use v2_api_tests::ext::{
-    self, AGENT_INSTALL, AGENT_LIST, ALL_METHODS, DETACH, FS_DELETE_ENTRY, FS_LIST_ENTRIES,
+    self, AGENT_INSTALL, AGENT_LIST, ALL_METHODS, ATTACH, DETACH, FS_DELETE_ENTRY, FS_LIST_ENTRIES,
     FS_MKDIR, FS_MOVE, FS_STAT, INVALID_PARAMS, LIST_MODELS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND,
     SESSION_ENDED, SESSION_GET, SESSION_LIST, SET_METADATA, TERMINATE, expect_error, expect_result,
     namespace, session_ids, session_ref,
@@ -141,6 +141,8 @@ fn check_advertisement(result: &Value) -> Vec<String> {
         "fsDeleteEntry",
         "sessionEndedNotification",
         "sessionAgentMeta",
+        "sessionAttach",
+        "requestResolvedNotification",
     ] {
         assert_eq!(extensions.get(flag), Some(&json!(true)), "{flag}: {block}");
     }
@@ -183,7 +185,7 @@ async fn every_advertised_method_answers() {
     files.write("deleted", b"x");
     for (i, method) in methods.iter().enumerate() {
         let params = match method.as_str() {
-            DETACH | SESSION_GET | LIST_MODELS => session_ref(&session),
+            ATTACH | DETACH | SESSION_GET | LIST_MODELS => session_ref(&session),
             TERMINATE => session_ref(&doomed),
             SET_METADATA => json!({"sessionId": session, "metadata": {"k": 1}}),
             AGENT_LIST | SESSION_LIST => json!({}),

@@ -95,6 +95,16 @@ async fn a_permission_is_answered_by_clicking() {
     flow(&server, "permission", None).await;
 }
 
+/// Two tabs on one session (two connections): answered in one, the
+/// permission card disappears from the other, which heard
+/// `_sandboxagent/request/resolved` (research/contract.md,
+/// "`_sandboxagent/session/attach`").
+#[tokio::test]
+async fn a_permission_answered_in_one_tab_leaves_the_other() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "resolved", None).await;
+}
+
 #[tokio::test]
 async fn a_reload_mid_turn_shows_every_chunk_once() {
     let server = TestServer::start(&[]).await;

@@ -1277,3 +1277,99 @@ async fn runtime_call_pending_at_exit_reports_the_exit() {
     let (outcome, ()) = tokio::join!(router.call("initialize", &params), exit);
     assert!(matches!(outcome, Err(None)), "{outcome:?}");
 }
+
+#[tokio::test]
+async fn observers_get_updates_but_no_agent_requests_and_their_answers_are_dropped() {
+    let mut f = Fixture::new();
+    let controller = f.open(json!({}));
+    let observer = f.open(json!({}));
+    let session = f.create_session(&controller, "1", "s-1").await;
+    let attached = session.attach_with_history(
+        &observer,
+        Role::Observer,
+        None,
+        &crate::state::session::FromStore::default(),
+    );
+    assert!(matches!(
+        attached,
+        crate::state::session::AttachOutcome::Attached { replayed: 0, .. }
+    ));
+    let ask = r#"{"jsonrpc":"2.0","id":"q","method":"session/request_permission","params":{"sessionId":"s-1","options":[]}}"#;
+    f.agent_line(&update("s-1", 1));
+    f.agent_line(ask);
+    assert_eq!(events(&observer), [value(&update("s-1", 1))]);
+    assert_eq!(events(&controller).last(), Some(&value(ask)));
+    assert!(
+        f.router.take_answered(r#""q""#, &observer).is_none(),
+        "an observer's answer is dropped"
+    );
+    let answered = f
+        .router
+        .take_answered(r#""q""#, &controller)
+        .expect("the controller's answer wins");
+    f.router.announce_resolved(
+        &answered,
+        &controller,
+        br#"{"jsonrpc":"2.0","id":"q","result":{"outcome":{"outcome":"selected","optionId":"allow-once"}}}"#,
+    );
+    assert_eq!(
+        events(&observer).last(),
+        Some(
+            &json!({"jsonrpc": "2.0", "method": "_sandboxagent/request/resolved",
+            "params": {"sessionId": "s-1", "requestId": "q", "outcome": {"outcome": "selected", "optionId": "allow-once"}}})
+        )
+    );
+    assert!(
+        events(&controller)
+            .iter()
+            .all(|e| e["method"] != "_sandboxagent/request/resolved"),
+        "the winner is not told"
+    );
+    assert!(f.router.take_answered(r#""q""#, &controller).is_none());
+    assert!(f.stdin_lines().is_empty());
+}
+
+#[tokio::test]
+async fn a_sessionless_cancel_goes_to_the_connection_that_got_the_request() {
+    let mut f = Fixture::new();
+    let first = f.open(json!({}));
+    let second = f.open(json!({}));
+    let _r1 = f
+        .send(&first, "1", "authenticate", json!({}), Effect::None, None)
+        .await;
+    let ask = r#"{"jsonrpc":"2.0","id":"q","method":"_x/ask","params":{}}"#;
+    f.agent_line(ask);
+    let _r2 = f
+        .send(&second, "1", "authenticate", json!({}), Effect::None, None)
+        .await;
+    f.stdin_lines();
+    let cancel = r#"{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":"q"}}"#;
+    f.agent_line(cancel);
+    assert_eq!(events(&first), [value(ask), value(cancel)]);
+    assert!(events(&second).is_empty(), "not the latest requester");
+}
+
+#[tokio::test]
+async fn an_ended_sessions_open_requests_are_answered_cancelled() {
+    let mut f = Fixture::new();
+    let a = f.open(json!({"fs": {"readTextFile": true}}));
+    f.create_session(&a, "1", "s-1").await;
+    f.agent_line(r#"{"jsonrpc":"2.0","id":5,"method":"session/request_permission","params":{"sessionId":"s-1","options":[]}}"#);
+    f.agent_line(r#"{"jsonrpc":"2.0","id":6,"method":"fs/read_text_file","params":{"sessionId":"s-1","path":"/x"}}"#);
+    assert_eq!(f.router.cancel_session_requests("s-1"), 2);
+    let answers: Vec<Value> = f.stdin_lines().iter().map(|l| value(l)).collect();
+    assert_eq!(
+        answers[0],
+        json!({"jsonrpc": "2.0", "id": 5, "result": {"outcome": {"outcome": "cancelled"}}})
+    );
+    assert_eq!(answers[1]["id"], 6);
+    assert_eq!(answers[1]["error"]["code"], code::REQUEST_CANCELLED);
+    let resolved: Vec<Value> = events(&a)
+        .into_iter()
+        .filter(|e| e["method"] == "_sandboxagent/request/resolved")
+        .map(|e| e["params"]["requestId"].clone())
+        .collect();
+    assert_eq!(resolved, [json!(5), json!(6)]);
+    assert_eq!(f.router.take_agent_request("5"), None);
+    assert_eq!(f.router.cancel_session_requests("s-1"), 0);
+}
