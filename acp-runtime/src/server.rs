@@ -56,11 +56,10 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
     // Before any agent can start: never two trees of one agent
     // (research/contract.md, "Agent process trees and a server that dies").
     crate::agent::orphans::reap_leftovers(&config.data_dir).await;
-    let (durable, restored) = open_store(&config).await?;
+    let durable = open_store(&config).await?;
     let listener = TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
     let runtime = Runtime::new(config, durable);
-    runtime.sessions.restore(restored);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let shutdown = runtime.shutdown.clone();
     tokio::spawn(async move {
@@ -74,6 +73,8 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
     // research/contract.md, "Memory budget".
     tokio::spawn(runtime.clone().keep_within_budget());
     tokio::spawn(runtime.clone().trim_ended_sessions());
+    // research/contract.md, "Durable sessions": retention is the store's.
+    tokio::spawn(runtime.clone().retain_stored());
     if runtime.config.exit_on_stdin_eof {
         watch_stdin(runtime.shutdown.clone())?;
     }
@@ -168,39 +169,48 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
 }
 
 /// Opens the store `config` names (default: SQLite in the data dir), with
-/// its writer task, and reads this runtime id's inventory back.
+/// its writer task (the inventory stays in the store; see `runtime::inventory`).
 ///
 /// # Errors
 /// The store's error, naming the file or the redacted URL.
-async fn open_store(
-    config: &ServerConfig,
-) -> std::io::Result<(Option<Durable>, Vec<crate::store::SessionRow>)> {
+async fn open_store(config: &ServerConfig) -> std::io::Result<Option<Durable>> {
     let url = config
         .store
         .clone()
         .unwrap_or_else(|| StoreUrl::default_for(&config.data_dir));
     let failed = |e: crate::store::StoreError| std::io::Error::other(e.to_string());
     if url == StoreUrl::Memory {
-        return Ok((None, Vec::new()));
+        return Ok(None);
     }
     let runtime_id = match &config.runtime_id {
         Some(id) => id.clone(),
         None => crate::store::default_runtime_id(&config.data_dir).map_err(failed)?,
     };
     let Some(store) = Store::open(&url, &runtime_id).await.map_err(failed)? else {
-        return Ok((None, Vec::new()));
+        return Ok(None);
     };
+    // Entries stay in the store (memory takes in what is asked for): only
+    // their count is read here, so start-up costs the same at any size.
     let started = std::time::Instant::now();
-    let restored = store.sessions().await.map_err(failed)?;
+    let count = store.count_sessions().await.map_err(failed)?;
+    // The newest entry, read whole: a corrupt table fails here, at start,
+    // naming the file, not at the first listing.
+    store
+        .page(&crate::store::PageQuery {
+            limit: 1,
+            ..crate::store::PageQuery::default()
+        })
+        .await
+        .map_err(failed)?;
     tracing::info!(
         store = store.describe(),
         runtime_id,
-        sessions = restored.len(),
+        sessions = count,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "session store opened"
     );
     let persist = Persist::start(store.clone(), url.backend(), config.event_log_events);
-    Ok((Some(Durable { store, persist }), restored))
+    Ok(Some(Durable { store, persist }))
 }
 
 /// One builder for every TCP connection: HTTP/1.1, and cleartext HTTP/2 by

@@ -492,10 +492,12 @@ class SessionsView {
   async mount(root) {
     root.append(el("h1", {}, "Sessions"));
     const { agents } = await getJson("/v2/agents");
-    this.agentFilter = el("select", { "aria-label": "Filter by agent" }, el("option", { value: "" }, "all agents"), agents.map((a) => el("option", { value: a.id }, a.id)));
+    // Two agent selects on one page (create and filter): each label says
+    // which one it is.
+    this.agentFilter = el("select", { id: "filter-agent" }, el("option", { value: "" }, "all agents"), agents.map((a) => el("option", { value: a.id }, a.id)));
     this.stateFilter = el(
       "select",
-      { "aria-label": "Filter by state" },
+      { id: "filter-state" },
       el("option", { value: "" }, "any state"),
       el("option", { value: "live" }, "live"),
       el("option", { value: "dormant" }, "dormant"),
@@ -511,7 +513,7 @@ class SessionsView {
     const form = el(
       "form",
       { class: "toolbar", "aria-label": "New session" },
-      el("label", { for: "new-agent" }, "Agent", newAgent),
+      el("label", { for: "new-agent" }, "Agent for a new session", newAgent),
       el("label", { for: "new-cwd" }, "Working directory", cwd),
       create,
     );
@@ -540,7 +542,12 @@ class SessionsView {
     root.append(
       form,
       error,
-      el("div", { class: "toolbar" }, el("label", {}, "Agent", this.agentFilter), el("label", {}, "State", this.stateFilter)),
+      el(
+        "div",
+        { class: "toolbar" },
+        el("label", { for: "filter-agent" }, "Filter by agent", this.agentFilter),
+        el("label", { for: "filter-state" }, "Filter by state", this.stateFilter),
+      ),
     );
     this.search = el("input", { id: "session-search", type: "search", placeholder: "words in the title", size: 24 });
     this.search.addEventListener("input", () => {

@@ -20,6 +20,7 @@ pub const RUNTIME_KEYS: &[&str] = &[
     "ended",
     "dormant",
     "eventCount",
+    "firstPrompt",
 ];
 
 /// The namespace object of a params or result object:
@@ -115,6 +116,11 @@ pub struct SessionMeta {
     /// Mode hint, from metadata or the agent's `current_mode_update`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// The text of the session's first `session/prompt` (its text blocks
+    /// joined, at most 200 characters): what a list shows for a session
+    /// without a title. Absent before the first prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_prompt: Option<String>,
     /// Every other key, as stored (pass-through).
     #[serde(flatten)]
     pub extra: Map<String, Value>,

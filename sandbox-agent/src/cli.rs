@@ -24,7 +24,7 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Send one prompt to an agent and stream the reply (starts a server when no --url).
+    /// Send one prompt to an agent and stream the reply (starts a server when no --url or $SANDBOX_AGENT_URL).
     Prompt(PromptArgs),
     /// Serve ACP agents over HTTP at /v2/rpc.
     Server(Box<ServerArgs>),

@@ -949,17 +949,6 @@ impl Router {
                 "stderr": &stderr,
             }));
         let pending: Vec<_> = self.pending.lock().drain().map(|(_, p)| p).collect();
-        for pending in pending {
-            match pending {
-                Pending::Client(request) => {
-                    let line = protocol::error_response_line(&request.client_id, &error);
-                    // No session: delivered at once.
-                    let _ = self.settle(request, line, None);
-                }
-                // Dropping the sender tells the runtime's caller the process is gone.
-                Pending::Runtime(_) => {}
-            }
-        }
         self.agent_requests.lock().clear();
         self.held.lock().clear();
         let reason = if exit.code == Some(0) {
@@ -984,6 +973,19 @@ impl Router {
             async move { session.end_with_notice(&notice).await }
         }))
         .await;
+        // After the end notices: a client reading both sees why the session
+        // ended (the exit, the agent's stderr) before its failed request.
+        for pending in pending {
+            match pending {
+                Pending::Client(request) => {
+                    let line = protocol::error_response_line(&request.client_id, &error);
+                    // No session: delivered at once.
+                    let _ = self.settle(request, line, None);
+                }
+                // Dropping the sender tells the runtime's caller the process is gone.
+                Pending::Runtime(_) => {}
+            }
+        }
     }
 }
 

@@ -153,7 +153,7 @@ async fn initialize(
 }
 
 /// `GET`: the connection's stream, or with `Acp-Session-Id` that session's.
-pub fn get(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<Body>, Error> {
+pub async fn get(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<Body>, Error> {
     let headers = request.headers();
     if !accepts(headers, EVENT_STREAM) {
         return Err(Error::NotAcceptable(EVENT_STREAM));
@@ -167,11 +167,14 @@ pub fn get(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<Bod
     if let Some(session) = &session {
         // Known to this connection, or to its agent (a stream opened before
         // `session/load` on a new connection, as the RFD's resume flow does).
-        let known = connection
+        let attached = connection
             .attached_sessions()
             .iter()
-            .any(|attached| **attached == **session)
-            || runtime.sessions.get(&connection.agent, session).is_some();
+            .any(|attached| **attached == **session);
+        if !attached {
+            runtime.recall(Some(&connection.agent), session).await?;
+        }
+        let known = attached || runtime.sessions.get(&connection.agent, session).is_some();
         if !known {
             return Err(Error::UnknownSession(session.clone()));
         }

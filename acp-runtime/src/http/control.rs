@@ -7,7 +7,7 @@ use super::headers::is_json_content;
 use crate::error::Error;
 use crate::protocol::APPLICATION_JSON;
 use crate::runtime::Runtime;
-use crate::state::session::Session;
+use crate::state::session::{ListFilter, ListState, Session};
 use bytes::Bytes;
 use ext_methods::{AgentInstallParams, AgentListResult};
 use http::StatusCode;
@@ -54,10 +54,74 @@ fn json(value: &impl Serialize) -> Result<http::Response<Body>, Error> {
     Ok(full(StatusCode::OK, APPLICATION_JSON, Bytes::from(body)))
 }
 
-/// `GET /v2/sessions` → `{"sessions": [entry, …]}`, newest first.
-pub fn sessions(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
-    let sessions: Vec<_> = runtime.sessions.all().iter().map(|s| s.info()).collect();
-    json(&serde_json::json!({ "sessions": sessions }))
+/// Entries per page of `GET /v2/sessions` when `limit` is not given.
+const DEFAULT_SESSIONS_LIMIT: usize = 100;
+/// Largest `limit` of `GET /v2/sessions`.
+const MAX_SESSIONS_LIMIT: usize = 1000;
+
+/// `GET /v2/sessions?limit=N&cursor=C&agent=A&state=S&q=TEXT` →
+/// `{"sessions": [entry, …], "nextCursor"?}`, newest first
+/// (research/contract.md, "Control plane").
+///
+/// # Errors
+/// 400 `invalid-request` naming the parameter: `limit` not plain digits,
+/// 0 or over 1000; a cursor this server did not make; an unknown `state`.
+/// 503 `store-unavailable` when the store cannot be read.
+pub async fn sessions(
+    runtime: &Runtime,
+    query: Option<&str>,
+) -> Result<http::Response<Body>, Error> {
+    let mut filter = ListFilter::default();
+    let mut cursor = None;
+    let mut limit = DEFAULT_SESSIONS_LIMIT;
+    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match &*key {
+            "limit" => {
+                limit = value
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| value.parse::<usize>().ok())
+                    .flatten()
+                    .filter(|n| (1..=MAX_SESSIONS_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        Error::InvalidRequest(format!(
+                            "query parameter limit must be between 1 and {MAX_SESSIONS_LIMIT}, got {value:?}"
+                        ))
+                    })?;
+            }
+            "cursor" => cursor = Some(value.into_owned()),
+            "agent" => filter.agent = Some(value.into_owned()),
+            "q" => filter.title = Some(value.into_owned()).filter(|q| !q.is_empty()),
+            "state" => {
+                filter.state = Some(match &*value {
+                    "live" => ListState::Live,
+                    "dormant" => ListState::Dormant,
+                    "ended" => ListState::Ended,
+                    other => {
+                        return Err(Error::InvalidRequest(format!(
+                            "query parameter state must be live, dormant or ended, got {other:?}"
+                        )));
+                    }
+                });
+            }
+            _ => {}
+        }
+    }
+    let page = runtime
+        .inventory_page(&filter, cursor.as_deref(), limit)
+        .await
+        .map_err(|error| match error {
+            Error::InvalidRequest(message) => {
+                Error::InvalidRequest(format!("query parameter cursor: {message}"))
+            }
+            other => other,
+        })?;
+    let sessions: Vec<_> = page.sessions.iter().map(|s| s.info()).collect();
+    let mut body = serde_json::json!({ "sessions": sessions });
+    if let Some(next) = page.next_cursor {
+        body["nextCursor"] = serde_json::Value::String(next);
+    }
+    json(&body)
 }
 
 /// The query of `/v2/sessions/{id}[/events]`: `agent` picks among sessions
@@ -108,14 +172,16 @@ impl SessionQuery {
 /// # Errors
 /// 400 for a bad segment or query; 404 `unknown-session`; 409
 /// `ambiguous-session` naming the agents when several have that id and no
-/// `agent` was given (research/contract.md, "Control plane").
-fn resolve(
+/// `agent` was given (research/contract.md, "Control plane"); 503 when
+/// the store cannot be read.
+async fn resolve(
     runtime: &Runtime,
     id: &str,
     query: Option<&str>,
 ) -> Result<(Arc<Session>, SessionQuery), Error> {
     let id = decode_segment(id)?;
     let query = SessionQuery::parse(query)?;
+    runtime.recall(query.agent.as_deref(), &id).await?;
     let session = named(runtime, &id, &query)?;
     Ok((session, query))
 }
@@ -142,12 +208,12 @@ fn named(runtime: &Runtime, id: &str, query: &SessionQuery) -> Result<Arc<Sessio
 ///
 /// # Errors
 /// 400, 404, 409 as [`resolve`].
-pub fn session(
+pub async fn session(
     runtime: &Runtime,
     id: &str,
     query: Option<&str>,
 ) -> Result<http::Response<Body>, Error> {
-    json(&resolve(runtime, id, query)?.0.info())
+    json(&resolve(runtime, id, query).await?.0.info())
 }
 
 /// `GET /v2/sessions/{id}/events?offset=N&limit=M[&agent=A]` → `SessionEventsPage`;
@@ -162,7 +228,7 @@ pub async fn events(
     id: &str,
     query: Option<&str>,
 ) -> Result<http::Response<Body>, Error> {
-    let (session, query) = resolve(runtime, id, query)?;
+    let (session, query) = resolve(runtime, id, query).await?;
     let offset = query.offset.unwrap_or(0);
     let limit = query.limit.unwrap_or(DEFAULT_EVENTS_LIMIT as u64);
     if limit == 0 || limit > MAX_EVENTS_LIMIT as u64 {

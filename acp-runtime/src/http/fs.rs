@@ -50,16 +50,16 @@ pub async fn serve(
     let query = Query::parse(request.uri().query())?;
     match (path, method) {
         ("entries", &Method::GET | &Method::HEAD) => {
-            let scope = query.scope(runtime)?;
+            let scope = query.scope(runtime).await?;
             json(&blocking(move || ops::list(&scope, query.path.as_deref())).await?)
         }
         ("stat", &Method::GET | &Method::HEAD) => {
-            let scope = query.scope(runtime)?;
+            let scope = query.scope(runtime).await?;
             let path = query.required_path()?;
             json(&blocking(move || ops::stat(&scope, &path)).await?)
         }
         ("mkdir", &Method::POST) => {
-            let scope = query.scope(runtime)?;
+            let scope = query.scope(runtime).await?;
             let path = query.required_path()?;
             json(&blocking(move || ops::mkdir(&scope, &path)).await?)
         }
@@ -76,11 +76,14 @@ pub async fn serve(
             if params.session_id.is_none() {
                 params.session_id = query.session_id.clone();
             }
+            if let Some(id) = &params.session_id {
+                runtime.recall(None, id).await?;
+            }
             let scope = runtime.fs_scope(params.session_id.as_deref(), None)?;
             json(&blocking(move || ops::rename(&scope, &params)).await?)
         }
         ("entry", &Method::DELETE) => {
-            let scope = query.scope(runtime)?;
+            let scope = query.scope(runtime).await?;
             let params = FsDeleteParams {
                 path: query.required_path()?,
                 recursive: query.recursive,
@@ -136,7 +139,12 @@ impl Query {
         Ok(parsed)
     }
 
-    fn scope(&self, runtime: &Runtime) -> Result<Scope, Error> {
+    /// The scope of the request's `sessionId` (read from the store first
+    /// when memory does not hold the session).
+    async fn scope(&self, runtime: &Runtime) -> Result<Scope, Error> {
+        if let Some(id) = &self.session_id {
+            runtime.recall(None, id).await?;
+        }
         runtime.fs_scope(self.session_id.as_deref(), None)
     }
 
@@ -178,7 +186,7 @@ async fn read(
     query: &Query,
     method: &Method,
 ) -> Result<Response<Body>, Error> {
-    let scope = query.scope(runtime)?;
+    let scope = query.scope(runtime).await?;
     let path = query.required_path()?;
     let opened = blocking(move || transfer::open(&scope, &path)).await?;
     let size = opened.meta.len();
@@ -362,7 +370,7 @@ async fn write(
 ) -> Result<Response<Body>, Error> {
     let limit = runtime.config.max_upload_bytes;
     check_declared_length(request, limit)?;
-    let scope = query.scope(runtime)?;
+    let scope = query.scope(runtime).await?;
     let path = query.required_path()?;
     let mut body = body_stream(request, runtime.config.read_timeout);
     // Preconditions are judged against the file as it is before the body
@@ -408,7 +416,7 @@ async fn upload_batch(
     }
     let limit = runtime.config.max_upload_bytes;
     check_declared_length(request, limit)?;
-    let scope = query.scope(runtime)?;
+    let scope = query.scope(runtime).await?;
     let path = query.required_path()?;
     let limits = Limits {
         max_bytes: runtime.config.max_unpacked_bytes,

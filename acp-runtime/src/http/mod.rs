@@ -207,7 +207,7 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
             match method {
                 Method::POST => acp::post(runtime, request, agent).await,
                 Method::GET if upgrade => websocket::upgrade(runtime, request, agent),
-                Method::GET => acp::get(runtime, request),
+                Method::GET => acp::get(runtime, request).await,
                 Method::DELETE => acp::delete(runtime, request).await,
                 _ => Err(Error::MethodNotAllowed("GET, POST, DELETE")),
             }
@@ -234,8 +234,8 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
                 _ => Err(Error::MethodNotAllowed("POST")),
             }
         }
-        Route::Sessions if get => control::sessions(runtime),
-        Route::Session { id } if get => control::session(runtime, id, uri.query()),
+        Route::Sessions if get => control::sessions(runtime, uri.query()).await,
+        Route::Session { id } if get => control::session(runtime, id, uri.query()).await,
         Route::SessionEvents { id } if get => control::events(runtime, id, uri.query()).await,
         Route::Agents | Route::Sessions | Route::Session { .. } | Route::SessionEvents { .. } => {
             Err(Error::MethodNotAllowed("GET"))

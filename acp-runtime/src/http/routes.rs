@@ -113,6 +113,9 @@ impl<'a> Route<'a> {
                 Self::AgentInstall { agent }
             }
             [Some("sessions"), None, None] => Self::Sessions,
+            // An empty id (`/v2/sessions//events`) names no session; it
+            // must not shift `events` into the id's place.
+            [Some("sessions"), Some(_), _] if path.contains("//") => Self::UnknownV2,
             [Some("sessions"), Some(id), None] => Self::Session { id },
             [Some("sessions"), Some(id), Some("events")] => Self::SessionEvents { id },
             _ => Self::UnknownV2,
@@ -160,6 +163,8 @@ mod tests {
             Route::of("/v2/sessions/s/events"),
             Route::SessionEvents { id: "s" }
         );
+        assert_eq!(Route::of("/v2/sessions//events"), Route::UnknownV2);
+        assert_eq!(Route::of("/v2/sessions//"), Route::Sessions);
         assert_eq!(
             Route::of("/v2/agents/mock/install"),
             Route::AgentInstall { agent: "mock" }

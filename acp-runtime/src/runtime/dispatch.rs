@@ -91,6 +91,15 @@ impl Runtime {
                 return Ok(Reply::error(client_id, &error));
             }
         };
+        // A session this runtime keeps in the store only (ended, dormant,
+        // from before a restart) is read into memory before anything looks
+        // it up (research/contract.md, "Durable sessions").
+        let session = envelope.session_id().map(Arc::<str>::from);
+        if let Some(id) = &session
+            && let Err(error) = self.recall(Some(&connection.agent), id).await
+        {
+            return Ok(Reply::error(client_id, &error.to_rpc_error()));
+        }
         if method.starts_with(EXTENSION_PREFIX) {
             let answer = super::ext::call(self, connection, method, envelope.params).await;
             let (result, error) = match &answer {
@@ -102,12 +111,11 @@ impl Runtime {
             )));
         }
         if method == method::SESSION_LIST {
-            return Ok(match self.list_sessions(envelope.params) {
+            return Ok(match self.list_sessions(envelope.params).await {
                 Ok(page) => Reply::json(protocol::result_response_line(client_id, &page)),
                 Err(error) => Reply::error(client_id, &error),
             });
         }
-        let session = envelope.session_id().map(Arc::<str>::from);
         if let Some(error) = session
             .as_deref()
             .and_then(|id| self.ended_session_error(&connection.agent, id, method))
@@ -177,6 +185,11 @@ impl Runtime {
             .and_then(|id| self.sessions.live(id, process.generation))
         {
             session.record(Direction::ClientToAgent, message.line.clone());
+            if method == method::SESSION_PROMPT
+                && let Some(params) = envelope.params
+            {
+                session.note_prompt(params);
+            }
         }
         let sent = process
             .router

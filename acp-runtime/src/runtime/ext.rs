@@ -60,7 +60,7 @@ fn register() -> Methods {
             .register_method(method::AGENT_LIST, agent_list)
             .map(drop),
         module
-            .register_method(method::SESSION_LIST, session_list)
+            .register_async_method(method::SESSION_LIST, session_list)
             .map(drop),
         module
             .register_async_method(method::AGENT_INSTALL, agent_install)
@@ -230,13 +230,17 @@ fn agent_list(_: Params<'_>, _: &Context, extensions: &Extensions) -> MethodResu
 
 /// `_sandboxagent/session/list` (the seed-era name of `session/list`) →
 /// ACP `ListSessionsResponse`, the same page `session/list` gives.
-fn session_list(params: Params<'_>, _: &Context, extensions: &Extensions) -> MethodResult {
+async fn session_list(
+    params: Params<'static>,
+    _: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
     let raw = params
         .as_str()
         .map(serde_json::from_str::<&RawValue>)
         .transpose()
         .map_err(|error| invalid_params(format!("invalid params: {error}")))?;
-    to_value(runtime(extensions)?.list_sessions(raw)?)
+    to_value(runtime(&extensions)?.list_sessions(raw).await?)
 }
 
 /// `_sandboxagent/agent/install {agent, version?, reinstall?}` →

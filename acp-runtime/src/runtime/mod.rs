@@ -17,6 +17,7 @@
 
 pub mod dispatch;
 mod ext;
+mod inventory;
 mod memory;
 pub mod open;
 mod services;

@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::fs::Scope;
 use crate::install::{InstallOptions, LogProgress};
 use crate::protocol::{self, RpcError, code, method};
-use crate::state::session::Session;
+use crate::state::session::{ListFilter, Session};
 use crate::store::writer::StoreHealth;
 use agent_client_protocol::v1::schema::{ListSessionsRequest, ListSessionsResponse};
 use bytes::Bytes;
@@ -27,7 +27,7 @@ impl Runtime {
     /// # Errors
     /// `-32602` for params that are not `session/list` params or a cursor
     /// this server did not make.
-    pub fn list_sessions(
+    pub async fn list_sessions(
         &self,
         params: Option<&RawValue>,
     ) -> Result<ListSessionsResponse, RpcError> {
@@ -38,14 +38,20 @@ impl Runtime {
                 RpcError::new(code::INVALID_PARAMS, format!("invalid params: {error}"))
             })?,
         };
-        let cwd = request
-            .cwd
-            .as_ref()
-            .map(|cwd| cwd.to_string_lossy().into_owned());
+        let filter = ListFilter {
+            cwd: request
+                .cwd
+                .as_ref()
+                .map(|cwd| cwd.to_string_lossy().into_owned()),
+            ..ListFilter::default()
+        };
         let page = self
-            .sessions
-            .list(cwd.as_deref(), request.cursor.as_deref(), PAGE)
-            .map_err(|message| RpcError::new(code::INVALID_PARAMS, message))?;
+            .inventory_page(&filter, request.cursor.as_deref(), PAGE)
+            .await
+            .map_err(|error| match error {
+                Error::InvalidRequest(message) => RpcError::new(code::INVALID_PARAMS, message),
+                other => other.to_rpc_error(),
+            })?;
         let sessions = page.sessions.iter().map(|s| s.info()).collect();
         Ok(ListSessionsResponse::new(sessions).next_cursor(page.next_cursor))
     }

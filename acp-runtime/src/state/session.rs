@@ -13,7 +13,7 @@ use crate::store::share::Share;
 use crate::store::writer::{self, Persist};
 use crate::store::{self, EventRow, SessionRow};
 use crate::time::rfc3339;
-use agent_client_protocol::v1::schema::SessionInfo;
+use agent_client_protocol::v1::schema::{ContentBlock, PromptRequest, SessionInfo};
 use bytes::Bytes;
 use dashmap::DashMap;
 use ext_methods::notification::SESSION_ENDED;
@@ -74,6 +74,71 @@ struct SessionState {
     /// Restored from the store and not loaded since: its agent process is
     /// gone (research/contract.md, "Durable sessions").
     dormant: bool,
+    /// The text of the first `session/prompt`, cut to
+    /// [`FIRST_PROMPT_CHARS`] characters.
+    first_prompt: Option<String>,
+    /// When memory last took it in (created, or read from the store): the
+    /// cache drops the longest untouched first, never one just recalled.
+    touched: std::time::Instant,
+}
+
+/// Most characters of a first prompt an entry keeps.
+pub const FIRST_PROMPT_CHARS: usize = 200;
+
+/// Non-live entries (ended or dormant) memory keeps with a store: past
+/// this, the least recently changed are dropped from memory (their rows
+/// stay in the store, which answers for them).
+pub const CACHED_ENTRIES: usize = 1_000;
+
+/// What a listing shows (`GET /v2/sessions`, `session/list`).
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only this agent's sessions.
+    pub agent: Option<String>,
+    /// Only sessions with this `cwd`.
+    pub cwd: Option<String>,
+    /// Only sessions in this state.
+    pub state: Option<ListState>,
+    /// Only sessions whose title contains this (ASCII case-insensitive).
+    pub title: Option<String>,
+}
+
+/// The state a listing filters on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListState {
+    /// Hosted by a running agent process.
+    Live,
+    /// Restored from the store and not loaded since.
+    Dormant,
+    /// Ended.
+    Ended,
+}
+
+impl ListFilter {
+    /// Whether `session` passes every filter.
+    pub fn admits(&self, session: &Session) -> bool {
+        let state = session.state.lock();
+        let now = if state.ended.is_some() {
+            ListState::Ended
+        } else if state.dormant {
+            ListState::Dormant
+        } else {
+            ListState::Live
+        };
+        self.agent.as_deref().is_none_or(|a| a == &*session.agent)
+            && self
+                .cwd
+                .as_deref()
+                .is_none_or(|c| state.cwd.as_deref() == Some(c))
+            && self.state.is_none_or(|wanted| wanted == now)
+            && self.title.as_deref().is_none_or(|needle| {
+                state.title.as_deref().is_some_and(|title| {
+                    title
+                        .to_ascii_lowercase()
+                        .contains(&needle.to_ascii_lowercase())
+                })
+            })
+    }
 }
 
 impl Session {
@@ -304,6 +369,36 @@ impl Session {
             model: state.model.clone(),
             mode: state.mode.clone(),
             models: state.models.clone(),
+            first_prompt: state.first_prompt.clone(),
+        }
+    }
+
+    /// Keeps the text of the session's first `session/prompt` (`params`,
+    /// ACP `PromptRequest`): its text blocks joined by a space, cut to
+    /// [`FIRST_PROMPT_CHARS`] characters. Later prompts change nothing.
+    pub fn note_prompt(&self, params: &serde_json::value::RawValue) {
+        if self.state.lock().first_prompt.is_some() {
+            return;
+        }
+        let Ok(request) = serde_json::from_str::<PromptRequest>(params.get()) else {
+            return;
+        };
+        let text: Vec<&str> = request
+            .prompt
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text(text) => Some(text.text.as_str()),
+                _ => None,
+            })
+            .collect();
+        let text: String = text.join(" ").chars().take(FIRST_PROMPT_CHARS).collect();
+        if text.is_empty() {
+            return;
+        }
+        let mut state = self.state.lock();
+        if state.first_prompt.is_none() {
+            state.first_prompt = Some(text);
+            self.store_row(&state);
         }
     }
 
@@ -391,6 +486,7 @@ impl Session {
             title: state.title.clone(),
             model: state.model.clone(),
             mode: state.mode.clone(),
+            first_prompt: state.first_prompt.clone(),
             extra,
         }
     }
@@ -498,41 +594,126 @@ impl Sessions {
         }
     }
 
-    /// Puts entries read from the store back: ended ones as they were, live
-    /// ones dormant (no agent process hosts them until a `session/load` or
-    /// `session/resume`; research/contract.md, "Durable sessions"). Their
-    /// events stay in the store: memory holds none of them.
+    /// An entry of `row` as read from the store: ended as it was, live
+    /// dormant (no agent process hosts it until a `session/load` or
+    /// `session/resume`; research/contract.md, "Durable sessions"). Its
+    /// events stay in the store: memory holds none of them. Not registered.
+    pub fn entry_of_row(&self, row: SessionRow) -> Arc<Session> {
+        let state = SessionState {
+            cwd: row.cwd,
+            attached: Vec::new(),
+            updated_at: store::time_of(row.updated_ns),
+            ended: row.end_reason,
+            metadata: row.metadata,
+            title: row.title,
+            model: row.model,
+            mode: row.mode,
+            models: row.models,
+            log: self.log_from(row.event_count),
+            dormant: row.end_reason.is_none(),
+            first_prompt: row.first_prompt,
+            touched: std::time::Instant::now(),
+        };
+        Arc::new(Session {
+            id: row.session_id,
+            share: self.persist.as_ref().map(|p| p.share(&row.agent)),
+            agent: row.agent,
+            process_generation: RESTORED_GENERATION,
+            created_at: store::time_of(row.created_ns),
+            persist: self.persist.clone(),
+            retired: std::sync::atomic::AtomicBool::new(false),
+            state: Mutex::new(state),
+        })
+    }
+
+    /// Registers entries read from the store (see [`Self::entry_of_row`]) whose
+    /// key memory does not hold: an entry in memory is always the newer.
     pub fn restore(&self, rows: Vec<SessionRow>) {
         for row in rows {
-            let state = SessionState {
-                cwd: row.cwd,
-                attached: Vec::new(),
-                updated_at: store::time_of(row.updated_ns),
-                ended: row.end_reason,
-                metadata: row.metadata,
-                title: row.title,
-                model: row.model,
-                mode: row.mode,
-                models: row.models,
-                log: self.log_from(row.event_count),
-                dormant: row.end_reason.is_none(),
-            };
-            let session = Arc::new(Session {
-                id: row.session_id.clone(),
-                share: self.persist.as_ref().map(|p| p.share(&row.agent)),
-                agent: row.agent,
-                process_generation: RESTORED_GENERATION,
-                created_at: store::time_of(row.created_ns),
-                persist: self.persist.clone(),
-                retired: std::sync::atomic::AtomicBool::new(false),
-                state: Mutex::new(state),
-            });
-            let mut entry = self.map.entry(row.session_id).or_default();
+            let mut entry = self.map.entry(row.session_id.clone()).or_default();
             let of_agent = entry.value_mut();
-            of_agent.retain(|s| s.agent != session.agent);
-            of_agent.push(session);
+            if of_agent.iter().any(|s| s.agent == row.agent) {
+                continue;
+            }
+            of_agent.push(self.entry_of_row(row));
         }
-        self.forget_old_ended();
+        self.trim();
+    }
+
+    /// Whether memory holds session `id` of `agent` (any agent's, for `None`).
+    pub fn holds(&self, agent: Option<&str>, id: &str) -> bool {
+        self.map.get(id).is_some_and(|entry| {
+            agent.is_none_or(|agent| entry.value().iter().any(|s| &*s.agent == agent))
+        })
+    }
+
+    /// Up to `limit` entries memory holds that `filter` admits, after
+    /// `after` in the listing order (newest first).
+    pub fn page_in_memory(
+        &self,
+        filter: &ListFilter,
+        after: Option<&SortKey>,
+        limit: usize,
+    ) -> Vec<Arc<Session>> {
+        let mut sessions: Vec<Arc<Session>> = self
+            .each()
+            .filter(|s| after.is_none_or(|after| sort_key(s) < *after))
+            .filter(|s| filter.admits(s))
+            .collect();
+        sessions.sort_by_key(|s| std::cmp::Reverse(sort_key(s)));
+        sessions.truncate(limit);
+        sessions
+    }
+
+    /// Keeps memory bounded: without a store, forgets the oldest sessions
+    /// past `--ended-sessions`; with one, drops the least recently changed
+    /// non-live entries past [`CACHED_ENTRIES`] from memory only (the
+    /// store answers for them; retention is the store's, see
+    /// `Runtime::retain_stored`).
+    fn trim(&self) {
+        match &self.persist {
+            None => self.forget_old_ended(),
+            Some(persist) => self.evict_cold(persist),
+        }
+    }
+
+    /// Drops the longest untouched ended and dormant entries past
+    /// [`CACHED_ENTRIES`] from memory, sparing those whose row the writer
+    /// has not written yet.
+    fn evict_cold(&self, persist: &Persist) {
+        let cold = |s: &Arc<Session>| s.is_ended() || s.is_dormant();
+        let mut entries: Vec<Arc<Session>> = self.each().filter(cold).collect();
+        if entries.len() <= CACHED_ENTRIES {
+            return;
+        }
+        entries.sort_by_key(|s| s.state.lock().touched);
+        let excess = entries.len() - CACHED_ENTRIES;
+        for evicted in entries.into_iter().take(excess) {
+            if persist.row_pending(&evicted.agent, &evicted.id) {
+                continue;
+            }
+            self.map.remove_if_mut(&evicted.id, |_, of_agent| {
+                of_agent.retain(|s| !(Arc::ptr_eq(s, &evicted) && cold(s)));
+                of_agent.is_empty()
+            });
+        }
+    }
+
+    /// Forgets session `id` of `agent` from memory and the store (store
+    /// retention), unless it is live.
+    pub fn forget(&self, agent: &str, id: &str) {
+        let gone = |s: &Arc<Session>| s.is_ended() || s.is_dormant();
+        let mut live = false;
+        self.map.remove_if_mut(id, |_, of_agent| {
+            live = of_agent.iter().any(|s| &*s.agent == agent && !gone(s));
+            if !live {
+                of_agent.retain(|s| &*s.agent != agent);
+            }
+            of_agent.is_empty()
+        });
+        if !live && let Some(persist) = &self.persist {
+            persist.remove(&Arc::from(agent), &Arc::from(id));
+        }
     }
 
     /// Session `id` of `agent`.
@@ -585,6 +766,8 @@ impl Sessions {
                 models: None,
                 log: self.log_from(0),
                 dormant: false,
+                first_prompt: None,
+                touched: std::time::Instant::now(),
             };
             let mut created_at = now;
             if let Some(old) = revived {
@@ -596,6 +779,7 @@ impl Sessions {
                 state.model.clone_from(&old_state.model);
                 state.mode.clone_from(&old_state.mode);
                 state.models.clone_from(&old_state.models);
+                state.first_prompt.clone_from(&old_state.first_prompt);
                 state.log = self.log_from(old_state.log.count());
             }
             let session = Arc::new(Session {
@@ -636,13 +820,21 @@ impl Sessions {
                     replaced.clone()
                 }
                 None => {
+                    // Memory does not hold the key, but the store may (an
+                    // entry dropped from memory): a reused id replaces it
+                    // there too, before anything of the new one is queued.
+                    // (A load was recalled into memory first, so this is a
+                    // new session, or a load the store knows nothing of.)
+                    if !load && let Some(persist) = &self.persist {
+                        persist.remove(&agent, &Arc::from(id));
+                    }
                     let fresh = make(None);
                     of_agent.push(fresh.clone());
                     fresh
                 }
             }
         };
-        self.forget_old_ended();
+        self.trim();
         session
     }
 
@@ -699,16 +891,16 @@ impl Sessions {
         page_size: usize,
     ) -> Result<ListPage, String> {
         let after = cursor.map(parse_cursor).transpose()?;
-        let mut matching = self
-            .all()
-            .into_iter()
-            .filter(|s| cwd.is_none_or(|cwd| s.cwd().as_deref() == Some(cwd)))
-            .filter(|s| after.as_ref().is_none_or(|after| sort_key(s) < *after));
-        let sessions: Vec<Arc<Session>> = matching.by_ref().take(page_size).collect();
-        let next_cursor = match (matching.next(), sessions.last()) {
-            (Some(_), Some(last)) => Some(make_cursor(last)),
-            _ => None,
+        let filter = ListFilter {
+            cwd: cwd.map(str::to_owned),
+            ..ListFilter::default()
         };
+        let page_size = page_size.max(1);
+        let mut sessions = self.page_in_memory(&filter, after.as_ref(), page_size + 1);
+        let next_cursor = (sessions.len() > page_size).then(|| {
+            sessions.truncate(page_size);
+            cursor_of(&sort_key(&sessions[page_size - 1]))
+        });
         Ok(ListPage {
             sessions,
             next_cursor,
@@ -751,8 +943,27 @@ impl Sessions {
 /// process has it (live generations start at 1).
 pub const RESTORED_GENERATION: u64 = 0;
 
+/// Creation time (ns since the epoch), agent and id: a total order for
+/// listing (newest first is descending).
+pub type SortKey = (u128, Arc<str>, Arc<str>);
+
+/// The listing order's key of a stored row (as [`sort_key`] of its entry).
+pub fn row_key(row: &SessionRow) -> SortKey {
+    (
+        u128::try_from(row.created_ns).unwrap_or(0),
+        row.agent.clone(),
+        row.session_id.clone(),
+    )
+}
+
+/// The cursor naming `key`'s place in the listing order:
+/// `{nanos}:{agent}:{id}` (agent ids have no `:`, session ids may).
+pub fn cursor_of(key: &SortKey) -> String {
+    format!("{}:{}:{}", key.0, key.1, key.2)
+}
+
 /// Creation time (ns since the epoch), agent and id: a total order for listing.
-fn sort_key(session: &Arc<Session>) -> (u128, Arc<str>, Arc<str>) {
+pub fn sort_key(session: &Arc<Session>) -> SortKey {
     let nanos = session
         .created_at
         .duration_since(UNIX_EPOCH)
@@ -760,13 +971,11 @@ fn sort_key(session: &Arc<Session>) -> (u128, Arc<str>, Arc<str>) {
     (nanos, session.agent.clone(), session.id.clone())
 }
 
-/// `{nanos}:{agent}:{id}` (agent ids have no `:`, session ids may).
-fn make_cursor(session: &Arc<Session>) -> String {
-    let (nanos, agent, id) = sort_key(session);
-    format!("{nanos}:{agent}:{id}")
-}
-
-fn parse_cursor(cursor: &str) -> Result<(u128, Arc<str>, Arc<str>), String> {
+/// The place a cursor from [`cursor_of`] names.
+///
+/// # Errors
+/// A message naming the cursor when it was not made by [`cursor_of`].
+pub fn parse_cursor(cursor: &str) -> Result<SortKey, String> {
     cursor
         .split_once(':')
         .and_then(|(nanos, rest)| {

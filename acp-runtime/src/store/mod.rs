@@ -14,8 +14,9 @@
 mod file;
 mod rows;
 pub(crate) mod share;
+mod tls;
 pub(crate) mod writer;
-pub use rows::{EventRow, SessionRow, StoreError};
+pub use rows::{EventRow, PageQuery, SessionRow, StoreError};
 use rows::{RowSnapshot, Write, row_of};
 
 use bytes::Bytes;
@@ -46,13 +47,18 @@ pub enum StoreUrl {
     Memory,
     /// A SQLite file, created when missing.
     Sqlite(PathBuf),
-    /// A PostgreSQL database, `postgres://user[:password]@host[:port]/db[?…]`.
+    /// A PostgreSQL database, `postgres://user[:password]@host[:port]/db[?…]`,
+    /// over TLS as its `sslmode` and `sslrootcert` say (libpq's rules).
     Postgres(String),
 }
 
 impl StoreUrl {
     /// Parses `memory`, `sqlite:PATH` (or `sqlite://PATH`) and
     /// `postgres://…` / `postgresql://…`.
+    ///
+    /// A PostgreSQL URL is taken as it is: its `sslmode` and `sslrootcert`
+    /// are checked when the store is opened, whose error shows the URL
+    /// redacted (a parser's error would quote it, password and all).
     ///
     /// # Errors
     /// A message naming the accepted forms.
@@ -114,7 +120,12 @@ fn redact_password(url: &str) -> String {
     if parsed.password().is_some() {
         let _ = parsed.set_password(Some("***"));
     }
-    if parsed.query().is_some() {
+    // Rebuilt only when it holds a password: rebuilding re-encodes every
+    // value, and `sslrootcert=/etc/ca.pem` should read as typed.
+    if parsed
+        .query_pairs()
+        .any(|(key, _)| key.eq_ignore_ascii_case("password"))
+    {
         let pairs: Vec<(String, String)> = parsed
             .query_pairs()
             .map(|(key, value)| {
@@ -180,6 +191,9 @@ pub struct Store {
     /// The SQLite file as opened, checked before writes and while idle
     /// (`None` for PostgreSQL).
     file: Option<Arc<file::SqliteFile>>,
+    /// PostgreSQL's TLS settings, to name a failed check in errors
+    /// (`None` for SQLite).
+    tls: Option<Arc<tls::Settings>>,
 }
 
 /// The embedded migrations of one backend (`acp-runtime/migrations/<backend>/`).
@@ -197,6 +211,11 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
         "hints and listing index",
         include_str!("../../migrations/sqlite/0002_hints_and_listing_index.sql"),
     ),
+    (
+        3,
+        "first prompt and id index",
+        include_str!("../../migrations/sqlite/0003_first_prompt_and_id_index.sql"),
+    ),
 ]);
 
 const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
@@ -209,6 +228,11 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
         2,
         "hints and listing index",
         include_str!("../../migrations/postgres/0002_hints_and_listing_index.sql"),
+    ),
+    (
+        3,
+        "first prompt and id index",
+        include_str!("../../migrations/postgres/0003_first_prompt_and_id_index.sql"),
     ),
 ]);
 
@@ -296,10 +320,13 @@ impl Store {
     /// # Errors
     /// [`StoreError::Open`] naming the file or (redacted) URL when it cannot
     /// be opened, is not a database or is not writable;
+    /// [`StoreError::Tls`] naming the TLS check PostgreSQL's connection
+    /// failed (or the bad `sslmode` / `sslrootcert`);
     /// [`StoreError::Migrate`] when the schema cannot be brought up to date.
     pub async fn open(url: &StoreUrl, runtime_id: &str) -> Result<Option<Self>, StoreError> {
         sqlx::any::install_default_drivers();
         let what = url.redacted();
+        let mut tls = None;
         let (connect, backend, pool_size) = match url {
             StoreUrl::Memory => return Ok(None),
             StoreUrl::Sqlite(path) => {
@@ -313,11 +340,29 @@ impl Store {
                 let encoded = percent_encoding::utf8_percent_encode(path, SQLITE_PATH).to_string();
                 (format!("sqlite://{encoded}?mode=rwc"), Backend::Sqlite, 4)
             }
-            StoreUrl::Postgres(url) => (url.clone(), Backend::Postgres, 4),
+            StoreUrl::Postgres(url) => {
+                let settings = tls::Settings::from_url(url)
+                    .and_then(|settings| settings.check_root_file().map(|()| settings))
+                    .map_err(|reason| StoreError::Tls {
+                        what: what.clone(),
+                        reason,
+                    })?;
+                let connect = settings.connect_url(url);
+                tls = Some(Arc::new(settings));
+                (connect, Backend::Postgres, 4)
+            }
         };
-        let open_error = |source| StoreError::Open {
-            what: what.clone(),
-            source,
+        // A failed TLS check is told as the check that failed, not as the
+        // driver's I/O error (research/contract.md, "PostgreSQL over TLS").
+        let open_error = |source: sqlx::Error| match tls.as_ref().and_then(|t| t.explain(&source)) {
+            Some(reason) => StoreError::Tls {
+                what: what.clone(),
+                reason,
+            },
+            None => StoreError::Open {
+                what: what.clone(),
+                source,
+            },
         };
         // Servers started at once on one SQLite file take turns to open and
         // migrate it: SQLite answers "database is locked" at once (no busy
@@ -410,6 +455,7 @@ impl Store {
             runtime_id: runtime_id.into(),
             what: what.into(),
             file,
+            tls,
         }))
     }
 
@@ -422,6 +468,15 @@ impl Store {
     /// (`Ok` for PostgreSQL); see [`file::Problem`].
     pub(crate) fn check_file(&self) -> Result<(), file::Problem> {
         self.file.as_ref().map_or(Ok(()), |file| file.check())
+    }
+
+    /// `error` as the degraded state and logs show it: a failed TLS check
+    /// named as such, else the driver's text.
+    pub(crate) fn error_text(&self, error: &sqlx::Error) -> String {
+        self.tls
+            .as_ref()
+            .and_then(|tls| tls.explain(error))
+            .unwrap_or_else(|| error.to_string())
     }
 
     /// Whether this is a PostgreSQL store (else SQLite).
@@ -442,19 +497,154 @@ impl Store {
         }
     }
 
-    /// Every inventory entry of this runtime id, newest first (a row this
-    /// runtime cannot read is skipped with a warning).
+    /// One page of this runtime id's inventory, newest first (by
+    /// `created_ns`, agent, session id, all descending: the
+    /// `sessions_newest_first` index, so a page costs the same at any size),
+    /// after `query.after` and matching its filters; a row this runtime
+    /// cannot read is skipped with a warning.
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] naming the store when the query fails.
+    pub async fn page(&self, query: &PageQuery) -> Result<Vec<SessionRow>, StoreError> {
+        let mut sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE runtime_id = $1");
+        let mut next = 2;
+        let mut param = |sql: &mut String, clause: &str| {
+            sql.push_str(&clause.replace('?', &format!("${next}")));
+            next += 1;
+        };
+        if query.agent.is_some() {
+            param(&mut sql, " AND agent = ?");
+        }
+        if query.cwd.is_some() {
+            param(&mut sql, " AND cwd = ?");
+        }
+        match query.ended {
+            Some(true) => sql.push_str(" AND end_reason IS NOT NULL"),
+            Some(false) => sql.push_str(" AND end_reason IS NULL"),
+            None => {}
+        }
+        if query.title.is_some() {
+            param(&mut sql, " AND lower(title) LIKE ? ESCAPE '\\'");
+        }
+        if query.after.is_some() {
+            let (a, b, c) = (next, next + 1, next + 2);
+            sql.push_str(&format!(
+                " AND (created_ns < ${a} OR (created_ns = ${a} AND (agent < ${b} \
+                 OR (agent = ${b} AND session_id < ${c}))))"
+            ));
+            next += 3;
+        }
+        sql.push_str(&format!(
+            " ORDER BY created_ns DESC, agent DESC, session_id DESC LIMIT ${next}"
+        ));
+        let sql = self.sql(&sql).into_owned();
+        let mut select = sqlx::query(&sql).bind(&*self.runtime_id);
+        if let Some(agent) = &query.agent {
+            select = select.bind(agent.as_str());
+        }
+        if let Some(cwd) = &query.cwd {
+            select = select.bind(cwd.as_str());
+        }
+        if let Some(title) = &query.title {
+            select = select.bind(like_pattern(title));
+        }
+        if let Some((created_ns, agent, session)) = &query.after {
+            select = select
+                .bind(*created_ns)
+                .bind(agent.as_str())
+                .bind(session.as_str());
+        }
+        let rows = select
+            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|source| StoreError::Read {
+                what: self.what.to_string(),
+                source,
+            })?;
+        Ok(self.readable(&rows))
+    }
+
+    /// Every inventory entry of this runtime id, newest first (the CLI's
+    /// offline listing; the server pages with [`Self::page`]).
     ///
     /// # Errors
     /// [`StoreError::Read`] naming the store when the query fails.
     pub async fn sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
-        let sql = self.sql(
-            "SELECT agent, session_id, cwd, created_ns, updated_ns, end_reason, metadata, \
-             event_count, title, model, mode, models FROM sessions WHERE runtime_id = $1 \
-             ORDER BY created_ns DESC, agent DESC, session_id DESC",
+        self.page(&PageQuery {
+            limit: i64::MAX as usize,
+            ..PageQuery::default()
+        })
+        .await
+    }
+
+    /// The entries of session `id` (of `agent` only, when given): one per
+    /// agent that has the id, read through the `sessions_by_id` index.
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] naming the store when the query fails.
+    pub async fn entries_of(
+        &self,
+        agent: Option<&str>,
+        id: &str,
+    ) -> Result<Vec<SessionRow>, StoreError> {
+        let mut sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE runtime_id = $1 AND session_id = $2"
         );
+        if agent.is_some() {
+            sql.push_str(" AND agent = $3");
+        }
+        let sql = self.sql(&sql).into_owned();
+        let mut select = sqlx::query(&sql).bind(&*self.runtime_id).bind(id);
+        if let Some(agent) = agent {
+            select = select.bind(agent);
+        }
+        let rows = select
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|source| StoreError::Read {
+                what: self.what.to_string(),
+                source,
+            })?;
+        Ok(self.readable(&rows))
+    }
+
+    /// How many entries this runtime id has.
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] naming the store when the query fails.
+    pub async fn count_sessions(&self) -> Result<u64, StoreError> {
+        let sql = self.sql("SELECT count(*) AS n FROM sessions WHERE runtime_id = $1");
+        let row = sqlx::query(&sql)
+            .bind(&*self.runtime_id)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|source| StoreError::Read {
+                what: self.what.to_string(),
+                source,
+            })?;
+        Ok(u64::try_from(row.try_get::<i64, _>("n").unwrap_or(0)).unwrap_or(0))
+    }
+
+    /// The keys (agent, session id) of this runtime id's entries past the
+    /// newest `keep`, oldest last: what retention (`--ended-sessions`)
+    /// deletes, once the caller has spared the live ones.
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] naming the store when the query fails.
+    pub async fn keys_past(&self, keep: u64) -> Result<Vec<(String, String)>, StoreError> {
+        let sql = self.sql(
+            "SELECT agent, session_id FROM sessions WHERE runtime_id = $1 \
+             ORDER BY created_ns DESC, agent DESC, session_id DESC LIMIT -1 OFFSET $2",
+        );
+        let sql = if self.backend == Backend::Postgres {
+            Cow::Owned(sql.replace("LIMIT -1 ", ""))
+        } else {
+            sql
+        };
         let rows = sqlx::query(&sql)
             .bind(&*self.runtime_id)
+            .bind(i64::try_from(keep).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
             .await
             .map_err(|source| StoreError::Read {
@@ -463,6 +653,19 @@ impl Store {
             })?;
         Ok(rows
             .iter()
+            .filter_map(|row| {
+                Some((
+                    row.try_get::<String, _>("agent").ok()?,
+                    row.try_get::<String, _>("session_id").ok()?,
+                ))
+            })
+            .collect())
+    }
+
+    /// The rows this runtime can read (a row it cannot is skipped with a
+    /// warning naming it).
+    fn readable(&self, rows: &[AnyRow]) -> Vec<SessionRow> {
+        rows.iter()
             .filter_map(|row| match session_row(row) {
                 Ok(session) => Some(session),
                 Err(error) => {
@@ -477,7 +680,7 @@ impl Store {
                     None
                 }
             })
-            .collect())
+            .collect()
     }
 
     /// Up to `limit` events of (`agent`, `session_id`) at or after `offset`,
@@ -697,13 +900,14 @@ impl Store {
     ) -> Result<(), sqlx::Error> {
         let sql = self.sql(
             "INSERT INTO sessions (runtime_id, agent, session_id, cwd, created_ns, updated_ns, \
-             end_reason, metadata, event_count, title, model, mode, models) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             end_reason, metadata, event_count, title, model, mode, models, first_prompt) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
              ON CONFLICT (runtime_id, agent, session_id) DO UPDATE SET cwd = excluded.cwd, \
              created_ns = excluded.created_ns, updated_ns = excluded.updated_ns, \
              end_reason = excluded.end_reason, metadata = excluded.metadata, \
              event_count = excluded.event_count, title = excluded.title, \
-             model = excluded.model, mode = excluded.mode, models = excluded.models",
+             model = excluded.model, mode = excluded.mode, models = excluded.models, \
+             first_prompt = excluded.first_prompt",
         );
         sqlx::query(&sql)
             .bind(&*self.runtime_id)
@@ -723,6 +927,7 @@ impl Store {
                     .as_ref()
                     .and_then(|models| serde_json::to_string(models).ok()),
             )
+            .bind(row.first_prompt.as_deref().map(text))
             .execute(&mut **tx)
             .await?;
         Ok(())
@@ -862,6 +1067,25 @@ fn end_reason_text(reason: EndReason) -> &'static str {
     }
 }
 
+/// The columns of an inventory entry, as [`session_row`] reads them.
+const SESSION_COLUMNS: &str = "agent, session_id, cwd, created_ns, updated_ns, end_reason, \
+     metadata, event_count, title, model, mode, models, first_prompt";
+
+/// A `LIKE` pattern matching `text` anywhere, lower case, its `%`, `_` and
+/// `\` escaped (with `ESCAPE '\'`).
+fn like_pattern(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len() + 2);
+    pattern.push('%');
+    for c in text.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
 fn session_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
     let bad = |e: sqlx::Error| StoreError::Row(e.to_string());
     let end_reason = match row
@@ -893,6 +1117,7 @@ fn session_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
         model: row.try_get("model").map_err(bad)?,
         mode: row.try_get("mode").map_err(bad)?,
         models: models.and_then(|text| serde_json::from_str(&text).ok()),
+        first_prompt: row.try_get("first_prompt").map_err(bad)?,
     })
 }
 
@@ -937,6 +1162,19 @@ mod tests {
                 .expect("postgresql")
                 .redacted(),
             "postgresql://u@h/db"
+        );
+        let url =
+            StoreUrl::parse("postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem&password=p")
+                .expect("postgres");
+        assert_eq!(
+            url.redacted(),
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Fca.pem&password=***"
+        );
+        let url = StoreUrl::parse("postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem")
+            .expect("postgres");
+        assert_eq!(
+            url.redacted(),
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem"
         );
     }
 }

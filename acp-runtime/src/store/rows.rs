@@ -21,6 +21,15 @@ pub enum StoreError {
         /// What the driver said.
         source: sqlx::Error,
     },
+    /// Connecting to PostgreSQL failed a TLS check, or its `sslmode` or
+    /// `sslrootcert` is wrong; `reason` names the check.
+    #[error("cannot open the session store {what}: {reason}")]
+    Tls {
+        /// The store, password redacted.
+        what: String,
+        /// The check that failed, in words.
+        reason: String,
+    },
     /// A schema migration failed (or the database is newer than this binary).
     #[error("cannot migrate the session store {what}: {source}")]
     Migrate {
@@ -76,6 +85,26 @@ pub struct SessionRow {
     pub mode: Option<String>,
     /// The models the agent offered for it.
     pub models: Option<Vec<ModelInfo>>,
+    /// The text of the session's first `session/prompt` (at most 200
+    /// characters), for lists of untitled sessions.
+    pub first_prompt: Option<String>,
+}
+
+/// What [`super::Store::page`] reads: a page of entries, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct PageQuery {
+    /// Entries at most.
+    pub limit: usize,
+    /// Only after this place in the order: (`created_ns`, agent, session id).
+    pub after: Option<(i64, String, String)>,
+    /// Only this agent's.
+    pub agent: Option<String>,
+    /// Only entries with this `cwd` (`session/list`).
+    pub cwd: Option<String>,
+    /// Only ended (`Some(true)`) or not ended (`Some(false)`) entries.
+    pub ended: Option<bool>,
+    /// Only entries whose title contains this text (case-insensitive for ASCII).
+    pub title: Option<String>,
 }
 
 /// One recorded ACP message of a session, as stored.

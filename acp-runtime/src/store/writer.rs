@@ -211,6 +211,14 @@ impl Persist {
         });
     }
 
+    /// Whether the entry of (`agent`, `session`) has a row the writer has
+    /// not written yet.
+    pub(crate) fn row_pending(&self, agent: &Arc<str>, session: &Arc<str>) -> bool {
+        self.rows
+            .lock()
+            .contains_key(&(agent.clone(), session.clone()))
+    }
+
     /// Clones the pending rows the markers of `batch` write.
     fn snapshot(&self, batch: &[Write]) -> RowSnapshot {
         let rows = self.rows.lock();
@@ -526,7 +534,7 @@ async fn run(
         };
         let error = match error {
             sqlx::Error::PoolTimedOut => format!("a write took longer than {WRITE_TIMEOUT:?}"),
-            other => other.to_string(),
+            other => store.error_text(&other),
         };
         if failure_warning.admit() {
             tracing::warn!(

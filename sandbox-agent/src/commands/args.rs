@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// The environment variable that names the server when `--url` does not
-/// (`fs` through clap, `sessions` by hand).
+/// (`fs` and `prompt` through clap, `sessions` by hand).
 pub const URL_ENV: &str = "SANDBOX_AGENT_URL";
 
 /// Where agents come from and where they are installed; shared by `server`

@@ -1,9 +1,13 @@
 //! `sandbox-agent prompt`: the quick start. One prompt turn through the SDK
 //! (`sandbox-agent-sdk`), with the agent's reply streamed to the terminal.
 //!
-//! - Without `--url` it starts an embedded server from this very
-//!   executable (a private `sandbox-agent server` on a free loopback port
-//!   with a random token) and stops it at the end.
+//! - Without `--url` (or `$SANDBOX_AGENT_URL`) it starts an embedded server
+//!   from this very executable (a private `sandbox-agent server` on a free
+//!   loopback port with a random token) and stops it at the end.
+//! - A new session each time, or `--session ID` to continue a stored one
+//!   (a one-shot run's session is dormant afterwards: `session/load`, its
+//!   replayed history not shown, then the prompt). The session id goes to
+//!   stderr as `session: ID` before the turn starts.
 //! - stdout carries only the agent's text, as it streams (so it can be
 //!   piped); everything else goes to stderr: tool calls (`[tool] Reading
 //!   the mock file (completed)`), permission questions, a spinner while
@@ -23,10 +27,11 @@
 //!   it: the environment variables the server's manifest maps to auth
 //!   methods, and the methods the agent offers.
 
+use super::args::URL_ENV;
 use clap::Args;
 use sandbox_agent_sdk::schema::{
-    ContentBlock, NewSessionRequest, PromptRequest, SessionId, SessionNotification, SessionUpdate,
-    StopReason, ToolCallStatus,
+    ContentBlock, LoadSessionRequest, NewSessionRequest, PromptRequest, SessionId,
+    SessionNotification, SessionUpdate, StopReason, ToolCallStatus,
 };
 use sandbox_agent_sdk::{
     ClientOptions, Error, Event, Mode, PermissionDecision, PermissionRequest, SandboxAgentClient,
@@ -42,17 +47,24 @@ use tokio::task::JoinHandle;
 const SPINNER_FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 /// Time between spinner frames.
 const SPINNER_FRAME: Duration = Duration::from_millis(80);
+/// What precedes the session id on stderr (scripts read the line).
+const SESSION_LINE: &str = "session: ";
 
-/// `sandbox-agent prompt [--agent mock] [--url URL] [--token T] [--yes|--deny] "text"`.
+/// `sandbox-agent prompt [--agent mock] [--url URL] [--token T] [--session ID] [--yes|--deny] "text"`.
 #[derive(Debug, Clone, Args)]
 pub struct PromptArgs {
     /// Agent id to prompt.
     #[arg(long, default_value = "mock")]
     pub agent: String,
     /// Base URL of a running server (e.g. http://127.0.0.1:2468); without it
-    /// an embedded server is started and stopped afterwards.
-    #[arg(long, value_name = "URL")]
+    /// (and without $SANDBOX_AGENT_URL) an embedded server is started and
+    /// stopped afterwards.
+    #[arg(long, value_name = "URL", env = URL_ENV)]
     pub url: Option<String>,
+    /// Continue this session (one listed by `sandbox-agent sessions list`)
+    /// instead of starting a new one: it is loaded, then prompted.
+    #[arg(long, value_name = "ID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub session: Option<String>,
     /// Bearer token of the server at --url.
     #[arg(long, env = "SANDBOX_AGENT_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -155,31 +167,53 @@ async fn one_turn(
             ));
         }
     }
-    let session = match client.new_session(NewSessionRequest::new(cwd)).await {
-        Ok(session) => session,
-        Err(error) => {
-            spinner.stop();
-            let advice = if error.is_auth_required() {
-                auth_advice(client, args).await
-            } else {
-                String::new()
-            };
-            return Err(format!(
-                "cannot start a session with agent {:?}: {error}{advice}",
-                args.agent
-            ));
+    // Events other than the replay that came while loading, for the view.
+    let mut held = Vec::new();
+    let session_id = match &args.session {
+        Some(id) => {
+            spinner.show(format!("loading session {id}"));
+            load(client, args, id, cwd)
+                .await
+                .inspect_err(|_| spinner.stop())?;
+            // The agent replayed the history before answering: it was
+            // shown when it happened, so only the new turn is printed.
+            while let Some(event) = events.try_recv() {
+                if !matches!(event, Event::SessionUpdate(_)) {
+                    held.push(event);
+                }
+            }
+            SessionId::new(id.as_str())
         }
+        None => match client.new_session(NewSessionRequest::new(cwd)).await {
+            Ok(session) => session.session_id.clone(),
+            Err(error) => {
+                spinner.stop();
+                let advice = if error.is_auth_required() {
+                    auth_advice(client, args).await
+                } else {
+                    String::new()
+                };
+                return Err(format!(
+                    "cannot start a session with agent {:?}: {error}{advice}",
+                    args.agent
+                ));
+            }
+        },
     };
-    let session_id = session.session_id.clone();
+    spinner.clear();
+    eprintln!("{SESSION_LINE}{}", session_id.0);
     spinner.show(format!("waiting for {}", args.agent));
 
     let mut view = TurnView::new(args, terminal, session_id.clone());
+    let mut interrupts = Interrupts::listen();
+    for event in held {
+        view.handle(event, spinner, &mut interrupts).await;
+    }
     let prompt = client.prompt(PromptRequest::new(
         session_id.clone(),
         vec![args.text.join(" ").into()],
     ));
     tokio::pin!(prompt);
-    let mut interrupts = Interrupts::listen();
     let mut interrupted = false;
     // `None`: given up on the turn (a second Ctrl-C).
     let outcome = loop {
@@ -226,6 +260,48 @@ async fn one_turn(
             auth_advice(client, args).await
         )),
         Some(Err(error)) => Err(view.describe_failure(&error)),
+    }
+}
+
+/// `session/load` of the stored session `id`, in `--cwd` if given, else in
+/// the cwd it was created with (an agent may keep its sessions by cwd).
+///
+/// # Errors
+/// A message naming the session: unknown to the server, or refused by the
+/// agent.
+async fn load(
+    client: &SandboxAgentClient,
+    args: &PromptArgs,
+    id: &str,
+    cwd: PathBuf,
+) -> Result<(), String> {
+    let cwd = match (&args.cwd, client.get_session(id.to_owned()).await) {
+        (Some(_), _) => cwd,
+        (None, Ok(entry)) => entry.value.cwd,
+        (None, Err(error)) if error.is_not_found() => {
+            return Err(format!(
+                "no session {id:?} of agent {:?} on this server (sandbox-agent sessions list shows them)",
+                args.agent
+            ));
+        }
+        (None, Err(_)) => cwd,
+    };
+    match client
+        .load_session(LoadSessionRequest::new(id.to_owned(), cwd))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(error) => {
+            let advice = if error.is_auth_required() {
+                auth_advice(client, args).await
+            } else {
+                String::new()
+            };
+            Err(format!(
+                "cannot continue session {id:?} of agent {:?}: {error}{advice}",
+                args.agent
+            ))
+        }
     }
 }
 
@@ -688,15 +764,21 @@ impl Spinner {
         }));
     }
 
-    /// Clears the spinner's line; later [`show`](Self::show) calls do
-    /// nothing (the spinner is only for the wait before the first output).
-    fn stop(&mut self) {
+    /// Clears the spinner's line for a line of text; a later
+    /// [`show`](Self::show) starts it again.
+    fn clear(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
             let mut stderr = std::io::stderr().lock();
             let _ = write!(stderr, "\r\x1b[2K");
             let _ = stderr.flush();
         }
+    }
+
+    /// Clears the spinner's line; later [`show`](Self::show) calls do
+    /// nothing (the spinner is only for the wait before the first output).
+    fn stop(&mut self) {
+        self.clear();
         self.enabled = false;
     }
 }

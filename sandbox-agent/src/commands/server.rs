@@ -150,8 +150,9 @@ pub struct ServerArgs {
     pub ended_sessions: usize,
     /// Where sessions and their event logs are kept, so a restart loses no
     /// history: `sqlite:PATH`, `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`
-    /// (a fleet: sandboxes come and go, their history stays), or `memory`
-    /// (nothing written). Default: sqlite:<data-dir>/sessions.db.
+    /// (a fleet: sandboxes come and go, their history stays; TLS as libpq:
+    /// `?sslmode=verify-full&sslrootcert=CA.pem`, default sslmode=prefer),
+    /// or `memory` (nothing written). Default: sqlite:<data-dir>/sessions.db.
     #[arg(
         long,
         env = "SANDBOX_AGENT_STORE",

@@ -19,6 +19,7 @@
 
 use super::args::{RemoteArgs, URL_ENV};
 use acp_runtime::store::{self, Store, StoreUrl};
+use clap::builder::NonEmptyStringValueParser;
 use clap::{Args, Subcommand, ValueEnum};
 use ext_methods::{Direction, SessionEvent, SessionEventsPage, SessionMeta};
 use reqwest::Url;
@@ -66,7 +67,8 @@ pub struct SessionsArgs {
     pub server: RemoteArgs,
     /// Read a session store instead of asking a server: `sqlite:PATH` (a
     /// server's default is sqlite:<data-dir>/sessions.db) or
-    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`. Opening it brings its
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` (TLS as libpq:
+    /// `?sslmode=verify-full&sslrootcert=CA.pem`). Opening it brings its
     /// schema up to this binary's version.
     #[arg(long, global = true, value_name = "URL", value_parser = StoreUrl::parse)]
     pub store: Option<StoreUrl>,
@@ -108,12 +110,14 @@ pub enum SessionsCommand {
     /// Every field of one session.
     Show {
         /// The session id.
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         id: String,
     },
     /// The session's recorded ACP messages, one line each: offset, time,
     /// direction, method (or result/error and the request id), a summary.
     Events {
         /// The session id.
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         id: String,
         /// Keep polling for new events (every 500 ms) until Ctrl-C; needs a
         /// server.
@@ -903,6 +907,7 @@ fn stored_entry(row: &store::SessionRow) -> Value {
         title: row.title.clone(),
         model: row.model.clone(),
         mode: row.mode.clone(),
+        first_prompt: row.first_prompt.clone(),
         extra,
     };
     let mut namespace = Map::new();

@@ -10,6 +10,9 @@
 //! data and socket directories owned by that user. Clients (`psql`, the
 //! runtime under test) connect over TCP to `127.0.0.1` as the database
 //! superuser `sandbox`, with trust authentication.
+//!
+//! [`PgServer::start_with_tls`] starts one with `ssl=on` and a certificate
+//! the test made; clients may then connect with or without TLS.
 
 use std::fs::File;
 use std::net::TcpListener;
@@ -73,6 +76,11 @@ struct Inner {
     postmaster: Mutex<Option<Child>>,
 }
 
+/// The server's certificate and key, copied into the server's directory.
+const TLS_CERT: &str = "server.crt";
+/// See [`TLS_CERT`].
+const TLS_KEY: &str = "server.key";
+
 /// Paths of the PostgreSQL programs this harness runs.
 struct Binaries {
     initdb: PathBuf,
@@ -93,8 +101,39 @@ impl PgServer {
     /// is not ready in time (the message includes the server's log).
     pub async fn start() -> PgServer {
         PgServer {
-            inner: Arc::new(blocking(Inner::create).await),
+            inner: Arc::new(blocking(|| Inner::create(None)).await),
         }
+    }
+
+    /// Like [`PgServer::start`], with TLS on (`ssl = on` in the cluster's
+    /// `postgresql.conf`, so `ALTER SYSTEM SET ssl = off` and a reload can
+    /// turn it off): `cert` (PEM, the chain the server presents) and `key`
+    /// (its PEM private key) are copied into the server's directory, owned
+    /// by the server's user, the key with mode 0600 as PostgreSQL requires.
+    /// Clients choose TLS or not (no `hostssl` rule); `pg_stat_ssl` shows
+    /// which they chose.
+    ///
+    /// # Panics
+    /// As [`PgServer::start`]; also when the files cannot be copied.
+    pub async fn start_with_tls(cert: &Path, key: &Path) -> PgServer {
+        let files = (cert.to_owned(), key.to_owned());
+        PgServer {
+            inner: Arc::new(blocking(move || Inner::create(Some(files))).await),
+        }
+    }
+
+    /// Replaces the certificate and key of a server started with
+    /// [`PgServer::start_with_tls`] and reloads its configuration
+    /// (`pg_reload_conf()`): new connections get the new certificate,
+    /// open ones keep theirs.
+    ///
+    /// # Panics
+    /// When the files cannot be copied or `psql` fails.
+    pub async fn replace_tls_files(&self, cert: &Path, key: &Path) {
+        let inner = Arc::clone(&self.inner);
+        let (cert, key) = (cert.to_owned(), key.to_owned());
+        blocking(move || inner.install_tls_files(&cert, &key)).await;
+        self.psql("postgres", "SELECT pg_reload_conf()").await;
     }
 
     /// The connection URL of database `db`:
@@ -180,7 +219,7 @@ impl Inner {
     /// Finds the binaries, runs `initdb` as the non-root user and starts the
     /// server on a free port (trying a few ports, in case another process
     /// takes the chosen one first).
-    fn create() -> Inner {
+    fn create(tls: Option<(PathBuf, PathBuf)>) -> Inner {
         const PORT_ATTEMPTS: usize = 3;
         let bin = Binaries::find();
         let owner = server_user();
@@ -210,6 +249,10 @@ impl Inner {
             postmaster: Mutex::new(None),
         };
         inner.initdb();
+        if let Some((cert, key)) = tls {
+            inner.install_tls_files(&cert, &key);
+            inner.enable_tls();
+        }
         for attempt in 1..=PORT_ATTEMPTS {
             inner.port = free_port();
             inner.spawn_postmaster();
@@ -265,6 +308,44 @@ impl Inner {
             .spawn()
             .unwrap_or_else(|error| panic!("spawn {}: {error}", self.bin.postgres.display()));
         *self.postmaster() = Some(child);
+    }
+
+    /// Copies `cert` and `key` to `root/tls/`, owned by the server's user
+    /// (the key readable by it alone: PostgreSQL refuses a wider one).
+    fn install_tls_files(&self, cert: &Path, key: &Path) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = self.root.join("tls");
+        let fail = |what: &Path, error: std::io::Error| -> ! {
+            panic!("TLS files: {}: {error}", what.display())
+        };
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| fail(&dir, e));
+        chown(&dir, Some(self.owner.0), Some(self.owner.1))
+            .unwrap_or_else(|e| fail(&dir, e.into()));
+        for (from, name, mode) in [(cert, TLS_CERT, 0o644), (key, TLS_KEY, 0o600)] {
+            let to = dir.join(name);
+            std::fs::copy(from, &to).unwrap_or_else(|e| fail(from, e));
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))
+                .unwrap_or_else(|e| fail(&to, e));
+            chown(&to, Some(self.owner.0), Some(self.owner.1))
+                .unwrap_or_else(|e| fail(&to, e.into()));
+        }
+    }
+
+    /// Appends `ssl = on` and the certificate files to `postgresql.conf`.
+    fn enable_tls(&self) {
+        use std::io::Write as _;
+        let conf = self.data_dir.join("postgresql.conf");
+        let path = |name: &str| self.root.join("tls").join(name).display().to_string();
+        let lines = format!(
+            "\nssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+            path(TLS_CERT),
+            path(TLS_KEY)
+        );
+        File::options()
+            .append(true)
+            .open(&conf)
+            .and_then(|mut file| file.write_all(lines.as_bytes()))
+            .unwrap_or_else(|error| panic!("{}: {error}", conf.display()));
     }
 
     /// A command for `program` as the server's user, in the server's

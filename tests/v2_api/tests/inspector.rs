@@ -227,6 +227,12 @@ async fn two_tabs_on_one_session_both_see_the_turn() {
 }
 
 #[tokio::test]
+async fn the_sessions_page_labels_its_create_and_filter_selects_apart() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "labels", None).await;
+}
+
+#[tokio::test]
 async fn a_malformed_link_shows_the_not_found_view() {
     let server = TestServer::start(&[]).await;
     flow(&server, "bad-link", None).await;

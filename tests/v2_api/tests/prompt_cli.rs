@@ -44,12 +44,23 @@ fn marker(name: &str) -> String {
 /// Runs `sandbox-agent prompt <args>` with `stdin` piped in (`None`: stdin
 /// closed at once) and the environment `marker`.
 async fn prompt(args: &[&str], stdin: Option<&str>, marker: &str) -> Run {
+    prompt_with_env(args, stdin, marker, &[]).await
+}
+
+/// [`prompt`] with more environment variables.
+async fn prompt_with_env(
+    args: &[&str],
+    stdin: Option<&str>,
+    marker: &str,
+    env: &[(&str, &str)],
+) -> Run {
     let mut command = tokio::process::Command::from(sandbox_agent_command());
     let (key, value) = marker.split_once('=').unwrap_or((marker, ""));
     command
         .arg("prompt")
         .args(args)
         .env(key, value)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -351,6 +362,104 @@ async fn url_and_token_reach_a_running_server() {
         run.stderr.contains("unknown") || run.stderr.contains("404"),
         "{run:?}"
     );
+    assert_nothing_left(&marker).await;
+}
+
+/// The id of the `session: ID` line a run printed on stderr.
+fn session_line(run: &Run) -> String {
+    let ids: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter_map(|line| line.strip_prefix("session: "))
+        .collect();
+    assert_eq!(ids.len(), 1, "one session line on stderr: {run:?}");
+    assert!(!ids[0].is_empty(), "{run:?}");
+    ids[0].to_owned()
+}
+
+/// The mock agent's reply to `text`, as printed.
+fn reply_to(text: &str) -> String {
+    format!("Hello from the mock agent. You said: {text}\n")
+}
+
+#[tokio::test]
+async fn session_continues_a_stored_session_and_the_id_is_on_stderr() {
+    let data = v2_api_tests::TempDir::new("prompt-session");
+    let env = [("SANDBOX_AGENT_DATA_DIR", data.utf8())];
+    let marker = marker("session");
+    let first = prompt_with_env(&["remember the word kiwi"], None, &marker, &env).await;
+    assert!(first.status.success(), "{first:?}");
+    assert_eq!(first.stdout, reply_to("remember the word kiwi"));
+    let session = session_line(&first);
+
+    // The one-shot run's session is dormant now: loaded, then prompted.
+    let second = prompt_with_env(&["--session", &session, "which word"], None, &marker, &env).await;
+    assert!(second.status.success(), "{second:?}");
+    assert_eq!(
+        second.stdout,
+        reply_to("which word"),
+        "only the new turn is printed, not the replayed history: {second:?}"
+    );
+    assert_eq!(session_line(&second), session, "the same session");
+
+    // Its stored log holds both turns, in one session.
+    let mut command = tokio::process::Command::from(sandbox_agent_command());
+    let store = format!("sqlite:{}/sessions.db", data.utf8());
+    let output = command
+        .args(["sessions", "events", &session, "--json", "--store", &store])
+        .args(["--data-dir", data.utf8()])
+        .output()
+        .await
+        .expect("run sandbox-agent sessions events");
+    let events = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{events}");
+    assert!(
+        events.contains("remember the word kiwi") && events.contains("which word"),
+        "both prompts in one session's log: {events}"
+    );
+
+    let unknown = prompt_with_env(&["--session", "no-such", "hi"], None, &marker, &env).await;
+    assert!(!unknown.status.success(), "{unknown:?}");
+    assert!(
+        unknown.stderr.contains("no session \"no-such\""),
+        "{unknown:?}"
+    );
+    let empty = prompt_with_env(&["--session", "", "hi"], None, &marker, &env).await;
+    assert!(!empty.status.success(), "{empty:?}");
+    assert!(empty.stderr.contains("--session"), "{empty:?}");
+    assert_nothing_left(&marker).await;
+}
+
+#[tokio::test]
+async fn sandbox_agent_url_names_the_server_to_prompt() {
+    let server = TestServer::start(&[]).await;
+    let marker = marker("url-env");
+    let run = prompt_with_env(
+        &["hello"],
+        None,
+        &marker,
+        &[("SANDBOX_AGENT_URL", server.base_url())],
+    )
+    .await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, HELLO_REPLY);
+    // The session is on that server, not on an embedded one.
+    let list = server.get_json("/v2/sessions").await;
+    let ids: Vec<&str> = list["sessions"]
+        .as_array()
+        .map(|sessions| {
+            sessions
+                .iter()
+                .filter_map(|entry| entry["sessionId"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        ids.len(),
+        1,
+        "the prompt's session is on the server: {list}"
+    );
+    assert_eq!(session_line(&run), ids[0]);
     assert_nothing_left(&marker).await;
 }
 

@@ -502,3 +502,57 @@ async fn agent_picks_among_sessions_that_share_an_id() {
     let agents: Vec<&str> = run.stdout.lines().skip(1).map(|l| columns(l)[1]).collect();
     assert_eq!(agents, ["alpha"], "{run:?}");
 }
+
+#[tokio::test]
+async fn an_empty_session_id_is_refused_as_such() {
+    let server = TestServer::start(&[]).await;
+    let (_, session) = session_with_turn(&server, "hello").await;
+    for command in ["show", "events"] {
+        let run = sessions(&[command, "", "--url", server.base_url()]).await;
+        assert!(!run.status.success(), "{run:?}");
+        assert!(
+            run.stderr.contains("<ID>") && !run.stderr.contains("\"events\""),
+            "sessions {command} \"\" names the empty id, not another session: {run:?}"
+        );
+        assert!(!run.stderr.contains("serde"), "{run:?}");
+    }
+    // Over HTTP, an empty id names no session: `events` does not move into
+    // the id's place.
+    let reply = server.get("/v2/sessions//events").await;
+    reply.assert_status(404);
+    assert!(
+        !reply.text().contains("\"events\""),
+        "not read as session \"events\": {}",
+        reply.text()
+    );
+    // A real id still works.
+    sessions_ok(&["events", &session, "--url", server.base_url()]).await;
+}
+
+#[tokio::test]
+async fn top_level_help_names_every_command() {
+    let output = sandbox_agent_command()
+        .arg("--help")
+        .output()
+        .expect("run sandbox-agent --help");
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{help}");
+    let about = help.lines().next().unwrap_or_default();
+    for command in [
+        "server",
+        "prompt",
+        "sessions",
+        "fs",
+        "bridge",
+        "agents",
+        "bench",
+        "mock-agent",
+    ] {
+        assert!(
+            about
+                .split(|c: char| !c.is_alphanumeric() && c != '-')
+                .any(|word| word == command),
+            "the first line of --help names {command}: {about:?}"
+        );
+    }
+}

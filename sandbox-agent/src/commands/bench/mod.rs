@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod fs;
+pub mod inventory;
 pub mod report;
 pub mod scenarios;
 pub mod store;
@@ -54,6 +55,10 @@ pub enum Scenario {
     /// events, event pages read from the store (about two minutes and
     /// 1 GB in the temp dir; not in the default run).
     Store,
+    /// The inventory at scale: start-up, pages of 100 and RSS at 1,000 and
+    /// at 100,000 stored sessions (seeds 100,000 sessions through a server;
+    /// minutes; not in the default run).
+    Sessions,
 }
 
 impl Scenario {
@@ -326,6 +331,7 @@ pub async fn measure(options: BenchOptions) -> Result<report::Report, BenchError
             Scenario::Http2 => transports::http2(&target, &options).await,
             Scenario::Fs => fs::fs(&target, &options).await,
             Scenario::Store => store::store(&options).await,
+            Scenario::Sessions => inventory::sessions(&options).await,
         };
         match outcome {
             Ok(results) => report.results.extend(results),

@@ -267,18 +267,27 @@ async fn settled_events(target: &Target) -> Result<u64, BenchError> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (_, body) = client.get("/v2/sessions").await?;
-    let listing: serde_json::Value = serde_json::from_slice(&body)
-        .map_err(|e| BenchError::Unexpected(format!("GET /v2/sessions: {e}")))?;
-    Ok(listing["sessions"]
-        .as_array()
-        .map(|sessions| {
+    // Every page of the inventory (research/contract.md, "Control plane").
+    let mut events = 0;
+    let mut path = "/v2/sessions?limit=1000".to_owned();
+    loop {
+        let (_, body) = client.get(&path).await?;
+        let listing: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| BenchError::Unexpected(format!("GET {path}: {e}")))?;
+        events += listing["sessions"].as_array().map_or(0, |sessions| {
             sessions
                 .iter()
                 .filter_map(|s| s["_meta"]["sandboxagent.dev"]["eventCount"].as_u64())
-                .sum()
-        })
-        .unwrap_or(0))
+                .sum::<u64>()
+        });
+        let Some(next) = listing["nextCursor"].as_str() else {
+            return Ok(events);
+        };
+        path = format!(
+            "/v2/sessions?limit=1000&cursor={}",
+            percent_encoding::utf8_percent_encode(next, percent_encoding::NON_ALPHANUMERIC)
+        );
+    }
 }
 
 /// Process start to the first `/v2/health` 200 on the seeded store.

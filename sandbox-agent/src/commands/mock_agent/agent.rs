@@ -250,20 +250,32 @@ impl MockAgent {
             .config_options(state.config_options))
     }
 
+    /// The sessions this process holds, in creation order, after those
+    /// only `--state-dir` holds (saved by an earlier process: what
+    /// `session/load` can load), oldest update first.
     pub(super) fn list_sessions(&self, request: &ListSessionsRequest) -> ListSessionsResponse {
         let sessions = self.sessions.lock();
-        let mut listed: Vec<(&SessionId, &Session)> = sessions
-            .by_id
-            .iter()
-            .filter(|(_, session)| request.cwd.as_ref().is_none_or(|cwd| &session.cwd == cwd))
+        let mut saved: Vec<(SessionId, PathBuf, SystemTime)> = self
+            .state
+            .as_ref()
+            .map(StateDir::list)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(id, _, _)| !sessions.by_id.contains_key(id))
             .collect();
-        listed.sort_by_key(|(_, session)| session.created);
+        saved.sort_by(|a, b| (a.2, &a.0.0).cmp(&(b.2, &b.0.0)));
+        let mut held: Vec<(&SessionId, &Session)> = sessions.by_id.iter().collect();
+        held.sort_by_key(|(_, session)| session.created);
+        let held = held
+            .into_iter()
+            .map(|(id, session)| (id.clone(), session.cwd.clone(), session.updated_at));
         ListSessionsResponse::new(
-            listed
+            saved
                 .into_iter()
-                .map(|(id, session)| {
-                    SessionInfo::new(id.clone(), session.cwd.clone())
-                        .updated_at(rfc3339(session.updated_at))
+                .chain(held)
+                .filter(|(_, cwd, _)| request.cwd.as_ref().is_none_or(|want| cwd == want))
+                .map(|(id, cwd, updated_at)| {
+                    SessionInfo::new(id, cwd).updated_at(rfc3339(updated_at))
                 })
                 .collect(),
         )

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_client_protocol::v1::schema::{SessionConfigValueId, SessionId, SessionModeId};
 use serde::{Deserialize, Serialize};
@@ -68,6 +68,33 @@ impl StateDir {
             let _ = std::fs::remove_file(&temp);
         }
         written
+    }
+
+    /// Every saved session as `session/list` shows it: `(id, cwd, last
+    /// update)`. A file that cannot be read or is not a state file (a
+    /// temp file, another program's) is skipped: the list shows what
+    /// `session/load` can load.
+    pub(super) fn list(&self) -> Vec<(SessionId, PathBuf, SystemTime)> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter(|entry| entry.path().extension().is_some_and(|e| e == "json"))
+            .filter_map(|entry| {
+                let bytes = std::fs::read(entry.path()).ok()?;
+                let saved: SavedSession<'static> = serde_json::from_slice(&bytes).ok()?;
+                // Only a file at its id's own name loads.
+                if self.path(&saved.session_id) != entry.path() {
+                    return None;
+                }
+                Some((
+                    saved.session_id.into_owned(),
+                    saved.cwd.into_owned(),
+                    UNIX_EPOCH + Duration::from_millis(saved.updated_at_ms),
+                ))
+            })
+            .collect()
     }
 
     /// The saved session `id`, or `None` when it has no state file.
