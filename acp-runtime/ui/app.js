@@ -539,6 +539,11 @@ class SessionsView {
         create.disabled = false;
       }
     });
+    this.search = el("input", { id: "filter-title", type: "search", placeholder: "words in the title", size: 24 });
+    this.search.addEventListener("input", () => {
+      clearTimeout(this.typing);
+      this.typing = setTimeout(() => this.firstPage(), 300);
+    });
     root.append(
       form,
       error,
@@ -547,13 +552,9 @@ class SessionsView {
         { class: "toolbar" },
         el("label", { for: "filter-agent" }, "Filter by agent", this.agentFilter),
         el("label", { for: "filter-state" }, "Filter by state", this.stateFilter),
+        el("label", { for: "filter-title" }, "Filter by title", this.search),
       ),
     );
-    this.search = el("input", { id: "session-search", type: "search", placeholder: "words in the title", size: 24 });
-    this.search.addEventListener("input", () => {
-      clearTimeout(this.typing);
-      this.typing = setTimeout(() => this.firstPage(), 300);
-    });
     this.table = el("table", { "aria-label": "Sessions" });
     this.previous = el("button", { type: "button", class: "secondary", id: "sessions-previous", disabled: true }, "Previous");
     this.next = el("button", { type: "button", class: "secondary", id: "sessions-next", disabled: true }, "Next");
@@ -561,7 +562,6 @@ class SessionsView {
     this.previous.addEventListener("click", () => this.turn(this.earlier.at(-1) ?? null, -1));
     this.next.addEventListener("click", () => this.nextCursor && this.turn(this.nextCursor, +1));
     root.append(
-      el("div", { class: "toolbar" }, el("label", { for: "session-search" }, "Title contains", this.search)),
       this.table,
       el("nav", { class: "toolbar pager", "aria-label": "Pages of sessions" }, this.previous, this.pageLabel, this.next),
     );
