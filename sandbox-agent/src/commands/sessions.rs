@@ -45,6 +45,9 @@ const SUMMARY_CHARS: usize = 100;
 /// Longest title (or first prompt) on a `list` line, in characters (then
 /// `…`), so a line stays readable in a terminal.
 const TITLE_CHARS: usize = 60;
+/// Sessions per `list` page from a store when `--limit` is not given: the
+/// control plane's default (research/contract.md, "Control plane").
+const DEFAULT_PAGE_SESSIONS: usize = 100;
 /// Sessions per `list` page asked for by `--all` when `--limit` is not
 /// given: the control plane's largest `limit` (research/contract.md,
 /// "Control plane"), so a walk takes few requests.
@@ -756,12 +759,12 @@ impl Source {
                 server.get(&["v2", "sessions", id], &query).await
             }
             Source::Store(store) => {
-                let rows = store.sessions().await.map_err(|e| e.to_string())?;
-                let mut found: Vec<_> = rows
-                    .iter()
-                    .filter(|row| &*row.session_id == id)
-                    .filter(|row| agent.is_none_or(|agent| &*row.agent == agent))
-                    .collect();
+                // Through the store's index on ids, not a read of every row.
+                let rows = store
+                    .entries_of(agent, id)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut found: Vec<_> = rows.iter().collect();
                 match found.len() {
                     0 => Err(format!("no session with id {id:?} in {}", store.describe())),
                     1 => Ok(stored_entry(found.remove(0))),
@@ -824,9 +827,10 @@ impl Source {
 
 /// A page of stored entries in the shape `GET /v2/sessions` gives it, with
 /// the same filters and a cursor of the same form (`{nanos}:{agent}:{id}`,
-/// the place of the page's last entry in the order), so a page reads the
-/// same from the store as from its server. Every stored session that has
-/// not ended is dormant here, so `--state live` lists none.
+/// the place of the page's last entry in the order), read through the
+/// store's `sessions_newest_first` index, so a page reads the same from the
+/// store as from its server at any store size. Every stored session that
+/// has not ended is dormant here, so `--state live` lists none.
 async fn stored_page(store: &Store, request: &PageRequest) -> Result<Value, String> {
     let after = request
         .cursor
@@ -837,43 +841,33 @@ async fn stored_page(store: &Store, request: &PageRequest) -> Result<Value, Stri
             })
         })
         .transpose()?;
-    let limit = request.limit.map_or(100, |limit| limit as usize);
-    let title = request.title.as_deref().map(str::to_ascii_lowercase);
-    let rows = store.sessions().await.map_err(|e| e.to_string())?;
-    let mut page: Vec<&store::SessionRow> = rows
-        .iter()
-        .filter(|row| {
-            after.as_ref().is_none_or(|(nanos, agent, id)| {
-                (row.created_ns, &*row.agent, &*row.session_id) < (*nanos, agent, id)
-            })
-        })
-        .filter(|row| request.agent.as_deref().is_none_or(|a| &*row.agent == a))
-        .filter(|row| match request.state {
-            None => true,
-            Some(StateFilter::Live) => false,
-            Some(StateFilter::Dormant) => row.end_reason.is_none(),
-            Some(StateFilter::Ended) => row.end_reason.is_some(),
-        })
-        .filter(|row| {
-            title.as_deref().is_none_or(|needle| {
-                row.title
-                    .as_deref()
-                    .is_some_and(|t| t.to_ascii_lowercase().contains(needle))
-            })
-        })
-        .take(limit + 1)
-        .collect();
+    if request.state == Some(StateFilter::Live) {
+        return Ok(json!({ "sessions": [] }));
+    }
+    let limit = request
+        .limit
+        .map_or(DEFAULT_PAGE_SESSIONS, |limit| limit as usize);
+    let query = store::PageQuery {
+        // One more tells whether there is a next page.
+        limit: limit + 1,
+        after,
+        agent: request.agent.clone(),
+        cwd: None,
+        ended: request.state.map(|state| state == StateFilter::Ended),
+        title: request.title.clone(),
+    };
+    let mut rows = store.page(&query).await.map_err(|e| e.to_string())?;
     let mut body = json!({});
-    if page.len() > limit {
-        page.truncate(limit);
-        if let Some(last) = page.last() {
+    if rows.len() > limit {
+        rows.truncate(limit);
+        if let Some(last) = rows.last() {
             body["nextCursor"] = json!(format!(
                 "{}:{}:{}",
                 last.created_ns, last.agent, last.session_id
             ));
         }
     }
-    body["sessions"] = page.into_iter().map(stored_entry).collect();
+    body["sessions"] = rows.iter().map(stored_entry).collect();
     Ok(body)
 }
 

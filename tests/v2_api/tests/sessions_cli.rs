@@ -350,6 +350,10 @@ async fn list_pages_with_limit_and_cursor_and_walks_them_with_all() {
     assert!(printed_cursor(&run).is_none(), "{run:?}");
     let run = sessions_ok(&[&["list", "--all", "--limit", "2"][..], &offline].concat()).await;
     assert_eq!(listed_ids(&run), newest_first, "{run:?}");
+    assert!(
+        list_line(&run, &created[4]).ends_with("\"remember the tulips\""),
+        "the first prompt from the store: {run:?}"
+    );
     let run = sessions_ok(&[&["list", "--state", "ended"][..], &offline].concat()).await;
     assert_eq!(listed_ids(&run), [created[0].clone()], "{run:?}");
     let run = sessions_ok(&[&["list", "-q", "login"][..], &offline].concat()).await;
