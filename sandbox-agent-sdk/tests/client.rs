@@ -460,6 +460,26 @@ async fn the_inventory_pages_without_repeats_or_gaps() -> TestResult {
             .all(|e| e.meta.as_ref().map(SessionState::of) == Some(SessionState::Live))
     );
 
+    // An untitled session's entry carries its first prompt's text.
+    let answer = client
+        .prompt(sandbox_agent_sdk::schema::PromptRequest::new(
+            created[30].clone(),
+            vec!["remember the tulips".into()],
+        ))
+        .await?;
+    assert_eq!(answer.stop_reason, StopReason::EndTurn);
+    let page = client
+        .list_session_entries(SessionEntryQuery::new().limit(1000))
+        .await?;
+    let prompted = page
+        .sessions
+        .iter()
+        .find(|entry| entry.session_id.0.as_ref() == created[30])
+        .and_then(|entry| entry.meta.as_ref())
+        .ok_or("the prompted session is listed")?;
+    assert_eq!(prompted.first_prompt.as_deref(), Some("remember the tulips"));
+    assert_eq!(prompted.title, None);
+
     // A limit out of range and a made-up cursor are the server's 400s.
     for query in [
         SessionEntryQuery::new().limit(0),
