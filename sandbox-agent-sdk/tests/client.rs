@@ -477,7 +477,10 @@ async fn the_inventory_pages_without_repeats_or_gaps() -> TestResult {
         .find(|entry| entry.session_id.0.as_ref() == created[30])
         .and_then(|entry| entry.meta.as_ref())
         .ok_or("the prompted session is listed")?;
-    assert_eq!(prompted.first_prompt.as_deref(), Some("remember the tulips"));
+    assert_eq!(
+        prompted.first_prompt.as_deref(),
+        Some("remember the tulips")
+    );
     assert_eq!(prompted.title, None);
 
     // A limit out of range and a made-up cursor are the server's 400s.
