@@ -474,7 +474,21 @@ class AgentsView {
 
 // --- Sessions ----------------------------------------------------------------
 
+/** Sessions per page of the table (GET /v2/sessions `limit`). */
+const SESSIONS_PAGE = 100;
+
+/** One page of the inventory at a time (research/contract.md, "Inspector"):
+ * `cursor` names the page shown, `earlier` holds the cursors of the pages
+ * before it (for "Previous"); the filters are the server's, so a change
+ * starts again at the first page. The 2 s poll reloads the page shown. */
 class SessionsView {
+  constructor() {
+    this.cursor = null;
+    this.earlier = [];
+    this.nextCursor = null;
+    this.loads = 0;
+  }
+
   async mount(root) {
     root.append(el("h1", {}, "Sessions"));
     const { agents } = await getJson("/v2/agents");
@@ -489,7 +503,7 @@ class SessionsView {
       el("option", { value: "dormant" }, "dormant"),
       el("option", { value: "ended" }, "ended"),
     );
-    for (const filter of [this.agentFilter, this.stateFilter]) filter.addEventListener("change", () => this.render());
+    for (const filter of [this.agentFilter, this.stateFilter]) filter.addEventListener("change", () => this.firstPage());
     const newAgent = el("select", { id: "new-agent", name: "agent" }, agents.map((a) => el("option", { value: a.id }, a.id)));
     const installed = agents.find((a) => a.installed);
     if (installed) newAgent.value = installed.id;
@@ -525,6 +539,11 @@ class SessionsView {
         create.disabled = false;
       }
     });
+    this.search = el("input", { id: "filter-title", type: "search", placeholder: "words in the title", size: 24 });
+    this.search.addEventListener("input", () => {
+      clearTimeout(this.typing);
+      this.typing = setTimeout(() => this.firstPage(), 300);
+    });
     root.append(
       form,
       error,
@@ -533,57 +552,110 @@ class SessionsView {
         { class: "toolbar" },
         el("label", { for: "filter-agent" }, "Filter by agent", this.agentFilter),
         el("label", { for: "filter-state" }, "Filter by state", this.stateFilter),
+        el("label", { for: "filter-title" }, "Filter by title", this.search),
       ),
     );
     this.table = el("table", { "aria-label": "Sessions" });
-    root.append(this.table);
+    this.previous = el("button", { type: "button", class: "secondary", id: "sessions-previous", disabled: true }, "Previous");
+    this.next = el("button", { type: "button", class: "secondary", id: "sessions-next", disabled: true }, "Next");
+    this.pageLabel = el("span", { id: "sessions-page", class: "muted" });
+    this.previous.addEventListener("click", () => this.turn(this.earlier.at(-1) ?? null, -1));
+    this.next.addEventListener("click", () => this.nextCursor && this.turn(this.nextCursor, +1));
+    root.append(
+      this.table,
+      el("nav", { class: "toolbar pager", "aria-label": "Pages of sessions" }, this.previous, this.pageLabel, this.next),
+    );
     await this.load();
     this.timer = setInterval(() => this.load().catch(() => {}), 2000);
   }
 
   unmount() {
     clearInterval(this.timer);
+    clearTimeout(this.typing);
   }
 
+  /** Back to the first page (the filters changed). */
+  firstPage() {
+    this.cursor = null;
+    this.earlier = [];
+    this.load().catch((error) => setStatus(`Could not list sessions: ${error.message}`));
+  }
+
+  /** Shows the page `cursor` names: one forward (+1) or back (-1). */
+  turn(cursor, step) {
+    // Until the page is drawn, another click would page from the old one.
+    this.previous.disabled = this.next.disabled = true;
+    if (step > 0) this.earlier.push(this.cursor);
+    else this.earlier.pop();
+    this.cursor = cursor;
+    this.load().catch((error) => setStatus(`Could not list sessions: ${error.message}`));
+  }
+
+  /** Reads the page shown (with the filters) and draws it; an answer that
+   * a later load overtook is dropped, so a poll never draws a page the
+   * user has left. */
   async load() {
-    const { sessions } = await getJson("/v2/sessions");
-    this.sessions = sessions;
+    const query = new URLSearchParams({ limit: String(SESSIONS_PAGE) });
+    if (this.cursor) query.set("cursor", this.cursor);
+    if (this.agentFilter.value) query.set("agent", this.agentFilter.value);
+    if (this.stateFilter.value) query.set("state", this.stateFilter.value);
+    const text = this.search.value.trim();
+    if (text) query.set("q", text);
+    const load = ++this.loads;
+    const page = await getJson(`/v2/sessions?${query}`);
+    if (load !== this.loads) return;
+    this.sessions = page.sessions;
+    this.nextCursor = page.nextCursor || null;
     this.render();
   }
 
   render() {
-    const agent = this.agentFilter.value;
-    const state = this.stateFilter.value;
-    const rows = (this.sessions || [])
-      .filter((s) => !agent || meta(s).agent === agent)
-      .filter((s) => !state || state === stateOf(meta(s)))
-      .map((s) => {
-        const m = meta(s);
-        const stateName = stateOf(m);
-        return el(
-          "tr",
-          {},
-          el("td", {}, el("a", { href: sessionHref(m.agent, s.sessionId) }, s.title || s.sessionId), el("span", { class: "sub" }, s.title ? s.sessionId : "")),
-          el("td", {}, m.agent),
-          el("td", { class: "hide-narrow" }, s.cwd || ""),
-          el("td", { class: "hide-narrow" }, when(m.createdAt), el("span", { class: "sub" }, `updated ${when(s.updatedAt)}`)),
-          el("td", {}, el("span", { class: `badge ${stateName}` }, stateName)),
-          el("td", {}, String(m.eventCount ?? "")),
-        );
-      });
+    const rows = (this.sessions || []).map((s) => {
+      const m = meta(s);
+      const stateName = stateOf(m);
+      return el(
+        "tr",
+        { "data-session-id": s.sessionId },
+        el("td", {}, el("a", { href: sessionHref(m.agent, s.sessionId) }, s.sessionId)),
+        titleCell(s),
+        el("td", {}, m.agent),
+        el("td", { class: "hide-narrow" }, s.cwd || ""),
+        el("td", { class: "hide-narrow" }, when(m.createdAt), el("span", { class: "sub" }, `updated ${when(s.updatedAt)}`)),
+        el("td", {}, el("span", { class: `badge ${stateName}` }, stateName)),
+        el("td", {}, String(m.eventCount ?? "")),
+      );
+    });
     const head = el(
       "tr",
       {},
       el("th", { scope: "col" }, "Session"),
+      el("th", { scope: "col" }, "Title"),
       el("th", { scope: "col" }, "Agent"),
       el("th", { scope: "col", class: "hide-narrow" }, "Working directory"),
       el("th", { scope: "col", class: "hide-narrow" }, "Created"),
       el("th", { scope: "col" }, "State"),
       el("th", { scope: "col" }, "Events"),
     );
-    const body = rows.length ? rows : [el("tr", {}, el("td", { colspan: 6, class: "muted" }, "No sessions yet."))];
+    const filtered = this.agentFilter.value || this.stateFilter.value || this.search.value.trim();
+    const empty = this.cursor ? "No sessions on this page." : filtered ? "No sessions match." : "No sessions yet.";
+    const body = rows.length ? rows : [el("tr", {}, el("td", { colspan: 7, class: "muted" }, empty))];
     this.table.replaceChildren(el("thead", {}, head), el("tbody", {}, body));
+    this.previous.disabled = this.earlier.length === 0;
+    this.next.disabled = !this.nextCursor;
+    this.pageLabel.textContent = `Page ${this.earlier.length + 1}`;
   }
+}
+
+/** A session's title; without one, its first prompt's text, muted (what a
+ * user typed is often the best name a session has); cut to fit by CSS. */
+function titleCell(session) {
+  const m = meta(session);
+  const title = session.title || m.title;
+  if (title) return el("td", { class: "title", title }, title);
+  if (m.firstPrompt) {
+    return el("td", { class: "title", title: m.firstPrompt }, el("span", { class: "first-prompt" }, m.firstPrompt));
+  }
+  return el("td", { class: "title" });
 }
 
 // --- One session ---------------------------------------------------------

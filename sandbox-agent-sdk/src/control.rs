@@ -30,10 +30,14 @@ pub use ext_methods::AgentInstallParams as InstallOptions;
 /// whether this call installed it (the wire type from `ext-methods`).
 pub use ext_methods::AgentInstallResult as InstallResult;
 
-/// `{"sessions": [...]}` of `GET /v2/sessions`.
+/// `{"sessions": [...], "nextCursor"?}` of `GET /v2/sessions`.
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct SessionsBody {
     sessions: Vec<SessionInfo>,
+    /// Absent on the last page (and from servers that do not page).
+    #[serde(default)]
+    next_cursor: Option<String>,
 }
 
 /// HTTP access to one server's control plane.
@@ -107,16 +111,21 @@ impl ControlPlane {
         .await
     }
 
-    /// `GET /v2/sessions`.
-    pub(crate) async fn sessions(&self) -> Result<Vec<SessionEntry>, Error> {
+    /// `GET /v2/sessions?limit=&cursor=&agent=&state=&q=` (the pairs of
+    /// `query`): one page of entries and the cursor of the next.
+    pub(crate) async fn sessions(
+        &self,
+        query: &[(&str, &str)],
+    ) -> Result<(Vec<SessionEntry>, Option<String>), Error> {
         let body: SessionsBody = self
-            .send(Method::GET, &["v2", "sessions"], &[], None)
+            .send(Method::GET, &["v2", "sessions"], query, None)
             .await?;
-        Ok(body
+        let entries = body
             .sessions
             .into_iter()
             .map(SessionEntry::from_info)
-            .collect())
+            .collect();
+        Ok((entries, body.next_cursor))
     }
 
     /// `GET /v2/sessions/{id}?agent=`: session ids are per agent.

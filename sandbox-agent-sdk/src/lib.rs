@@ -111,7 +111,8 @@
 //!   their ACP names: `new_session`, `prompt`, `prompt_stream`, …),
 //!   `extensions` (sandbox-agent extensions under sandbox names:
 //!   `set_metadata`, `terminate_session`, …), `control_plane` (`health`,
-//!   `agents`, `install_agent`, `all_sessions`, `session_events`), `fs`
+//!   `agents`, `install_agent`, `list_session_entries` (pages of the
+//!   inventory) and `all_sessions`, `session_events`), `fs`
 //!   (the host file system: [`FsPath`], listing, stat, mkdir, move,
 //!   delete, streamed file reads ([`FsDownload`]) and writes, tree uploads
 //!   (`upload_fs_batch`, `upload_fs_dir`)).
@@ -141,8 +142,8 @@ mod options;
 mod turn;
 
 pub use client::{
-    EventPage, FS_RESUME_ATTEMPTS, FsDownload, FsPath, SandboxAgentClient, SessionList,
-    SetSessionModelRequest, SetSessionModelResponse,
+    EventPage, FS_RESUME_ATTEMPTS, FsDownload, FsPath, SandboxAgentClient, SessionEntryPage,
+    SessionEntryQuery, SessionList, SessionState, SetSessionModelRequest, SetSessionModelResponse,
 };
 pub use control::{Health, InstallOptions, InstallResult};
 pub use embedded::{BINARY_ENV, LISTENING_PREFIX};

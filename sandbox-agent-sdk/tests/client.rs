@@ -12,10 +12,11 @@ use sandbox_agent_sdk::schema::{
 };
 use sandbox_agent_sdk::{
     ClientOptions, EndReason, Error, Event, HistoryPolicy, HttpFailure, InstallOptions, Metadata,
-    ModelsTarget, PermissionDecision, Role, SandboxAgentClient, SetSessionModelRequest, StatusCode,
-    TerminatedBy, sandbox_meta,
+    ModelsTarget, PermissionDecision, Role, SandboxAgentClient, SessionEntryQuery, SessionState,
+    SetSessionModelRequest, StatusCode, TerminatedBy, sandbox_meta,
 };
 use serde_json::json;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use v2_api_tests::TestServer;
@@ -334,6 +335,165 @@ async fn metadata_written_comes_back_as_typed_fields_everywhere() -> TestResult 
             .find(|entry| entry.session_id == created.session_id)
             .ok_or("in the inventory")?,
     );
+    Ok(())
+}
+
+/// Sessions the inventory tests create: more than two pages of 100.
+const MANY_SESSIONS: usize = 250;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inventory_pages_without_repeats_or_gaps() -> TestResult {
+    let server = TestServer::start(&[]).await;
+    let client = within(
+        "connect",
+        SandboxAgentClient::connect(server_options(&server)),
+    )
+    .await?;
+    let mut created = Vec::new();
+    for _ in 0..MANY_SESSIONS {
+        let session = client.new_session(NewSessionRequest::new("/tmp")).await?;
+        created.push(session.session_id.0.to_string());
+    }
+
+    // Pages of 100, newest first; sessions created after the first page
+    // (newer) shift nothing on the later ones.
+    let mut query = SessionEntryQuery::new().limit(100);
+    let mut sizes = Vec::new();
+    let mut listed = Vec::new();
+    loop {
+        let page = client.list_session_entries(query.clone()).await?;
+        sizes.push(page.sessions.len());
+        assert!(sizes.len() <= 5, "too many pages: {sizes:?}");
+        for entry in &page.sessions {
+            let meta = entry.meta.as_ref().ok_or("entry without metadata")?;
+            let created_at = meta.created_time().ok_or("createdAt is RFC 3339")?;
+            listed.push((created_at, entry.session_id.0.to_string()));
+        }
+        if sizes.len() == 1 {
+            for _ in 0..3 {
+                client.new_session(NewSessionRequest::new("/tmp")).await?;
+            }
+        }
+        match page.next_cursor {
+            Some(cursor) => query.cursor = Some(cursor),
+            None => break,
+        }
+    }
+    assert_eq!(sizes, [100, 100, 50], "page sizes");
+    let ids: Vec<&str> = listed.iter().map(|(_, id)| id.as_str()).collect();
+    let unique: HashSet<&str> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "an entry listed twice");
+    let wanted: HashSet<&str> = created.iter().map(String::as_str).collect();
+    assert_eq!(
+        unique, wanted,
+        "the pages hold exactly the sessions created"
+    );
+    assert!(
+        listed.windows(2).all(|pair| pair[0].0 >= pair[1].0),
+        "newest first"
+    );
+    // The newest sessions come first: the last one created leads the walk.
+    assert_eq!(ids.last().copied(), created.first().map(String::as_str));
+
+    // The walk follows the cursors too, at any page size.
+    let walked = client
+        .all_session_entries(SessionEntryQuery::new().limit(70))
+        .await?;
+    assert_eq!(walked.len(), MANY_SESSIONS + 3, "every session once");
+    let all = client.all_sessions().await?;
+    assert_eq!(all.len(), MANY_SESSIONS + 3, "every session once");
+
+    // Filters: state, title (ASCII case ignored), agent; with a cursor.
+    for id in &created[..3] {
+        client.terminate_session(id.clone()).await?;
+    }
+    client
+        .set_metadata(
+            created[10].clone(),
+            Metadata::new().title("Fix the login bug"),
+        )
+        .await?;
+    client
+        .set_metadata(created[20].clone(), Metadata::new().title("Login page"))
+        .await?;
+    let ended = client
+        .all_session_entries(SessionEntryQuery::new().state(SessionState::Ended).limit(2))
+        .await?;
+    let mut ended: Vec<String> = ended.iter().map(|e| e.session_id.0.to_string()).collect();
+    ended.sort();
+    let mut terminated = created[..3].to_vec();
+    terminated.sort();
+    assert_eq!(ended, terminated, "state=ended");
+    let titled = client
+        .list_session_entries(SessionEntryQuery::new().title_contains("LOGIN"))
+        .await?;
+    let titles: HashSet<Option<&str>> = titled
+        .sessions
+        .iter()
+        .map(|entry| entry.title.as_deref())
+        .collect();
+    assert_eq!(
+        titles,
+        HashSet::from([Some("Fix the login bug"), Some("Login page")]),
+        "q"
+    );
+    let none = client
+        .list_session_entries(SessionEntryQuery::new().agent("no-such-agent"))
+        .await?;
+    assert!(none.sessions.is_empty() && none.next_cursor.is_none());
+    let live = client
+        .list_session_entries(
+            SessionEntryQuery::new()
+                .state(SessionState::Live)
+                .agent("mock")
+                .limit(1000),
+        )
+        .await?;
+    assert_eq!(
+        live.sessions.len(),
+        MANY_SESSIONS,
+        "live: all but the ended"
+    );
+    assert!(
+        live.sessions
+            .iter()
+            .all(|e| e.meta.as_ref().map(SessionState::of) == Some(SessionState::Live))
+    );
+
+    // An untitled session's entry carries its first prompt's text.
+    let answer = client
+        .prompt(sandbox_agent_sdk::schema::PromptRequest::new(
+            created[30].clone(),
+            vec!["remember the tulips".into()],
+        ))
+        .await?;
+    assert_eq!(answer.stop_reason, StopReason::EndTurn);
+    let page = client
+        .list_session_entries(SessionEntryQuery::new().limit(1000))
+        .await?;
+    let prompted = page
+        .sessions
+        .iter()
+        .find(|entry| entry.session_id.0.as_ref() == created[30])
+        .and_then(|entry| entry.meta.as_ref())
+        .ok_or("the prompted session is listed")?;
+    assert_eq!(
+        prompted.first_prompt.as_deref(),
+        Some("remember the tulips")
+    );
+    assert_eq!(prompted.title, None);
+
+    // A limit out of range and a made-up cursor are the server's 400s.
+    for query in [
+        SessionEntryQuery::new().limit(0),
+        SessionEntryQuery::new().limit(1001),
+        SessionEntryQuery::new().cursor("not-a-cursor"),
+    ] {
+        match client.list_session_entries(query.clone()).await {
+            Err(Error::Http(failure)) => assert_eq!(failure.status, 400, "{query:?}"),
+            other => panic!("{query:?}: {other:?}"),
+        }
+    }
     Ok(())
 }
 

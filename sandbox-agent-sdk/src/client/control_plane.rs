@@ -1,14 +1,14 @@
 //! The control plane (plain HTTP; no connection needed) on
-//! [`SandboxAgentClient`]: health, agents and installs, the session
-//! inventory, pages of a session's recorded events. The routes themselves
-//! are `crate::control`.
+//! [`SandboxAgentClient`]: health, agents and installs, pages of the
+//! session inventory, pages of a session's recorded events. The routes
+//! themselves are `crate::control`.
 
 use super::SandboxAgentClient;
 use crate::control::{Health, InstallOptions, InstallResult};
 use crate::error::Error;
 use crate::meta::SessionEntry;
 use agent_client_protocol::v1::schema::SessionId;
-use ext_methods::{AgentInfo, SessionEvent, SessionEventsPage};
+use ext_methods::{AgentInfo, SessionEvent, SessionEventsPage, SessionMeta};
 
 /// Events per [`session_events`](SandboxAgentClient::session_events) page
 /// when no limit is given (the server's default).
@@ -17,6 +17,156 @@ const DEFAULT_EVENTS_LIMIT: u32 = 100;
 /// The largest `limit` the events route accepts
 /// (research/contract.md, "Extension methods and control plane").
 const MAX_EVENTS_LIMIT: u32 = 1000;
+
+/// The largest `limit` of `GET /v2/sessions`
+/// (research/contract.md, "Control plane"): the page size
+/// [`all_sessions`](SandboxAgentClient::all_sessions) walks with, so a
+/// large inventory takes few requests.
+const MAX_SESSIONS_LIMIT: u32 = 1000;
+
+/// A session's state as the inventory shows it and filters on it (`state`
+/// of `GET /v2/sessions`, research/contract.md, "Control plane").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionState {
+    /// Hosted by a running agent process.
+    Live,
+    /// Restored from the session store after a restart and not loaded
+    /// since (a `session/load` starts its agent).
+    Dormant,
+    /// Ended (terminated, its agent exited, …).
+    Ended,
+}
+
+impl SessionState {
+    /// The wire spelling: `live`, `dormant` or `ended`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Live => "live",
+            SessionState::Dormant => "dormant",
+            SessionState::Ended => "ended",
+        }
+    }
+
+    /// The state an entry's metadata says: `ended` wins over `dormant`.
+    pub fn of(meta: &SessionMeta) -> SessionState {
+        if meta.ended {
+            SessionState::Ended
+        } else if meta.dormant {
+            SessionState::Dormant
+        } else {
+            SessionState::Live
+        }
+    }
+}
+
+/// Which page of the inventory
+/// [`list_session_entries`](SandboxAgentClient::list_session_entries)
+/// asks for: the query of `GET /v2/sessions`. Every field is optional;
+/// filters combine (AND).
+///
+/// ```
+/// use sandbox_agent_sdk::{SessionEntryQuery, SessionState};
+/// let query = SessionEntryQuery::new()
+///     .limit(50)
+///     .agent("mock")
+///     .state(SessionState::Ended)
+///     .title_contains("login");
+/// assert_eq!(query.limit, Some(50));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionEntryQuery {
+    /// Entries per page, 1..=1000 (`limit`); `None`: the server's default,
+    /// 100.
+    pub limit: Option<u32>,
+    /// Where the page starts (`cursor`): the
+    /// [`next_cursor`](SessionEntryPage::next_cursor) of the previous page
+    /// asked with the same filters; `None`: the first (newest) page.
+    pub cursor: Option<String>,
+    /// Only this agent's sessions (`agent`).
+    pub agent: Option<String>,
+    /// Only sessions in this state (`state`).
+    pub state: Option<SessionState>,
+    /// Only sessions whose title contains this text, ignoring ASCII case
+    /// (`q`; the server may scan for it).
+    pub title_contains: Option<String>,
+}
+
+impl SessionEntryQuery {
+    /// The first page at the server's default size, unfiltered.
+    pub fn new() -> SessionEntryQuery {
+        SessionEntryQuery::default()
+    }
+
+    /// Sets [`limit`](Self::limit).
+    #[must_use]
+    pub fn limit(mut self, limit: u32) -> SessionEntryQuery {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Sets [`cursor`](Self::cursor).
+    #[must_use]
+    pub fn cursor(mut self, cursor: impl Into<String>) -> SessionEntryQuery {
+        self.cursor = Some(cursor.into());
+        self
+    }
+
+    /// Sets [`agent`](Self::agent).
+    #[must_use]
+    pub fn agent(mut self, agent: impl Into<String>) -> SessionEntryQuery {
+        self.agent = Some(agent.into());
+        self
+    }
+
+    /// Sets [`state`](Self::state).
+    #[must_use]
+    pub fn state(mut self, state: SessionState) -> SessionEntryQuery {
+        self.state = Some(state);
+        self
+    }
+
+    /// Sets [`title_contains`](Self::title_contains).
+    #[must_use]
+    pub fn title_contains(mut self, text: impl Into<String>) -> SessionEntryQuery {
+        self.title_contains = Some(text.into());
+        self
+    }
+
+    /// The query string's pairs, in the wire's names.
+    fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        if let Some(limit) = self.limit {
+            pairs.push(("limit", limit.to_string()));
+        }
+        if let Some(cursor) = &self.cursor {
+            pairs.push(("cursor", cursor.clone()));
+        }
+        if let Some(agent) = &self.agent {
+            pairs.push(("agent", agent.clone()));
+        }
+        if let Some(state) = self.state {
+            pairs.push(("state", state.as_str().to_owned()));
+        }
+        if let Some(text) = &self.title_contains {
+            pairs.push(("q", text.clone()));
+        }
+        pairs
+    }
+}
+
+/// One page of
+/// [`SandboxAgentClient::list_session_entries`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionEntryPage {
+    /// The entries of this page, newest first (by creation time, then
+    /// agent, then session id); ended sessions included unless filtered.
+    pub sessions: Vec<SessionEntry>,
+    /// Pass it back as [`SessionEntryQuery::cursor`], with the same
+    /// filters, for the next page; `None` on the last page. Sessions
+    /// created while paging are newer: they appear on a new first page,
+    /// never shifting later pages.
+    pub next_cursor: Option<String>,
+}
 
 /// One page of [`SandboxAgentClient::session_events`].
 #[derive(Debug, Clone, PartialEq)]
@@ -106,17 +256,96 @@ impl SandboxAgentClient {
         .await
     }
 
-    /// `GET /v2/sessions`: the whole inventory (every agent, ended sessions
-    /// included), newest first, in one list and without a connection.
-    /// [`list_sessions`](Self::list_sessions) is the paged ACP
-    /// `session/list` over the connection.
+    /// `GET /v2/sessions?limit=&cursor=&agent=&state=&q=`: one page of the
+    /// server's inventory (every agent, ended sessions included unless
+    /// filtered), newest first, without a connection. Continue with the
+    /// page's [`next_cursor`](SessionEntryPage::next_cursor) (and the same
+    /// filters) until it is `None`. [`list_sessions`](Self::list_sessions)
+    /// is ACP's `session/list` over the connection, of this client's agent
+    /// only.
+    ///
+    /// ```no_run
+    /// # async fn run(client: sandbox_agent_sdk::SandboxAgentClient) -> Result<(), sandbox_agent_sdk::Error> {
+    /// use sandbox_agent_sdk::SessionEntryQuery;
+    /// let mut query = SessionEntryQuery::new().limit(100).agent("mock");
+    /// loop {
+    ///     let page = client.list_session_entries(query.clone()).await?;
+    ///     for entry in &page.sessions {
+    ///         println!("{} {:?}", entry.session_id, entry.title);
+    ///     }
+    ///     match page.next_cursor {
+    ///         Some(cursor) => query.cursor = Some(cursor),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// A server from before paging ignores the query and answers the whole
+    /// inventory as one page (`next_cursor: None`).
     ///
     /// # Errors
-    /// As [`health`](Self::health).
-    pub async fn all_sessions(&self) -> Result<Vec<SessionEntry>, Error> {
+    /// As [`health`](Self::health); [`Error::Http`] 400 `invalid-request`
+    /// for a `limit` outside 1..=1000 or a cursor the server did not make.
+    pub async fn list_session_entries(
+        &self,
+        query: SessionEntryQuery,
+    ) -> Result<SessionEntryPage, Error> {
         self.check_disposed()?;
-        self.control_call("GET /v2/sessions", self.control.sessions())
-            .await
+        let pairs = query.pairs();
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let (sessions, next_cursor) = self
+            .control_call("GET /v2/sessions", self.control.sessions(&pairs))
+            .await?;
+        Ok(SessionEntryPage {
+            sessions,
+            next_cursor,
+        })
+    }
+
+    /// The whole inventory (every agent, ended sessions included), newest
+    /// first, without a connection:
+    /// [`all_session_entries`](Self::all_session_entries) of the unfiltered
+    /// query, 1000 entries a request.
+    ///
+    /// # Errors
+    /// As [`all_session_entries`](Self::all_session_entries).
+    pub async fn all_sessions(&self) -> Result<Vec<SessionEntry>, Error> {
+        self.all_session_entries(SessionEntryQuery::new()).await
+    }
+
+    /// Every page of [`list_session_entries`](Self::list_session_entries)
+    /// for `query`'s filters, from its cursor (or the first page) to the
+    /// last, joined; `query.limit` is the page size (`None`: 1000, the
+    /// largest, so a large inventory takes few requests). Sessions created
+    /// while it pages may be missing (they are newer than the first page);
+    /// none is listed twice.
+    ///
+    /// # Errors
+    /// As [`list_session_entries`](Self::list_session_entries);
+    /// [`Error::InvalidResponse`] when the server answers a cursor with
+    /// that same cursor (the walk would never end).
+    pub async fn all_session_entries(
+        &self,
+        mut query: SessionEntryQuery,
+    ) -> Result<Vec<SessionEntry>, Error> {
+        query.limit = query.limit.or(Some(MAX_SESSIONS_LIMIT));
+        let mut all = Vec::new();
+        loop {
+            let page = self.list_session_entries(query.clone()).await?;
+            all.extend(page.sessions);
+            match page.next_cursor {
+                None => return Ok(all),
+                Some(next) if query.cursor.as_deref() == Some(next.as_str()) => {
+                    return Err(Error::InvalidResponse {
+                        what: "GET /v2/sessions".to_owned(),
+                        message: format!("the cursor {next:?} names its own page again"),
+                    });
+                }
+                Some(next) => query.cursor = Some(next),
+            }
+        }
     }
 
     /// The old name of [`all_sessions`](Self::all_sessions).
@@ -215,6 +444,29 @@ mod tests {
                 .collect(),
             next_offset,
         }
+    }
+
+    #[test]
+    fn an_inventory_query_uses_the_wire_names() {
+        assert!(SessionEntryQuery::new().pairs().is_empty());
+        let query = SessionEntryQuery::new()
+            .limit(2)
+            .cursor("c")
+            .agent("mock")
+            .state(SessionState::Dormant)
+            .title_contains("login bug");
+        let pairs = query.pairs();
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            pairs,
+            [
+                ("limit", "2"),
+                ("cursor", "c"),
+                ("agent", "mock"),
+                ("state", "dormant"),
+                ("q", "login bug")
+            ]
+        );
     }
 
     #[test]

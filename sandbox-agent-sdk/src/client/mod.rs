@@ -37,7 +37,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 pub use acp::{SessionList, SetSessionModelRequest, SetSessionModelResponse};
-pub use control_plane::EventPage;
+pub use control_plane::{EventPage, SessionEntryPage, SessionEntryQuery, SessionState};
 pub use fs::{FS_RESUME_ATTEMPTS, FsDownload, FsPath};
 
 /// A client of one sandbox-agent server, bound to one agent.

@@ -1,11 +1,11 @@
 //! `sandbox-agent sessions list|show ID|events ID [--follow]`: the session
-//! inventory and the event logs for people who live in a terminal
-//! (research/contract.md, "Durable sessions", "CLI: sandbox-agent
-//! sessions").
+//! inventory, a page at a time, and the event logs for people who live in
+//! a terminal (research/contract.md, "Durable sessions", "CLI:
+//! sandbox-agent sessions").
 //!
 //! Two sources, one output:
 //! - a running server (`--url`, the default `http://127.0.0.1:2468`):
-//!   its control plane, `GET /v2/sessions`, `GET /v2/sessions/{id}` and
+//!   its control plane, `GET /v2/sessions` (paged), `GET /v2/sessions/{id}` and
 //!   `GET /v2/sessions/{id}/events` (research/contract.md, "Control plane");
 //! - a session store (`--store sqlite:PATH` or `postgres://…`), read
 //!   directly with the runtime's own store code, for a server that is not
@@ -20,7 +20,7 @@
 use super::args::{RemoteArgs, URL_ENV};
 use acp_runtime::store::{self, Store, StoreUrl};
 use clap::builder::NonEmptyStringValueParser;
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use ext_methods::{Direction, SessionEvent, SessionEventsPage, SessionMeta};
 use reqwest::Url;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
@@ -42,6 +42,16 @@ const PAGE_EVENTS: u64 = 1000;
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
 /// Longest summary on an event line, in characters (then `…`).
 const SUMMARY_CHARS: usize = 100;
+/// Longest title (or first prompt) on a `list` line, in characters (then
+/// `…`), so a line stays readable in a terminal.
+const TITLE_CHARS: usize = 60;
+/// Sessions per `list` page from a store when `--limit` is not given: the
+/// control plane's default (research/contract.md, "Control plane").
+const DEFAULT_PAGE_SESSIONS: usize = 100;
+/// Sessions per `list` page asked for by `--all` when `--limit` is not
+/// given: the control plane's largest `limit` (research/contract.md,
+/// "Control plane"), so a walk takes few requests.
+const ALL_PAGE_SESSIONS: u32 = 1000;
 
 /// `sandbox-agent sessions`.
 #[derive(Debug, Clone, Args)]
@@ -95,9 +105,11 @@ pub struct SessionsArgs {
 /// The `sessions` subcommands.
 #[derive(Debug, Clone, Subcommand)]
 pub enum SessionsCommand {
-    /// One line per session, newest first: id, agent, state
-    /// (live/dormant/ended), events, last activity, title.
-    List,
+    /// One page of sessions (100 unless --limit), newest first, a line
+    /// each: id, agent, state (live/dormant/ended), events, last activity,
+    /// and the title (or, quoted, the first prompt). When there are more,
+    /// the next page's `--cursor C` is printed on stderr.
+    List(ListArgs),
     /// Every field of one session.
     Show {
         /// The session id.
@@ -120,6 +132,82 @@ pub enum SessionsCommand {
     },
 }
 
+/// `sandbox-agent sessions list`: which page, and which sessions.
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    /// Sessions per page, 1 to 1000. Default: 100 (with --all, 1000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: Option<u32>,
+    /// Start at the page this cursor names: the one a previous `list`
+    /// printed, with the same --agent, --state and --query.
+    #[arg(long, value_name = "CURSOR")]
+    pub cursor: Option<String>,
+    /// Only sessions in this state.
+    #[arg(long, value_enum, value_name = "STATE")]
+    pub state: Option<StateFilter>,
+    /// Only sessions whose title contains TEXT (ASCII letters in any case).
+    #[arg(long, short = 'q', value_name = "TEXT")]
+    pub query: Option<String>,
+    /// Every page, from --cursor (or the first) to the last, in one table.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// The states `list --state` keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StateFilter {
+    /// Hosted by a running agent process.
+    Live,
+    /// Restored from the store and not loaded since.
+    Dormant,
+    /// Ended.
+    Ended,
+}
+
+impl StateFilter {
+    /// The control plane's spelling (`state=`).
+    fn as_str(self) -> &'static str {
+        match self {
+            StateFilter::Live => "live",
+            StateFilter::Dormant => "dormant",
+            StateFilter::Ended => "ended",
+        }
+    }
+}
+
+/// One `GET /v2/sessions` page request: `list`'s options and `--agent`.
+#[derive(Debug, Clone, Default)]
+struct PageRequest {
+    limit: Option<u32>,
+    cursor: Option<String>,
+    agent: Option<String>,
+    state: Option<StateFilter>,
+    title: Option<String>,
+}
+
+impl PageRequest {
+    /// The query string's pairs, in the control plane's names.
+    fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        if let Some(limit) = self.limit {
+            pairs.push(("limit", limit.to_string()));
+        }
+        if let Some(cursor) = &self.cursor {
+            pairs.push(("cursor", cursor.clone()));
+        }
+        if let Some(agent) = &self.agent {
+            pairs.push(("agent", agent.clone()));
+        }
+        if let Some(state) = self.state {
+            pairs.push(("state", state.as_str().to_owned()));
+        }
+        if let Some(title) = &self.title {
+            pairs.push(("q", title.clone()));
+        }
+        pairs
+    }
+}
+
 /// Runs `sandbox-agent sessions …`.
 ///
 /// # Errors
@@ -133,7 +221,7 @@ pub async fn run(args: SessionsArgs) -> Result<(), String> {
     }
     let source = Source::open(&args).await?;
     let result = match &args.command {
-        SessionsCommand::List => list(&source, &args).await,
+        SessionsCommand::List(list_args) => list(&source, &args, list_args).await,
         SessionsCommand::Show { id } => {
             let entry = source.show(id, args.agent.as_deref()).await?;
             if args.json {
@@ -152,25 +240,84 @@ pub async fn run(args: SessionsArgs) -> Result<(), String> {
     result
 }
 
-/// `list`: the inventory, `--agent`'s sessions only when given.
-async fn list(source: &Source, args: &SessionsArgs) -> Result<(), String> {
-    let mut body = source.list().await?;
-    if let Some(agent) = &args.agent
-        && let Some(sessions) = body.get_mut("sessions").and_then(Value::as_array_mut)
-    {
-        sessions.retain(|entry| entry_meta(entry).is_some_and(|meta| &meta.agent == agent));
+/// `list`: one page of the inventory (every page with `--all`), with the
+/// filters given; the next page's cursor on stderr.
+async fn list(source: &Source, args: &SessionsArgs, list_args: &ListArgs) -> Result<(), String> {
+    let mut request = PageRequest {
+        limit: list_args
+            .limit
+            .or(list_args.all.then_some(ALL_PAGE_SESSIONS)),
+        cursor: list_args.cursor.clone(),
+        agent: args.agent.clone(),
+        state: list_args.state,
+        // As the server: an empty text filters nothing.
+        title: list_args.query.clone().filter(|text| !text.is_empty()),
+    };
+    let mut body = source.list(&request).await?;
+    if list_args.all {
+        let mut sessions = Vec::new();
+        loop {
+            sessions.append(&mut entries_of(&mut body)?);
+            let Some(next) = next_cursor(&body) else {
+                break;
+            };
+            if request.cursor.as_deref() == Some(next.as_str()) {
+                return Err(format!(
+                    "the server answered the cursor {next:?} with itself"
+                ));
+            }
+            request.cursor = Some(next);
+            body = source.list(&request).await?;
+        }
+        body = json!({ "sessions": sessions });
     }
     if args.json {
         return print_json(&body);
     }
-    let entries = body
-        .get("sessions")
-        .and_then(Value::as_array)
-        .ok_or("the server's session list has no \"sessions\" array")?;
+    let next = next_cursor(&body);
+    let entries = entries_of(&mut body)?;
     if entries.is_empty() {
         eprintln!("no sessions");
-        return Ok(());
+    } else {
+        print_list(&entries)?;
     }
+    if let Some(next) = next {
+        eprintln!("next page: --cursor {}", shell_word(&next));
+    }
+    Ok(())
+}
+
+/// The `sessions` array of a `GET /v2/sessions` body, taken out of it.
+fn entries_of(body: &mut Value) -> Result<Vec<Value>, String> {
+    match body.get_mut("sessions").map(Value::take) {
+        Some(Value::Array(entries)) => Ok(entries),
+        _ => Err("the server's session list has no \"sessions\" array".to_owned()),
+    }
+}
+
+/// The `nextCursor` of a `GET /v2/sessions` body; `None` on the last page.
+fn next_cursor(body: &Value) -> Option<String> {
+    body.get("nextCursor")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// `text` as one word for a POSIX shell: as is when it holds only
+/// characters no shell treats specially, else in single quotes.
+fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@%+=,".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// The `list` table: a header, then a line per entry, in aligned columns.
+fn print_list(entries: &[Value]) -> Result<(), String> {
     let rows: Vec<[String; 6]> = entries.iter().map(list_row).collect();
     let header = ["ID", "AGENT", "STATE", "EVENTS", "UPDATED (UTC)", "TITLE"].map(str::to_owned);
     let mut widths = [0; 6];
@@ -219,8 +366,26 @@ fn list_row(entry: &Value) -> [String; 6] {
         state(&meta).to_owned(),
         meta.event_count.to_string(),
         date_time(&meta.updated_at),
-        one_line(meta.title.as_deref().unwrap_or("")),
+        title_cell(entry),
     ]
+}
+
+/// What `list` shows as a session's title: its title, else its first
+/// prompt's text in double quotes (as `events` shows a prompt), else
+/// nothing; one line, at most [`TITLE_CHARS`] characters.
+fn title_cell(entry: &Value) -> String {
+    let namespace = ext_methods::meta::read(entry);
+    let text = |key: &str| {
+        namespace
+            .and_then(|namespace| namespace.get(key))
+            .and_then(Value::as_str)
+            .filter(|text| !text.is_empty())
+    };
+    match (text("title"), text("firstPrompt")) {
+        (Some(title), _) => cut(title, TITLE_CHARS),
+        (None, Some(prompt)) => format!("\"{}\"", cut(prompt, TITLE_CHARS - 2)),
+        (None, None) => String::new(),
+    }
 }
 
 /// `show`: one field per line.
@@ -444,11 +609,17 @@ fn compact(value: &Value) -> String {
 
 /// At most [`SUMMARY_CHARS`] characters of `text`, on one line.
 fn truncate(text: &str) -> String {
+    cut(text, SUMMARY_CHARS)
+}
+
+/// `text` on one line and at most `chars` characters, its end replaced by
+/// `…` when it is longer.
+fn cut(text: &str, chars: usize) -> String {
     let text = one_line(text);
-    if text.chars().count() <= SUMMARY_CHARS {
+    if text.chars().count() <= chars {
         return text;
     }
-    let mut short: String = text.chars().take(SUMMARY_CHARS - 1).collect();
+    let mut short: String = text.chars().take(chars.saturating_sub(1)).collect();
     short.push('…');
     short
 }
@@ -566,15 +737,16 @@ impl Source {
         }
     }
 
-    /// `{"sessions": [entry, …]}`, newest first.
-    async fn list(&self) -> Result<Value, String> {
+    /// One page: `{"sessions": [entry, …], "nextCursor"?}`, newest first.
+    async fn list(&self, request: &PageRequest) -> Result<Value, String> {
         match self {
-            Source::Server(server) => server.get(&["v2", "sessions"], &[]).await,
-            Source::Store(store) => {
-                let rows = store.sessions().await.map_err(|e| e.to_string())?;
-                let sessions: Vec<Value> = rows.iter().map(stored_entry).collect();
-                Ok(json!({ "sessions": sessions }))
+            Source::Server(server) => {
+                let pairs = request.pairs();
+                let pairs: Vec<(&str, &str)> =
+                    pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                server.get(&["v2", "sessions"], &pairs).await
             }
+            Source::Store(store) => stored_page(store, request).await,
         }
     }
 
@@ -587,12 +759,12 @@ impl Source {
                 server.get(&["v2", "sessions", id], &query).await
             }
             Source::Store(store) => {
-                let rows = store.sessions().await.map_err(|e| e.to_string())?;
-                let mut found: Vec<_> = rows
-                    .iter()
-                    .filter(|row| &*row.session_id == id)
-                    .filter(|row| agent.is_none_or(|agent| &*row.agent == agent))
-                    .collect();
+                // Through the store's index on ids, not a read of every row.
+                let rows = store
+                    .entries_of(agent, id)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut found: Vec<_> = rows.iter().collect();
                 match found.len() {
                     0 => Err(format!("no session with id {id:?} in {}", store.describe())),
                     1 => Ok(stored_entry(found.remove(0))),
@@ -651,6 +823,60 @@ impl Source {
             }
         }
     }
+}
+
+/// A page of stored entries in the shape `GET /v2/sessions` gives it, with
+/// the same filters and a cursor of the same form (`{nanos}:{agent}:{id}`,
+/// the place of the page's last entry in the order), read through the
+/// store's `sessions_newest_first` index, so a page reads the same from the
+/// store as from its server at any store size. Every stored session that
+/// has not ended is dormant here, so `--state live` lists none.
+async fn stored_page(store: &Store, request: &PageRequest) -> Result<Value, String> {
+    let after = request
+        .cursor
+        .as_deref()
+        .map(|cursor| {
+            parse_cursor(cursor).ok_or_else(|| {
+                format!("invalid cursor {cursor:?}: pass the one an earlier `list` printed")
+            })
+        })
+        .transpose()?;
+    if request.state == Some(StateFilter::Live) {
+        return Ok(json!({ "sessions": [] }));
+    }
+    let limit = request
+        .limit
+        .map_or(DEFAULT_PAGE_SESSIONS, |limit| limit as usize);
+    let query = store::PageQuery {
+        // One more tells whether there is a next page.
+        limit: limit + 1,
+        after,
+        agent: request.agent.clone(),
+        cwd: None,
+        ended: request.state.map(|state| state == StateFilter::Ended),
+        title: request.title.clone(),
+    };
+    let mut rows = store.page(&query).await.map_err(|e| e.to_string())?;
+    let mut body = json!({});
+    if rows.len() > limit {
+        rows.truncate(limit);
+        if let Some(last) = rows.last() {
+            body["nextCursor"] = json!(format!(
+                "{}:{}:{}",
+                last.created_ns, last.agent, last.session_id
+            ));
+        }
+    }
+    body["sessions"] = rows.iter().map(stored_entry).collect();
+    Ok(body)
+}
+
+/// The place a cursor names: (creation nanos, agent, session id). Agent
+/// ids hold no `:`; session ids may.
+fn parse_cursor(cursor: &str) -> Option<(i64, String, String)> {
+    let (nanos, rest) = cursor.split_once(':')?;
+    let (agent, id) = rest.split_once(':')?;
+    Some((nanos.parse().ok()?, agent.to_owned(), id.to_owned()))
 }
 
 /// A stored inventory entry in the shape `GET /v2/sessions` gives it (ACP
@@ -870,6 +1096,43 @@ mod tests {
         assert_eq!(cut.chars().count(), SUMMARY_CHARS);
         assert!(cut.ends_with('…'));
         assert_eq!(truncate("a\nb"), "a b");
+    }
+
+    #[test]
+    fn a_list_shows_the_title_else_the_first_prompt_cut_to_fit() {
+        let entry = |namespace: Value| json!({"sessionId": "s", "cwd": "/", "_meta": {"sandboxagent.dev": namespace}});
+        assert_eq!(
+            title_cell(&entry(json!({"title": "Fix it", "firstPrompt": "please"}))),
+            "Fix it"
+        );
+        assert_eq!(
+            title_cell(&entry(json!({"firstPrompt": "please\nfix it"}))),
+            "\"please fix it\""
+        );
+        assert_eq!(title_cell(&entry(json!({}))), "");
+        let long = title_cell(&entry(json!({"firstPrompt": "y".repeat(300)})));
+        assert_eq!(long.chars().count(), TITLE_CHARS);
+        assert!(long.ends_with("…\""), "{long}");
+    }
+
+    #[test]
+    fn cursors_are_printed_as_one_shell_word() {
+        assert_eq!(
+            shell_word("1764000000:mock:mock-1a2b"),
+            "1764000000:mock:mock-1a2b"
+        );
+        assert_eq!(shell_word("1:mock:team a/run 1"), "'1:mock:team a/run 1'");
+        assert_eq!(shell_word("1:mock:it's"), "'1:mock:it'\\''s'");
+    }
+
+    #[test]
+    fn a_cursor_names_a_place_in_the_order() {
+        assert_eq!(
+            parse_cursor("17:mock:a:b"),
+            Some((17, "mock".to_owned(), "a:b".to_owned()))
+        );
+        assert_eq!(parse_cursor("x:mock:a"), None);
+        assert_eq!(parse_cursor("17-mock"), None);
     }
 
     #[test]

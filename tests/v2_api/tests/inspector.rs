@@ -14,10 +14,14 @@ use std::time::Duration;
 use tokio::process::Command;
 use v2_api_tests::TestServer;
 use v2_api_tests::browser::{chromium, puppeteer};
+use v2_api_tests::ext::{SET_METADATA, TERMINATE, expect_result, session_ref};
 use v2_api_tests::server::workspace_root;
 
 /// Upper bound on one flow (browser start, a few turns, bounded waits).
 const FLOW_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// Sessions of the paging flow: a page of 100 and 10 more.
+const SESSIONS_FOR_PAGES: usize = 110;
 
 /// One browser at a time: the flows run as parallel tests, and several
 /// Chromiums at once on a small machine starve the pages' bounded waits.
@@ -185,6 +189,45 @@ async fn a_dormant_session_is_shown_and_loads_when_opened() {
     .await;
     drop(second);
     let _ = std::fs::remove_dir_all(&data);
+}
+
+#[tokio::test]
+async fn the_sessions_table_pages_forward_and_back() {
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize("mock").await;
+    let mut created = Vec::new();
+    for _ in 0..SESSIONS_FOR_PAGES {
+        created.push(server.new_session(&conn).await);
+    }
+    let (oldest, newest) = (&created[0], &created[SESSIONS_FOR_PAGES - 1]);
+    let answer = server
+        .prompt(&conn, oldest, serde_json::json!(2), "remember the tulips")
+        .await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let titled = server
+        .rpc(
+            &conn,
+            3,
+            SET_METADATA,
+            serde_json::json!({"sessionId": newest, "metadata": {"title": "Fix the login bug"}}),
+        )
+        .await;
+    expect_result(&titled);
+    let ended = &created[50];
+    expect_result(&server.rpc(&conn, 4, TERMINATE, session_ref(ended)).await);
+    let total = SESSIONS_FOR_PAGES.to_string();
+    flow_with(
+        &server,
+        "pages",
+        None,
+        &[
+            ("TOTAL", Path::new(&total)),
+            ("TITLED", Path::new(newest)),
+            ("OLDEST", Path::new(oldest)),
+            ("ENDED", Path::new(ended)),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
+use v2_api_tests::ext::{SET_METADATA, TERMINATE, expect_result, session_ref};
 use v2_api_tests::server::sandbox_agent_command;
 use v2_api_tests::{SHUTDOWN_GRACE, TestServer};
 
@@ -211,6 +212,152 @@ async fn list_show_and_events_read_a_server_and_then_its_store() {
             .contains("no session with id \"no-such-session\""),
         "{run:?}"
     );
+}
+
+/// The ids of a `list` table's lines, in order (the header skipped).
+fn listed_ids(run: &Run) -> Vec<String> {
+    run.stdout
+        .lines()
+        .skip(1)
+        .map(|line| columns(line)[0].to_owned())
+        .collect()
+}
+
+/// The cursor `list` printed on stderr for the next page, if any.
+fn printed_cursor(run: &Run) -> Option<String> {
+    let line = run
+        .stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("next page: --cursor "))?;
+    // Printed as one shell word: in single quotes when it needs them.
+    let word = match line.strip_prefix('\'').and_then(|l| l.strip_suffix('\'')) {
+        Some(quoted) => quoted.replace("'\\''", "'"),
+        None => line.to_owned(),
+    };
+    Some(word)
+}
+
+#[tokio::test]
+async fn list_pages_with_limit_and_cursor_and_walks_them_with_all() {
+    let mut server = TestServer::start(&[]).await;
+    let url = server.base_url().to_owned();
+    let conn = server.initialize("mock").await;
+    let mut created = Vec::new();
+    for _ in 0..5 {
+        created.push(server.new_session(&conn).await);
+    }
+    // The newest has a first prompt and no title; an older one a title.
+    let reply = server
+        .prompt(&conn, &created[4], json!(2), "remember the tulips")
+        .await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    let titled = server
+        .rpc(
+            &conn,
+            3,
+            SET_METADATA,
+            json!({"sessionId": created[1], "metadata": {"title": "Fix the login bug"}}),
+        )
+        .await;
+    expect_result(&titled);
+    let newest_first: Vec<String> = created.iter().rev().cloned().collect();
+
+    // Pages of 2, each naming the next on stderr, until the last.
+    let mut cursor: Option<String> = None;
+    let mut paged = Vec::new();
+    let mut sizes = Vec::new();
+    loop {
+        let mut args = vec!["list", "--url", &url, "--limit", "2"];
+        if let Some(cursor) = &cursor {
+            args.extend(["--cursor", cursor.as_str()]);
+        }
+        let run = sessions_ok(&args).await;
+        let ids = listed_ids(&run);
+        sizes.push(ids.len());
+        paged.extend(ids);
+        cursor = printed_cursor(&run);
+        if cursor.is_none() {
+            break;
+        }
+        assert!(sizes.len() < 5, "too many pages: {sizes:?}");
+    }
+    assert_eq!(sizes, [2, 2, 1], "pages of 2");
+    assert_eq!(paged, newest_first, "each session once, newest first");
+
+    // The title column: the title, else the first prompt, quoted.
+    let run = sessions_ok(&["list", "--url", &url]).await;
+    assert!(printed_cursor(&run).is_none(), "one page: {run:?}");
+    assert!(
+        list_line(&run, &created[4]).ends_with("\"remember the tulips\""),
+        "{run:?}"
+    );
+    assert!(
+        list_line(&run, &created[1]).ends_with("  Fix the login bug"),
+        "{run:?}"
+    );
+    // --json: the server's page, cursor included.
+    let run = sessions_ok(&["list", "--url", &url, "--limit", "3", "--json"]).await;
+    let body: Value = serde_json::from_str(&run.stdout).expect("list --json is JSON");
+    assert_eq!(body["sessions"].as_array().map(Vec::len), Some(3), "{body}");
+    assert!(body["nextCursor"].is_string(), "{body}");
+
+    // --all walks every page into one table, no cursor left.
+    let run = sessions_ok(&["list", "--url", &url, "--all", "--limit", "2"]).await;
+    assert_eq!(listed_ids(&run), newest_first, "{run:?}");
+    assert!(printed_cursor(&run).is_none(), "{run:?}");
+    let run = sessions_ok(&["list", "--url", &url, "--all", "--json"]).await;
+    let body: Value = serde_json::from_str(&run.stdout).expect("list --all --json is JSON");
+    assert_eq!(body["sessions"].as_array().map(Vec::len), Some(5), "{body}");
+    assert!(body.get("nextCursor").is_none(), "{body}");
+
+    // Filters: state, title text (any case), agent.
+    let ended = server
+        .rpc(&conn, 4, TERMINATE, session_ref(&created[0]))
+        .await;
+    expect_result(&ended);
+    let run = sessions_ok(&["list", "--url", &url, "--state", "ended"]).await;
+    assert_eq!(listed_ids(&run), [created[0].clone()], "{run:?}");
+    let run = sessions_ok(&["list", "--url", &url, "--state", "live", "--limit", "3"]).await;
+    assert_eq!(listed_ids(&run), newest_first[..3], "{run:?}");
+    let run = sessions_ok(&["list", "--url", &url, "-q", "LOGIN"]).await;
+    assert_eq!(listed_ids(&run), [created[1].clone()], "{run:?}");
+    let run = sessions_ok(&["list", "--url", &url, "--agent", "nobody"]).await;
+    assert!(run.stdout.is_empty(), "{run:?}");
+    assert_eq!(run.stderr.trim(), "no sessions", "{run:?}");
+
+    // Out of range, refused before asking; a made-up cursor, by the server.
+    let run = sessions(&["list", "--url", &url, "--limit", "0"]).await;
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    let run = sessions(&["list", "--url", &url, "--cursor", "nope"]).await;
+    assert_eq!(run.status.code(), Some(1), "{run:?}");
+    assert!(run.stderr.contains("cursor"), "{run:?}");
+
+    // The stopped server's store pages alike (every session dormant or
+    // ended there).
+    server.send_sigterm();
+    assert!(
+        server.wait_exit(SHUTDOWN_GRACE).await.is_some(),
+        "the server stops on SIGTERM"
+    );
+    let data_dir = server.data_dir().to_string_lossy().into_owned();
+    let store = format!("sqlite:{data_dir}/sessions.db");
+    let offline = ["--store", store.as_str(), "--data-dir", data_dir.as_str()];
+    let run = sessions_ok(&[&["list", "--limit", "3"][..], &offline].concat()).await;
+    assert_eq!(listed_ids(&run), newest_first[..3], "{run:?}");
+    let cursor = printed_cursor(&run).unwrap_or_else(|| panic!("a cursor: {run:?}"));
+    let run = sessions_ok(&[&["list", "--cursor", cursor.as_str()][..], &offline].concat()).await;
+    assert_eq!(listed_ids(&run), newest_first[3..], "{run:?}");
+    assert!(printed_cursor(&run).is_none(), "{run:?}");
+    let run = sessions_ok(&[&["list", "--all", "--limit", "2"][..], &offline].concat()).await;
+    assert_eq!(listed_ids(&run), newest_first, "{run:?}");
+    assert!(
+        list_line(&run, &created[4]).ends_with("\"remember the tulips\""),
+        "the first prompt from the store: {run:?}"
+    );
+    let run = sessions_ok(&[&["list", "--state", "ended"][..], &offline].concat()).await;
+    assert_eq!(listed_ids(&run), [created[0].clone()], "{run:?}");
+    let run = sessions_ok(&[&["list", "-q", "login"][..], &offline].concat()).await;
+    assert_eq!(listed_ids(&run), [created[1].clone()], "{run:?}");
 }
 
 #[tokio::test]
