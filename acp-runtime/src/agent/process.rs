@@ -297,7 +297,11 @@ pub async fn read_stdout(
             // pipe then pushes back on the agent (research/contract.md,
             // "Durable sessions"). At once in the common case.
             line = async {
-                process.router.wait_for_store().await;
+                // Not once the process exited: what it left on the pipe is
+                // read out before the exit drain ends.
+                if status.is_none() {
+                    process.router.wait_for_store().await;
+                }
                 stdout.next().await
             } => match line {
                 Some(Ok(Line::Message(bytes))) => {

@@ -7,7 +7,7 @@
 use super::Runtime;
 use crate::error::Error;
 use crate::state::session::{
-    ListFilter, ListPage, ListState, Session, SortKey, cursor_of, parse_cursor, row_key, sort_key,
+    ListFilter, ListPage, ListState, Session, SortKey, cursor_of, parse_cursor, sort_key,
 };
 use crate::store::PageQuery;
 use std::collections::HashSet;
@@ -16,6 +16,8 @@ use std::time::Duration;
 
 /// How often stored entries past `--ended-sessions` are deleted.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
+/// Most stored entries one retention pass deletes.
+const RETENTION_BATCH: usize = 1_000;
 
 impl Runtime {
     /// Reads session `id` (of `agent`, or of every agent for `None`) from
@@ -29,7 +31,9 @@ impl Runtime {
         let Some(store) = &self.store else {
             return Ok(());
         };
-        if self.sessions.holds(agent, id) && agent.is_some() {
+        // Memory's entry wins; the store is not asked (it may be down:
+        // a session memory holds is served from memory).
+        if self.sessions.holds(agent, id) {
             return Ok(());
         }
         let rows = store
@@ -86,19 +90,27 @@ impl Runtime {
             // store is read until `limit + 1` others came, or it ran out.
             let mut wanted = limit + 1;
             loop {
-                let rows = store
-                    .page(&query)
+                let (rows, read, last) = store
+                    .page_extent(&query)
                     .await
                     .map_err(|e| Error::StoreUnavailable(e.to_string()))?;
-                let exhausted = rows.len() < query.limit;
-                if let Some(last) = rows.last() {
-                    query.after = Some(stored_place(&row_key(last)));
+                // Counted as read, unreadable rows too: one is a gap, not
+                // the end of the listing.
+                let exhausted = read < query.limit;
+                if last.is_some() {
+                    query.after = last;
                 }
                 for row in rows {
                     if wanted == 0 {
                         break;
                     }
-                    if self.sessions.holds(Some(&row.agent), &row.session_id) {
+                    if let Some(held) = self.sessions.get(&row.agent, &row.session_id) {
+                        // Memory's entry (perhaps recalled since the memory
+                        // page was taken): shown if it passes the filter;
+                        // a duplicate of the memory page goes at the dedup.
+                        if filter.admits(&held) {
+                            sessions.push(held);
+                        }
                         continue;
                     }
                     sessions.push(self.sessions.entry_of_row(row));
@@ -126,10 +138,26 @@ impl Runtime {
     /// [`RETENTION_INTERVAL`] until shutdown: with a store, retention is
     /// the store's (memory holds only a cache).
     pub(crate) async fn retain_stored(self: Arc<Self>) {
-        let Some(store) = self.store.clone() else {
+        let (Some(store), Some(persist)) = (self.store.clone(), self.persist.clone()) else {
             return;
         };
         loop {
+            // Not while writes fail: the deletes would only queue up.
+            if persist.health().error.is_none() {
+                self.retain_once(&store).await;
+            }
+            tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                () = tokio::time::sleep(RETENTION_INTERVAL) => {}
+            }
+        }
+    }
+
+    /// One retention pass: at most [`RETENTION_BATCH`] of the oldest
+    /// stored entries past the limit are forgotten (a removal already
+    /// queued is not queued again).
+    async fn retain_once(&self, store: &crate::store::Store) {
+        {
             let live: HashSet<(Arc<str>, Arc<str>)> = self
                 .sessions
                 .page_in_memory(
@@ -144,7 +172,7 @@ impl Runtime {
                 .map(|s: &Arc<Session>| (s.agent.clone(), s.id.clone()))
                 .collect();
             let keep = (self.config.ended_sessions + live.len()) as u64;
-            match store.keys_past(keep).await {
+            match store.keys_past(keep, RETENTION_BATCH).await {
                 Ok(keys) => {
                     for (agent, id) in keys {
                         if !live.contains(&(Arc::from(agent.as_str()), Arc::from(id.as_str()))) {
@@ -153,10 +181,6 @@ impl Runtime {
                     }
                 }
                 Err(error) => tracing::debug!(%error, "session retention could not read the store"),
-            }
-            tokio::select! {
-                () = self.shutdown.cancelled() => return,
-                () = tokio::time::sleep(RETENTION_INTERVAL) => {}
             }
         }
     }

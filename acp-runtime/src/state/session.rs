@@ -137,6 +137,11 @@ pub const FIRST_PROMPT_CHARS: usize = 200;
 /// stay in the store, which answers for them).
 pub const CACHED_ENTRIES: usize = 1_000;
 
+/// A cached entry taken in this recently is not evicted (a `session/load`
+/// recalled it and waits for the agent), unless the cache holds ten times
+/// [`CACHED_ENTRIES`].
+const RECALL_PIN: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// What a listing shows (`GET /v2/sessions`, `session/list`).
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
@@ -912,9 +917,14 @@ impl Sessions {
         }
         entries.sort_by_key(|s| s.state.lock().touched);
         let excess = entries.len() - CACHED_ENTRIES;
+        let crowded = entries.len() > 10 * CACHED_ENTRIES;
         for evicted in entries.into_iter().take(excess) {
             if persist.row_pending(&evicted.agent, &evicted.id) {
                 continue;
+            }
+            if !crowded && evicted.state.lock().touched.elapsed() < RECALL_PIN {
+                // Sorted by `touched`: every later one is newer still.
+                break;
             }
             self.map.remove_if_mut(&evicted.id, |_, of_agent| {
                 of_agent.retain(|s| !(Arc::ptr_eq(s, &evicted) && cold(s)));
@@ -1191,15 +1201,6 @@ pub const RESTORED_GENERATION: u64 = 0;
 /// Creation time (ns since the epoch), agent and id: a total order for
 /// listing (newest first is descending).
 pub type SortKey = (u128, Arc<str>, Arc<str>);
-
-/// The listing order's key of a stored row (as [`sort_key`] of its entry).
-pub fn row_key(row: &SessionRow) -> SortKey {
-    (
-        u128::try_from(row.created_ns).unwrap_or(0),
-        row.agent.clone(),
-        row.session_id.clone(),
-    )
-}
 
 /// The cursor naming `key`'s place in the listing order:
 /// `{nanos}:{agent}:{id}` (agent ids have no `:`, session ids may).

@@ -506,6 +506,19 @@ impl Store {
     /// # Errors
     /// [`StoreError::Read`] naming the store when the query fails.
     pub async fn page(&self, query: &PageQuery) -> Result<Vec<SessionRow>, StoreError> {
+        Ok(self.page_extent(query).await?.0)
+    }
+
+    /// [`Self::page`], with how many rows the query returned (readable or
+    /// not) and the listing place of the last one: where the next page
+    /// starts, so an unreadable row is a gap, not the end of the listing.
+    ///
+    /// # Errors
+    /// [`StoreError::Read`] naming the store when the query fails.
+    pub async fn page_extent(
+        &self,
+        query: &PageQuery,
+    ) -> Result<(Vec<SessionRow>, usize, Option<(i64, String, String)>), StoreError> {
         let mut sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE runtime_id = $1");
         let mut next = 2;
         let mut param = |sql: &mut String, clause: &str| {
@@ -562,7 +575,14 @@ impl Store {
                 what: self.what.to_string(),
                 source,
             })?;
-        Ok(self.readable(&rows))
+        let last = rows.last().and_then(|row| {
+            Some((
+                row.try_get::<i64, _>("created_ns").ok()?,
+                row.try_get::<String, _>("agent").ok()?,
+                row.try_get::<String, _>("session_id").ok()?,
+            ))
+        });
+        Ok((self.readable(&rows), rows.len(), last))
     }
 
     /// Every inventory entry of this runtime id, newest first (the CLI's
@@ -627,24 +647,24 @@ impl Store {
     }
 
     /// The keys (agent, session id) of this runtime id's entries past the
-    /// newest `keep`, oldest last: what retention (`--ended-sessions`)
+    /// newest `keep`, at most `at_most` of them, oldest last: what retention (`--ended-sessions`)
     /// deletes, once the caller has spared the live ones.
     ///
     /// # Errors
     /// [`StoreError::Read`] naming the store when the query fails.
-    pub async fn keys_past(&self, keep: u64) -> Result<Vec<(String, String)>, StoreError> {
+    pub async fn keys_past(
+        &self,
+        keep: u64,
+        at_most: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
         let sql = self.sql(
             "SELECT agent, session_id FROM sessions WHERE runtime_id = $1 \
-             ORDER BY created_ns DESC, agent DESC, session_id DESC LIMIT -1 OFFSET $2",
+             ORDER BY created_ns DESC, agent DESC, session_id DESC LIMIT $3 OFFSET $2",
         );
-        let sql = if self.backend == Backend::Postgres {
-            Cow::Owned(sql.replace("LIMIT -1 ", ""))
-        } else {
-            sql
-        };
         let rows = sqlx::query(&sql)
             .bind(&*self.runtime_id)
             .bind(i64::try_from(keep).unwrap_or(i64::MAX))
+            .bind(i64::try_from(at_most).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
             .await
             .map_err(|source| StoreError::Read {

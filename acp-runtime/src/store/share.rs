@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tokio::sync::Notify;
 
-/// Most unwritten events of one agent before its reader pauses.
-pub(crate) const SHARE_EVENTS: usize = 25_000;
+/// Most unwritten events of one agent before its reader pauses: a burst
+/// of 100,000 updates (`bench --scenario store`) fits without a pause.
+pub(crate) const SHARE_EVENTS: usize = 100_000;
 /// Most unwritten message bytes of one agent before its reader pauses.
-pub(crate) const SHARE_BYTES: usize = 8 << 20;
+pub(crate) const SHARE_BYTES: usize = 32 << 20;
 
 /// One agent's count of unwritten events, and the wake-up of its paused reader.
 #[derive(Debug)]

@@ -45,10 +45,11 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Most writes in one transaction.
 const MAX_BATCH: usize = 4096;
-/// Most writes waiting (queued and unwritten together) before events are dropped.
-const MAX_WAITING: usize = 200_000;
-/// Most message bytes waiting before events are dropped.
-const MAX_WAITING_BYTES: usize = 64 << 20;
+/// Most writes waiting (queued and unwritten together) before events are
+/// dropped: room for four agents' full shares ([`super::share`]).
+const MAX_WAITING: usize = 400_000;
+/// Most message bytes waiting before events are dropped (four shares).
+const MAX_WAITING_BYTES: usize = 128 << 20;
 /// Longest one batch may take before it counts as failed and is retried.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// First and longest pause between retries of a failing store.
@@ -140,6 +141,12 @@ pub(crate) struct Persist {
     drop_warning: LogLimit,
     /// Each agent's share of the waiting writes.
     shares: Mutex<HashMap<Arc<str>, Arc<Share>>>,
+    /// Removals queued and not written yet: one is never queued twice
+    /// (retention asks again every pass until the store has it).
+    removing: Mutex<std::collections::HashSet<Key>>,
+    /// Batches written so far: a paused reader that sees none for
+    /// [`WRITE_TIMEOUT`] stops waiting (a writer stuck outside a batch).
+    batches: AtomicU64,
     pauses: AtomicU64,
     paused_ns: AtomicU64,
     pause_notice: LogLimit,
@@ -170,6 +177,8 @@ impl Persist {
                 );
             }),
             shares: Mutex::new(HashMap::new()),
+            removing: Mutex::new(std::collections::HashSet::new()),
+            batches: AtomicU64::new(0),
             pauses: AtomicU64::new(0),
             paused_ns: AtomicU64::new(0),
             pause_notice: LogLimit::new(WARN_INTERVAL, |count, interval| {
@@ -295,9 +304,20 @@ impl Persist {
                 "session store is behind: reading this agent's output waits for the writer"
             );
         }
+        let mut progress = (self.batches.load(Ordering::Relaxed), Instant::now());
         loop {
             let woken = share.notified();
             if share.may_resume() || self.is_degraded() {
+                break;
+            }
+            // A writer that commits nothing for WRITE_TIMEOUT is stuck
+            // outside a batch (a prune waiting on a lock): go on, as for a
+            // degraded store.
+            let batches = self.batches.load(Ordering::Relaxed);
+            if batches != progress.0 {
+                progress = (batches, Instant::now());
+            } else if progress.1.elapsed() >= WRITE_TIMEOUT {
+                tracing::warn!(agent = %share.agent, "session store writer made no progress: reading this agent's output goes on");
                 break;
             }
             let _ = tokio::time::timeout(PAUSE_CHECK_INTERVAL, woken).await;
@@ -365,7 +385,11 @@ impl Persist {
     /// Queues the removal of a session and its events (and drops its
     /// unwritten row).
     pub(crate) fn remove(&self, agent: &Arc<str>, session: &Arc<str>) {
-        self.rows.lock().remove(&(agent.clone(), session.clone()));
+        let key: Key = (agent.clone(), session.clone());
+        self.rows.lock().remove(&key);
+        if !self.removing.lock().insert(key) {
+            return;
+        }
         self.send(Write::Remove {
             agent: agent.clone(),
             session: session.clone(),
@@ -385,8 +409,14 @@ impl Persist {
         self.waiting.fetch_sub(1, Ordering::Relaxed);
         self.waiting_bytes
             .fetch_sub(write.bytes(), Ordering::Relaxed);
-        if let Write::Event { share, .. } = write {
-            share.remove(write.bytes());
+        match write {
+            Write::Event { share, .. } => share.remove(write.bytes()),
+            Write::Remove { agent, session } => {
+                self.removing
+                    .lock()
+                    .remove(&(agent.clone(), session.clone()));
+            }
+            _ => {}
         }
     }
 
@@ -489,6 +519,7 @@ async fn run(
             Ok(Ok(counts)) => {
                 written(&mut queue, take, &persist, &mut pruned);
                 persist.written_rows(rows);
+                persist.batches.fetch_add(1, Ordering::Relaxed);
                 persist.wake_shares(false);
                 isolate = isolate.saturating_sub(1);
                 if persist.degraded.lock().take().is_some() {
@@ -720,11 +751,14 @@ async fn prune(
         if pruned.get(&key).is_some_and(|done| below < done + step) {
             continue;
         }
-        match store.prune(&key.0, &key.1, below).await {
-            Ok(()) => {
+        // Bounded like a batch: a prune waiting on a lock must not hold
+        // the writer (and the readers waiting on it) for ever.
+        match tokio::time::timeout(WRITE_TIMEOUT, store.prune(&key.0, &key.1, below)).await {
+            Ok(Ok(())) => {
                 pruned.insert(key, below);
             }
-            Err(error) => tracing::debug!(%error, "pruning a session's stored events failed"),
+            Ok(Err(error)) => tracing::debug!(%error, "pruning a session's stored events failed"),
+            Err(_) => tracing::debug!("pruning a session's stored events timed out"),
         }
     }
 }

@@ -192,7 +192,22 @@ async fn a_second_load_replays_the_history_to_the_loader_only() {
         result["_meta"]["sandboxagent.dev"]["agent"], "mock",
         "{result}"
     );
-    // The history came before the answer, once: the prompt, then the reply.
+    // The history came once: the prompt, then the reply. (It is pushed
+    // before the answer, but the answer and the stream are two HTTP
+    // exchanges, so the peer may read the answer first.)
+    let reply_seen = |updates: Vec<&Value>| {
+        updates
+            .iter()
+            .any(|u| u["sessionUpdate"] == "agent_message_chunk")
+    };
+    if !reply_seen(peer.updates()) {
+        peer.until(|e| {
+            e["type"] == "notification"
+                && e["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        })
+        .await;
+    }
+    peer.settle(Duration::from_millis(300)).await;
     let history: Vec<Value> = peer.updates().into_iter().cloned().collect();
     assert_eq!(
         chunk_text(&history[0], "user_message_chunk"),
