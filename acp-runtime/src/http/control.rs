@@ -75,6 +75,11 @@ pub async fn sessions(
     let mut cursor = None;
     let mut limit = DEFAULT_SESSIONS_LIMIT;
     for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if value.contains('\0') {
+            return Err(Error::InvalidRequest(format!(
+                "query parameter {key} must not contain NUL"
+            )));
+        }
         match &*key {
             "limit" => {
                 limit = value

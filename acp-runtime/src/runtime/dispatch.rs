@@ -302,6 +302,21 @@ impl Runtime {
     ) -> Result<Effect, Error> {
         let method = envelope.method();
         let cwd = || cwd_of(envelope.params);
+        if matches!(
+            method,
+            method::SESSION_NEW
+                | method::SESSION_FORK
+                | method::SESSION_LOAD
+                | method::SESSION_RESUME
+        ) && let Some(cwd) = cwd()
+            && cwd.len() > MAX_CWD_BYTES
+        {
+            // The inventory keeps it in every entry, row and listing.
+            return Err(Error::InvalidRequest(format!(
+                "cwd is {} bytes; a session keeps at most {MAX_CWD_BYTES}",
+                cwd.len()
+            )));
+        }
         Ok(match method {
             method::SESSION_NEW => {
                 match protocol::meta_agent(envelope.params) {
@@ -460,6 +475,9 @@ fn metadata_of(envelope: &Envelope<'_>) -> Result<Map<String, Value>, Error> {
     }
     Ok(metadata)
 }
+
+/// Longest `cwd` a session keeps, in bytes (Linux's `PATH_MAX`).
+const MAX_CWD_BYTES: usize = 4096;
 
 fn cwd_of(params: Option<&RawValue>) -> Option<String> {
     #[derive(serde::Deserialize)]

@@ -32,8 +32,12 @@ impl Runtime {
             return Ok(());
         };
         // Memory's entry wins; the store is not asked (it may be down:
-        // a session memory holds is served from memory).
-        if self.sessions.holds(agent, id) {
+        // a session memory holds is served from memory). An id or agent
+        // with a NUL was never stored (PostgreSQL text cannot hold one).
+        if self.sessions.holds(agent, id)
+            || id.contains('\0')
+            || agent.is_some_and(|agent| agent.contains('\0'))
+        {
             return Ok(());
         }
         let rows = store

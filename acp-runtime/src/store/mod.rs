@@ -537,7 +537,20 @@ impl Store {
             None => {}
         }
         if query.title.is_some() {
-            param(&mut sql, " AND lower(title) LIKE ? ESCAPE '\\'");
+            // ASCII letters in either case, every other character exactly:
+            // SQLite's LIKE folds ASCII only; PostgreSQL's LIKE folds
+            // nothing, so ASCII is folded by hand (its lower() would fold
+            // every script).
+            param(
+                &mut sql,
+                match self.backend {
+                    Backend::Sqlite => " AND title LIKE ? ESCAPE '\\'",
+                    Backend::Postgres => {
+                        " AND translate(title, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', \
+                         'abcdefghijklmnopqrstuvwxyz') LIKE ? ESCAPE '\\'"
+                    }
+                },
+            );
         }
         if query.after.is_some() {
             let (a, b, c) = (next, next + 1, next + 2);
@@ -570,6 +583,7 @@ impl Store {
         let rows = select
             .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
+            .bounded()
             .await
             .map_err(|source| StoreError::Read {
                 what: self.what.to_string(),
@@ -621,6 +635,7 @@ impl Store {
         }
         let rows = select
             .fetch_all(&self.pool)
+            .bounded()
             .await
             .map_err(|source| StoreError::Read {
                 what: self.what.to_string(),
@@ -638,6 +653,7 @@ impl Store {
         let row = sqlx::query(&sql)
             .bind(&*self.runtime_id)
             .fetch_one(&self.pool)
+            .bounded()
             .await
             .map_err(|source| StoreError::Read {
                 what: self.what.to_string(),
@@ -666,6 +682,7 @@ impl Store {
             .bind(i64::try_from(keep).unwrap_or(i64::MAX))
             .bind(i64::try_from(at_most).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
+            .bounded()
             .await
             .map_err(|source| StoreError::Read {
                 what: self.what.to_string(),
@@ -739,6 +756,7 @@ impl Store {
                 .bind(next)
                 .bind(i64::try_from(step).unwrap_or(i64::MAX))
                 .fetch_all(&self.pool)
+                .bounded()
                 .await?;
             let fetched = rows.len();
             let before = next;
@@ -1086,6 +1104,22 @@ fn end_reason_text(reason: EndReason) -> &'static str {
         EndReason::Terminated => "terminated",
     }
 }
+
+/// Longest a read of the store may take (a lock held elsewhere, a slow
+/// disk): then it fails like an unreachable store (503), never hangs a
+/// request for as long as someone holds a lock.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A read bounded by [`READ_TIMEOUT`] (`sqlx::Error::PoolTimedOut` past it).
+trait Bounded<T>: std::future::Future<Output = Result<T, sqlx::Error>> + Sized {
+    async fn bounded(self) -> Result<T, sqlx::Error> {
+        tokio::time::timeout(READ_TIMEOUT, self)
+            .await
+            .unwrap_or(Err(sqlx::Error::PoolTimedOut))
+    }
+}
+
+impl<T, F: std::future::Future<Output = Result<T, sqlx::Error>>> Bounded<T> for F {}
 
 /// The columns of an inventory entry, as [`session_row`] reads them.
 const SESSION_COLUMNS: &str = "agent, session_id, cwd, created_ns, updated_ns, end_reason, \

@@ -14,6 +14,8 @@ use std::fmt;
 const MODE_KEYS: [&str; 2] = ["sslmode", "ssl-mode"];
 /// The query parameters `sqlx` reads as the root certificates.
 const ROOT_KEYS: [&str; 3] = ["sslrootcert", "ssl-root-cert", "ssl-ca"];
+/// Largest `sslrootcert` file read (CA bundles are a few hundred KiB).
+const MAX_ROOT_FILE_BYTES: u64 = 4 << 20;
 /// `sslrootcert=system`: the well-known roots (libpq's spelling).
 const SYSTEM_ROOTS: &str = "system";
 /// The accepted `sslmode` values, for error messages.
@@ -175,6 +177,18 @@ impl Settings {
         let trimmed = root.trim();
         if root == SYSTEM_ROOTS || trimmed.starts_with("-----BEGIN") {
             return Ok(());
+        }
+        // A FIFO would block the start for ever and /dev/zero would fill
+        // memory: only a regular file of a CA bundle's size is read.
+        let meta = std::fs::metadata(root).map_err(|e| format!("sslrootcert {root}: {e}"))?;
+        if !meta.is_file() {
+            return Err(format!("sslrootcert {root}: not a regular file"));
+        }
+        if meta.len() > MAX_ROOT_FILE_BYTES {
+            return Err(format!(
+                "sslrootcert {root}: {} bytes, more than a CA bundle ({MAX_ROOT_FILE_BYTES} bytes at most)",
+                meta.len()
+            ));
         }
         let text = std::fs::read(root).map_err(|e| format!("sslrootcert {root}: {e}"))?;
         if !text

@@ -265,3 +265,38 @@ async fn a_flood_while_the_store_is_slow_waits_and_stores_every_event() {
         assert!(count > CHUNKS as u64, "{entry}");
     }
 }
+
+/// A read of the store waits at most 10 s for a lock held elsewhere, then
+/// fails as 503 `store-unavailable` (it waited as long as the lock before);
+/// a live session memory holds is still answered by id meanwhile.
+#[tokio::test]
+async fn a_read_blocked_by_a_lock_fails_after_ten_seconds() {
+    let pg = PgServer::start().await;
+    pg.create_database("sessions").await;
+    let url = pg.url("sessions");
+    let data = TempDir::new("read-lock");
+    let server = start(data.path(), Some(&url), &[]).await;
+    let conn = server.initialize(MOCK).await;
+    let live = server.new_session(&conn).await;
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url).await.expect("open the store");
+    let mut lock = pool.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock the sessions table");
+    let started = std::time::Instant::now();
+    let reply = server.get("/v2/sessions?limit=5").await;
+    let waited = started.elapsed();
+    reply.assert_status(503);
+    assert!(
+        waited < Duration::from_secs(20),
+        "gave up after the read timeout, not the lock: {waited:?}"
+    );
+    server
+        .get(&format!("/v2/sessions/{}", path_segment(&live)))
+        .await
+        .assert_status(200);
+    lock.rollback().await.expect("unlock");
+    server.get("/v2/sessions?limit=5").await.assert_status(200);
+}

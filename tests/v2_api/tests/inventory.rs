@@ -305,3 +305,59 @@ async fn retention_deletes_the_oldest_stored_sessions_past_the_limit() {
         .await
         .assert_status(404);
 }
+
+/// What the inventory keeps per entry is bounded, and what a store cannot
+/// hold is refused up front: a `cwd` over 4,096 bytes, a NUL in a listing
+/// parameter.
+#[tokio::test]
+async fn oversized_cwds_and_nul_parameters_are_refused() {
+    let data = TempDir::new("pages-bounds");
+    let server = start(data.path(), &[]).await;
+    let conn = server.initialize(MOCK).await;
+    let long = format!("/{}", "d".repeat(4096));
+    let params =
+        json!({"cwd": long, "mcpServers": [], "_meta": {"sandboxagent.dev": {"agent": MOCK}}});
+    let reply = server
+        .post(Some(&conn), &acp::request(1, "session/new", params))
+        .await;
+    reply.assert_status(400);
+    let problem: Value = reply.json();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("cwd")),
+        "{problem}"
+    );
+    for query in ["q=a%00b", "agent=mo%00ck", "cursor=1%3Amock%3Aa%00b"] {
+        let reply = server.get(&format!("/v2/sessions?{query}")).await;
+        reply.assert_status(400);
+        let problem: Value = reply.json();
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("NUL")),
+            "{query}: {problem}"
+        );
+    }
+    // An id with a NUL was never stored: 404, not a store error.
+    server.get("/v2/sessions/a%00b").await.assert_status(404);
+}
+
+/// A root certificate "file" that is a device or a FIFO is refused before
+/// anything reads it (reading /dev/zero filled memory; a FIFO hung the start).
+#[tokio::test]
+async fn an_sslrootcert_that_is_not_a_regular_file_is_a_start_up_error() {
+    let data = TempDir::new("pages-root");
+    let dir = data.path().to_str().expect("UTF-8").to_owned();
+    let store = "postgres://agent@127.0.0.1:1/sessions?sslmode=verify-ca&sslrootcert=/dev/zero";
+    let Some((status, stderr)) = v2_api_tests::server::start_up_outcome(
+        &["--data-dir", &dir, "--store", store],
+        std::time::Duration::from_secs(20),
+    )
+    .await
+    else {
+        panic!("the server started (or hung) with sslrootcert=/dev/zero");
+    };
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+}
