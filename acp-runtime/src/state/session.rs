@@ -777,7 +777,13 @@ pub struct Sessions {
     persist: Option<Arc<Persist>>,
     /// The account every log is charged to (`None`: uncounted).
     budget: Option<Arc<MemoryBudget>>,
+    /// When the cache was last trimmed: a trim walks every entry, so it
+    /// runs at most once per [`TRIM_INTERVAL`], not per insert.
+    last_trim: Mutex<Option<std::time::Instant>>,
 }
+
+/// Least time between two walks of the cache (see `Sessions::trim`).
+const TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One page of `session/list` (ACP cursor pagination).
 #[derive(Debug)]
@@ -801,6 +807,7 @@ impl Sessions {
             limits,
             persist,
             budget: None,
+            last_trim: Mutex::new(None),
         }
     }
 
@@ -902,7 +909,18 @@ impl Sessions {
     fn trim(&self) {
         match &self.persist {
             None => self.forget_old_ended(),
-            Some(persist) => self.evict_cold(persist),
+            Some(persist) => {
+                // The walk is O(entries): once a second at most, so
+                // creating 100,000 sessions is not quadratic.
+                {
+                    let mut last = self.last_trim.lock();
+                    if last.is_some_and(|at| at.elapsed() < TRIM_INTERVAL) {
+                        return;
+                    }
+                    *last = Some(std::time::Instant::now());
+                }
+                self.evict_cold(persist);
+            }
         }
     }
 
