@@ -1158,8 +1158,16 @@ impl Router {
             match pending {
                 Pending::Client(request) => {
                     let line = protocol::error_response_line(&request.client_id, &error);
-                    // No session: delivered at once.
-                    let _ = self.settle(request, line, None);
+                    // Into the session's log too, as every answer is
+                    // (research/contract.md, "Control plane": the log holds
+                    // responses), and durable like any other.
+                    let session = request
+                        .session
+                        .as_deref()
+                        .and_then(|id| self.targets.sessions.get(&self.agent, id));
+                    if let Some(answer) = self.settle(request, line, session.as_deref()) {
+                        answer.deliver().await;
+                    }
                 }
                 // Dropping the sender tells the runtime's caller the process is gone.
                 Pending::Runtime(_) => {}

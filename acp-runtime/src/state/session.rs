@@ -287,8 +287,25 @@ impl Session {
         let mut rounds = 0;
         let mut state = loop {
             let state = self.state.lock();
-            if state.ended.is_some() {
+            // A closed connection would stay attached for the session's
+            // life (its close detached it already): nothing to attach.
+            if state.ended.is_some() || connection.is_closed() {
                 return AttachOutcome::Ended;
+            }
+            // Attached already: it has the history and the live updates
+            // since; only its role changes (a replay would repeat them).
+            if let Some(attached) = state
+                .attached
+                .iter()
+                .position(|a| Arc::ptr_eq(&a.connection, connection))
+            {
+                let count = state.log.count();
+                let mut state = state;
+                state.attached[attached].role = role;
+                return AttachOutcome::Attached {
+                    next_offset: count,
+                    replayed: 0,
+                };
             }
             let Some(building) = replay.as_mut() else {
                 break state;

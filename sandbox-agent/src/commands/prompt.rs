@@ -697,9 +697,21 @@ async fn read_stdin_line() -> Option<String> {
     read.await.ok().flatten()
 }
 
-/// The message for a client that could not connect.
+/// The message for a client that could not connect. A password in the
+/// URL (`http://user:pw@host`) is shown as `***`, in the URL and in the
+/// error's own words.
 fn describe_connect_error(args: &PromptArgs, error: &Error) -> String {
-    match (&args.url, error) {
+    let password = args
+        .url
+        .as_deref()
+        .and_then(|url| reqwest::Url::parse(url).ok())
+        .and_then(|url| url.password().map(str::to_owned))
+        .filter(|password| !password.is_empty());
+    let hide = |text: String| match &password {
+        Some(password) => text.replace(password.as_str(), "***"),
+        None => text,
+    };
+    hide(match (&args.url, error) {
         (Some(url), error) if error.is_connection_lost() || error.is_timeout() => {
             format!("cannot reach the server at {url}: {error}")
         }
@@ -707,7 +719,7 @@ fn describe_connect_error(args: &PromptArgs, error: &Error) -> String {
             "the server at {url} refused the token (give the right one with --token or SANDBOX_AGENT_TOKEN): {error}"
         ),
         _ => format!("cannot connect to agent {:?}: {error}", args.agent),
-    }
+    })
 }
 
 /// The wire name of a stop reason (ACP schema, `snake_case`).

@@ -300,3 +300,26 @@ async fn a_read_blocked_by_a_lock_fails_after_ten_seconds() {
     lock.rollback().await.expect("unlock");
     server.get("/v2/sessions?limit=5").await.assert_status(200);
 }
+
+/// The runtime's error answer to a prompt whose agent crashed is in the
+/// session's event log, after the end notice, like every answer.
+#[tokio::test]
+async fn a_crashed_turns_error_answer_is_in_the_log() {
+    let data = TempDir::new("crash-log");
+    let server = start(data.path(), None, &[]).await;
+    let conn = server.initialize(MOCK).await;
+    let session = server.new_session(&conn).await;
+    let answer = server.prompt(&conn, &session, json!(7), "!crash").await;
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    let events = all_events(&server, &session).await;
+    let ended = events
+        .iter()
+        .position(|e| e["message"]["method"] == "_sandboxagent/session/ended")
+        .expect("the end notice is logged");
+    let error = events
+        .iter()
+        .position(|e| e["message"]["id"] == 7 && e["message"]["error"].is_object())
+        .unwrap_or_else(|| panic!("the error answer is logged: {events:#?}"));
+    assert!(ended < error, "the end notice comes first");
+    assert_eq!(events[error]["message"]["error"], answer["error"]);
+}

@@ -526,3 +526,21 @@ async fn in_a_pseudo_terminal_with_spinner_and_question() {
     assert!(screen.contains("Permission granted."), "{screen:?}");
     assert_nothing_left(&marker).await;
 }
+
+/// A password in `SANDBOX_AGENT_URL` is not printed when the server cannot
+/// be reached.
+#[tokio::test]
+async fn an_unreachable_url_is_named_without_its_password() {
+    let marker = marker("url-password");
+    let run = prompt_with_env(
+        &["hello"],
+        None,
+        &marker,
+        &[("SANDBOX_AGENT_URL", "http://agent:s3cretPW@127.0.0.1:1/")],
+    )
+    .await;
+    assert!(!run.status.success(), "{run:?}");
+    assert!(run.stderr.contains("127.0.0.1:1"), "{run:?}");
+    assert!(!run.stderr.contains("s3cretPW"), "{run:?}");
+    assert!(run.stderr.contains("***"), "{run:?}");
+}

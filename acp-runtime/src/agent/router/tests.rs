@@ -992,9 +992,18 @@ async fn process_exit_fails_pending_requests_and_ends_live_sessions() {
             .live_of_process(AGENT, GENERATION)
             .is_empty()
     );
+    // The end notice, then the failed prompt's answer (every answer is
+    // in the log).
+    let logged = log(&session);
     assert_eq!(
-        log(&session).last(),
-        Some(&(Direction::AgentToClient, ended))
+        logged[logged.len() - 2..],
+        [
+            (Direction::AgentToClient, ended),
+            (
+                Direction::AgentToClient,
+                json!({"jsonrpc": "2.0", "id": "p-1", "error": error})
+            ),
+        ]
     );
 
     // Agent requests and held messages are forgotten; late lines go nowhere.
