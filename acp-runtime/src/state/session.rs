@@ -1240,7 +1240,7 @@ pub type SortKey = (u128, Arc<str>, Arc<str>);
 /// The cursor naming `key`'s place in the listing order:
 /// `{nanos}:{agent}:{id}` (agent ids have no `:`, session ids may).
 pub fn cursor_of(key: &SortKey) -> String {
-    format!("{}:{}:{}", key.0, key.1, key.2)
+    store::cursor(i64::try_from(key.0).unwrap_or(i64::MAX), &key.1, &key.2)
 }
 
 /// Creation time (ns since the epoch), agent and id: a total order for listing.
@@ -1257,12 +1257,8 @@ pub fn sort_key(session: &Arc<Session>) -> SortKey {
 /// # Errors
 /// A message naming the cursor when it was not made by [`cursor_of`].
 pub fn parse_cursor(cursor: &str) -> Result<SortKey, String> {
-    cursor
-        .split_once(':')
-        .and_then(|(nanos, rest)| {
-            let (agent, id) = rest.split_once(':')?;
-            Some((nanos.parse().ok()?, agent.into(), id.into()))
-        })
+    store::parse_cursor(cursor)
+        .map(|(nanos, agent, id)| (nanos.unsigned_abs().into(), agent.into(), id.into()))
         .ok_or_else(|| format!("invalid cursor {cursor:?}: pass nextCursor from an earlier page"))
 }
 

@@ -169,6 +169,24 @@ pub fn nanos(time: SystemTime) -> i64 {
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
+/// The cursor naming an entry's place in the listing order (newest first:
+/// `created_ns`, agent, session id): `{created_ns}:{agent}:{id}` (agent ids
+/// have no `:`, session ids may). The one spelling of `nextCursor`, for the
+/// server and for the CLI reading a store (research/contract.md, "Control
+/// plane").
+pub fn cursor(created_ns: i64, agent: &str, id: &str) -> String {
+    format!("{created_ns}:{agent}:{id}")
+}
+
+/// The place a [`cursor`] names: `(created_ns, agent, id)`; `None` when it
+/// does not parse (a negative or too large time included).
+pub fn parse_cursor(cursor: &str) -> Option<(i64, String, String)> {
+    let (nanos, rest) = cursor.split_once(':')?;
+    let (agent, id) = rest.split_once(':')?;
+    let nanos = i64::try_from(nanos.parse::<u64>().ok()?).ok()?;
+    Some((nanos, agent.to_owned(), id.to_owned()))
+}
+
 /// The point in time `nanos` after the Unix epoch (negative: the epoch).
 pub fn time_of(nanos: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
@@ -585,10 +603,7 @@ impl Store {
             .fetch_all(&self.pool)
             .bounded()
             .await
-            .map_err(|source| StoreError::Read {
-                what: self.what.to_string(),
-                source,
-            })?;
+            .map_err(|source| self.read_error(source))?;
         let last = rows.last().and_then(|row| {
             Some((
                 row.try_get::<i64, _>("created_ns").ok()?,
@@ -597,19 +612,6 @@ impl Store {
             ))
         });
         Ok((self.readable(&rows), rows.len(), last))
-    }
-
-    /// Every inventory entry of this runtime id, newest first (the CLI's
-    /// offline listing; the server pages with [`Self::page`]).
-    ///
-    /// # Errors
-    /// [`StoreError::Read`] naming the store when the query fails.
-    pub async fn sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
-        self.page(&PageQuery {
-            limit: i64::MAX as usize,
-            ..PageQuery::default()
-        })
-        .await
     }
 
     /// The entries of session `id` (of `agent` only, when given): one per
@@ -637,10 +639,7 @@ impl Store {
             .fetch_all(&self.pool)
             .bounded()
             .await
-            .map_err(|source| StoreError::Read {
-                what: self.what.to_string(),
-                source,
-            })?;
+            .map_err(|source| self.read_error(source))?;
         Ok(self.readable(&rows))
     }
 
@@ -655,10 +654,7 @@ impl Store {
             .fetch_one(&self.pool)
             .bounded()
             .await
-            .map_err(|source| StoreError::Read {
-                what: self.what.to_string(),
-                source,
-            })?;
+            .map_err(|source| self.read_error(source))?;
         Ok(u64::try_from(row.try_get::<i64, _>("n").unwrap_or(0)).unwrap_or(0))
     }
 
@@ -684,10 +680,7 @@ impl Store {
             .fetch_all(&self.pool)
             .bounded()
             .await
-            .map_err(|source| StoreError::Read {
-                what: self.what.to_string(),
-                source,
-            })?;
+            .map_err(|source| self.read_error(source))?;
         Ok(rows
             .iter()
             .filter_map(|row| {
@@ -697,6 +690,14 @@ impl Store {
                 ))
             })
             .collect())
+    }
+
+    /// A failed read, naming the store.
+    fn read_error(&self, source: sqlx::Error) -> StoreError {
+        StoreError::Read {
+            what: self.what.to_string(),
+            source,
+        }
     }
 
     /// The rows this runtime can read (a row it cannot is skipped with a

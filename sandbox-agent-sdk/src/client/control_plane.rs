@@ -132,8 +132,9 @@ impl SessionEntryQuery {
         self
     }
 
-    /// The query string's pairs, in the wire's names.
-    fn pairs(&self) -> Vec<(&'static str, String)> {
+    /// The query string's pairs of `GET /v2/sessions`, in the wire's
+    /// names (`limit`, `cursor`, `agent`, `state`, `q`), unset ones left out.
+    pub fn query_pairs(&self) -> Vec<(&'static str, String)> {
         let mut pairs = Vec::new();
         if let Some(limit) = self.limit {
             pairs.push(("limit", limit.to_string()));
@@ -293,7 +294,7 @@ impl SandboxAgentClient {
         query: SessionEntryQuery,
     ) -> Result<SessionEntryPage, Error> {
         self.check_disposed()?;
-        let pairs = query.pairs();
+        let pairs = query.query_pairs();
         let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let (sessions, next_cursor) = self
             .control_call("GET /v2/sessions", self.control.sessions(&pairs))
@@ -448,14 +449,14 @@ mod tests {
 
     #[test]
     fn an_inventory_query_uses_the_wire_names() {
-        assert!(SessionEntryQuery::new().pairs().is_empty());
+        assert!(SessionEntryQuery::new().query_pairs().is_empty());
         let query = SessionEntryQuery::new()
             .limit(2)
             .cursor("c")
             .agent("mock")
             .state(SessionState::Dormant)
             .title_contains("login bug");
-        let pairs = query.pairs();
+        let pairs = query.query_pairs();
         let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
         assert_eq!(
             pairs,

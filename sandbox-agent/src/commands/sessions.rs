@@ -25,6 +25,7 @@ use ext_methods::{Direction, SessionEvent, SessionEventsPage, SessionMeta};
 use reqwest::Url;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use sandbox_agent_sdk::schema::SessionInfo;
+use sandbox_agent_sdk::{SessionEntryQuery, SessionState};
 use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::path::PathBuf;
@@ -165,46 +166,13 @@ pub enum StateFilter {
 }
 
 impl StateFilter {
-    /// The control plane's spelling (`state=`).
-    fn as_str(self) -> &'static str {
+    /// The SDK's state (the control plane's `state=`).
+    fn state(self) -> SessionState {
         match self {
-            StateFilter::Live => "live",
-            StateFilter::Dormant => "dormant",
-            StateFilter::Ended => "ended",
+            StateFilter::Live => SessionState::Live,
+            StateFilter::Dormant => SessionState::Dormant,
+            StateFilter::Ended => SessionState::Ended,
         }
-    }
-}
-
-/// One `GET /v2/sessions` page request: `list`'s options and `--agent`.
-#[derive(Debug, Clone, Default)]
-struct PageRequest {
-    limit: Option<u32>,
-    cursor: Option<String>,
-    agent: Option<String>,
-    state: Option<StateFilter>,
-    title: Option<String>,
-}
-
-impl PageRequest {
-    /// The query string's pairs, in the control plane's names.
-    fn pairs(&self) -> Vec<(&'static str, String)> {
-        let mut pairs = Vec::new();
-        if let Some(limit) = self.limit {
-            pairs.push(("limit", limit.to_string()));
-        }
-        if let Some(cursor) = &self.cursor {
-            pairs.push(("cursor", cursor.clone()));
-        }
-        if let Some(agent) = &self.agent {
-            pairs.push(("agent", agent.clone()));
-        }
-        if let Some(state) = self.state {
-            pairs.push(("state", state.as_str().to_owned()));
-        }
-        if let Some(title) = &self.title {
-            pairs.push(("q", title.clone()));
-        }
-        pairs
     }
 }
 
@@ -243,15 +211,15 @@ pub async fn run(args: SessionsArgs) -> Result<(), String> {
 /// `list`: one page of the inventory (every page with `--all`), with the
 /// filters given; the next page's cursor on stderr.
 async fn list(source: &Source, args: &SessionsArgs, list_args: &ListArgs) -> Result<(), String> {
-    let mut request = PageRequest {
+    let mut request = SessionEntryQuery {
         limit: list_args
             .limit
             .or(list_args.all.then_some(ALL_PAGE_SESSIONS)),
         cursor: list_args.cursor.clone(),
         agent: args.agent.clone(),
-        state: list_args.state,
+        state: list_args.state.map(StateFilter::state),
         // As the server: an empty text filters nothing.
-        title: list_args.query.clone().filter(|text| !text.is_empty()),
+        title_contains: list_args.query.clone().filter(|text| !text.is_empty()),
     };
     let mut body = source.list(&request).await?;
     if list_args.all {
@@ -738,10 +706,10 @@ impl Source {
     }
 
     /// One page: `{"sessions": [entry, …], "nextCursor"?}`, newest first.
-    async fn list(&self, request: &PageRequest) -> Result<Value, String> {
+    async fn list(&self, request: &SessionEntryQuery) -> Result<Value, String> {
         match self {
             Source::Server(server) => {
-                let pairs = request.pairs();
+                let pairs = request.query_pairs();
                 let pairs: Vec<(&str, &str)> =
                     pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
                 server.get(&["v2", "sessions"], &pairs).await
@@ -831,17 +799,17 @@ impl Source {
 /// store's `sessions_newest_first` index, so a page reads the same from the
 /// store as from its server at any store size. Every stored session that
 /// has not ended is dormant here, so `--state live` lists none.
-async fn stored_page(store: &Store, request: &PageRequest) -> Result<Value, String> {
+async fn stored_page(store: &Store, request: &SessionEntryQuery) -> Result<Value, String> {
     let after = request
         .cursor
         .as_deref()
         .map(|cursor| {
-            parse_cursor(cursor).ok_or_else(|| {
+            store::parse_cursor(cursor).ok_or_else(|| {
                 format!("invalid cursor {cursor:?}: pass the one an earlier `list` printed")
             })
         })
         .transpose()?;
-    if request.state == Some(StateFilter::Live) {
+    if request.state == Some(SessionState::Live) {
         return Ok(json!({ "sessions": [] }));
     }
     let limit = request
@@ -853,30 +821,23 @@ async fn stored_page(store: &Store, request: &PageRequest) -> Result<Value, Stri
         after,
         agent: request.agent.clone(),
         cwd: None,
-        ended: request.state.map(|state| state == StateFilter::Ended),
-        title: request.title.clone(),
+        ended: request.state.map(|state| state == SessionState::Ended),
+        title: request.title_contains.clone(),
     };
     let mut rows = store.page(&query).await.map_err(|e| e.to_string())?;
     let mut body = json!({});
     if rows.len() > limit {
         rows.truncate(limit);
         if let Some(last) = rows.last() {
-            body["nextCursor"] = json!(format!(
-                "{}:{}:{}",
-                last.created_ns, last.agent, last.session_id
+            body["nextCursor"] = json!(store::cursor(
+                last.created_ns,
+                &last.agent,
+                &last.session_id
             ));
         }
     }
     body["sessions"] = rows.iter().map(stored_entry).collect();
     Ok(body)
-}
-
-/// The place a cursor names: (creation nanos, agent, session id). Agent
-/// ids hold no `:`; session ids may.
-fn parse_cursor(cursor: &str) -> Option<(i64, String, String)> {
-    let (nanos, rest) = cursor.split_once(':')?;
-    let (agent, id) = rest.split_once(':')?;
-    Some((nanos.parse().ok()?, agent.to_owned(), id.to_owned()))
 }
 
 /// A stored inventory entry in the shape `GET /v2/sessions` gives it (ACP
@@ -1128,11 +1089,11 @@ mod tests {
     #[test]
     fn a_cursor_names_a_place_in_the_order() {
         assert_eq!(
-            parse_cursor("17:mock:a:b"),
+            store::parse_cursor("17:mock:a:b"),
             Some((17, "mock".to_owned(), "a:b".to_owned()))
         );
-        assert_eq!(parse_cursor("x:mock:a"), None);
-        assert_eq!(parse_cursor("17-mock"), None);
+        assert_eq!(store::parse_cursor("x:mock:a"), None);
+        assert_eq!(store::parse_cursor("17-mock"), None);
     }
 
     #[test]
