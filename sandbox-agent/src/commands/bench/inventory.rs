@@ -124,7 +124,7 @@ async fn seed(target: &Target, count: usize) -> Result<(), BenchError> {
 }
 
 /// Waits until the store holds every write (`storeWaiting` 0).
-async fn caught_up(target: &Target) -> Result<(), BenchError> {
+pub(super) async fn caught_up(target: &Target) -> Result<(), BenchError> {
     let mut client = HttpClient::connect(target.address, target.token.as_deref()).await?;
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {

@@ -252,21 +252,8 @@ async fn seed(target: &Target) -> Result<String, BenchError> {
 /// Waits for the store to hold everything; returns the events recorded
 /// (the sum of every session's `eventCount`).
 async fn settled_events(target: &Target) -> Result<u64, BenchError> {
+    super::inventory::caught_up(target).await?;
     let mut client = HttpClient::connect(target.address, target.token.as_deref()).await?;
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let (_, body) = client.get("/v2/health").await?;
-        let health: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-        if health["storeWaiting"] == 0 {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(BenchError::Unexpected(format!(
-                "store never caught up: {health}"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     // Every page of the inventory (research/contract.md, "Control plane").
     let mut events = 0;
     let mut path = "/v2/sessions?limit=1000".to_owned();
