@@ -171,6 +171,28 @@ impl Api {
         reply.json()
     }
 
+    /// Every logged event of the mock agent's `session`, paging
+    /// `GET /v2/sessions/{id}/events` from offset 0.
+    pub async fn all_events(&self, session: &str) -> Vec<Value> {
+        let mut events = Vec::new();
+        let mut offset = 0;
+        loop {
+            let page = self
+                .get_json(&format!(
+                    "/v2/sessions/{}/events?agent={MOCK}&offset={offset}&limit=1000",
+                    path_segment(session)
+                ))
+                .await;
+            let batch = page["events"].as_array().cloned().unwrap_or_default();
+            let next = page["nextOffset"].as_u64().expect("nextOffset");
+            if batch.is_empty() {
+                return events;
+            }
+            events.extend(batch);
+            offset = next;
+        }
+    }
+
     /// `initialize` for `agent` without a connection header; the raw reply.
     pub async fn initialize_reply(&self, agent: &str) -> Reply {
         let request = acp::request(0, "initialize", acp::initialize_params(agent));

@@ -104,27 +104,6 @@ async fn entry(server: &TestServer, session: &str) -> Value {
         .await
 }
 
-/// Every logged event of `session`, paging from offset 0.
-async fn all_events(server: &TestServer, session: &str) -> Vec<Value> {
-    let mut events = Vec::new();
-    let mut offset = 0;
-    loop {
-        let page = server
-            .get_json(&format!(
-                "/v2/sessions/{}/events?agent={MOCK}&offset={offset}&limit=1000",
-                path_segment(session)
-            ))
-            .await;
-        let batch = page["events"].as_array().cloned().unwrap_or_default();
-        let next = page["nextOffset"].as_u64().expect("nextOffset");
-        if batch.is_empty() {
-            return events;
-        }
-        events.extend(batch);
-        offset = next;
-    }
-}
-
 /// Waits until the store holds everything queued (`storeWaiting` 0).
 async fn store_caught_up(server: &TestServer) {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
@@ -181,7 +160,7 @@ async fn killed_mid_turn_then_restarted_the_history_is_back_and_load_continues(b
     let session = new_session_with_metadata(&first, &conn, "Durable one").await;
     let answer = first.prompt(&conn, &session, json!(2), "hello one").await;
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
-    let settled = all_events(&first, &session).await;
+    let settled = first.all_events(&session).await;
     assert!(agent_text(&settled).contains("hello one"), "{settled:?}");
 
     // A second turn streams slowly; the server is killed in the middle of it.
@@ -243,7 +222,7 @@ async fn killed_mid_turn_then_restarted_the_history_is_back_and_load_continues(b
         count >= seen_before_kill,
         "events committed before the kill are stored: {count} < {seen_before_kill}"
     );
-    let events = all_events(&second, &session).await;
+    let events = second.all_events(&session).await;
     assert_eq!(
         offsets(&events),
         (0..count).collect::<Vec<_>>(),
@@ -289,7 +268,7 @@ async fn killed_mid_turn_then_restarted_the_history_is_back_and_load_continues(b
         after["title"], "Durable one",
         "metadata kept across the load"
     );
-    let events = all_events(&second, &session).await;
+    let events = second.all_events(&session).await;
     let total = events.len() as u64;
     assert_eq!(
         offsets(&events),
@@ -324,7 +303,7 @@ async fn sigterm_loses_nothing_and_live_sessions_come_back_dormant(backend: Back
         )
         .await;
     assert!(patch.get("result").is_some(), "{patch}");
-    let before = all_events(&first, &session).await;
+    let before = first.all_events(&session).await;
     // SIGTERM at once: nothing may be waiting for a batch any more.
     first.send_sigterm();
     first
@@ -345,7 +324,7 @@ async fn sigterm_loses_nothing_and_live_sessions_come_back_dormant(backend: Back
     );
     assert_eq!(meta["eventCount"], before.len(), "{restored}");
     assert_eq!(
-        all_events(&second, &session).await,
+        second.all_events(&session).await,
         before,
         "every event, exactly"
     );
@@ -421,7 +400,7 @@ async fn runtime_ids_see_only_their_own_sessions(backend: Backend) {
     assert_eq!(ids(&a.get_json("/v2/sessions").await), [session_a.as_str()]);
     assert_eq!(ids(&b.get_json("/v2/sessions").await), [session_b.as_str()]);
     assert_eq!(a.health().await.json()["runtimeId"], "sandbox-a");
-    let events_a = all_events(&a, &session_a).await;
+    let events_a = a.all_events(&session_a).await;
     a.send_sigterm();
     a.wait_exit(TIMEOUT).await.expect("a stops");
     drop(a);
@@ -429,7 +408,7 @@ async fn runtime_ids_see_only_their_own_sessions(backend: Backend) {
     // A new sandbox (its own data dir) with a's id sees a's sessions, not b's.
     let c = backend.start(dir_c.path(), Some("sandbox-a")).await;
     assert_eq!(ids(&c.get_json("/v2/sessions").await), [session_a.as_str()]);
-    assert_eq!(all_events(&c, &session_a).await, events_a);
+    assert_eq!(c.all_events(&session_a).await, events_a);
     // Its mock agent never saw that session: load answers with the agent's
     // own JSON-RPC error, and the entry stays.
     let conn = c.initialize(MOCK).await;
@@ -563,7 +542,7 @@ async fn a_store_at_schema_version_1_is_migrated_at_start(backend: Backend) {
         restored["title"], "From v1",
         "the v1 title (metadata) still shows"
     );
-    let events = all_events(&server, "old-session").await;
+    let events = server.all_events("old-session").await;
     assert_eq!(offsets(&events), [0, 1]);
     assert_eq!(events[1]["message"]["result"]["stopReason"], "end_turn");
     assert_eq!(events[0]["direction"], "client_to_agent");
@@ -600,7 +579,7 @@ async fn postgres_stopped_mid_run_the_runtime_serves_on_and_writes_later() {
     assert!(degraded["storeError"].is_string(), "{degraded}");
     assert!(degraded["storeWaiting"].as_u64() > Some(0), "{degraded}");
     // Memory still answers the event log while the store is away.
-    let during = all_events(&first, &session).await;
+    let during = first.all_events(&session).await;
     assert!(agent_text(&during).contains("said while the database was down"));
 
     pg.start_again().await;
@@ -611,7 +590,7 @@ async fn postgres_stopped_mid_run_the_runtime_serves_on_and_writes_later() {
     drop(first);
 
     let second = backend.start(data.path(), None).await;
-    let events = all_events(&second, &session).await;
+    let events = second.all_events(&session).await;
     assert_eq!(events, during, "what was said during the outage is stored");
 }
 

@@ -24,26 +24,6 @@ async fn start(data_dir: &Path, store: Option<&str>, extra: &[&str]) -> TestServ
     TestServer::start(&args).await
 }
 
-/// Every logged event of `session`, paging from offset 0.
-async fn all_events(server: &TestServer, session: &str) -> Vec<Value> {
-    let mut events = Vec::new();
-    let mut offset = 0;
-    loop {
-        let page = server
-            .get_json(&format!(
-                "/v2/sessions/{}/events?agent={MOCK}&offset={offset}&limit=1000",
-                path_segment(session)
-            ))
-            .await;
-        let batch = page["events"].as_array().cloned().unwrap_or_default();
-        if batch.is_empty() {
-            return events;
-        }
-        offset = page["nextOffset"].as_u64().expect("nextOffset");
-        events.extend(batch);
-    }
-}
-
 /// How many of `events` are the agent's `agent_message_chunk` updates.
 fn chunks(events: &[Value]) -> usize {
     events
@@ -76,7 +56,7 @@ async fn answered_turns_survive_sigkill(store: Option<&str>, runs: usize) {
         drop(server);
 
         let server = start(data.path(), store, &[]).await;
-        let events = all_events(&server, &session).await;
+        let events = server.all_events(&session).await;
         let offsets: Vec<u64> = events
             .iter()
             .map(|event| event["offset"].as_u64().expect("offset"))
@@ -148,7 +128,7 @@ async fn a_terminated_session_is_still_ended_after_sigkill() {
         let meta = &entry["_meta"]["sandboxagent.dev"];
         assert_eq!(meta["ended"], true, "run {run}: {entry}");
         assert_ne!(meta["dormant"], true, "run {run}: {entry}");
-        let events = all_events(&server, &session).await;
+        let events = server.all_events(&session).await;
         assert!(
             events
                 .iter()
@@ -311,7 +291,7 @@ async fn a_crashed_turns_error_answer_is_in_the_log() {
     let session = server.new_session(&conn).await;
     let answer = server.prompt(&conn, &session, json!(7), "!crash").await;
     assert_eq!(answer["error"]["code"], -32603, "{answer}");
-    let events = all_events(&server, &session).await;
+    let events = server.all_events(&session).await;
     let ended = events
         .iter()
         .position(|e| e["message"]["method"] == "_sandboxagent/session/ended")
