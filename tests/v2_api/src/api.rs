@@ -171,6 +171,41 @@ impl Api {
         reply.json()
     }
 
+    /// Waits until `/v2/health` says `"store": want`, at most `within`;
+    /// returns that health.
+    pub async fn store_state(&self, want: &str, within: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let health = self.health().await.json();
+            if health["store"] == want {
+                return health;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "store did not become {want} within {within:?}: {health}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until the store holds everything queued (`storeWaiting` 0,
+    /// `store` ok), at most `within`; returns that health.
+    pub async fn store_caught_up(&self, within: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let health = self.health().await.json();
+            assert_eq!(health["store"], "ok", "store not ok: {health}");
+            if health["storeWaiting"] == 0 {
+                return health;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "store did not catch up: {health}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Every logged event of the mock agent's `session`, paging
     /// `GET /v2/sessions/{id}/events` from offset 0.
     pub async fn all_events(&self, session: &str) -> Vec<Value> {

@@ -104,39 +104,6 @@ async fn entry(server: &TestServer, session: &str) -> Value {
         .await
 }
 
-/// Waits until the store holds everything queued (`storeWaiting` 0).
-async fn store_caught_up(server: &TestServer) {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        let health = server.health().await.json();
-        assert_eq!(health["store"], "ok", "store not ok: {health}");
-        if health["storeWaiting"] == 0 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "store did not catch up: {health}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Waits until `/v2/health` says `"store": want`.
-async fn store_state(server: &TestServer, want: &str, within: Duration) -> Value {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let health = server.health().await.json();
-        if health["store"] == want {
-            return health;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "store did not become {want} within {within:?}: {health}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The text of the `agent_message_chunk`s in `events` (event log entries).
 fn agent_text(events: &[Value]) -> String {
     events
@@ -197,7 +164,7 @@ async fn killed_mid_turn_then_restarted_the_history_is_back_and_load_continues(b
     // survives SIGKILL (the turn goes on meanwhile: 200 chunks, 20 ms apart).
     // Waiting for the catch-up rather than a fixed time keeps this true on
     // a loaded machine, where a batch can take longer than usual.
-    store_caught_up(&first).await;
+    first.store_caught_up(TIMEOUT).await;
     first
         .kill_now(TIMEOUT)
         .await
@@ -387,8 +354,8 @@ async fn runtime_ids_see_only_their_own_sessions(backend: Backend) {
     let session_a = new_session_with_metadata(&a, &conn_a, "of a").await;
     let session_b = new_session_with_metadata(&b, &conn_b, "of b").await;
     a.prompt(&conn_a, &session_a, json!(2), "words of a").await;
-    store_caught_up(&a).await;
-    store_caught_up(&b).await;
+    a.store_caught_up(TIMEOUT).await;
+    b.store_caught_up(TIMEOUT).await;
     let ids = |listing: &Value| -> Vec<String> {
         listing["sessions"]
             .as_array()
@@ -560,7 +527,7 @@ async fn postgres_stopped_mid_run_the_runtime_serves_on_and_writes_later() {
     let mut first = backend.start(data.path(), None).await;
     let conn = first.initialize(MOCK).await;
     let session = new_session_with_metadata(&first, &conn, "outage").await;
-    store_caught_up(&first).await;
+    first.store_caught_up(TIMEOUT).await;
 
     pg.stop().await;
     let answer = first
@@ -575,7 +542,7 @@ async fn postgres_stopped_mid_run_the_runtime_serves_on_and_writes_later() {
         answer["result"]["stopReason"], "end_turn",
         "serving goes on without the store: {answer}"
     );
-    let degraded = store_state(&first, "degraded", Duration::from_secs(40)).await;
+    let degraded = first.store_state("degraded", Duration::from_secs(40)).await;
     assert!(degraded["storeError"].is_string(), "{degraded}");
     assert!(degraded["storeWaiting"].as_u64() > Some(0), "{degraded}");
     // Memory still answers the event log while the store is away.
@@ -583,9 +550,9 @@ async fn postgres_stopped_mid_run_the_runtime_serves_on_and_writes_later() {
     assert!(agent_text(&during).contains("said while the database was down"));
 
     pg.start_again().await;
-    let healthy = store_state(&first, "ok", Duration::from_secs(40)).await;
+    let healthy = first.store_state("ok", Duration::from_secs(40)).await;
     assert_eq!(healthy["storeDroppedEvents"], 0, "{healthy}");
-    store_caught_up(&first).await;
+    first.store_caught_up(TIMEOUT).await;
     first.kill_now(TIMEOUT).await.expect("SIGKILL");
     drop(first);
 

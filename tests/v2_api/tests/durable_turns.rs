@@ -201,15 +201,7 @@ async fn a_flood_while_the_store_is_slow_waits_and_stores_every_event() {
     for answer in turns.await.expect("turns") {
         assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     }
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    let health = loop {
-        let health = server.get_json("/v2/health").await;
-        if health["storeWaiting"] == 0 {
-            break health;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{health}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let health = server.store_caught_up(TIMEOUT).await;
     assert_eq!(health["storeDroppedEvents"], 0, "{health}");
     assert!(
         health["storePauses"].as_u64().is_some_and(|n| n > 0),

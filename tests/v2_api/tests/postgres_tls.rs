@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::{Value, json};
 use v2_api_tests::server::start_up_outcome;
 use v2_api_tests::{MOCK, PgServer, TempDir, TestServer};
 
@@ -163,31 +162,15 @@ async fn serving(store: &str) -> TestServer {
     let server = TestServer::start(&["--store", store]).await;
     let conn = server.initialize(MOCK).await;
     let answer = server
-        .rpc(&conn, 1, "session/new", new_session_params())
+        .rpc(
+            &conn,
+            1,
+            "session/new",
+            v2_api_tests::acp::new_session_params(MOCK),
+        )
         .await;
     assert!(answer["result"]["sessionId"].is_string(), "{answer}");
     server
-}
-
-/// `session/new` params for the mock agent.
-fn new_session_params() -> Value {
-    json!({"cwd": "/tmp", "mcpServers": [], "_meta": {"sandboxagent.dev": {"agent": MOCK}}})
-}
-
-/// Waits until `/v2/health` says `"store": want`.
-async fn store_state(server: &TestServer, want: &str, within: Duration) -> Value {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let health = server.health().await.json();
-        if health["store"] == want {
-            return health;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "store did not become {want} within {within:?}: {health}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Runs a server on `store` that must fail to start: its stderr.
@@ -218,7 +201,7 @@ async fn verify_full_with_the_right_root_is_encrypted_and_a_changed_certificate_
             &format!("sslmode=verify-full&sslrootcert={}", certs.text("ca.crt")),
         );
         let server = serving(&store).await;
-        let health = store_state(&server, "ok", Duration::from_secs(20)).await;
+        let health = server.store_state("ok", Duration::from_secs(20)).await;
         assert_eq!(health["storeBackend"], "postgres", "{health}");
         let (connections, all) = encrypted(&pg, "verified").await;
         assert!(connections >= 1, "the runtime is connected");
@@ -239,9 +222,16 @@ async fn verify_full_with_the_right_root_is_encrypted_and_a_changed_certificate_
         .await;
         let conn = server.initialize(MOCK).await;
         server
-            .rpc(&conn, 2, "session/new", new_session_params())
+            .rpc(
+                &conn,
+                2,
+                "session/new",
+                v2_api_tests::acp::new_session_params(MOCK),
+            )
             .await;
-        let degraded = store_state(&server, "degraded", Duration::from_secs(40)).await;
+        let degraded = server
+            .store_state("degraded", Duration::from_secs(40))
+            .await;
         let error = degraded["storeError"].as_str().unwrap_or_default();
         eprintln!("degraded: {error}");
         assert!(
@@ -264,7 +254,7 @@ async fn require_and_the_default_encrypt_disable_does_not_and_failed_checks_are_
         // is not given).
         pg.create_database("required").await;
         let server = serving(&url(&pg, "127.0.0.1", "required", "sslmode=require")).await;
-        store_state(&server, "ok", Duration::from_secs(20)).await;
+        server.store_state("ok", Duration::from_secs(20)).await;
         let (connections, all) = encrypted(&pg, "required").await;
         assert!(connections >= 1 && all, "require encrypts");
         drop(server);
@@ -272,7 +262,7 @@ async fn require_and_the_default_encrypt_disable_does_not_and_failed_checks_are_
         // No sslmode: `prefer`, as libpq, so TLS when the server offers it.
         pg.create_database("preferred").await;
         let server = serving(&url(&pg, "127.0.0.1", "preferred", "")).await;
-        store_state(&server, "ok", Duration::from_secs(20)).await;
+        server.store_state("ok", Duration::from_secs(20)).await;
         let (connections, all) = encrypted(&pg, "preferred").await;
         assert!(
             connections >= 1 && all,
@@ -283,7 +273,7 @@ async fn require_and_the_default_encrypt_disable_does_not_and_failed_checks_are_
         // `disable`: plain, which shows the check above can see "no".
         pg.create_database("plain").await;
         let server = serving(&url(&pg, "127.0.0.1", "plain", "sslmode=disable")).await;
-        store_state(&server, "ok", Duration::from_secs(20)).await;
+        server.store_state("ok", Duration::from_secs(20)).await;
         let (connections, all) = encrypted(&pg, "plain").await;
         assert!(connections >= 1 && !all, "disable does not encrypt");
         drop(server);
@@ -368,7 +358,7 @@ async fn require_and_the_default_encrypt_disable_does_not_and_failed_checks_are_
         );
         pg.create_database("fallback").await;
         let server = serving(&url(&pg, "127.0.0.1", "fallback", "")).await;
-        store_state(&server, "ok", Duration::from_secs(20)).await;
+        server.store_state("ok", Duration::from_secs(20)).await;
         let (connections, all) = encrypted(&pg, "fallback").await;
         assert!(
             connections >= 1 && !all,
