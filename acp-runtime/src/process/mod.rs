@@ -316,7 +316,10 @@ impl Processes {
     /// `program-not-found`, `invalid-request`; 500 when it cannot be
     /// started otherwise.
     pub async fn start(self: &Arc<Self>, request: StartRequest) -> Result<Arc<Process>, Error> {
-        let program = spawn::find_program(&request.command, &request.cwd, &request.env)?;
+        // Checked here for a clear error; started by its name, so the
+        // program sees the `argv[0]` it was asked by (as `execvp` gives).
+        spawn::find_program(&request.command, &request.cwd, &request.env)?;
+        let program = PathBuf::from(&request.command);
         {
             let mut table = self.table.lock();
             if table.running >= self.limits.max_running {

@@ -35,7 +35,8 @@ pub(super) struct Started {
 
 /// What a start needs, resolved.
 pub(super) struct Launch<'a> {
-    /// The program, as found by [`find_program`].
+    /// The program as asked for (checked by [`find_program`]; found again
+    /// on the same `PATH` by the exec).
     pub program: &'a Path,
     /// Its arguments.
     pub args: &'a [String],
