@@ -261,6 +261,18 @@ async fn run_kills_at_the_timeout_and_at_the_output_cap() {
     assert!(started.elapsed() < Duration::from_secs(10));
     until_no_sleepers(&marker, "run timeout").await;
 
+    // A client that goes away before the answer takes its run with it.
+    let abandoned = marker();
+    let gone = server
+        .request(Method::POST, "/v2/processes/run")
+        .json(&json!({"command": "sh", "args": ["-c", format!("setsid sleep {abandoned} & wait")]}))
+        .timeout(Duration::from_millis(1500))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the run never answers: {gone:?}");
+    until_no_sleepers(&abandoned, "the client went away").await;
+    assert_eq!(server.get_json("/v2/processes").await["processes"], json!([]));
+
     let result = run(
         &server,
         &json!({"command": "sh", "args": ["-c", "yes"], "maxOutputBytes": 10000}),
