@@ -122,8 +122,9 @@ function askToken(refused) {
   return asking;
 }
 
-/** fetch() with the token; a 401 asks for one and tries again. */
-async function http(path, { method = "GET", body, headers = {} } = {}) {
+/** fetch() with the token; a 401 asks for one and tries again. `signal`
+ * aborts the request (and the reading of its body). */
+async function http(path, { method = "GET", body, headers = {}, signal } = {}) {
   for (;;) {
     const all = { ...headers };
     if (token) all.authorization = `Bearer ${token}`;
@@ -132,6 +133,7 @@ async function http(path, { method = "GET", body, headers = {} } = {}) {
       method,
       headers: all,
       body: body === undefined ? undefined : JSON.stringify(body),
+      signal,
     });
     if (response.status !== 401) return response;
     await askToken(Boolean(token));
@@ -150,6 +152,47 @@ async function getJson(path) {
   const response = await http(path);
   if (!response.ok) throw await problemOf(response);
   return response.json();
+}
+
+// ---------------------------------------------------------------------------
+// Server-Sent Events read with fetch (an EventSource cannot send the token)
+// ---------------------------------------------------------------------------
+
+/** One SSE event of a frame's lines: `{event, id, data}` (`event` is
+ * "message" unless named, `id` a string or null); null for a frame without
+ * data, such as a heartbeat comment. */
+function parseSseFrame(frame) {
+  let event = "message";
+  let id = null;
+  const data = [];
+  for (const line of frame.split(/\r?\n/)) {
+    if (line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "event") event = value;
+    else if (field === "id") id = value;
+    else if (field === "data") data.push(value);
+  }
+  return data.length ? { event, id, data: data.join("\n") } : null;
+}
+
+/** Reads an SSE body to its end, calling `onEvent` with each event. */
+async function readSse(body, onEvent) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let end;
+    while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
+      const frame = buffer.slice(0, end);
+      buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
+      const event = parseSseFrame(frame);
+      if (event) onEvent(event);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -286,7 +329,7 @@ class Connection {
         if (!response.ok || !response.body) throw await problemOf(response);
         setStatus(`connected to ${this.agent}`);
         delay = 250;
-        await this.readEvents(response.body);
+        await readSse(response.body, (event) => this.onEvent(event));
       } catch (error) {
         if (error instanceof ProblemError && error.status === 401) continue;
       }
@@ -296,42 +339,16 @@ class Connection {
     }
   }
 
-  async readEvents(body) {
-    const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buffer += value;
-      let end;
-      while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
-        const frame = buffer.slice(0, end);
-        buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
-        this.onFrame(frame);
-      }
-    }
-  }
-
-  onFrame(frame) {
-    let id = null;
-    const data = [];
-    for (const line of frame.split(/\r?\n/)) {
-      if (line.startsWith(":")) continue;
-      const colon = line.indexOf(":");
-      const field = colon < 0 ? line : line.slice(0, colon);
-      const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
-      if (field === "id") id = Number(value);
-      else if (field === "data") data.push(value);
-    }
-    if (data.length === 0) return;
+  onEvent({ id, data }) {
     let message;
     try {
-      message = JSON.parse(data.join("\n"));
+      message = JSON.parse(data);
     } catch {
       return;
     }
-    if (Number.isInteger(id) && id > this.lastEventId) {
-      this.lastEventId = id;
+    const eventId = id === null ? null : Number(id);
+    if (Number.isInteger(eventId) && eventId > this.lastEventId) {
+      this.lastEventId = eventId;
       this.persist();
     }
     for (const listener of this.listeners) listener({ message });
@@ -472,20 +489,64 @@ class AgentsView {
   }
 }
 
+// --- Paging ------------------------------------------------------------------
+
+/** Cursor paging of a listing (GET /v2/sessions, GET /v2/processes;
+ * research/contract.md, "Inspector"): `cursor` names the page shown,
+ * `earlier` holds the cursors of the pages before it (for "Previous").
+ * `load` reads the page `cursor` names; `nav` is the Previous / "Page N" /
+ * Next bar, its ids prefixed with `name`. */
+class Pager {
+  constructor(name, load) {
+    this.cursor = null;
+    this.earlier = [];
+    this.nextCursor = null;
+    this.load = load;
+    this.previous = el("button", { type: "button", class: "secondary", id: `${name}-previous`, disabled: true }, "Previous");
+    this.next = el("button", { type: "button", class: "secondary", id: `${name}-next`, disabled: true }, "Next");
+    this.label = el("span", { id: `${name}-page`, class: "muted" });
+    this.previous.addEventListener("click", () => this.turn(this.earlier.at(-1) ?? null, -1));
+    this.next.addEventListener("click", () => this.nextCursor && this.turn(this.nextCursor, +1));
+    this.nav = el("nav", { class: "toolbar pager", "aria-label": `Pages of ${name}` }, this.previous, this.label, this.next);
+  }
+
+  /** Back to the first page (the filters changed). */
+  firstPage() {
+    this.cursor = null;
+    this.earlier = [];
+    this.load();
+  }
+
+  /** Shows the page `cursor` names: one forward (+1) or back (-1). */
+  turn(cursor, step) {
+    // Until the page is drawn, another click would page from the old one.
+    this.previous.disabled = this.next.disabled = true;
+    if (step > 0) this.earlier.push(this.cursor);
+    else this.earlier.pop();
+    this.cursor = cursor;
+    this.load();
+  }
+
+  /** Sets the controls for the page drawn, whose answer named `nextCursor`. */
+  drawn(nextCursor) {
+    this.nextCursor = nextCursor || null;
+    this.previous.disabled = this.earlier.length === 0;
+    this.next.disabled = !this.nextCursor;
+    this.label.textContent = `Page ${this.earlier.length + 1}`;
+  }
+}
+
 // --- Sessions ----------------------------------------------------------------
 
 /** Sessions per page of the table (GET /v2/sessions `limit`). */
 const SESSIONS_PAGE = 100;
 
-/** One page of the inventory at a time (research/contract.md, "Inspector"):
- * `cursor` names the page shown, `earlier` holds the cursors of the pages
- * before it (for "Previous"); the filters are the server's, so a change
- * starts again at the first page. The 2 s poll reloads the page shown. */
+/** One page of the inventory at a time (a Pager); the filters are the
+ * server's, so a change starts again at the first page. The 2 s poll
+ * reloads the page shown. */
 class SessionsView {
   constructor() {
-    this.cursor = null;
-    this.earlier = [];
-    this.nextCursor = null;
+    this.pager = new Pager("sessions", () => this.load().catch((error) => setStatus(`Could not list sessions: ${error.message}`)));
     this.loads = 0;
   }
 
@@ -503,7 +564,7 @@ class SessionsView {
       el("option", { value: "dormant" }, "dormant"),
       el("option", { value: "ended" }, "ended"),
     );
-    for (const filter of [this.agentFilter, this.stateFilter]) filter.addEventListener("change", () => this.firstPage());
+    for (const filter of [this.agentFilter, this.stateFilter]) filter.addEventListener("change", () => this.pager.firstPage());
     const newAgent = el("select", { id: "new-agent", name: "agent" }, agents.map((a) => el("option", { value: a.id }, a.id)));
     const installed = agents.find((a) => a.installed);
     if (installed) newAgent.value = installed.id;
@@ -542,7 +603,7 @@ class SessionsView {
     this.search = el("input", { id: "filter-title", type: "search", placeholder: "words in the title", size: 24 });
     this.search.addEventListener("input", () => {
       clearTimeout(this.typing);
-      this.typing = setTimeout(() => this.firstPage(), 300);
+      this.typing = setTimeout(() => this.pager.firstPage(), 300);
     });
     root.append(
       form,
@@ -556,15 +617,7 @@ class SessionsView {
       ),
     );
     this.table = el("table", { "aria-label": "Sessions" });
-    this.previous = el("button", { type: "button", class: "secondary", id: "sessions-previous", disabled: true }, "Previous");
-    this.next = el("button", { type: "button", class: "secondary", id: "sessions-next", disabled: true }, "Next");
-    this.pageLabel = el("span", { id: "sessions-page", class: "muted" });
-    this.previous.addEventListener("click", () => this.turn(this.earlier.at(-1) ?? null, -1));
-    this.next.addEventListener("click", () => this.nextCursor && this.turn(this.nextCursor, +1));
-    root.append(
-      this.table,
-      el("nav", { class: "toolbar pager", "aria-label": "Pages of sessions" }, this.previous, this.pageLabel, this.next),
-    );
+    root.append(this.table, this.pager.nav);
     await this.load();
     this.timer = setInterval(() => this.load().catch(() => {}), 2000);
   }
@@ -574,29 +627,12 @@ class SessionsView {
     clearTimeout(this.typing);
   }
 
-  /** Back to the first page (the filters changed). */
-  firstPage() {
-    this.cursor = null;
-    this.earlier = [];
-    this.load().catch((error) => setStatus(`Could not list sessions: ${error.message}`));
-  }
-
-  /** Shows the page `cursor` names: one forward (+1) or back (-1). */
-  turn(cursor, step) {
-    // Until the page is drawn, another click would page from the old one.
-    this.previous.disabled = this.next.disabled = true;
-    if (step > 0) this.earlier.push(this.cursor);
-    else this.earlier.pop();
-    this.cursor = cursor;
-    this.load().catch((error) => setStatus(`Could not list sessions: ${error.message}`));
-  }
-
   /** Reads the page shown (with the filters) and draws it; an answer that
    * a later load overtook is dropped, so a poll never draws a page the
    * user has left. */
   async load() {
     const query = new URLSearchParams({ limit: String(SESSIONS_PAGE) });
-    if (this.cursor) query.set("cursor", this.cursor);
+    if (this.pager.cursor) query.set("cursor", this.pager.cursor);
     if (this.agentFilter.value) query.set("agent", this.agentFilter.value);
     if (this.stateFilter.value) query.set("state", this.stateFilter.value);
     const text = this.search.value.trim();
@@ -605,8 +641,8 @@ class SessionsView {
     const page = await getJson(`/v2/sessions?${query}`);
     if (load !== this.loads) return;
     this.sessions = page.sessions;
-    this.nextCursor = page.nextCursor || null;
     this.render();
+    this.pager.drawn(page.nextCursor);
   }
 
   render() {
@@ -637,12 +673,9 @@ class SessionsView {
       el("th", { scope: "col" }, "Events"),
     );
     const filtered = this.agentFilter.value || this.stateFilter.value || this.search.value.trim();
-    const empty = this.cursor ? "No sessions on this page." : filtered ? "No sessions match." : "No sessions yet.";
+    const empty = this.pager.cursor ? "No sessions on this page." : filtered ? "No sessions match." : "No sessions yet.";
     const body = rows.length ? rows : [el("tr", {}, el("td", { colspan: 7, class: "muted" }, empty))];
     this.table.replaceChildren(el("thead", {}, head), el("tbody", {}, body));
-    this.previous.disabled = this.earlier.length === 0;
-    this.next.disabled = !this.nextCursor;
-    this.pageLabel.textContent = `Page ${this.earlier.length + 1}`;
   }
 }
 
