@@ -34,7 +34,7 @@ const MAX_OUTPUT_LIMIT: usize = 4 * 1024 * 1024;
 const FRAME_BYTES: usize = 256 * 1024;
 /// `maxOutputBytes` of a run when not given, and the most.
 const DEFAULT_RUN_OUTPUT: usize = 1024 * 1024;
-const MAX_RUN_OUTPUT: usize = 64 * 1024 * 1024;
+const MAX_RUN_OUTPUT: usize = 16 * 1024 * 1024;
 /// Terminal size when not given, and the largest side.
 const DEFAULT_TTY: TtySize = TtySize { cols: 80, rows: 24 };
 const MAX_TTY_SIDE: u16 = 4096;

@@ -226,9 +226,16 @@ struct Table {
     by_seq: BTreeMap<u64, Arc<Process>>,
     /// Running processes (and starts under way).
     running: usize,
-    /// Exited processes still kept, oldest first.
-    exited: VecDeque<u64>,
+    /// Exited processes still kept, oldest first, with the output bytes
+    /// each retains.
+    exited: VecDeque<(u64, usize)>,
+    /// Output bytes the exited processes retain, together.
+    exited_bytes: usize,
 }
+
+/// Output bytes all exited processes may retain together; past it the
+/// oldest exited process is forgotten (as past `--kept-processes`).
+const EXITED_OUTPUT_BYTES: usize = 64 * 1024 * 1024;
 
 /// A request to the task that owns a process's stdin.
 enum Input {
@@ -522,7 +529,10 @@ impl Processes {
             if let Some(process) = &removed {
                 table.by_seq.remove(&process.seq);
                 let seq = process.seq;
-                table.exited.retain(|other| *other != seq);
+                if let Some(at) = table.exited.iter().position(|(other, _)| *other == seq) {
+                    let (_, bytes) = table.exited.remove(at).unwrap_or_default();
+                    table.exited_bytes -= bytes;
+                }
             }
             removed
         };
@@ -611,18 +621,24 @@ impl Processes {
     }
 
     /// Records that `process` exited: one fewer running; kept among the
-    /// exited, the oldest of which is forgotten past the bound.
+    /// exited, the oldest of which are forgotten past `--kept-processes`
+    /// or past [`EXITED_OUTPUT_BYTES`] of their output together.
     fn exited(&self, process: &Process) {
+        let retained = process.state.lock().output.retained();
         let mut table = self.table.lock();
         table.running = table.running.saturating_sub(1);
         if !table.by_id.contains_key(&process.id) {
             return;
         }
-        table.exited.push_back(process.seq);
-        while table.exited.len() > self.limits.kept_exited {
-            let Some(oldest) = table.exited.pop_front() else {
+        table.exited.push_back((process.seq, retained));
+        table.exited_bytes += retained;
+        while table.exited.len() > self.limits.kept_exited
+            || (table.exited_bytes > EXITED_OUTPUT_BYTES && table.exited.len() > 1)
+        {
+            let Some((oldest, bytes)) = table.exited.pop_front() else {
                 break;
             };
+            table.exited_bytes -= bytes;
             if let Some(gone) = table.by_seq.remove(&oldest) {
                 table.by_id.remove(&gone.id);
             }

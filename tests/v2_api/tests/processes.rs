@@ -43,7 +43,10 @@ async fn exited(api: &Api, id: &str) -> Value {
         if process["state"] == "exited" {
             return process;
         }
-        assert!(Instant::now() < deadline, "process {id} still runs: {process}");
+        assert!(
+            Instant::now() < deadline,
+            "process {id} still runs: {process}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -155,7 +158,7 @@ impl Follow {
     }
 }
 
-fn marker() -> String {
+fn new_marker() -> String {
     format!("{}", 100_000 + fastrand::u32(0..800_000))
 }
 
@@ -244,7 +247,7 @@ async fn run_returns_exit_code_and_separate_streams() {
 #[tokio::test]
 async fn run_kills_at_the_timeout_and_at_the_output_cap() {
     let server = TestServer::start(&[]).await;
-    let marker = marker();
+    let marker = new_marker();
     let started = Instant::now();
     let result = run(
         &server,
@@ -262,7 +265,7 @@ async fn run_kills_at_the_timeout_and_at_the_output_cap() {
     until_no_sleepers(&marker, "run timeout").await;
 
     // A client that goes away before the answer takes its run with it.
-    let abandoned = marker();
+    let abandoned = new_marker();
     let gone = server
         .request(Method::POST, "/v2/processes/run")
         .json(&json!({"command": "sh", "args": ["-c", format!("setsid sleep {abandoned} & wait")]}))
@@ -271,7 +274,10 @@ async fn run_kills_at_the_timeout_and_at_the_output_cap() {
         .await;
     assert!(gone.is_err(), "the run never answers: {gone:?}");
     until_no_sleepers(&abandoned, "the client went away").await;
-    assert_eq!(server.get_json("/v2/processes").await["processes"], json!([]));
+    assert_eq!(
+        server.get_json("/v2/processes").await["processes"],
+        json!([])
+    );
 
     let result = run(
         &server,
@@ -591,9 +597,7 @@ async fn a_terminal_runs_a_shell_at_its_size() {
     assert!(text.contains("17 91\r\n"), "{text:?}");
     assert!(text.contains("/dev/pts/"), "{text:?}");
     assert!(text.contains("40 120\r\n"), "{text:?}");
-    let page = server
-        .get_json(&format!("/v2/processes/{id}/output"))
-        .await;
+    let page = server.get_json(&format!("/v2/processes/{id}/output")).await;
     assert_eq!(page["chunks"][0]["stream"], "tty");
     let reply = post_json(
         &server,
@@ -608,14 +612,19 @@ async fn a_terminal_runs_a_shell_at_its_size() {
 async fn a_tree_dies_on_delete_and_on_sigkill() {
     let server = TestServer::start(&[]).await;
     for how in ["delete", "sigkill"] {
-        let marker = marker();
+        let marker = new_marker();
         let process = start(&server, &with_escapee(&marker)).await;
         let id = process["id"].as_str().expect("id").to_owned();
         until_sleeper(&marker).await;
         if how == "delete" {
-            let reply = Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}"))).await;
+            let reply =
+                Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}"))).await;
             reply.assert_status(204);
-            assert_problem(&server.get(&format!("/v2/processes/{id}")).await, 404, "unknown-process");
+            assert_problem(
+                &server.get(&format!("/v2/processes/{id}")).await,
+                404,
+                "unknown-process",
+            );
         } else {
             let reply = post_json(
                 &server,
@@ -635,7 +644,7 @@ async fn a_tree_dies_on_delete_and_on_sigkill() {
 async fn no_process_outlives_the_server() {
     for how in ["shutdown", "kill -9"] {
         let mut server = TestServer::start(&[]).await;
-        let marker = marker();
+        let marker = new_marker();
         start(&server, &with_escapee(&marker)).await;
         let shell = start(
             &server,
@@ -679,7 +688,11 @@ async fn list_pages_newest_first_with_filters() {
         let page = server.get_json(&path).await;
         let processes = page["processes"].as_array().cloned().unwrap_or_default();
         assert!(processes.len() <= 2);
-        seen.extend(processes.iter().map(|p| p["id"].as_str().unwrap_or("").to_owned()));
+        seen.extend(
+            processes
+                .iter()
+                .map(|p| p["id"].as_str().unwrap_or("").to_owned()),
+        );
         match page["nextCursor"].as_str() {
             Some(cursor) => path = format!("/v2/processes?limit=2&cursor={cursor}"),
             None => break,
@@ -717,7 +730,10 @@ async fn max_processes_is_a_429_and_exited_ones_free_the_slot() {
         if reply.status.as_u16() == 200 {
             break;
         }
-        assert!(Instant::now() < deadline, "the slot never came back: {reply:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the slot never came back: {reply:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -782,5 +798,53 @@ async fn every_route_needs_the_token_and_no_processes_turns_them_off() {
         )
         .await;
         assert_problem(&reply, 404, "processes-disabled");
+    }
+}
+
+#[tokio::test]
+async fn exited_processes_are_kept_within_their_count_and_bytes() {
+    let server = TestServer::start(&[
+        "--kept-processes",
+        "2",
+        "--process-output-bytes",
+        "20000000",
+    ])
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let process = start(&server, &json!({"command": "true"})).await;
+        let id = process["id"].as_str().expect("id").to_owned();
+        exited(&server, &id).await;
+        ids.push(id);
+    }
+    assert_problem(
+        &server.get(&format!("/v2/processes/{}", ids[0])).await,
+        404,
+        "unknown-process",
+    );
+    exited(&server, &ids[1]).await;
+    exited(&server, &ids[2]).await;
+
+    // 64 MiB of retained output, together: the fourth 17 MB process
+    // pushes the oldest out.
+    let server = TestServer::start(&["--process-output-bytes", "20000000"]).await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let process = start(
+            &server,
+            &json!({"command": "head", "args": ["-c", "17000000", "/dev/zero"]}),
+        )
+        .await;
+        let id = process["id"].as_str().expect("id").to_owned();
+        exited(&server, &id).await;
+        ids.push(id);
+    }
+    assert_problem(
+        &server.get(&format!("/v2/processes/{}", ids[0])).await,
+        404,
+        "unknown-process",
+    );
+    for id in &ids[1..] {
+        assert_eq!(exited(&server, id).await["outputBytes"], 17_000_000);
     }
 }
