@@ -941,13 +941,11 @@ async fn read_output(
         match reader.read_buf(&mut buffer).await {
             Ok(0) | Err(_) => break,
             Ok(_) => {
+                // At most 3 bytes wait: the start of a character the next
+                // read finishes.
                 let ready = output::complete_prefix(&buffer);
                 if ready > 0 {
                     process.push(stream, buffer.split_to(ready).freeze());
-                }
-                if buffer.len() >= 4 {
-                    // Not text: hand it on as it is.
-                    process.push(stream, buffer.split().freeze());
                 }
             }
         }
