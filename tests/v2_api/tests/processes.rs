@@ -43,7 +43,10 @@ async fn exited(api: &Api, id: &str) -> Value {
         if process["state"] == "exited" {
             return process;
         }
-        assert!(Instant::now() < deadline, "process {id} still runs: {process}");
+        assert!(
+            Instant::now() < deadline,
+            "process {id} still runs: {process}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -155,7 +158,7 @@ impl Follow {
     }
 }
 
-fn marker() -> String {
+fn new_marker() -> String {
     format!("{}", 100_000 + fastrand::u32(0..800_000))
 }
 
@@ -244,7 +247,7 @@ async fn run_returns_exit_code_and_separate_streams() {
 #[tokio::test]
 async fn run_kills_at_the_timeout_and_at_the_output_cap() {
     let server = TestServer::start(&[]).await;
-    let marker = marker();
+    let marker = new_marker();
     let started = Instant::now();
     let result = run(
         &server,
@@ -262,7 +265,7 @@ async fn run_kills_at_the_timeout_and_at_the_output_cap() {
     until_no_sleepers(&marker, "run timeout").await;
 
     // A client that goes away before the answer takes its run with it.
-    let abandoned = marker();
+    let abandoned = new_marker();
     let gone = server
         .request(Method::POST, "/v2/processes/run")
         .json(&json!({"command": "sh", "args": ["-c", format!("setsid sleep {abandoned} & wait")]}))
@@ -271,7 +274,10 @@ async fn run_kills_at_the_timeout_and_at_the_output_cap() {
         .await;
     assert!(gone.is_err(), "the run never answers: {gone:?}");
     until_no_sleepers(&abandoned, "the client went away").await;
-    assert_eq!(server.get_json("/v2/processes").await["processes"], json!([]));
+    assert_eq!(
+        server.get_json("/v2/processes").await["processes"],
+        json!([])
+    );
 
     let result = run(
         &server,
@@ -591,9 +597,7 @@ async fn a_terminal_runs_a_shell_at_its_size() {
     assert!(text.contains("17 91\r\n"), "{text:?}");
     assert!(text.contains("/dev/pts/"), "{text:?}");
     assert!(text.contains("40 120\r\n"), "{text:?}");
-    let page = server
-        .get_json(&format!("/v2/processes/{id}/output"))
-        .await;
+    let page = server.get_json(&format!("/v2/processes/{id}/output")).await;
     assert_eq!(page["chunks"][0]["stream"], "tty");
     let reply = post_json(
         &server,
@@ -608,14 +612,19 @@ async fn a_terminal_runs_a_shell_at_its_size() {
 async fn a_tree_dies_on_delete_and_on_sigkill() {
     let server = TestServer::start(&[]).await;
     for how in ["delete", "sigkill"] {
-        let marker = marker();
+        let marker = new_marker();
         let process = start(&server, &with_escapee(&marker)).await;
         let id = process["id"].as_str().expect("id").to_owned();
         until_sleeper(&marker).await;
         if how == "delete" {
-            let reply = Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}"))).await;
+            let reply =
+                Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}"))).await;
             reply.assert_status(204);
-            assert_problem(&server.get(&format!("/v2/processes/{id}")).await, 404, "unknown-process");
+            assert_problem(
+                &server.get(&format!("/v2/processes/{id}")).await,
+                404,
+                "unknown-process",
+            );
         } else {
             let reply = post_json(
                 &server,
@@ -635,7 +644,7 @@ async fn a_tree_dies_on_delete_and_on_sigkill() {
 async fn no_process_outlives_the_server() {
     for how in ["shutdown", "kill -9"] {
         let mut server = TestServer::start(&[]).await;
-        let marker = marker();
+        let marker = new_marker();
         start(&server, &with_escapee(&marker)).await;
         let shell = start(
             &server,
@@ -679,7 +688,11 @@ async fn list_pages_newest_first_with_filters() {
         let page = server.get_json(&path).await;
         let processes = page["processes"].as_array().cloned().unwrap_or_default();
         assert!(processes.len() <= 2);
-        seen.extend(processes.iter().map(|p| p["id"].as_str().unwrap_or("").to_owned()));
+        seen.extend(
+            processes
+                .iter()
+                .map(|p| p["id"].as_str().unwrap_or("").to_owned()),
+        );
         match page["nextCursor"].as_str() {
             Some(cursor) => path = format!("/v2/processes?limit=2&cursor={cursor}"),
             None => break,
@@ -717,7 +730,10 @@ async fn max_processes_is_a_429_and_exited_ones_free_the_slot() {
         if reply.status.as_u16() == 200 {
             break;
         }
-        assert!(Instant::now() < deadline, "the slot never came back: {reply:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the slot never came back: {reply:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -783,4 +799,206 @@ async fn every_route_needs_the_token_and_no_processes_turns_them_off() {
         .await;
         assert_problem(&reply, 404, "processes-disabled");
     }
+}
+
+#[tokio::test]
+async fn exited_processes_are_kept_within_their_count_and_bytes() {
+    let server = TestServer::start(&[
+        "--kept-processes",
+        "2",
+        "--process-output-bytes",
+        "20000000",
+    ])
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let process = start(&server, &json!({"command": "true"})).await;
+        let id = process["id"].as_str().expect("id").to_owned();
+        exited(&server, &id).await;
+        ids.push(id);
+    }
+    assert_problem(
+        &server.get(&format!("/v2/processes/{}", ids[0])).await,
+        404,
+        "unknown-process",
+    );
+    exited(&server, &ids[1]).await;
+    exited(&server, &ids[2]).await;
+
+    // 64 MiB of retained output, together: the fourth 17 MB process
+    // pushes the oldest out.
+    let server = TestServer::start(&["--process-output-bytes", "20000000"]).await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let process = start(
+            &server,
+            &json!({"command": "head", "args": ["-c", "17000000", "/dev/zero"]}),
+        )
+        .await;
+        let id = process["id"].as_str().expect("id").to_owned();
+        exited(&server, &id).await;
+        ids.push(id);
+    }
+    assert_problem(
+        &server.get(&format!("/v2/processes/{}", ids[0])).await,
+        404,
+        "unknown-process",
+    );
+    for id in &ids[1..] {
+        assert_eq!(exited(&server, id).await["outputBytes"], 17_000_000);
+    }
+}
+
+/// Pipes the server holds open (`/proc/<pid>/fd` links to `pipe:`).
+fn open_pipes(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+                .filter(|target| target.to_string_lossy().starts_with("pipe:"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_kill_right_after_the_start_still_takes_the_whole_tree() {
+    let server = TestServer::start(&["--max-processes", "4"]).await;
+    let marker = new_marker();
+    let program = json!({
+        "command": "sh",
+        "args": ["-c", format!("setsid sleep {marker} & sleep {marker}")],
+    });
+    for tty in [false, true] {
+        for _ in 0..10 {
+            let mut body = program.clone();
+            body["tty"] = json!(tty);
+            let process = start(&server, &body).await;
+            let id = process["id"].as_str().expect("id");
+            let reply =
+                Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}"))).await;
+            reply.assert_status(204);
+        }
+    }
+    for timeout in [0, 1, 2, 5, 10] {
+        let mut body = program.clone();
+        body["timeoutMs"] = json!(timeout);
+        let result = run(&server, &body).await;
+        assert_eq!(result["signal"], "SIGKILL", "{result}");
+    }
+    until_no_sleepers(&marker, "kills right after starts").await;
+    // Every slot is free again: four starts at once fit.
+    for _ in 0..4 {
+        start(&server, &json!({"command": "sleep", "args": ["300"]})).await;
+    }
+}
+
+#[tokio::test]
+async fn a_program_that_kills_its_supervisor_takes_its_group_with_it() {
+    let server = TestServer::start(&[]).await;
+    let marker = new_marker();
+    let process = start(
+        &server,
+        &json!({"command": "sh", "args": ["-c", format!("sleep {marker} & kill -9 $PPID; sleep {marker}")]}),
+    )
+    .await;
+    let id = process["id"].as_str().expect("id");
+    exited(&server, id).await;
+    until_no_sleepers(&marker, "the supervisor was killed").await;
+}
+
+#[tokio::test]
+async fn stdin_bodies_stream_and_exited_processes_hold_no_pipes() {
+    let server = TestServer::start(&[]).await;
+    let sleeper = start(&server, &json!({"command": "sleep", "args": ["300"]})).await;
+    let id = sleeper["id"].as_str().expect("id").to_owned();
+    let before = procfs::rss_bytes(server.pid()).expect("server RSS");
+    // Twenty 16 MiB bodies for a process that never reads.
+    let body = vec![b'x'; 16 * 1024 * 1024];
+    let mut writers = Vec::new();
+    for _ in 0..20 {
+        let request = server
+            .request(Method::POST, &format!("/v2/processes/{id}/input"))
+            .body(body.clone());
+        writers.push(tokio::spawn(async move { Api::send(request).await }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = procfs::rss_bytes(server.pid()).expect("server RSS");
+    assert!(
+        during < before + 48 * 1024 * 1024,
+        "20 unread stdin bodies took RSS from {before} to {during}"
+    );
+    Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}")))
+        .await
+        .assert_status(204);
+    for writer in writers {
+        let reply = writer.await.expect("writer");
+        assert!(
+            [409, 404].contains(&reply.status.as_u16()),
+            "a write to a forgotten process: {reply:?}"
+        );
+    }
+
+    let pipes = open_pipes(server.pid());
+    for _ in 0..5 {
+        let process = start(&server, &json!({"command": "true"})).await;
+        exited(&server, process["id"].as_str().expect("id")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        open_pipes(server.pid()),
+        pipes,
+        "exited processes keep pipes open"
+    );
+}
+
+#[tokio::test]
+async fn a_signal_to_a_terminal_reaches_its_foreground_job() {
+    let server = TestServer::start(&[]).await;
+    let marker = new_marker();
+    let shell = start(
+        &server,
+        &json!({"command": "sh", "args": ["-i"], "tty": true}),
+    )
+    .await;
+    let id = shell["id"].as_str().expect("id").to_owned();
+    Api::send(
+        server
+            .request(Method::POST, &format!("/v2/processes/{id}/input"))
+            .body(format!("sleep {marker}\n")),
+    )
+    .await
+    .assert_status(204);
+    until_sleeper(&marker).await;
+    let reply = post_json(
+        &server,
+        &format!("/v2/processes/{id}/signal"),
+        &json!({"signal": "int"}),
+    )
+    .await;
+    reply.assert_status(204);
+    until_no_sleepers(&marker, "SIGINT to the terminal").await;
+    assert_eq!(
+        server.get_json(&format!("/v2/processes/{id}")).await["state"],
+        "running",
+        "the shell itself stays"
+    );
+}
+
+#[tokio::test]
+async fn limits_of_the_system_and_of_parsing_are_400s() {
+    let server = TestServer::start(&[]).await;
+    let huge = "x".repeat(200 * 1024);
+    let reply = post_json(
+        &server,
+        "/v2/processes/run",
+        &json!({"command": "true", "args": [huge]}),
+    )
+    .await;
+    assert_problem(&reply, 400, "invalid-request");
+    let process = start(&server, &json!({"command": "true"})).await;
+    let id = process["id"].as_str().expect("id");
+    let reply = server
+        .get(&format!("/v2/processes/{id}/output?offset=%2B1"))
+        .await;
+    assert_problem(&reply, 400, "invalid-request");
 }
