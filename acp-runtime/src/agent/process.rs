@@ -11,6 +11,7 @@ use super::router::{ReportedHints, RouteTargets, Router};
 use super::stdio::{self, StderrCapture};
 use super::tree::{self, TreeSupervisor};
 use crate::process_group::signal_group;
+use crate::state::connection::ClientCapabilities;
 use bytes::Bytes;
 use futures::StreamExt;
 use nix::sys::signal::Signal;
@@ -179,7 +180,9 @@ impl std::fmt::Debug for AgentProcess {
 
 impl AgentProcess {
     /// The process `spawned` as generation `generation` of `agent`, routing
-    /// to `targets`.
+    /// to `targets`; the runtime answers the file and terminal requests in
+    /// `served` ([`Router::new`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         agent: Arc<str>,
         generation: u64,
@@ -188,6 +191,7 @@ impl AgentProcess {
         stderr: Arc<Mutex<StderrCapture>>,
         targets: RouteTargets,
         reported: Arc<Mutex<ReportedHints>>,
+        served: ClientCapabilities,
     ) -> Self {
         let exited = CancellationToken::new();
         Self {
@@ -198,6 +202,7 @@ impl AgentProcess {
                 targets,
                 reported,
                 exited.clone(),
+                served,
             ),
             agent,
             generation,

@@ -46,6 +46,7 @@ impl Fixture {
                     bytes: usize::MAX,
                 },
             )),
+            client_side: None,
         };
         let router = Router::new(
             AGENT.into(),
@@ -54,6 +55,7 @@ impl Fixture {
             targets.clone(),
             Arc::new(Mutex::new(ReportedHints::default())),
             CancellationToken::new(),
+            ClientCapabilities::default(),
         );
         Self {
             router,

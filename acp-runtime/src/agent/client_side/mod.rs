@@ -1,0 +1,195 @@
+//! The agent's client-side files and terminals, served in the sandbox
+//! (research/contract.md, "Files and terminals of the agent, served in the
+//! sandbox").
+//!
+//! An ACP agent asks its *client* for `fs/read_text_file`,
+//! `fs/write_text_file` and `terminal/*` when the client declared those
+//! capabilities. A remote client's disk is not the sandbox, so the runtime
+//! declares them to the agent itself ([`ClientSide::declare`]) and answers
+//! them ([`ClientSide::answer`]) in the session's `cwd`, under the host file
+//! system API's rules (`--fs-root`, `..`, symlinks: the same [`Scope`]) and
+//! never inside the runtime's own data. A connection that opted in
+//! (`fsAndTerminal: "client"`) takes them instead; the router decides
+//! ([`super::router`]).
+//!
+//! - this file: [`ClientSide`], the capability rule, dispatch by method.
+//! - `fs`: `fs/read_text_file` (lines, limit, size bound) and
+//!   `fs/write_text_file` (atomic, as the file API writes).
+
+mod fs;
+
+use crate::error::Error;
+use crate::fs::Scope;
+use crate::protocol::{RpcError, code};
+use crate::state::connection::ClientCapabilities;
+use crate::state::session::Session;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// `fs/read_text_file`.
+pub(crate) const READ_TEXT_FILE: &str = "fs/read_text_file";
+/// `fs/write_text_file`.
+pub(crate) const WRITE_TEXT_FILE: &str = "fs/write_text_file";
+
+/// What the runtime needs to answer an agent's file and terminal requests:
+/// the confinement of the host file system API and the paths no agent
+/// request may reach. One per server, shared by every agent's router.
+#[derive(Debug)]
+pub struct ClientSide {
+    /// `--fs-root`, canonical (as the file API has it).
+    fs_root: Option<PathBuf>,
+    /// `--fs-root` as written, when it differs.
+    fs_root_as_given: Option<PathBuf>,
+    /// Real paths refused to every request: the data dir and the SQLite
+    /// store's files.
+    excluded: Vec<PathBuf>,
+    /// Largest `fs/write_text_file` content, in bytes (`--max-upload-bytes`).
+    max_write_bytes: u64,
+    /// Whether terminals can be served (processes are on).
+    terminals: bool,
+}
+
+impl ClientSide {
+    /// The service for a server confined to `fs_root` (canonical; and as the
+    /// operator wrote it) whose own data is `data_dir` plus `store_file` (a
+    /// SQLite store outside it, if any). Writes are capped at
+    /// `max_write_bytes`.
+    pub fn new(
+        fs_root: Option<PathBuf>,
+        fs_root_as_given: Option<PathBuf>,
+        data_dir: &Path,
+        store_file: Option<&Path>,
+        max_write_bytes: u64,
+    ) -> Self {
+        let mut excluded = vec![real_path(data_dir)];
+        if let Some(store) = store_file {
+            let store = real_path(store);
+            // SQLite keeps the database's journal beside it.
+            for suffix in ["", "-wal", "-shm", "-journal"] {
+                let mut name = store.clone().into_os_string();
+                name.push(suffix);
+                excluded.push(PathBuf::from(name));
+            }
+        }
+        Self {
+            fs_root,
+            fs_root_as_given,
+            excluded,
+            max_write_bytes,
+            terminals: false,
+        }
+    }
+
+    /// The client capabilities the runtime declares in its own `initialize`
+    /// to an agent whose manifest entry has `manifest` (an ACP
+    /// `ClientCapabilities` object, `{}` by default), and those of them the
+    /// runtime serves itself.
+    ///
+    /// The rule (research/contract.md, "Files and terminals of the agent,
+    /// served in the sandbox"): the runtime's own `{"fs": {"readTextFile":
+    /// true, "writeTextFile": true}, "terminal": true}` (no `terminal`
+    /// without processes), with the manifest's object merged over it as a
+    /// JSON Merge Patch (RFC 7396): a manifest's `false` turns one off, its
+    /// `null` removes it, its other members are added. The runtime serves
+    /// what it offered and the result still declares; what only the manifest
+    /// declares goes to the connections that declared it, as before.
+    pub fn declare(&self, manifest: &Value) -> (Value, ClientCapabilities) {
+        let offered = ClientCapabilities::sandbox(self.terminals);
+        let mut declared = serde_json::json!({
+            "fs": { "readTextFile": true, "writeTextFile": true },
+        });
+        if let Some(object) = declared.as_object_mut() {
+            if offered.terminal {
+                object.insert("terminal".to_owned(), Value::Bool(true));
+            }
+            if let Some(patch) = manifest.as_object() {
+                ext_methods::meta::merge(object, patch);
+            }
+        }
+        let kept = ClientCapabilities::declared(&declared);
+        let served = ClientCapabilities {
+            read_text_file: offered.read_text_file && kept.read_text_file,
+            write_text_file: offered.write_text_file && kept.write_text_file,
+            terminal: offered.terminal && kept.terminal,
+            serves_fs_and_terminal: false,
+        };
+        (declared, served)
+    }
+
+    /// Answers agent request `method` with `params` (raw JSON) for
+    /// `session`: the result object, or the JSON-RPC error the agent gets.
+    ///
+    /// # Errors
+    /// `-32602` for params that are not the method's (ACP schema) and for
+    /// refused paths (`data.type` names the file API's problem type:
+    /// `outside-root`, `permission-denied` for the runtime's own data,
+    /// `invalid-path`, …), `-32002` for a missing file, `-32603` for other
+    /// failures, `-32601` for a method the runtime does not serve.
+    pub(crate) async fn answer(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        session: &Session,
+    ) -> Result<Value, RpcError> {
+        match method {
+            READ_TEXT_FILE => fs::read_text_file(self.scope(session)?, parse(params)?).await,
+            WRITE_TEXT_FILE => {
+                fs::write_text_file(self.scope(session)?, parse(params)?, self.max_write_bytes)
+                    .await
+            }
+            other => Err(RpcError::new(
+                code::METHOD_NOT_FOUND,
+                format!("method not found: {other}"),
+            )),
+        }
+    }
+
+    /// Paths of `session`'s requests: from its `cwd`, under the file API's
+    /// root, never into the runtime's own data.
+    fn scope(&self, session: &Session) -> Result<Scope, RpcError> {
+        Scope::new(
+            self.fs_root.clone(),
+            self.fs_root_as_given.clone(),
+            session.cwd(),
+        )
+        .map(|scope| scope.excluding(self.excluded.clone()))
+        .map_err(|error| fs_error(&error))
+    }
+}
+
+/// `path` with symlinks resolved, as far as it exists (a store file not
+/// made yet still gets its directory resolved).
+fn real_path(path: &Path) -> PathBuf {
+    if let Ok(real) = path.canonicalize() {
+        return real;
+    }
+    match (path.parent().map(Path::canonicalize), path.file_name()) {
+        (Some(Ok(parent)), Some(name)) => parent.join(name),
+        _ => path.to_owned(),
+    }
+}
+
+/// The params of an agent request as their ACP schema type.
+fn parse<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, RpcError> {
+    let raw = params.map_or("null", RawValue::get);
+    serde_json::from_str(raw)
+        .map_err(|error| RpcError::new(code::INVALID_PARAMS, format!("invalid params: {error}")))
+}
+
+/// A file API failure as the agent's JSON-RPC error: the file API's own
+/// mapping (`-32602` for a 4xx, `-32603` else, the problem in `data`),
+/// with ACP's "resource not found" (`-32002`) for a missing file.
+fn fs_error(error: &Error) -> RpcError {
+    let mut rpc = error.to_rpc_error();
+    if matches!(error, Error::FileNotFound(_)) {
+        rpc.code = code::RESOURCE_NOT_FOUND;
+    }
+    rpc
+}
+
+/// An empty result object (`{}`), as ACP's empty responses serialize.
+fn empty() -> Value {
+    Value::Object(Map::new())
+}
