@@ -87,6 +87,7 @@ pub const DEFAULT_TERMINATE_GRACE_MS: u64 = 2_000;
 /// Longest an agent install may take, in milliseconds (15 minutes).
 pub const DEFAULT_INSTALL_TIMEOUT_MS: u64 = 15 * 60 * 1000;
 pub use crate::install::DEFAULT_INSTALL_RETRY_BACKOFF_MS;
+pub use crate::process::ProcessLimits;
 /// Largest body `PUT /v2/fs/file` or `POST /v2/fs/upload-batch` accepts, as
 /// sent, in bytes (4 GiB: a repository or a build output, on a sandbox disk).
 pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 4 << 30;
@@ -201,6 +202,10 @@ pub struct ServerConfig {
     /// in `_meta` (research/contract.md, "The /acp profile"); `None`: such an
     /// `initialize` is 400. Must be a known agent id.
     pub default_agent: Option<String>,
+    /// The process API's bounds (research/contract.md, "Processes and
+    /// terminals"); `None`: the API is off (`--no-processes`, 404 on every
+    /// route).
+    pub processes: Option<ProcessLimits>,
 }
 
 impl ServerConfig {
@@ -249,6 +254,7 @@ impl ServerConfig {
             tree_supervisor: None,
             max_upload_entries: DEFAULT_MAX_UPLOAD_ENTRIES,
             default_agent: None,
+            processes: Some(ProcessLimits::default()),
         }
     }
 }

@@ -230,6 +230,28 @@ pub enum Error {
     /// Any other file system failure.
     #[error("file system error: {0}")]
     FsIo(String),
+    /// No process of the process API with this id.
+    #[error("no process with id {0:?}")]
+    UnknownProcess(String),
+    /// The process API is off (`--no-processes`).
+    #[error("the process API is turned off on this server (--no-processes)")]
+    ProcessesDisabled,
+    /// The program to start does not exist or is not executable.
+    #[error("cannot start the program {0}")]
+    ProgramNotFound(String),
+    /// `--max-processes` are running.
+    #[error("too many running processes (limit {limit}); wait for one to exit or forget one")]
+    TooManyProcesses {
+        /// `--max-processes`.
+        limit: usize,
+    },
+    /// Input or a signal for a process that exited (or whose stdin is
+    /// closed).
+    #[error("process {0} has exited (or its stdin is closed)")]
+    ProcessExited(String),
+    /// A resize of a process that has no terminal.
+    #[error("process {0} has no terminal (start it with tty: true)")]
+    NotATty(String),
     /// The agent did not answer in time.
     #[error("agent did not answer {method} within {} ms", timeout.as_millis())]
     Timeout {
@@ -319,7 +341,8 @@ impl Error {
             | Self::AgentMismatch { .. }
             | Self::InvalidLastEventId(_)
             | Self::InvalidPath(_)
-            | Self::InvalidArchive(_) => StatusCode::BAD_REQUEST,
+            | Self::InvalidArchive(_)
+            | Self::ProgramNotFound(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::OutsideRoot { .. }
             | Self::PermissionDenied(_)
@@ -330,6 +353,8 @@ impl Error {
             | Self::ExpiredConnection { .. }
             | Self::UnknownSession(_)
             | Self::UnknownAgent { .. }
+            | Self::UnknownProcess(_)
+            | Self::ProcessesDisabled
             | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
@@ -337,7 +362,10 @@ impl Error {
             | Self::AmbiguousSession { .. }
             | Self::AgentNotInstalled { .. }
             | Self::NotInstallable(_)
-            | Self::FsConflict { .. } => StatusCode::CONFLICT,
+            | Self::FsConflict { .. }
+            | Self::ProcessExited(_)
+            | Self::NotATty(_) => StatusCode::CONFLICT,
+            Self::TooManyProcesses { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             Self::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             Self::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
@@ -403,6 +431,12 @@ impl Error {
             Self::InsufficientStorage(_) => "insufficient-storage",
             Self::InvalidArchive(_) => "invalid-archive",
             Self::FsIo(_) => "io-error",
+            Self::UnknownProcess(_) => "unknown-process",
+            Self::ProcessesDisabled => "processes-disabled",
+            Self::ProgramNotFound(_) => "program-not-found",
+            Self::TooManyProcesses { .. } => "too-many-processes",
+            Self::ProcessExited(_) => "process-exited",
+            Self::NotATty(_) => "not-a-tty",
         }
     }
 }

@@ -39,6 +39,9 @@
 //!   without a server): the manifest, the catalog of known agents
 //!   ([`install::AgentSpec`]), the installer, its npm driver, downloads and
 //!   on-disk layout.
+//! - `process`: the process API's processes (started under the tree
+//!   supervisor, pipes or a pseudo-terminal, output rings by byte offset),
+//!   behind `/v2/processes`.
 //! - `fs`: the host file system API (paths, confinement, transfers),
 //!   behind `/v2/fs/*` and the `_sandboxagent/fs/*` methods.
 //! - `state`: connections (the replay ring, lanes, in-flight ids), the
@@ -65,6 +68,7 @@ pub(crate) mod http;
 pub mod install;
 pub(crate) mod log_limit;
 pub(crate) mod message;
+pub(crate) mod process;
 pub(crate) mod process_group;
 pub mod protocol;
 pub(crate) mod runtime;

@@ -139,7 +139,13 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
     if let Some(persist) = &runtime.persist {
         persist.begin_shutdown();
     }
-    runtime.agents.shutdown(runtime.config.shutdown_grace).await;
+    let grace = runtime.config.shutdown_grace;
+    match &runtime.processes {
+        Some(processes) => {
+            tokio::join!(runtime.agents.shutdown(grace), processes.shutdown(grace));
+        }
+        None => runtime.agents.shutdown(grace).await,
+    }
     for connection in runtime.connections.all() {
         runtime.connections.close(&connection.id, &runtime.sessions);
     }

@@ -86,6 +86,7 @@ pub fn spawn(
             let mut command = Command::new(&supervisor.binary);
             command.args(tree::command_args(
                 supervisor.grace,
+                false,
                 launch.program.as_os_str(),
                 &launch.args,
             ));
@@ -97,11 +98,10 @@ pub fn spawn(
             command
         }
     };
+    for secret in tree::SECRET_ENV {
+        command.env_remove(secret);
+    }
     command
-        // The server's secrets are not the agent's: the bearer token and
-        // the store URL (it may hold a database password).
-        .env_remove("SANDBOX_AGENT_TOKEN")
-        .env_remove("SANDBOX_AGENT_STORE")
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -18,10 +18,15 @@
 //! - when the program exits, kills whatever of its tree is left, reaps
 //!   everything and exits as the program did (its code, or its signal).
 //!
+//! With `--tty` (a process of the process API on a pseudo-terminal, started
+//! by the server as the session leader of the terminal's session) the
+//! program gets a process group of its own and is made the terminal's
+//! foreground group, so a `^C` typed into the terminal reaches the program
+//! and its jobs, never the supervisor.
+//!
 //! Signals are read from a `signalfd`, not from handlers, so the whole loop
 //! is plain sequential code with no `unsafe`. This module is the one place
-//! a tree is started for the runtime: a user switch or a terminal's session
-//! leader belong here too.
+//! a tree is started for the runtime: a user switch belongs here too.
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -32,6 +37,7 @@ use nix::unistd::{Pid, getpid, getppid};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 /// Where the supervisor comes from: the binary that has the
@@ -63,29 +69,39 @@ const PARENT_DEATH: Signal = Signal::SIGUSR1;
 /// every descendant, then exit. SIGKILL to the group would end the
 /// supervisor before it reached the escapees.
 pub const KILL_NOW: Signal = Signal::SIGUSR2;
+/// The server's secrets, which no process it starts inherits (agents and
+/// processes of the process API alike): the bearer token and the store URL
+/// (it may hold a database password).
+pub const SECRET_ENV: [&str; 2] = ["SANDBOX_AGENT_TOKEN", "SANDBOX_AGENT_STORE"];
 /// Exit status when the program cannot be started (as a shell's 127).
 const CANNOT_RUN: i32 = 127;
 
 /// The arguments that make a supervisor of `program args…`, for the
-/// binary at hand: `supervise --grace-ms N -- program args…`.
-pub fn command_args(grace: Duration, program: &OsStr, args: &[String]) -> Vec<OsString> {
+/// binary at hand: `supervise --grace-ms N [--tty] -- program args…`
+/// (`tty`: the supervisor leads a terminal's session, module doc).
+pub fn command_args(grace: Duration, tty: bool, program: &OsStr, args: &[String]) -> Vec<OsString> {
     let mut all = vec![
         OsString::from(SUBCOMMAND),
         OsString::from("--grace-ms"),
         OsString::from(grace.as_millis().to_string()),
-        OsString::from("--"),
-        program.to_owned(),
     ];
+    if tty {
+        all.push(OsString::from("--tty"));
+    }
+    all.push(OsString::from("--"));
+    all.push(program.to_owned());
     all.extend(args.iter().map(OsString::from));
     all
 }
 
 /// Runs the supervisor of `program args…` (module doc) and returns the exit
 /// status to leave with; when the program died of a signal, the supervisor
-/// dies of the same signal before returning. Call it before any other
-/// thread exists: it blocks signals for the process.
-pub fn run(grace: Duration, program: &OsStr, args: &[OsString]) -> i32 {
-    match Supervisor::start(grace, program, args) {
+/// dies of the same signal before returning. `tty`: stdin is the terminal
+/// of the supervisor's session, and the program becomes its foreground
+/// process group. Call it before any other thread exists: it blocks
+/// signals for the process.
+pub fn run(grace: Duration, tty: bool, program: &OsStr, args: &[OsString]) -> i32 {
+    match Supervisor::start(grace, tty, program, args) {
         Ok(supervisor) => supervisor.serve(),
         Err((status, message)) => {
             eprintln!("sandbox-agent {SUBCOMMAND}: {message}");
@@ -109,7 +125,12 @@ struct Supervisor {
 }
 
 impl Supervisor {
-    fn start(grace: Duration, program: &OsStr, args: &[OsString]) -> Result<Self, (i32, String)> {
+    fn start(
+        grace: Duration,
+        tty: bool,
+        program: &OsStr,
+        args: &[OsString],
+    ) -> Result<Self, (i32, String)> {
         let parent = getppid();
         let setup = |what: &str, errno: Errno| (1, format!("cannot {what}: {errno}"));
         nix::sys::prctl::set_child_subreaper(true)
@@ -118,18 +139,30 @@ impl Supervisor {
         // mask (std does not reset it), and the program must get SIGTERM.
         // A stop signal in the moment before the mask is set ends the
         // supervisor alone; the server then kills the group.
-        let child = std::process::Command::new(program)
-            .args(args)
-            .spawn()
-            .map_err(|error| {
-                (
-                    CANNOT_RUN,
-                    format!("cannot run {}: {error}", program.to_string_lossy()),
-                )
-            })?;
+        let mut command = std::process::Command::new(program);
+        command.args(args);
+        if tty {
+            command.process_group(0);
+        }
+        let child = command.spawn().map_err(|error| {
+            (
+                CANNOT_RUN,
+                format!("cannot run {}: {error}", program.to_string_lossy()),
+            )
+        })?;
         let program = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
         // Reaped below with waitpid, like every other descendant.
         drop(child);
+        if tty {
+            // The program's group takes the terminal. It may have touched
+            // the terminal before this (and been stopped as a background
+            // group): SIGCONT lets it go on. A program already gone leaves
+            // nothing to hand the terminal to.
+            let terminal = std::io::stdin();
+            if nix::unistd::tcsetpgrp(terminal.as_fd(), program).is_ok() {
+                let _ = nix::sys::signal::killpg(program, Signal::SIGCONT);
+            }
+        }
         let mut mask = SigSet::empty();
         for signal in [
             Signal::SIGTERM,
@@ -309,6 +342,7 @@ mod tests {
     fn the_command_line_names_the_grace_and_the_program() {
         let args = command_args(
             Duration::from_millis(2500),
+            false,
             OsStr::new("/bin/agent"),
             &["--acp".to_owned()],
         );
@@ -324,6 +358,13 @@ mod tests {
             ]
             .map(OsString::from)
             .to_vec()
+        );
+        let tty = command_args(Duration::from_millis(10), true, OsStr::new("sh"), &[]);
+        assert_eq!(
+            tty,
+            ["supervise", "--grace-ms", "10", "--tty", "--", "sh"]
+                .map(OsString::from)
+                .to_vec()
         );
     }
 }

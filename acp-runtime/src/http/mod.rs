@@ -12,6 +12,7 @@
 //! - [`control`]: `/v2/sessions…`, `/v2/agents` and
 //!   `/v2/agents/{agent}/install` (the control plane).
 //! - [`fs`]: `/v2/fs/*`, the host file system API.
+//! - [`processes`]: `/v2/processes…`, the process API.
 //! - [`conditional`]: `If-Match`, `If-None-Match`, `If-Range` on a file read.
 //! - [`problem`]: [`Error`] → `application/problem+json`, in one place.
 //! - [`ui`]: the inspector's page at `/ui/`, compiled into the binary.
@@ -25,6 +26,7 @@ pub mod fs;
 pub mod headers;
 mod message;
 pub mod problem;
+pub mod processes;
 pub mod routes;
 pub mod rpc;
 pub mod sse;
@@ -226,6 +228,9 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
             }
         }
         Route::Fs { name } => fs::serve(runtime, request, name, &method).await,
+        Route::Processes { id, part } => {
+            processes::serve(runtime, request, id, part, &method).await
+        }
         Route::Agents if get => control::agents(runtime),
         Route::AgentInstall { agent } => {
             let agent = control::decode_segment(agent)?;

@@ -48,6 +48,15 @@ pub enum Route<'a> {
         /// The session id.
         id: &'a str,
     },
+    /// `/v2/processes`, `/v2/processes/{id}`, `/v2/processes/{id}/{part}`
+    /// (research/contract.md, "Processes and terminals").
+    Processes {
+        /// The process id (or `run`).
+        id: Option<&'a str>,
+        /// What follows the id: `output`, `input`, `signal`, `resize`,
+        /// `terminal`.
+        part: Option<&'a str>,
+    },
     /// Any other path under `/v2` (404, after the token check).
     UnknownV2,
     /// Any other path (404).
@@ -118,6 +127,8 @@ impl<'a> Route<'a> {
             [Some("sessions"), Some(_), _] if path.contains("//") => Self::UnknownV2,
             [Some("sessions"), Some(id), None] => Self::Session { id },
             [Some("sessions"), Some(id), Some("events")] => Self::SessionEvents { id },
+            [Some("processes"), Some(_), _] if path.contains("//") => Self::UnknownV2,
+            [Some("processes"), id, part] => Self::Processes { id, part },
             _ => Self::UnknownV2,
         }
     }
@@ -126,7 +137,11 @@ impl<'a> Route<'a> {
     pub fn access(&self) -> Access {
         match self {
             Self::Gone | Self::Health | Self::Ui | Self::Unknown => Access::Public,
-            Self::Acp { .. } => Access::BearerOrUpgradeQuery,
+            Self::Acp { .. }
+            | Self::Processes {
+                part: Some("terminal"),
+                ..
+            } => Access::BearerOrUpgradeQuery,
             _ => Access::Bearer,
         }
     }
@@ -172,6 +187,26 @@ mod tests {
         assert_eq!(Route::of("/v2/agents//mock/install"), Route::UnknownV2);
         assert_eq!(Route::of("/v2/agents"), Route::Agents);
         assert_eq!(Route::of("/v2/nothing"), Route::UnknownV2);
+        assert_eq!(
+            Route::of("/v2/processes"),
+            Route::Processes {
+                id: None,
+                part: None
+            }
+        );
+        assert_eq!(
+            Route::of("/v2/processes/p1/output"),
+            Route::Processes {
+                id: Some("p1"),
+                part: Some("output")
+            }
+        );
+        assert_eq!(Route::of("/v2/processes//output"), Route::UnknownV2);
+        assert_eq!(
+            Route::of("/v2/processes/p1/terminal").access(),
+            Access::BearerOrUpgradeQuery
+        );
+        assert_eq!(Route::of("/v2/processes/p1").access(), Access::Bearer);
         assert_eq!(Route::of("/elsewhere"), Route::Unknown);
         assert_eq!(Route::of("/v2/health").access(), Access::Public);
         assert_eq!(

@@ -30,6 +30,7 @@ use crate::agent::client_side::ClientSide;
 use crate::agent::router::RouteTargets;
 use crate::config::ServerConfig;
 use crate::install::Installer;
+use crate::process::Processes;
 use crate::protocol::{self, RpcError};
 use crate::state::budget::MemoryBudget;
 use crate::state::connection::ReplayLimits;
@@ -65,6 +66,9 @@ pub struct Runtime {
     /// The account of every event log and replay ring
     /// (`--memory-budget-bytes`; research/contract.md, "Memory budget").
     pub memory: Arc<MemoryBudget>,
+    /// The process API's processes (`None` with `--no-processes`;
+    /// research/contract.md, "Processes and terminals").
+    pub processes: Option<Arc<Processes>>,
 }
 
 /// An opened store and its writer task, as [`Runtime::new`] takes them.
@@ -177,6 +181,9 @@ impl Runtime {
             store,
             persist,
             memory,
+            processes: config
+                .processes
+                .map(|limits| Arc::new(Processes::new(limits, config.tree_supervisor.clone()))),
             config,
         })
     }

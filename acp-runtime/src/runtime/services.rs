@@ -303,3 +303,41 @@ impl Runtime {
         )
     }
 }
+
+impl Runtime {
+    /// The working directory of a process (research/contract.md, "Processes
+    /// and terminals"): `cwd` by the host file system's path rules (relative
+    /// to `session`'s `cwd`, or to the server's working directory; beneath
+    /// `--fs-root`), symlinks resolved; without `cwd`, the session's `cwd`,
+    /// else the server's working directory, else (confined, and that is
+    /// outside) `--fs-root` itself.
+    ///
+    /// # Errors
+    /// 404 `unknown-session`, `file-not-found`; 403 `outside-root`; 409
+    /// `not-a-directory`; 400 `invalid-path`.
+    pub async fn process_cwd(
+        &self,
+        session: Option<&str>,
+        cwd: Option<&str>,
+    ) -> Result<std::path::PathBuf, Error> {
+        if let Some(id) = session {
+            self.recall(None, id).await?;
+        }
+        let scope = self.fs_scope(session, None)?;
+        let raw = cwd.unwrap_or(".").to_owned();
+        let root = self.config.fs_root.clone();
+        let defaulted = cwd.is_none() && session.is_none();
+        tokio::task::spawn_blocking(move || {
+            let absolute = scope.absolute(&raw)?;
+            match scope.open_dir_at(&absolute, std::path::Path::new(&raw)) {
+                Ok(dir) => Ok(dir.current()),
+                Err(Error::OutsideRoot { .. }) if defaulted && root.is_some() => {
+                    Ok(root.unwrap_or_default())
+                }
+                Err(error) => Err(error),
+            }
+        })
+        .await
+        .map_err(|error| Error::FsIo(error.to_string()))?
+    }
+}

@@ -2,7 +2,7 @@
 //! with the settings from the command line.
 
 use super::args::CatalogArgs;
-use acp_runtime::config::{self, ServerConfig};
+use acp_runtime::config::{self, ProcessLimits, ServerConfig};
 use clap::Args;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -238,6 +238,31 @@ pub struct ServerArgs {
     /// /acp). Without it such a client must use /acp/{agent}.
     #[arg(long, env = "SANDBOX_AGENT_DEFAULT_AGENT", value_name = "ID")]
     pub default_agent: Option<String>,
+    /// Turn the process API off (/v2/processes…: 404 on every route).
+    #[arg(long, env = "SANDBOX_AGENT_NO_PROCESSES")]
+    pub no_processes: bool,
+    /// Most processes of the process API running at once (429 past it).
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_MAX_PROCESSES",
+        default_value_t = ProcessLimits::default().max_running
+    )]
+    pub max_processes: usize,
+    /// Output kept per process, in bytes: a ring; older bytes are dropped
+    /// and reported as `dropped` to a reader that asks for them.
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_PROCESS_OUTPUT_BYTES",
+        default_value_t = ProcessLimits::default().output_bytes
+    )]
+    pub process_output_bytes: usize,
+    /// Exited processes kept for reading; past it the oldest is forgotten.
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_KEPT_PROCESSES",
+        default_value_t = ProcessLimits::default().kept_exited
+    )]
+    pub kept_processes: usize,
 }
 
 impl ServerArgs {
@@ -337,6 +362,14 @@ impl ServerArgs {
         }
         config.runtime_id = self.runtime_id;
         config.terminate_grace = Duration::from_millis(self.terminate_grace_ms);
+        if self.max_processes == 0 || self.process_output_bytes == 0 {
+            return Err("--max-processes and --process-output-bytes must be at least 1".to_owned());
+        }
+        config.processes = (!self.no_processes).then_some(ProcessLimits {
+            max_running: self.max_processes,
+            output_bytes: self.process_output_bytes,
+            kept_exited: self.kept_processes,
+        });
         Ok(config)
     }
 }

@@ -4,13 +4,17 @@
 use clap::Args;
 use std::process::ExitCode;
 
-/// `sandbox-agent supervise --grace-ms N -- PROGRAM ARGS…`: what the server
+/// `sandbox-agent supervise --grace-ms N [--tty] -- PROGRAM ARGS…`: what the server
 /// runs each agent process under (`acp_runtime::agent::tree`).
 #[derive(Debug, Clone, Args)]
 pub struct SuperviseArgs {
     /// SIGTERM to SIGKILL of the tree in a graceful stop, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub grace_ms: u64,
+    /// Stdin is a terminal this supervisor leads the session of: the
+    /// program becomes its foreground process group.
+    #[arg(long)]
+    pub tty: bool,
     /// The program to run.
     pub program: std::ffi::OsString,
     /// Its arguments.
@@ -24,6 +28,7 @@ pub struct SuperviseArgs {
 pub fn run(args: &SuperviseArgs) -> ExitCode {
     let status = acp_runtime::agent::tree::run(
         std::time::Duration::from_millis(args.grace_ms),
+        args.tty,
         &args.program,
         &args.args,
     );

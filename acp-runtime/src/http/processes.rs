@@ -1,0 +1,527 @@
+//! `/v2/processes…` (research/contract.md, "Processes and terminals"):
+//! run to completion, start, list, one, output (a page, or followed over
+//! SSE with exact resume by byte offset), stdin, signals, resize, forget.
+
+use super::body::{Body, HttpRequest, empty, full, read_body};
+use super::headers::{accepts, is_json_content, last_event_id};
+use crate::error::Error;
+use crate::process::output::Page;
+use crate::process::{Process, ProcessFilter, Processes, StartRequest, TtySize};
+use crate::protocol::{APPLICATION_JSON, EVENT_STREAM, X_ACCEL_BUFFERING_HEADER};
+use crate::runtime::Runtime;
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION};
+use http::{HeaderValue, Method, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest JSON body of a start, a run, a signal or a resize, in bytes
+/// (`stdin` travels in it).
+const JSON_BODY_LIMIT: usize = 1024 * 1024;
+/// Processes per page when `limit` is not given, and the most.
+const DEFAULT_LIST_LIMIT: usize = 100;
+const MAX_LIST_LIMIT: usize = 1000;
+/// Output bytes per page when `limit` is not given, and the most.
+const DEFAULT_OUTPUT_LIMIT: usize = 256 * 1024;
+const MAX_OUTPUT_LIMIT: usize = 4 * 1024 * 1024;
+/// Output bytes one SSE frame carries at most.
+const FRAME_BYTES: usize = 256 * 1024;
+/// `maxOutputBytes` of a run when not given, and the most.
+const DEFAULT_RUN_OUTPUT: usize = 1024 * 1024;
+const MAX_RUN_OUTPUT: usize = 16 * 1024 * 1024;
+/// Terminal size when not given, and the largest side.
+const DEFAULT_TTY: TtySize = TtySize { cols: 80, rows: 24 };
+const MAX_TTY_SIDE: u16 = 4096;
+/// How long a start waits for the program's pid behind its supervisor.
+const PID_WAIT: Duration = Duration::from_secs(1);
+
+/// The body of `POST /v2/processes` and `POST /v2/processes/run`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StartBody {
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    tty: bool,
+    cols: Option<u16>,
+    rows: Option<u16>,
+    stdin: Option<String>,
+    title: Option<String>,
+    session_id: Option<String>,
+    timeout_ms: Option<u64>,
+    max_output_bytes: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignalBody {
+    signal: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResizeBody {
+    cols: u16,
+    rows: u16,
+}
+
+/// Serves `/v2/processes` (`part` `None`, `id` `None`), `/v2/processes/{id}`
+/// and `/v2/processes/{id}/{part}` with `method`.
+///
+/// # Errors
+/// 404 `processes-disabled` with `--no-processes`, `unknown-process`, 405,
+/// and each operation's own.
+pub async fn serve(
+    runtime: &Arc<Runtime>,
+    request: &mut HttpRequest,
+    id: Option<&str>,
+    part: Option<&str>,
+    method: &Method,
+) -> Result<Response<Body>, Error> {
+    let Some(processes) = runtime.processes.clone() else {
+        return Err(Error::ProcessesDisabled);
+    };
+    let get = method == Method::GET || method == Method::HEAD;
+    match (id, part) {
+        (None, _) if get => list(&processes, request.uri().query()),
+        (None, _) if method == Method::POST => start(runtime, &processes, request).await,
+        (None, _) => Err(Error::MethodNotAllowed("GET, POST")),
+        (Some("run"), None) if method == Method::POST => run(runtime, &processes, request).await,
+        (Some(id), None) => {
+            let id = super::control::decode_segment(id)?;
+            match *method {
+                Method::GET | Method::HEAD => json(StatusCode::OK, &find(&processes, &id)?.info()),
+                Method::DELETE if processes.forget(&id) => Ok(empty(StatusCode::NO_CONTENT)),
+                Method::DELETE => Err(Error::UnknownProcess(id)),
+                _ => Err(Error::MethodNotAllowed("GET, DELETE")),
+            }
+        }
+        (Some(id), Some(part)) => {
+            let id = super::control::decode_segment(id)?;
+            let process = find(&processes, &id)?;
+            match (part, method) {
+                ("output", &Method::GET | &Method::HEAD) => output(runtime, &process, request),
+                ("output", _) => Err(Error::MethodNotAllowed("GET")),
+                ("input", &Method::POST) => input(runtime, &process, request).await,
+                ("signal", &Method::POST) => signal(runtime, &process, request).await,
+                ("resize", &Method::POST) => resize(runtime, &process, request).await,
+                ("input" | "signal" | "resize", _) => Err(Error::MethodNotAllowed("POST")),
+                _ => Err(Error::NotFound(request.uri().path().to_owned())),
+            }
+        }
+    }
+}
+
+fn find(processes: &Processes, id: &str) -> Result<Arc<Process>, Error> {
+    processes
+        .get(id)
+        .ok_or_else(|| Error::UnknownProcess(id.to_owned()))
+}
+
+fn json(status: StatusCode, value: &impl Serialize) -> Result<Response<Body>, Error> {
+    let body = serde_json::to_vec(value)
+        .map_err(|e| Error::FsIo(format!("cannot serialize the answer: {e}")))?;
+    Ok(full(status, APPLICATION_JSON, Bytes::from(body)))
+}
+
+/// Reads a JSON body of at most [`JSON_BODY_LIMIT`] bytes into `T`.
+async fn json_body<T: serde::de::DeserializeOwned>(
+    runtime: &Runtime,
+    request: &mut HttpRequest,
+) -> Result<T, Error> {
+    if !is_json_content(request.headers()) {
+        return Err(Error::UnsupportedMediaType);
+    }
+    let body = read_body(request, JSON_BODY_LIMIT, runtime.config.read_timeout).await?;
+    serde_json::from_slice(&body)
+        .map_err(|error| Error::InvalidRequest(format!("invalid request body: {error}")))
+}
+
+/// A start or run body as a [`StartRequest`]: the working directory
+/// resolved, the environment and terminal size checked.
+async fn start_request(runtime: &Runtime, body: StartBody) -> Result<StartRequest, Error> {
+    for (key, value) in &body.env {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return Err(Error::InvalidRequest(format!(
+                "env: {key:?} is not a valid variable (a name without = or NUL, a value without NUL)"
+            )));
+        }
+    }
+    if body.args.iter().any(|arg| arg.contains('\0')) {
+        return Err(Error::InvalidRequest(
+            "args must not contain NUL bytes".to_owned(),
+        ));
+    }
+    let tty = if body.tty {
+        let size = TtySize {
+            cols: body.cols.unwrap_or(DEFAULT_TTY.cols),
+            rows: body.rows.unwrap_or(DEFAULT_TTY.rows),
+        };
+        check_size(size)?;
+        Some(size)
+    } else if body.cols.is_some() || body.rows.is_some() {
+        return Err(Error::InvalidRequest(
+            "cols and rows size a terminal: set tty: true".to_owned(),
+        ));
+    } else {
+        None
+    };
+    let cwd = runtime
+        .process_cwd(body.session_id.as_deref(), body.cwd.as_deref())
+        .await?;
+    Ok(StartRequest {
+        command: body.command,
+        args: body.args,
+        cwd,
+        env: body.env.into_iter().collect(),
+        tty,
+        stdin: body.stdin.map(Bytes::from),
+        close_stdin: false,
+        title: body.title,
+        session_id: body.session_id,
+        output_bytes: None,
+    })
+}
+
+fn check_size(size: TtySize) -> Result<(), Error> {
+    if size.cols == 0 || size.rows == 0 || size.cols > MAX_TTY_SIDE || size.rows > MAX_TTY_SIDE {
+        return Err(Error::InvalidRequest(format!(
+            "cols and rows must be between 1 and {MAX_TTY_SIDE}"
+        )));
+    }
+    Ok(())
+}
+
+/// `POST /v2/processes` → 201 with the process (and `Location`).
+async fn start(
+    runtime: &Runtime,
+    processes: &Arc<Processes>,
+    request: &mut HttpRequest,
+) -> Result<Response<Body>, Error> {
+    let body: StartBody = json_body(runtime, request).await?;
+    if body.timeout_ms.is_some() || body.max_output_bytes.is_some() {
+        return Err(Error::InvalidRequest(
+            "timeoutMs and maxOutputBytes belong to POST /v2/processes/run".to_owned(),
+        ));
+    }
+    let start = start_request(runtime, body).await?;
+    let process = processes.start(start).await?;
+    let _ = tokio::time::timeout(PID_WAIT, process.pid()).await;
+    let mut response = json(StatusCode::CREATED, &process.info())?;
+    if let Ok(location) = HeaderValue::from_str(&format!("/v2/processes/{}", process.id())) {
+        response.headers_mut().insert(LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// `POST /v2/processes/run` → the run's result once the process exited.
+async fn run(
+    runtime: &Runtime,
+    processes: &Arc<Processes>,
+    request: &mut HttpRequest,
+) -> Result<Response<Body>, Error> {
+    let body: StartBody = json_body(runtime, request).await?;
+    if body.tty {
+        return Err(Error::InvalidRequest(
+            "a run has no terminal; start the process with POST /v2/processes".to_owned(),
+        ));
+    }
+    let timeout = body.timeout_ms.map(Duration::from_millis);
+    let cap = body.max_output_bytes.unwrap_or(DEFAULT_RUN_OUTPUT);
+    if cap > MAX_RUN_OUTPUT {
+        return Err(Error::InvalidRequest(format!(
+            "maxOutputBytes must be at most {MAX_RUN_OUTPUT}"
+        )));
+    }
+    let start = start_request(runtime, body).await?;
+    json(StatusCode::OK, &processes.run(start, timeout, cap).await?)
+}
+
+/// `GET /v2/processes?limit=&cursor=&sessionId=&state=running|exited`.
+fn list(processes: &Processes, query: Option<&str>) -> Result<Response<Body>, Error> {
+    let mut filter = ProcessFilter::default();
+    let mut cursor = None;
+    let mut limit = DEFAULT_LIST_LIMIT;
+    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match &*key {
+            "limit" => limit = bounded(&key, &value, MAX_LIST_LIMIT)?,
+            "cursor" => cursor = Some(value.into_owned()),
+            "sessionId" | "session_id" => filter.session_id = Some(value.into_owned()),
+            "state" => {
+                filter.running = Some(match &*value {
+                    "running" => true,
+                    "exited" => false,
+                    other => {
+                        return Err(Error::InvalidRequest(format!(
+                            "query parameter state must be running or exited, got {other:?}"
+                        )));
+                    }
+                });
+            }
+            _ => {}
+        }
+    }
+    json(
+        StatusCode::OK,
+        &processes.list(&filter, cursor.as_deref(), limit)?,
+    )
+}
+
+/// A query parameter that must be an integer from 1 to `max`.
+fn bounded(key: &str, value: &str, max: usize) -> Result<usize, Error> {
+    value
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| value.parse::<usize>().ok())
+        .flatten()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            Error::InvalidRequest(format!(
+                "query parameter {key} must be between 1 and {max}, got {value:?}"
+            ))
+        })
+}
+
+/// The chunks of an output page as the API shows them.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OutputPage {
+    chunks: Vec<crate::process::output::ChunkOut>,
+    next_offset: u64,
+    dropped: u64,
+}
+
+/// `GET /v2/processes/{id}/output?offset=&limit=`: a page; with `Accept:
+/// text/event-stream`, the output followed (module doc).
+fn output(
+    runtime: &Runtime,
+    process: &Arc<Process>,
+    request: &HttpRequest,
+) -> Result<Response<Body>, Error> {
+    let mut offset = 0;
+    let mut limit = DEFAULT_OUTPUT_LIMIT;
+    for (key, value) in form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes()) {
+        match &*key {
+            "offset" => {
+                offset = value.parse::<u64>().map_err(|_| {
+                    Error::InvalidRequest(format!(
+                        "query parameter offset must be a byte offset, got {value:?}"
+                    ))
+                })?;
+            }
+            "limit" => limit = bounded(&key, &value, MAX_OUTPUT_LIMIT)?,
+            _ => {}
+        }
+    }
+    let wants_stream = request
+        .headers()
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .any(|value| value.to_str().is_ok_and(|v| v.contains(EVENT_STREAM)))
+        && accepts(request.headers(), EVENT_STREAM);
+    if !wants_stream {
+        let page = process.read(offset, limit);
+        return json(
+            StatusCode::OK,
+            &OutputPage {
+                next_offset: page.next_offset,
+                dropped: page.dropped,
+                chunks: page.chunks.into_iter().map(|(chunk, _)| chunk).collect(),
+            },
+        );
+    }
+    if let Some(resume) = last_event_id(request.headers())? {
+        offset = resume;
+    }
+    let mut response = Response::new(follow(
+        process.clone(),
+        offset,
+        runtime.config.heartbeat,
+        runtime.shutdown.clone(),
+    ));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(EVENT_STREAM));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(X_ACCEL_BUFFERING_HEADER, HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+/// Where a follower is.
+struct Follower {
+    process: Arc<Process>,
+    offset: u64,
+    changes: tokio::sync::watch::Receiver<u64>,
+    done: bool,
+}
+
+/// The SSE body of a followed output: from `offset`, each chunk an event
+/// (`id:` the offset after it), `event: dropped` when the ring no longer
+/// holds bytes the follower asked for, `event: exit` after the last chunk,
+/// heartbeat comments while quiet. Each frame is made when the client
+/// reads: a follower that does not read holds no output.
+fn follow(
+    process: Arc<Process>,
+    offset: u64,
+    heartbeat: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Body {
+    let changes = process.changes();
+    let start = Follower {
+        process,
+        offset,
+        changes,
+        done: false,
+    };
+    let frames = futures::stream::unfold(start, move |mut follower| {
+        let shutdown = shutdown.clone();
+        async move {
+            if follower.done {
+                return None;
+            }
+            loop {
+                follower.changes.borrow_and_update();
+                let exit = follower.process.exit();
+                let page = follower.process.read(follower.offset, FRAME_BYTES);
+                if page.dropped > 0 || !page.chunks.is_empty() {
+                    let frame = frame_page(follower.offset, &page);
+                    follower.offset = page.next_offset;
+                    return Some((Ok::<_, Infallible>(Frame::data(frame)), follower));
+                }
+                if let Some(exit) = exit {
+                    follower.done = true;
+                    let data = serde_json::to_string(&exit).unwrap_or_default();
+                    let frame = Bytes::from(format!("event: exit\ndata: {data}\n\n"));
+                    return Some((Ok(Frame::data(frame)), follower));
+                }
+                tokio::select! {
+                    changed = follower.changes.changed() => {
+                        if changed.is_err() {
+                            return None;
+                        }
+                    }
+                    () = tokio::time::sleep(heartbeat) => {
+                        let frame = Bytes::from_static(b": heartbeat\n\n");
+                        return Some((Ok(Frame::data(frame)), follower));
+                    }
+                    () = shutdown.cancelled() => return None,
+                }
+            }
+        }
+    });
+    let opened = futures::stream::once(std::future::ready(Ok::<_, Infallible>(Frame::data(
+        Bytes::from_static(b": stream open\n\n"),
+    ))));
+    StreamBody::new(futures::StreamExt::chain(opened, frames)).boxed_unsync()
+}
+
+/// One frame of SSE events: the dropped marker (when bytes after `asked`
+/// are gone), then each chunk with its end offset as `id:`.
+fn frame_page(asked: u64, page: &Page) -> Bytes {
+    let mut out = BytesMut::new();
+    if page.dropped > 0 {
+        let resumed = asked + page.dropped;
+        out.put_slice(
+            format!(
+                "event: dropped\nid: {resumed}\ndata: {{\"offset\":{asked},\"nextOffset\":{resumed},\"dropped\":{}}}\n\n",
+                page.dropped
+            )
+            .as_bytes(),
+        );
+    }
+    for (chunk, length) in &page.chunks {
+        out.put_slice(b"id: ");
+        out.put_slice(itoa::Buffer::new().format(chunk.end(*length)).as_bytes());
+        out.put_slice(b"\ndata: ");
+        let _ = serde_json::to_writer((&mut out).writer(), chunk);
+        out.put_slice(b"\n\n");
+    }
+    out.freeze()
+}
+
+/// `POST /v2/processes/{id}/input` (raw body; `?eof=true` closes stdin
+/// after it) → 204.
+async fn input(
+    runtime: &Runtime,
+    process: &Process,
+    request: &mut HttpRequest,
+) -> Result<Response<Body>, Error> {
+    let mut eof = false;
+    for (key, value) in form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes()) {
+        if key == "eof" {
+            eof = match &*value {
+                "true" | "1" => true,
+                "false" | "0" => false,
+                other => {
+                    return Err(Error::InvalidRequest(format!(
+                        "query parameter eof must be true or false, got {other:?}"
+                    )));
+                }
+            };
+        }
+    }
+    let body = read_body(
+        request,
+        runtime.config.max_body_bytes,
+        runtime.config.read_timeout,
+    )
+    .await?;
+    if process.exit().is_some() {
+        return Err(Error::ProcessExited(process.id().to_owned()));
+    }
+    if !body.is_empty() {
+        process.write_stdin(body).await?;
+    }
+    if eof {
+        process.close_stdin().await?;
+    }
+    Ok(empty(StatusCode::NO_CONTENT))
+}
+
+/// `POST /v2/processes/{id}/signal` `{signal: "SIGINT"}` → 204.
+async fn signal(
+    runtime: &Runtime,
+    process: &Process,
+    request: &mut HttpRequest,
+) -> Result<Response<Body>, Error> {
+    let body: SignalBody = json_body(runtime, request).await?;
+    let name = body.signal.trim();
+    let full_name = if name.starts_with("SIG") {
+        name.to_owned()
+    } else {
+        format!("SIG{name}")
+    };
+    let signal = nix::sys::signal::Signal::from_str(&full_name).map_err(|_| {
+        Error::InvalidRequest(format!(
+            "signal {:?} is not a signal name (SIGINT, SIGTERM, SIGKILL, SIGHUP, …)",
+            body.signal
+        ))
+    })?;
+    process.signal(signal).await?;
+    Ok(empty(StatusCode::NO_CONTENT))
+}
+
+/// `POST /v2/processes/{id}/resize` `{cols, rows}` → 204.
+async fn resize(
+    runtime: &Runtime,
+    process: &Process,
+    request: &mut HttpRequest,
+) -> Result<Response<Body>, Error> {
+    let body: ResizeBody = json_body(runtime, request).await?;
+    let size = TtySize {
+        cols: body.cols,
+        rows: body.rows,
+    };
+    check_size(size)?;
+    process.resize(size).await?;
+    Ok(empty(StatusCode::NO_CONTENT))
+}

@@ -1,0 +1,1032 @@
+//! The process API's processes (research/contract.md, "Processes and
+//! terminals"): programs started in the sandbox on a client's request (or
+//! an agent's terminal), each under a tree supervisor, with its output kept
+//! in a ring numbered by byte offset so a follower that lost its connection
+//! resumes exactly.
+//!
+//! - [`Processes`]: the table, the bounds (`--max-processes` running at
+//!   once, exited ones kept), start, run to completion, shutdown.
+//! - [`Process`]: one process: its description, output, stdin, signals,
+//!   terminal size, and the exit its followers wait for.
+//! - [`output`]: the output ring.
+
+pub mod output;
+mod spawn;
+
+use crate::agent::tree::{self, TreeSupervisor};
+use crate::error::Error;
+use crate::time::rfc3339;
+use bytes::{Bytes, BytesMut};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use output::{Output, OutputStream, Page};
+use parking_lot::Mutex;
+use serde::Serialize;
+use spawn::{Io, Launch};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The bounds of the process API (server flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessLimits {
+    /// Processes running at once (`--max-processes`; 429 past it).
+    pub max_running: usize,
+    /// Output retained per process, in bytes (`--process-output-bytes`).
+    pub output_bytes: usize,
+    /// Exited processes kept for reading (`--kept-processes`); the oldest
+    /// is forgotten past it.
+    pub kept_exited: usize,
+}
+
+impl Default for ProcessLimits {
+    fn default() -> Self {
+        Self {
+            max_running: 64,
+            output_bytes: 1024 * 1024,
+            kept_exited: 256,
+        }
+    }
+}
+
+/// A terminal's size, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TtySize {
+    /// Columns.
+    pub cols: u16,
+    /// Rows.
+    pub rows: u16,
+}
+
+/// What to start.
+#[derive(Debug, Clone, Default)]
+pub struct StartRequest {
+    /// The program: a name found on `PATH`, or a path (never a shell line).
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its working directory, already resolved and checked by the caller
+    /// (the host file system rules).
+    pub cwd: PathBuf,
+    /// Variables set on top of the server's environment (minus its
+    /// secrets).
+    pub env: Vec<(String, String)>,
+    /// A terminal of this size, or pipes.
+    pub tty: Option<TtySize>,
+    /// Bytes written to stdin first.
+    pub stdin: Option<Bytes>,
+    /// Close stdin after `stdin` (end of file).
+    pub close_stdin: bool,
+    /// A label for people.
+    pub title: Option<String>,
+    /// The session this process belongs to (an agent's terminal, or a
+    /// client's choice).
+    pub session_id: Option<String>,
+    /// Retained output in bytes, instead of the server's default.
+    pub output_bytes: Option<usize>,
+}
+
+/// How a process ended: `{exitCode, signal}` (one of them is set).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Exit {
+    /// The exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal's name (`SIGKILL`), when a signal ended it.
+    pub signal: Option<String>,
+}
+
+impl Exit {
+    fn of(status: std::io::Result<std::process::ExitStatus>) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        match status {
+            Ok(status) => Self {
+                exit_code: status.code(),
+                signal: status.signal().map(signal_name),
+            },
+            Err(_) => Self {
+                exit_code: None,
+                signal: None,
+            },
+        }
+    }
+}
+
+/// `SIGTERM` for 15; `SIG<n>` for a number nix does not name.
+fn signal_name(number: i32) -> String {
+    Signal::try_from(number).map_or_else(|_| format!("SIG{number}"), |s| s.as_str().to_owned())
+}
+
+/// A process as the API shows it (research/contract.md, "Processes and
+/// terminals"): `{id, pid, command, args, cwd, tty, title, sessionId,
+/// toolCallId, state, exitCode, signal, startedAt, endedAt, outputBytes}`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessInfo {
+    /// The process id of this API.
+    pub id: String,
+    /// The program's operating-system pid (`null` until seen).
+    pub pid: Option<i32>,
+    /// The program as asked for.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its working directory.
+    pub cwd: String,
+    /// Whether it runs on a terminal.
+    pub tty: bool,
+    /// The label given at start.
+    pub title: Option<String>,
+    /// Its session, if any.
+    pub session_id: Option<String>,
+    /// The tool call that shows it (an agent's terminal), if any.
+    pub tool_call_id: Option<String>,
+    /// `running` or `exited`.
+    pub state: &'static str,
+    /// The exit code, once exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, once exited.
+    pub signal: Option<String>,
+    /// RFC 3339.
+    pub started_at: String,
+    /// RFC 3339, once exited.
+    pub ended_at: Option<String>,
+    /// Every byte of output so far (the next byte's offset).
+    pub output_bytes: u64,
+}
+
+/// One page of the process list.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessPage {
+    /// Newest first.
+    pub processes: Vec<ProcessInfo>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Which processes a list shows.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessFilter {
+    /// Only this session's.
+    pub session_id: Option<String>,
+    /// Only running (`Some(true)`) or exited (`Some(false)`) ones.
+    pub running: Option<bool>,
+}
+
+/// The answer of a run to completion: `{exitCode, signal, stdout, stderr,
+/// truncated, durationMs}` (plus `stdoutEncoding`/`stderrEncoding:
+/// "base64"` for output that is not UTF-8).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunResult {
+    /// The exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it (`SIGKILL` after the timeout).
+    pub signal: Option<String>,
+    /// Standard output, at most the cap.
+    pub stdout: String,
+    /// `"base64"` when `stdout` is base64.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_encoding: Option<&'static str>,
+    /// Standard error, at most the cap.
+    pub stderr: String,
+    /// `"base64"` when `stderr` is base64.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_encoding: Option<&'static str>,
+    /// Whether output passed the cap (the process was killed then).
+    pub truncated: bool,
+    /// Whether the timeout passed (the process was killed then).
+    pub timed_out: bool,
+    /// From start to exit, in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// Every process of the API.
+#[derive(Debug)]
+pub struct Processes {
+    /// The bounds.
+    limits: ProcessLimits,
+    /// The tree supervisor every process starts under (`None`: none).
+    supervisor: Option<TreeSupervisor>,
+    /// The table.
+    table: Mutex<Table>,
+    /// Numbers processes in start order (list order, cursors).
+    next_seq: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    by_id: HashMap<Arc<str>, Arc<Process>>,
+    by_seq: BTreeMap<u64, Arc<Process>>,
+    /// Running processes (and starts under way).
+    running: usize,
+    /// Exited processes still kept, oldest first, with the output bytes
+    /// each retains.
+    exited: VecDeque<(u64, usize)>,
+    /// Output bytes the exited processes retain, together.
+    exited_bytes: usize,
+}
+
+/// Output bytes all exited processes may retain together; past it the
+/// oldest exited process is forgotten (as past `--kept-processes`).
+const EXITED_OUTPUT_BYTES: usize = 64 * 1024 * 1024;
+
+/// A request to the task that owns a process's stdin.
+enum Input {
+    /// Write these bytes; answer when written.
+    Write(Bytes, oneshot::Sender<std::io::Result<()>>),
+    /// Close stdin (a terminal gets `^D`, its end-of-file character).
+    Eof(oneshot::Sender<std::io::Result<()>>),
+    /// Resize the terminal.
+    Resize(TtySize, oneshot::Sender<std::io::Result<()>>),
+}
+
+/// Room for input requests waiting for the stdin task.
+const INPUT_QUEUE: usize = 16;
+/// Most bytes one read of output takes.
+const READ_BYTES: usize = 64 * 1024;
+/// How long the output readers may go on after the process exited (a
+/// descendant that kept the pipe open is killed with the tree; this bounds
+/// the rest).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+/// How long a stdin write may wait for a process that does not read.
+pub const INPUT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One process (module doc).
+#[derive(Debug)]
+pub struct Process {
+    /// The API's id.
+    id: Arc<str>,
+    /// Start order.
+    seq: u64,
+    /// The program as asked for.
+    command: String,
+    /// Its arguments.
+    args: Vec<String>,
+    /// Its working directory.
+    cwd: String,
+    /// Whether it runs on a terminal.
+    tty: bool,
+    /// Label.
+    title: Option<String>,
+    /// Session.
+    session_id: Option<String>,
+    /// The tool call showing it.
+    tool_call_id: Mutex<Option<String>>,
+    /// When it started.
+    started_at: SystemTime,
+    /// Monotonic start, for durations.
+    started: Instant,
+    /// The child the server started: the supervisor, or the program.
+    child_pid: Pid,
+    /// Whether `child_pid` is a supervisor.
+    supervised: bool,
+    /// The program's pid (0 until seen).
+    program_pid: AtomicI32,
+    /// Output and exit.
+    state: Mutex<State>,
+    /// Bumped on every change of `state`, for followers.
+    changed: watch::Sender<u64>,
+    /// The stdin task.
+    input: mpsc::Sender<Input>,
+}
+
+#[derive(Debug)]
+struct State {
+    output: Output,
+    exit: Option<Exit>,
+    ended_at: Option<SystemTime>,
+}
+
+impl Processes {
+    /// An empty table with these bounds; processes start under
+    /// `supervisor`.
+    pub fn new(limits: ProcessLimits, supervisor: Option<TreeSupervisor>) -> Self {
+        Self {
+            limits,
+            supervisor,
+            table: Mutex::new(Table::default()),
+            next_seq: AtomicU64::new(1),
+        }
+    }
+
+    /// Starts `request`'s program.
+    ///
+    /// # Errors
+    /// 429 `too-many-processes` at `--max-processes`; 400
+    /// `program-not-found`, `invalid-request`; 500 when it cannot be
+    /// started otherwise.
+    pub async fn start(self: &Arc<Self>, request: StartRequest) -> Result<Arc<Process>, Error> {
+        // Checked here for a clear error; started by its name, so the
+        // program sees the `argv[0]` it was asked by (as `execvp` gives).
+        spawn::find_program(&request.command, &request.cwd, &request.env)?;
+        let program = PathBuf::from(&request.command);
+        {
+            let mut table = self.table.lock();
+            if table.running >= self.limits.max_running {
+                return Err(Error::TooManyProcesses {
+                    limit: self.limits.max_running,
+                });
+            }
+            table.running += 1;
+        }
+        let launch = Launch {
+            program: &program,
+            args: &request.args,
+            cwd: &request.cwd,
+            env: &request.env,
+            tty: request.tty,
+        };
+        let started = match spawn::spawn(self.supervisor.as_ref(), &launch) {
+            Ok(started) => started,
+            Err(error) => {
+                self.table.lock().running -= 1;
+                return Err(Error::FsIo(format!(
+                    "cannot start {}: {error}",
+                    request.command
+                )));
+            }
+        };
+        let child_pid = started
+            .child
+            .id()
+            .and_then(|pid| i32::try_from(pid).ok())
+            .map_or(Pid::from_raw(0), Pid::from_raw);
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
+        let supervised = self.supervisor.is_some();
+        let process = Arc::new(Process {
+            id: Arc::from(uuid::Uuid::new_v4().simple().to_string()),
+            seq,
+            command: request.command,
+            args: request.args,
+            cwd: request.cwd.to_string_lossy().into_owned(),
+            tty: request.tty.is_some(),
+            title: request.title,
+            session_id: request.session_id,
+            tool_call_id: Mutex::new(None),
+            started_at: SystemTime::now(),
+            started: Instant::now(),
+            child_pid,
+            supervised,
+            program_pid: AtomicI32::new(if supervised { 0 } else { child_pid.as_raw() }),
+            state: Mutex::new(State {
+                output: Output::new(request.output_bytes.unwrap_or(self.limits.output_bytes)),
+                exit: None,
+                ended_at: None,
+            }),
+            changed: watch::channel(0).0,
+            input: input_tx,
+        });
+        {
+            let mut table = self.table.lock();
+            table.by_id.insert(process.id.clone(), process.clone());
+            table.by_seq.insert(seq, process.clone());
+        }
+        let readers = match started.io {
+            Io::Pipes(stdin, stdout, stderr) => {
+                tokio::spawn(write_pipe(stdin, input_rx));
+                vec![
+                    tokio::spawn(read_output(process.clone(), stdout, OutputStream::Stdout)),
+                    tokio::spawn(read_output(process.clone(), stderr, OutputStream::Stderr)),
+                ]
+            }
+            Io::Pty(pty) => {
+                let (read, write) = pty.into_split();
+                tokio::spawn(write_pty(write, input_rx));
+                vec![tokio::spawn(read_output(
+                    process.clone(),
+                    read,
+                    OutputStream::Tty,
+                ))]
+            }
+        };
+        tokio::spawn(wait_for_exit(
+            self.clone(),
+            process.clone(),
+            started.child,
+            readers,
+        ));
+        if let Some(stdin) = request.stdin.filter(|bytes| !bytes.is_empty()) {
+            // Queued first: nothing a client sends later overtakes it.
+            let (done, _) = oneshot::channel();
+            let _ = process.input.try_send(Input::Write(stdin, done));
+        }
+        if request.close_stdin {
+            let (done, _) = oneshot::channel();
+            let _ = process.input.send(Input::Eof(done)).await;
+        }
+        Ok(process)
+    }
+
+    /// Runs `request`'s program to completion: at most `max_output` bytes
+    /// of stdout and of stderr (past either, the tree is killed and
+    /// `truncated` set), killed at `timeout`. Stdin is closed after
+    /// `request.stdin`. The process is listed while it runs and forgotten
+    /// when it returns; when the caller goes away first (the future is
+    /// dropped), its tree is killed.
+    ///
+    /// # Errors
+    /// As [`Processes::start`].
+    pub async fn run(
+        self: &Arc<Self>,
+        mut request: StartRequest,
+        timeout: Option<Duration>,
+        max_output: usize,
+    ) -> Result<RunResult, Error> {
+        request.close_stdin = true;
+        request.tty = None;
+        request.output_bytes = Some(max_output.saturating_mul(2).saturating_add(READ_BYTES));
+        let process = self.start(request).await?;
+        let guard = Forget {
+            processes: self.clone(),
+            process: process.clone(),
+        };
+        let deadline = timeout.map(|timeout| tokio::time::Instant::now() + timeout);
+        let mut changes = process.changed.subscribe();
+        let mut truncated = false;
+        let mut timed_out = false;
+        loop {
+            changes.borrow_and_update();
+            {
+                let state = process.state.lock();
+                if state.exit.is_some() {
+                    break;
+                }
+                if !truncated
+                    && (state.output.written(OutputStream::Stdout) > max_output as u64
+                        || state.output.written(OutputStream::Stderr) > max_output as u64)
+                {
+                    truncated = true;
+                    drop(state);
+                    process.kill_tree();
+                }
+            }
+            let sleep = async {
+                match deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = changes.changed() => {}
+                () = sleep, if !timed_out => {
+                    timed_out = true;
+                    process.kill_tree();
+                }
+            }
+        }
+        let (stdout, stderr, exit) = {
+            let state = process.state.lock();
+            let page = state.output.read(0, usize::MAX);
+            let mut streams = (Vec::new(), Vec::new());
+            for (chunk, _) in &page.chunks {
+                let bytes = chunk_bytes(chunk);
+                match chunk.stream {
+                    OutputStream::Stderr => streams.1.extend_from_slice(&bytes),
+                    _ => streams.0.extend_from_slice(&bytes),
+                }
+            }
+            (streams.0, streams.1, state.exit.clone())
+        };
+        drop(guard);
+        let exit = exit.unwrap_or(Exit {
+            exit_code: None,
+            signal: None,
+        });
+        let (stdout, stdout_encoding) = text_or_base64(stdout, max_output);
+        let (stderr, stderr_encoding) = text_or_base64(stderr, max_output);
+        Ok(RunResult {
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+            stdout,
+            stdout_encoding,
+            stderr,
+            stderr_encoding,
+            truncated,
+            timed_out,
+            duration_ms: u64::try_from(process.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// The process with this id.
+    pub fn get(&self, id: &str) -> Option<Arc<Process>> {
+        self.table.lock().by_id.get(id).cloned()
+    }
+
+    /// Kills a running process's tree, then forgets it. Whether it was
+    /// known.
+    pub fn forget(&self, id: &str) -> bool {
+        let removed = {
+            let mut table = self.table.lock();
+            let removed = table.by_id.remove(id);
+            if let Some(process) = &removed {
+                table.by_seq.remove(&process.seq);
+                let seq = process.seq;
+                if let Some(at) = table.exited.iter().position(|(other, _)| *other == seq) {
+                    let (_, bytes) = table.exited.remove(at).unwrap_or_default();
+                    table.exited_bytes -= bytes;
+                }
+            }
+            removed
+        };
+        match removed {
+            Some(process) => {
+                process.kill_tree();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A page of processes, newest first: at most `limit`, older than
+    /// `cursor` (a previous page's `nextCursor`).
+    ///
+    /// # Errors
+    /// 400 `invalid-request` for a cursor this server did not make.
+    pub fn list(
+        &self,
+        filter: &ProcessFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ProcessPage, Error> {
+        let before = match cursor {
+            None => u64::MAX,
+            Some(cursor) => cursor
+                .strip_prefix('p')
+                .and_then(|seq| seq.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    Error::InvalidRequest(format!(
+                        "query parameter cursor: {cursor:?} is not a cursor of this list"
+                    ))
+                })?,
+        };
+        let table = self.table.lock();
+        let mut processes = Vec::new();
+        let mut next_cursor = None;
+        for (seq, process) in table.by_seq.range(..before).rev() {
+            if filter
+                .session_id
+                .as_deref()
+                .is_some_and(|id| process.session_id.as_deref() != Some(id))
+            {
+                continue;
+            }
+            let info = process.info();
+            if filter
+                .running
+                .is_some_and(|running| running != (info.state == "running"))
+            {
+                continue;
+            }
+            if processes.len() == limit {
+                next_cursor = Some(format!("p{}", seq + 1));
+                break;
+            }
+            processes.push(info);
+        }
+        Ok(ProcessPage {
+            processes,
+            next_cursor,
+        })
+    }
+
+    /// Stops every running process at server shutdown: SIGTERM to each
+    /// tree (its supervisor sends SIGKILL after its grace), then, after
+    /// `grace`, SIGKILL to what is left.
+    pub async fn shutdown(&self, grace: Duration) {
+        let running: Vec<Arc<Process>> = self
+            .table
+            .lock()
+            .by_seq
+            .values()
+            .filter(|process| process.exit().is_none())
+            .cloned()
+            .collect();
+        for process in &running {
+            process.signal_tree(Signal::SIGTERM);
+        }
+        let all = futures::future::join_all(running.iter().map(|process| process.wait()));
+        if tokio::time::timeout(grace, all).await.is_err() {
+            for process in &running {
+                process.kill_tree();
+            }
+        }
+    }
+
+    /// Records that `process` exited: one fewer running; kept among the
+    /// exited, the oldest of which are forgotten past `--kept-processes`
+    /// or past [`EXITED_OUTPUT_BYTES`] of their output together.
+    fn exited(&self, process: &Process) {
+        let retained = process.state.lock().output.retained();
+        let mut table = self.table.lock();
+        table.running = table.running.saturating_sub(1);
+        if !table.by_id.contains_key(&process.id) {
+            return;
+        }
+        table.exited.push_back((process.seq, retained));
+        table.exited_bytes += retained;
+        while table.exited.len() > self.limits.kept_exited
+            || (table.exited_bytes > EXITED_OUTPUT_BYTES && table.exited.len() > 1)
+        {
+            let Some((oldest, bytes)) = table.exited.pop_front() else {
+                break;
+            };
+            table.exited_bytes -= bytes;
+            if let Some(gone) = table.by_seq.remove(&oldest) {
+                table.by_id.remove(&gone.id);
+            }
+        }
+    }
+}
+
+/// Forgets a run's process when the run ends or is dropped (its tree is
+/// killed if it still runs).
+struct Forget {
+    processes: Arc<Processes>,
+    process: Arc<Process>,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        self.processes.forget(&self.process.id);
+    }
+}
+
+/// The bytes of a chunk read out of the ring.
+fn chunk_bytes(chunk: &output::ChunkOut) -> Vec<u8> {
+    use base64::Engine as _;
+    match chunk.encoding {
+        Some(_) => base64::engine::general_purpose::STANDARD
+            .decode(&chunk.data)
+            .unwrap_or_default(),
+        None => chunk.data.clone().into_bytes(),
+    }
+}
+
+/// `bytes` cut to `max`, as text when it is UTF-8, else base64.
+fn text_or_base64(mut bytes: Vec<u8>, max: usize) -> (String, Option<&'static str>) {
+    use base64::Engine as _;
+    bytes.truncate(max);
+    match String::from_utf8(bytes) {
+        Ok(text) => (text, None),
+        Err(error) => {
+            let bytes = error.into_bytes();
+            // A cap that cut a character in two leaves text with a broken
+            // end: keep the text, drop the broken character's start.
+            let keep = output::complete_prefix(&bytes);
+            match std::str::from_utf8(&bytes[..keep]) {
+                Ok(text) if bytes.len() - keep < 4 => (text.to_owned(), None),
+                _ => (
+                    base64::engine::general_purpose::STANDARD.encode(&bytes),
+                    Some("base64"),
+                ),
+            }
+        }
+    }
+}
+
+impl Process {
+    /// The API's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    #[expect(dead_code, reason = "the runtime's ACP terminals tag their process")]
+    /// Records the tool call that shows this process (an agent's terminal
+    /// named in a tool call's content).
+    pub fn tag_tool_call(&self, tool_call_id: &str) {
+        *self.tool_call_id.lock() = Some(tool_call_id.to_owned());
+    }
+
+    /// The description the API shows.
+    pub fn info(&self) -> ProcessInfo {
+        let pid = self.known_pid();
+        let state = self.state.lock();
+        ProcessInfo {
+            id: self.id.to_string(),
+            pid: pid.map(Pid::as_raw),
+            command: self.command.clone(),
+            args: self.args.clone(),
+            cwd: self.cwd.clone(),
+            tty: self.tty,
+            title: self.title.clone(),
+            session_id: self.session_id.clone(),
+            tool_call_id: self.tool_call_id.lock().clone(),
+            state: if state.exit.is_some() {
+                "exited"
+            } else {
+                "running"
+            },
+            exit_code: state.exit.as_ref().and_then(|exit| exit.exit_code),
+            signal: state.exit.as_ref().and_then(|exit| exit.signal.clone()),
+            started_at: rfc3339(self.started_at),
+            ended_at: state.ended_at.map(rfc3339),
+            output_bytes: state.output.end(),
+        }
+    }
+
+    /// The output from `offset` on, at most about `limit` bytes.
+    pub fn read(&self, offset: u64, limit: usize) -> Page {
+        self.state.lock().output.read(offset, limit)
+    }
+
+    #[expect(dead_code, reason = "the runtime's ACP terminals read their output")]
+    /// The newest at most `max` bytes of output and whether older output
+    /// exists (ACP's `terminal/output`).
+    pub fn tail(&self, max: usize) -> (Vec<u8>, bool) {
+        self.state.lock().output.tail(max)
+    }
+
+    /// How it ended, once it has.
+    pub fn exit(&self) -> Option<Exit> {
+        self.state.lock().exit.clone()
+    }
+
+    /// A receiver that changes whenever output arrives or the process
+    /// exits.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Waits until it exited (and its output was read to the end).
+    pub async fn wait(&self) -> Exit {
+        let mut changes = self.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            if let Some(exit) = self.exit() {
+                return exit;
+            }
+            if changes.changed().await.is_err() {
+                // The sender lives in `self`: unreachable while borrowed.
+                return Exit {
+                    exit_code: None,
+                    signal: None,
+                };
+            }
+        }
+    }
+
+    /// The program's pid, waiting a moment for the supervisor to start it.
+    pub async fn pid(&self) -> Option<Pid> {
+        for pause in spawn::PID_POLL.iter().chain(std::iter::repeat_n(
+            &spawn::PID_POLL[spawn::PID_POLL.len() - 1],
+            50,
+        )) {
+            if let Some(pid) = self.known_pid() {
+                return Some(pid);
+            }
+            if self.exit().is_some() {
+                return None;
+            }
+            tokio::time::sleep(*pause).await;
+        }
+        self.known_pid()
+    }
+
+    /// The program's pid if it is known or can be seen now.
+    fn known_pid(&self) -> Option<Pid> {
+        let known = self.program_pid.load(Ordering::Relaxed);
+        if known > 0 {
+            return Some(Pid::from_raw(known));
+        }
+        if !self.supervised || self.state.lock().exit.is_some() {
+            return None;
+        }
+        let found = spawn::program_behind(self.child_pid)?;
+        self.program_pid.store(found.as_raw(), Ordering::Relaxed);
+        Some(found)
+    }
+
+    /// Sends `signal` to the process: SIGKILL to its whole tree (every
+    /// descendant, a `setsid` one included); any other to the program (on
+    /// a terminal, to its process group, as the terminal would).
+    ///
+    /// # Errors
+    /// 409 `process-exited` once it exited.
+    pub async fn signal(&self, signal: Signal) -> Result<(), Error> {
+        if self.exit().is_some() {
+            return Err(Error::ProcessExited(self.id.to_string()));
+        }
+        if signal == Signal::SIGKILL {
+            self.kill_tree();
+            return Ok(());
+        }
+        let target = self.pid().await;
+        let Some(target) = target else {
+            return Err(Error::ProcessExited(self.id.to_string()));
+        };
+        // Checked again: the pid of an exited program may be reused.
+        if self.exit().is_some() {
+            return Err(Error::ProcessExited(self.id.to_string()));
+        }
+        let sent = if self.tty {
+            killpg(target, signal)
+        } else {
+            kill(target, signal)
+        };
+        match sent {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+            Err(errno) => Err(Error::PermissionDenied(format!(
+                "cannot signal process {}: {errno}",
+                self.id
+            ))),
+        }
+    }
+
+    /// SIGKILL to the whole tree at once (through the supervisor), unless
+    /// it already exited.
+    pub fn kill_tree(&self) {
+        if self.exit().is_some() || self.child_pid.as_raw() <= 0 {
+            return;
+        }
+        if self.supervised {
+            let _ = kill(self.child_pid, tree::KILL_NOW);
+        } else {
+            let _ = killpg(self.child_pid, Signal::SIGKILL);
+        }
+    }
+
+    /// A graceful stop of the whole tree: SIGTERM through the supervisor
+    /// (which sends SIGKILL after its grace), or to the group.
+    fn signal_tree(&self, signal: Signal) {
+        if self.exit().is_some() || self.child_pid.as_raw() <= 0 {
+            return;
+        }
+        if self.supervised {
+            let _ = kill(self.child_pid, signal);
+        } else {
+            let _ = killpg(self.child_pid, signal);
+        }
+    }
+
+    /// Writes `bytes` to stdin.
+    ///
+    /// # Errors
+    /// 409 `process-exited` when it exited or its stdin is closed; 504
+    /// when the process does not read it within [`INPUT_TIMEOUT`].
+    pub async fn write_stdin(&self, bytes: Bytes) -> Result<(), Error> {
+        self.input_request(|done| Input::Write(bytes, done), "stdin")
+            .await
+    }
+
+    /// Closes stdin (on a terminal: sends its end-of-file character).
+    ///
+    /// # Errors
+    /// As [`Process::write_stdin`].
+    pub async fn close_stdin(&self) -> Result<(), Error> {
+        self.input_request(Input::Eof, "stdin").await
+    }
+
+    /// Resizes the terminal.
+    ///
+    /// # Errors
+    /// 409 `not-a-tty` without one, `process-exited` once it exited.
+    pub async fn resize(&self, size: TtySize) -> Result<(), Error> {
+        if !self.tty {
+            return Err(Error::NotATty(self.id.to_string()));
+        }
+        self.input_request(|done| Input::Resize(size, done), "resize")
+            .await
+    }
+
+    async fn input_request(
+        &self,
+        request: impl FnOnce(oneshot::Sender<std::io::Result<()>>) -> Input,
+        what: &str,
+    ) -> Result<(), Error> {
+        let exited = || Error::ProcessExited(self.id.to_string());
+        if self.exit().is_some() {
+            return Err(exited());
+        }
+        let (done, answer) = oneshot::channel();
+        let sent = async {
+            self.input.send(request(done)).await.map_err(|_| exited())?;
+            answer.await.map_err(|_| exited())?.map_err(|_| exited())
+        };
+        tokio::time::timeout(INPUT_TIMEOUT, sent)
+            .await
+            .map_err(|_| Error::Timeout {
+                method: format!("{what} of process {}", self.id),
+                timeout: INPUT_TIMEOUT,
+            })?
+    }
+
+    /// Appends output read from `stream` and wakes followers.
+    fn push(&self, stream: OutputStream, data: Bytes) {
+        self.state.lock().output.push(stream, data);
+        self.changed.send_modify(|version| *version += 1);
+    }
+}
+
+/// Reads one output stream into the process's ring until end of file (a
+/// terminal's `EIO` once every holder of its other side is gone counts as
+/// end of file), holding back a character split across reads.
+async fn read_output(
+    process: Arc<Process>,
+    mut reader: impl AsyncRead + Unpin,
+    stream: OutputStream,
+) {
+    let mut buffer = BytesMut::with_capacity(READ_BYTES);
+    loop {
+        if buffer.capacity() - buffer.len() < 4 {
+            buffer.reserve(READ_BYTES);
+        }
+        match reader.read_buf(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                // At most 3 bytes wait: the start of a character the next
+                // read finishes.
+                let ready = output::complete_prefix(&buffer);
+                if ready > 0 {
+                    process.push(stream, buffer.split_to(ready).freeze());
+                }
+            }
+        }
+    }
+    if !buffer.is_empty() {
+        process.push(stream, buffer.freeze());
+    }
+}
+
+/// Owns a pipe stdin: writes what [`Input`] asks, in order.
+async fn write_pipe(stdin: tokio::process::ChildStdin, mut requests: mpsc::Receiver<Input>) {
+    let mut stdin = Some(stdin);
+    while let Some(request) = requests.recv().await {
+        match request {
+            Input::Write(bytes, done) => {
+                let result = match stdin.as_mut() {
+                    Some(pipe) => pipe.write_all(&bytes).await,
+                    None => Err(std::io::ErrorKind::BrokenPipe.into()),
+                };
+                let _ = done.send(result);
+            }
+            Input::Eof(done) => {
+                let result = match stdin.take() {
+                    Some(mut pipe) => pipe.shutdown().await,
+                    None => Err(std::io::ErrorKind::BrokenPipe.into()),
+                };
+                let _ = done.send(result);
+            }
+            Input::Resize(_, done) => {
+                let _ = done.send(Err(std::io::ErrorKind::Unsupported.into()));
+            }
+        }
+    }
+}
+
+/// Owns a terminal's writing side: writes and resizes, in order.
+async fn write_pty(mut pty: pty_process::OwnedWritePty, mut requests: mpsc::Receiver<Input>) {
+    /// The terminal's end-of-file character (`VEOF`, `^D`).
+    const EOF: &[u8] = &[0x04];
+    while let Some(request) = requests.recv().await {
+        match request {
+            Input::Write(bytes, done) => {
+                let _ = done.send(pty.write_all(&bytes).await);
+            }
+            Input::Eof(done) => {
+                let _ = done.send(pty.write_all(EOF).await);
+            }
+            Input::Resize(size, done) => {
+                let result = pty
+                    .resize(pty_process::Size::new(size.rows, size.cols))
+                    .map_err(std::io::Error::other);
+                let _ = done.send(result);
+            }
+        }
+    }
+}
+
+/// Waits for the child, lets the readers finish (bounded), then records
+/// the exit and wakes followers.
+async fn wait_for_exit(
+    processes: Arc<Processes>,
+    process: Arc<Process>,
+    mut child: tokio::process::Child,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+) {
+    let status = child.wait().await;
+    let aborts: Vec<_> = readers.iter().map(|reader| reader.abort_handle()).collect();
+    let drained = futures::future::join_all(readers);
+    if tokio::time::timeout(DRAIN_AFTER_EXIT, drained)
+        .await
+        .is_err()
+    {
+        for abort in aborts {
+            abort.abort();
+        }
+    }
+    {
+        let mut state = process.state.lock();
+        state.exit = Some(Exit::of(status));
+        state.ended_at = Some(SystemTime::now());
+    }
+    process.changed.send_modify(|version| *version += 1);
+    processes.exited(&process);
+}
