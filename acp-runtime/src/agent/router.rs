@@ -821,9 +821,15 @@ impl Router {
             Some(session) => {
                 if envelope.method() == method::SESSION_UPDATE
                     && let Some(kind) = envelope.update_kind()
-                    && let Some(hints) = hints::from_update(kind, line)
                 {
-                    self.take_hints(&session, &hints);
+                    if let Some(hints) = hints::from_update(kind, line) {
+                        self.take_hints(&session, &hints);
+                    }
+                    if (kind == "tool_call" || kind == "tool_call_update")
+                        && let Some(client_side) = &self.targets.client_side
+                    {
+                        client_side.tag_terminals(&session, line);
+                    }
                 }
                 session.record_and_deliver(Direction::AgentToClient, line.clone());
             }
@@ -985,6 +991,7 @@ impl Router {
             return;
         };
         let (stdin, exited, method) = (self.stdin.clone(), self.exited.clone(), method.to_owned());
+        let generation = self.generation;
         tokio::spawn(async move {
             #[derive(serde::Deserialize)]
             struct Params<'a> {
@@ -995,7 +1002,7 @@ impl Router {
                 .ok()
                 .and_then(|request| request.params);
             let answer = tokio::select! {
-                answer = client_side.answer(&method, params, &session) => answer,
+                answer = client_side.answer(&method, params, &session, generation) => answer,
                 () = exited.cancelled() => return,
             };
             let Ok(id) = RawValue::from_string(raw_id.into_string()) else {
@@ -1219,6 +1226,10 @@ impl Router {
             }));
         let pending: Vec<_> = self.pending.lock().drain().map(|(_, p)| p).collect();
         self.agent_requests.lock().clear();
+        // No process outlives its owner: the agent's terminals die with it.
+        if let Some(client_side) = &self.targets.client_side {
+            client_side.release_terminals(&self.agent, self.generation);
+        }
         self.held.lock().clear();
         let reason = if exit.code == Some(0) {
             EndReason::Completed

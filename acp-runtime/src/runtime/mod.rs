@@ -142,6 +142,9 @@ impl Runtime {
             ended_sessions: config.ended_sessions,
         };
         let memory = Arc::new(MemoryBudget::new(config.memory_budget_bytes));
+        let processes = config
+            .processes
+            .map(|limits| Arc::new(Processes::new(limits, config.tree_supervisor.clone())));
         let routes = RouteTargets {
             sessions: Arc::new(
                 Sessions::new(inventory, persist.clone()).with_budget(memory.clone()),
@@ -149,16 +152,19 @@ impl Runtime {
             connections: Arc::new(
                 Connections::new(config.max_connections, limits).with_budget(memory.clone()),
             ),
-            client_side: Some(Arc::new(ClientSide::new(
-                config.fs_root.clone(),
-                config.fs_root_as_given.clone(),
-                &config.data_dir,
-                match &config.store {
-                    Some(StoreUrl::Sqlite(path)) => Some(path.as_path()),
-                    _ => None,
-                },
-                config.max_upload_bytes,
-            ))),
+            client_side: Some(Arc::new(
+                ClientSide::new(
+                    config.fs_root.clone(),
+                    config.fs_root_as_given.clone(),
+                    &config.data_dir,
+                    match &config.store {
+                        Some(StoreUrl::Sqlite(path)) => Some(path.as_path()),
+                        _ => None,
+                    },
+                    config.max_upload_bytes,
+                )
+                .with_processes(processes.clone()),
+            )),
         };
         Arc::new(Self {
             connections: routes.connections.clone(),
@@ -181,9 +187,7 @@ impl Runtime {
             store,
             persist,
             memory,
-            processes: config
-                .processes
-                .map(|limits| Arc::new(Processes::new(limits, config.tree_supervisor.clone()))),
+            processes,
             config,
         })
     }

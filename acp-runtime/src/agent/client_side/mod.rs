@@ -15,23 +15,39 @@
 //! - this file: [`ClientSide`], the capability rule, dispatch by method.
 //! - `fs`: `fs/read_text_file` (lines, limit, size bound) and
 //!   `fs/write_text_file` (atomic, as the file API writes).
+//! - `terminal`: `terminal/*`, each terminal a process of the process API
+//!   tagged with its session and tool call.
 
 mod fs;
+mod terminal;
 
 use crate::error::Error;
 use crate::fs::Scope;
+use crate::process::Processes;
 use crate::protocol::{RpcError, code};
 use crate::state::connection::ClientCapabilities;
 use crate::state::session::Session;
+use agent_client_protocol::v1::schema::{SessionNotification, SessionUpdate, ToolCallContent};
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// `fs/read_text_file`.
 pub(crate) const READ_TEXT_FILE: &str = "fs/read_text_file";
 /// `fs/write_text_file`.
 pub(crate) const WRITE_TEXT_FILE: &str = "fs/write_text_file";
+/// `terminal/create`.
+pub(crate) const TERMINAL_CREATE: &str = "terminal/create";
+/// `terminal/output`.
+pub(crate) const TERMINAL_OUTPUT: &str = "terminal/output";
+/// `terminal/wait_for_exit`.
+pub(crate) const TERMINAL_WAIT_FOR_EXIT: &str = "terminal/wait_for_exit";
+/// `terminal/kill`.
+pub(crate) const TERMINAL_KILL: &str = "terminal/kill";
+/// `terminal/release`.
+pub(crate) const TERMINAL_RELEASE: &str = "terminal/release";
 
 /// What the runtime needs to answer an agent's file and terminal requests:
 /// the confinement of the host file system API and the paths no agent
@@ -47,8 +63,11 @@ pub struct ClientSide {
     excluded: Vec<PathBuf>,
     /// Largest `fs/write_text_file` content, in bytes (`--max-upload-bytes`).
     max_write_bytes: u64,
-    /// Whether terminals can be served (processes are on).
-    terminals: bool,
+    /// The process API's processes, which agent terminals are (`None`
+    /// with `--no-processes`: no `terminal` is declared).
+    processes: Option<Arc<Processes>>,
+    /// Which session owns which terminal.
+    terminals: terminal::Terminals,
 }
 
 impl ClientSide {
@@ -78,8 +97,16 @@ impl ClientSide {
             fs_root_as_given,
             excluded,
             max_write_bytes,
-            terminals: false,
+            processes: None,
+            terminals: terminal::Terminals::default(),
         }
+    }
+
+    /// The same service with agent terminals run as `processes` (`None`:
+    /// no terminals).
+    pub fn with_processes(mut self, processes: Option<Arc<Processes>>) -> Self {
+        self.processes = processes;
+        self
     }
 
     /// The client capabilities the runtime declares in its own `initialize`
@@ -96,7 +123,7 @@ impl ClientSide {
     /// what it offered and the result still declares; what only the manifest
     /// declares goes to the connections that declared it, as before.
     pub fn declare(&self, manifest: &Value) -> (Value, ClientCapabilities) {
-        let offered = ClientCapabilities::sandbox(self.terminals);
+        let offered = ClientCapabilities::sandbox(self.processes.is_some());
         let mut declared = serde_json::json!({
             "fs": { "readTextFile": true, "writeTextFile": true },
         });
@@ -119,30 +146,99 @@ impl ClientSide {
     }
 
     /// Answers agent request `method` with `params` (raw JSON) for
-    /// `session`: the result object, or the JSON-RPC error the agent gets.
+    /// `session`, whose agent process is `generation`: the result object,
+    /// or the JSON-RPC error the agent gets.
     ///
     /// # Errors
     /// `-32602` for params that are not the method's (ACP schema) and for
     /// refused paths (`data.type` names the file API's problem type:
     /// `outside-root`, `permission-denied` for the runtime's own data,
-    /// `invalid-path`, …), `-32002` for a missing file, `-32603` for other
-    /// failures, `-32601` for a method the runtime does not serve.
+    /// `invalid-path`, `program-not-found`, …), `-32002` for a missing file
+    /// or an unknown terminal, `-32603` for other failures, `-32601` for a
+    /// method the runtime does not serve.
     pub(crate) async fn answer(
         &self,
         method: &str,
         params: Option<&RawValue>,
         session: &Session,
+        generation: u64,
     ) -> Result<Value, RpcError> {
+        let terminals = |processes: &Option<Arc<Processes>>| {
+            processes.clone().ok_or_else(|| not_served(method))
+        };
         match method {
             READ_TEXT_FILE => fs::read_text_file(self.scope(session)?, parse(params)?).await,
             WRITE_TEXT_FILE => {
                 fs::write_text_file(self.scope(session)?, parse(params)?, self.max_write_bytes)
                     .await
             }
-            other => Err(RpcError::new(
-                code::METHOD_NOT_FOUND,
-                format!("method not found: {other}"),
-            )),
+            TERMINAL_CREATE => {
+                let processes = terminals(&self.processes)?;
+                let scope = self.scope(session)?;
+                self.terminals
+                    .create(&processes, scope, session, generation, parse(params)?)
+                    .await
+            }
+            TERMINAL_OUTPUT => {
+                let processes = terminals(&self.processes)?;
+                self.terminals.output(&processes, session, &parse(params)?)
+            }
+            TERMINAL_WAIT_FOR_EXIT => {
+                let processes = terminals(&self.processes)?;
+                self.terminals
+                    .wait_for_exit(&processes, session, &parse(params)?)
+                    .await
+            }
+            TERMINAL_KILL => {
+                let processes = terminals(&self.processes)?;
+                self.terminals.kill(&processes, session, &parse(params)?)
+            }
+            TERMINAL_RELEASE => {
+                let processes = terminals(&self.processes)?;
+                self.terminals.release(&processes, session, &parse(params)?)
+            }
+            other => Err(not_served(other)),
+        }
+    }
+
+    /// Tags the terminals a `session/update` line of `session` names in a
+    /// tool call's content (`{"type": "terminal", "terminalId"}`) with that
+    /// tool call's id, so the process API shows which tool call runs each.
+    /// Other lines cost one substring search.
+    pub(crate) fn tag_terminals(&self, session: &Session, line: &[u8]) {
+        let Some(processes) = &self.processes else {
+            return;
+        };
+        if memchr::memmem::find(line, b"\"terminalId\"").is_none() {
+            return;
+        }
+        #[derive(serde::Deserialize)]
+        struct Notification {
+            params: SessionNotification,
+        }
+        let Ok(notification) = serde_json::from_slice::<Notification>(line) else {
+            return;
+        };
+        let (tool_call, content) = match &notification.params.update {
+            SessionUpdate::ToolCall(call) => (&call.tool_call_id, Some(&call.content)),
+            SessionUpdate::ToolCallUpdate(update) => {
+                (&update.tool_call_id, update.fields.content.as_ref())
+            }
+            _ => return,
+        };
+        for entry in content.into_iter().flatten() {
+            if let ToolCallContent::Terminal(terminal) = entry {
+                self.terminals
+                    .tag(processes, session, &terminal.terminal_id.0, &tool_call.0);
+            }
+        }
+    }
+
+    /// Kills and forgets the terminals agent process `generation` of
+    /// `agent` left (it exited: nobody will release them).
+    pub(crate) fn release_terminals(&self, agent: &str, generation: u64) {
+        if let Some(processes) = &self.processes {
+            self.terminals.release_all(processes, agent, generation);
         }
     }
 
@@ -187,6 +283,14 @@ fn fs_error(error: &Error) -> RpcError {
         rpc.code = code::RESOURCE_NOT_FOUND;
     }
     rpc
+}
+
+/// `-32601` for a method the runtime does not serve.
+fn not_served(method: &str) -> RpcError {
+    RpcError::new(
+        code::METHOD_NOT_FOUND,
+        format!("method not found: {method}"),
+    )
 }
 
 /// An empty result object (`{}`), as ACP's empty responses serialize.
