@@ -359,3 +359,254 @@ async fn the_manifest_turns_a_capability_off_and_adds_its_own() {
     assert!(reply.starts_with("fs error -32601: "), "{reply}");
     assert!(!work.path().join("w.txt").exists());
 }
+
+/// Waits up to [`EVENT_TIMEOUT`] for a process of `session` for which
+/// `ready` holds; returns its description.
+async fn process_of(server: &TestServer, session: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + EVENT_TIMEOUT;
+    loop {
+        let page = server
+            .get_json(&format!(
+                "/v2/processes?sessionId={}",
+                v2_api_tests::query_path(session)
+            ))
+            .await;
+        let found = page["processes"]
+            .as_array()
+            .and_then(|processes| processes.iter().find(|p| ready(p)).cloned());
+        if let Some(process) = found {
+            return process;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no such process of {session}: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_terminal_round_trip_runs_in_the_sandbox() {
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize(MOCK).await;
+    let work = TempDir::new("client-terminal");
+    let session = session_in(&server, &conn, MOCK, work.path()).await;
+
+    let reply = turn(
+        &server,
+        &conn,
+        MOCK,
+        &session,
+        "use terminal pwd; printf 'é' > made-here.txt; exit 3",
+    )
+    .await;
+    let real = work.path().canonicalize().expect("real path");
+    assert_eq!(
+        reply,
+        format!("Terminal exited with code 3:\n{}\n", real.display())
+    );
+    assert!(
+        work.path().join("made-here.txt").exists(),
+        "ran in the session's cwd"
+    );
+
+    // create → tool call naming the terminal → wait → output → release,
+    // each answered by the runtime and logged.
+    let messages = logged(&server, MOCK, &session).await;
+    let requests: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m["method"].as_str())
+        .filter(|m| m.starts_with("terminal/"))
+        .collect();
+    assert_eq!(
+        requests,
+        [
+            "terminal/create",
+            "terminal/wait_for_exit",
+            "terminal/output",
+            "terminal/release"
+        ]
+    );
+    let create = messages
+        .iter()
+        .find(|m| m["method"] == "terminal/create")
+        .expect("create");
+    let created = messages
+        .iter()
+        .find(|m| m["id"] == create["id"] && m.get("method").is_none())
+        .expect("the create answer is logged");
+    let terminal = created["result"]["terminalId"]
+        .as_str()
+        .expect("terminalId");
+    let call = messages
+        .iter()
+        .find(|m| m["params"]["update"]["sessionUpdate"] == "tool_call")
+        .expect("the tool call");
+    assert_eq!(
+        call["params"]["update"]["content"],
+        json!([{"type": "terminal", "terminalId": terminal}])
+    );
+    let waited = messages
+        .iter()
+        .find(|m| m.get("result").is_some() && m["result"].get("exitCode").is_some())
+        .expect("the wait answer");
+    assert_eq!(waited["result"], json!({"exitCode": 3}));
+
+    // Released: the process is forgotten.
+    let gone = server.get(&format!("/v2/processes/{terminal}")).await;
+    gone.assert_status(404);
+}
+
+#[tokio::test]
+async fn an_agent_terminal_is_a_process_followed_live_with_its_session_and_tool_call() {
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize(MOCK).await;
+    let work = TempDir::new("client-terminal-live");
+    let session = session_in(&server, &conn, MOCK, work.path()).await;
+    let api = server.api();
+    let (c, s) = (conn.clone(), session.clone());
+    let prompt = tokio::spawn(async move {
+        api.prompt(
+            &c,
+            &s,
+            json!(9),
+            "use terminal echo started; while [ ! -e go ]; do sleep 0.05; done; echo done",
+        )
+        .await
+    });
+
+    // While it runs: a process of the session, tagged with the tool call.
+    let process = process_of(&server, &session, |p| {
+        p["toolCallId"] == "mock-terminal-1" && p["outputBytes"].as_u64() > Some(0)
+    })
+    .await;
+    assert_eq!(process["state"], "running", "{process}");
+    assert_eq!(process["sessionId"], session.as_str());
+    assert_eq!(process["command"], "sh");
+    let id = process["id"].as_str().expect("id");
+    let page = server.get_json(&format!("/v2/processes/{id}/output")).await;
+    assert_eq!(page["chunks"][0]["data"], "started\n", "{page}");
+    work.write("go", b"");
+
+    let reply = join_within(prompt, REQUEST_TIMEOUT).await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+    let text = turn_reply(&server, MOCK, &session).await;
+    assert_eq!(text, "Terminal exited with code 0:\nstarted\ndone\n");
+}
+
+/// The last reply chunk of `session` (see [`turn`]).
+async fn turn_reply(server: &TestServer, agent: &str, session: &str) -> String {
+    logged(server, agent, session)
+        .await
+        .iter()
+        .rev()
+        .find_map(|m| {
+            (m["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+                .then(|| {
+                    m["params"]["update"]["content"]["text"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .flatten()
+        })
+        .expect("a reply chunk")
+}
+
+#[tokio::test]
+async fn an_agent_that_exits_takes_its_terminals_with_it() {
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize(MOCK).await;
+    let work = TempDir::new("client-terminal-exit");
+    let session = session_in(&server, &conn, MOCK, work.path()).await;
+    let other = session_in(&server, &conn, MOCK, work.path()).await;
+    let api = server.api();
+    let (c, s) = (conn.clone(), session.clone());
+    let _prompt =
+        tokio::spawn(async move { api.prompt(&c, &s, json!(9), "use terminal sleep 600").await });
+    let process = process_of(&server, &session, |p| p["pid"].as_u64().is_some()).await;
+    let pid = u32::try_from(process["pid"].as_u64().unwrap_or(0)).unwrap_or(0);
+    assert!(v2_api_tests::procfs::pid_is_alive(pid));
+
+    // The agent crashes in another session: its terminal dies with it.
+    server.prompt(&conn, &other, json!(10), "!crash").await;
+    let deadline = std::time::Instant::now() + EVENT_TIMEOUT;
+    while v2_api_tests::procfs::pid_is_alive(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the terminal outlived its agent"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let id = process["id"].as_str().expect("id");
+    server
+        .get(&format!("/v2/processes/{id}"))
+        .await
+        .assert_status(404);
+}
+
+#[tokio::test]
+async fn without_processes_no_terminal_is_declared_or_served() {
+    let dir = TempDir::new("client-terminal-off");
+    let record = dir.path().join("initialize.json");
+    let entry = recording_mock(&dir, &record, json!({}));
+    let file = agents_file(&dir, json!([entry]));
+    let server = TestServer::start(&["--agents-file", &file, "--no-processes"]).await;
+    let conn = server.initialize("recorded").await;
+    let initialize: Value =
+        serde_json::from_slice(&std::fs::read(&record).expect("the runtime's initialize"))
+            .expect("JSON");
+    assert_eq!(
+        initialize["params"]["clientCapabilities"],
+        json!({"fs": {"readTextFile": true, "writeTextFile": true}}),
+        "{initialize}"
+    );
+    let session = session_in(&server, &conn, "recorded", dir.path()).await;
+    let reply = turn(&server, &conn, "recorded", &session, "use terminal echo x").await;
+    assert!(reply.starts_with("terminal error -32601: "), "{reply}");
+}
+
+#[tokio::test]
+async fn with_processes_terminal_is_declared_and_an_opted_in_connection_runs_it() {
+    let dir = TempDir::new("client-terminal-on");
+    let record = dir.path().join("initialize.json");
+    let entry = recording_mock(&dir, &record, json!({}));
+    let file = agents_file(&dir, json!([entry]));
+    let server = TestServer::start(&["--agents-file", &file]).await;
+    let params = initialize_params(
+        "recorded",
+        json!({"terminal": true}),
+        json!({"fsAndTerminal": "client"}),
+    );
+    let conn = initialize_with(&server, params).await;
+    let initialize: Value =
+        serde_json::from_slice(&std::fs::read(&record).expect("the runtime's initialize"))
+            .expect("JSON");
+    assert_eq!(
+        initialize["params"]["clientCapabilities"],
+        json!({"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true}),
+        "{initialize}"
+    );
+    let session = session_in(&server, &conn, "recorded", dir.path()).await;
+    let mut stream = server.open_stream(&conn, None).await;
+    let api = server.api();
+    let (c, s) = (conn.clone(), session.clone());
+    let prompt =
+        tokio::spawn(async move { api.prompt(&c, &s, json!(4), "use terminal echo x").await });
+    let request = stream
+        .next_event_matching(|e| e.method() == Some("terminal/create"), EVENT_TIMEOUT)
+        .await;
+    let refusal = json!({"jsonrpc": "2.0", "id": request.data["id"],
+        "error": {"code": -32000, "message": "not on this client"}});
+    server
+        .post(Some(&conn), &refusal)
+        .await
+        .assert_accepted_empty();
+    let reply = join_within(prompt, REQUEST_TIMEOUT).await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+    assert_eq!(
+        turn_reply(&server, "recorded", &session).await,
+        "terminal error -32000: not on this client"
+    );
+    let page = server.get_json("/v2/processes").await;
+    assert_eq!(page["processes"], json!([]), "the runtime started nothing");
+}
