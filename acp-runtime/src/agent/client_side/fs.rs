@@ -3,7 +3,7 @@
 //! sandbox"): the file API's own open and atomic write, through a [`Scope`]
 //! that excludes the runtime's data.
 
-use super::{empty, fs_error};
+use super::reply::{empty, fs_error};
 use crate::error::Error;
 use crate::fs::{Scope, transfer};
 use crate::protocol::{RpcError, code};

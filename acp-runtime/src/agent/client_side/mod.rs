@@ -17,20 +17,22 @@
 //!   `fs/write_text_file` (atomic, as the file API writes).
 //! - `terminal`: `terminal/*`, each terminal a process of the process API
 //!   tagged with its session and tool call.
+//! - `reply`: results and errors in their JSON-RPC shapes.
 
 mod fs;
+mod reply;
 mod terminal;
 
-use crate::error::Error;
 use crate::fs::Scope;
 use crate::process::Processes;
 use crate::protocol::{RpcError, code};
 use crate::state::connection::ClientCapabilities;
 use crate::state::session::Session;
 use agent_client_protocol::v1::schema::{SessionNotification, SessionUpdate, ToolCallContent};
+use reply::{fs_error, not_served};
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -274,26 +276,51 @@ fn parse<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, RpcError> 
         .map_err(|error| RpcError::new(code::INVALID_PARAMS, format!("invalid params: {error}")))
 }
 
-/// A file API failure as the agent's JSON-RPC error: the file API's own
-/// mapping (`-32602` for a 4xx, `-32603` else, the problem in `data`),
-/// with ACP's "resource not found" (`-32002`) for a missing file.
-fn fs_error(error: &Error) -> RpcError {
-    let mut rpc = error.to_rpc_error();
-    if matches!(error, Error::FileNotFound(_)) {
-        rpc.code = code::RESOURCE_NOT_FOUND;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn service(terminals: bool) -> ClientSide {
+        let processes = terminals.then(|| {
+            Arc::new(Processes::new(
+                crate::process::ProcessLimits::default(),
+                None,
+            ))
+        });
+        ClientSide::new(None, None, Path::new("/nonexistent-data"), None, 1)
+            .with_processes(processes)
     }
-    rpc
-}
 
-/// `-32601` for a method the runtime does not serve.
-fn not_served(method: &str) -> RpcError {
-    RpcError::new(
-        code::METHOD_NOT_FOUND,
-        format!("method not found: {method}"),
-    )
-}
+    #[test]
+    fn the_manifest_is_merged_over_the_runtime_capabilities() {
+        let (declared, served) = service(true).declare(&json!({}));
+        assert_eq!(
+            declared,
+            json!({"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true})
+        );
+        assert_eq!(served, ClientCapabilities::sandbox(true));
 
-/// An empty result object (`{}`), as ACP's empty responses serialize.
-fn empty() -> Value {
-    Value::Object(Map::new())
+        let manifest = json!({"fs": {"writeTextFile": false}, "terminal": null, "_meta": {"x": 1}});
+        let (declared, served) = service(true).declare(&manifest);
+        assert_eq!(
+            declared,
+            json!({"fs": {"readTextFile": true, "writeTextFile": false}, "_meta": {"x": 1}})
+        );
+        assert!(served.read_text_file && !served.write_text_file && !served.terminal);
+    }
+
+    #[test]
+    fn without_processes_terminal_is_neither_declared_nor_served() {
+        let (declared, served) = service(false).declare(&json!({}));
+        assert_eq!(
+            declared,
+            json!({"fs": {"readTextFile": true, "writeTextFile": true}})
+        );
+        assert!(!served.terminal);
+        // A manifest may still declare it: then connections get it, as before.
+        let (declared, served) = service(false).declare(&json!({"terminal": true}));
+        assert_eq!(declared["terminal"], true);
+        assert!(!served.terminal);
+    }
 }

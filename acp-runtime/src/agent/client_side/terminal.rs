@@ -4,7 +4,7 @@
 //! id, tagged with its session (and with the tool call that later names
 //! it), so a person follows the agent's command on `/v2/processes`.
 
-use super::{empty, fs_error};
+use super::reply::{empty, fs_error, to_value};
 use crate::fs::Scope;
 use crate::process::{Processes, StartRequest};
 use crate::protocol::{RpcError, code};
@@ -15,7 +15,6 @@ use agent_client_protocol::v1::schema::{
     WaitForTerminalExitResponse,
 };
 use parking_lot::Mutex;
-use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
@@ -254,9 +253,4 @@ fn exit_status(exit: crate::process::Exit) -> TerminalExitStatus {
     TerminalExitStatus::new()
         .exit_code(exit.exit_code.and_then(|code| u32::try_from(code).ok()))
         .signal(exit.signal)
-}
-
-fn to_value(response: impl Serialize) -> Result<Value, RpcError> {
-    serde_json::to_value(response)
-        .map_err(|error| RpcError::new(code::INTERNAL_ERROR, error.to_string()))
 }
