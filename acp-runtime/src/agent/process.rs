@@ -180,9 +180,7 @@ impl std::fmt::Debug for AgentProcess {
 
 impl AgentProcess {
     /// The process `spawned` as generation `generation` of `agent`, routing
-    /// to `targets`; the runtime answers the file and terminal requests in
-    /// `served` ([`Router::new`]).
-    #[allow(clippy::too_many_arguments)]
+    /// to `targets`.
     pub(crate) fn new(
         agent: Arc<str>,
         generation: u64,
@@ -191,7 +189,6 @@ impl AgentProcess {
         stderr: Arc<Mutex<StderrCapture>>,
         targets: RouteTargets,
         reported: Arc<Mutex<ReportedHints>>,
-        served: ClientCapabilities,
     ) -> Self {
         let exited = CancellationToken::new();
         Self {
@@ -202,7 +199,6 @@ impl AgentProcess {
                 targets,
                 reported,
                 exited.clone(),
-                served,
             ),
             agent,
             generation,
@@ -214,6 +210,13 @@ impl AgentProcess {
             group_record: Mutex::new(None),
             supervised: false,
         }
+    }
+
+    /// The same process, whose file and terminal requests in `served` the
+    /// runtime answers ([`Router::set_served`]).
+    pub(crate) fn serving(mut self, served: ClientCapabilities) -> Self {
+        self.router.set_served(served);
+        self
     }
 
     /// The same process, started under a tree supervisor when `supervised`:

@@ -302,9 +302,7 @@ impl std::fmt::Debug for Router {
 
 impl Router {
     /// An empty table for process `generation` of `agent`, writing to
-    /// `stdin`; `exited` is cancelled when the process is gone. `served`:
-    /// the file and terminal requests the runtime answers for this process
-    /// ([`ClientSide::declare`]; nothing without `targets.client_side`).
+    /// `stdin`; `exited` is cancelled when the process is gone.
     pub fn new(
         agent: Arc<str>,
         generation: u64,
@@ -312,10 +310,8 @@ impl Router {
         targets: RouteTargets,
         reported: Arc<Mutex<ReportedHints>>,
         exited: CancellationToken,
-        served: ClientCapabilities,
     ) -> Self {
         let warnings = Warnings::new(&agent);
-        let targets_serve = targets.client_side.is_some();
         let store = targets
             .sessions
             .store()
@@ -335,11 +331,16 @@ impl Router {
             last_requester: Mutex::new(Weak::new()),
             warnings,
             store,
-            served: if targets_serve {
-                served
-            } else {
-                ClientCapabilities::default()
-            },
+            served: ClientCapabilities::default(),
+        }
+    }
+
+    /// Makes the runtime answer this process's file and terminal requests
+    /// in `served` ([`ClientSide::declare`]) when no connection takes them;
+    /// nothing without `targets.client_side`.
+    pub fn set_served(&mut self, served: ClientCapabilities) {
+        if self.targets.client_side.is_some() {
+            self.served = served;
         }
     }
 

@@ -426,8 +426,8 @@ impl Agents {
                 spawned.stderr,
                 targets.clone(),
                 slot.reported.clone(),
-                served,
             )
+            .serving(served)
             .with_group_record(spawned.group_record)
             .with_supervisor(spawned.supervised),
         );

@@ -230,14 +230,21 @@ impl Terminals {
         session: &Session,
         id: &str,
     ) -> Result<(Arc<crate::process::Process>, Owned), RpcError> {
-        let owned = self
-            .by_id
-            .lock()
-            .get(id)
-            .filter(|owned| owned.agent == session.agent && owned.session == session.id)
-            .cloned();
+        let owned = {
+            let mut by_id = self.by_id.lock();
+            let process = processes.get(id);
+            if process.is_none() {
+                // Forgotten by the process API (its exited-process bound).
+                by_id.remove(id);
+            }
+            by_id
+                .get(id)
+                .filter(|owned| owned.agent == session.agent && owned.session == session.id)
+                .cloned()
+                .zip(process)
+        };
         owned
-            .and_then(|owned| processes.get(id).map(|process| (process, owned)))
+            .map(|(owned, process)| (process, owned))
             .ok_or_else(|| {
                 RpcError::new(
                     code::RESOURCE_NOT_FOUND,

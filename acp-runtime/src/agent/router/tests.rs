@@ -69,15 +69,15 @@ impl Fixture {
             )),
             client_side,
         };
-        let router = Router::new(
+        let mut router = Router::new(
             AGENT.into(),
             GENERATION,
             stdin,
             targets.clone(),
             Arc::new(Mutex::new(ReportedHints::default())),
             CancellationToken::new(),
-            served,
         );
+        router.set_served(served);
         Self {
             router,
             stdin: receiver,
