@@ -848,3 +848,157 @@ async fn exited_processes_are_kept_within_their_count_and_bytes() {
         assert_eq!(exited(&server, id).await["outputBytes"], 17_000_000);
     }
 }
+
+/// Pipes the server holds open (`/proc/<pid>/fd` links to `pipe:`).
+fn open_pipes(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+                .filter(|target| target.to_string_lossy().starts_with("pipe:"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_kill_right_after_the_start_still_takes_the_whole_tree() {
+    let server = TestServer::start(&["--max-processes", "4"]).await;
+    let marker = new_marker();
+    let program = json!({
+        "command": "sh",
+        "args": ["-c", format!("setsid sleep {marker} & sleep {marker}")],
+    });
+    for tty in [false, true] {
+        for _ in 0..10 {
+            let mut body = program.clone();
+            body["tty"] = json!(tty);
+            let process = start(&server, &body).await;
+            let id = process["id"].as_str().expect("id");
+            let reply =
+                Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}"))).await;
+            reply.assert_status(204);
+        }
+    }
+    for timeout in [0, 1, 2, 5, 10] {
+        let mut body = program.clone();
+        body["timeoutMs"] = json!(timeout);
+        let result = run(&server, &body).await;
+        assert_eq!(result["signal"], "SIGKILL", "{result}");
+    }
+    until_no_sleepers(&marker, "kills right after starts").await;
+    // Every slot is free again: four starts at once fit.
+    for _ in 0..4 {
+        start(&server, &json!({"command": "sleep", "args": ["300"]})).await;
+    }
+}
+
+#[tokio::test]
+async fn a_program_that_kills_its_supervisor_takes_its_group_with_it() {
+    let server = TestServer::start(&[]).await;
+    let marker = new_marker();
+    let process = start(
+        &server,
+        &json!({"command": "sh", "args": ["-c", format!("sleep {marker} & kill -9 $PPID; sleep {marker}")]}),
+    )
+    .await;
+    let id = process["id"].as_str().expect("id");
+    exited(&server, id).await;
+    until_no_sleepers(&marker, "the supervisor was killed").await;
+}
+
+#[tokio::test]
+async fn stdin_bodies_stream_and_exited_processes_hold_no_pipes() {
+    let server = TestServer::start(&[]).await;
+    let sleeper = start(&server, &json!({"command": "sleep", "args": ["300"]})).await;
+    let id = sleeper["id"].as_str().expect("id").to_owned();
+    let before = procfs::rss_bytes(server.pid()).expect("server RSS");
+    // Twenty 16 MiB bodies for a process that never reads.
+    let body = vec![b'x'; 16 * 1024 * 1024];
+    let mut writers = Vec::new();
+    for _ in 0..20 {
+        let request = server
+            .request(Method::POST, &format!("/v2/processes/{id}/input"))
+            .body(body.clone());
+        writers.push(tokio::spawn(async move { Api::send(request).await }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = procfs::rss_bytes(server.pid()).expect("server RSS");
+    assert!(
+        during < before + 48 * 1024 * 1024,
+        "20 unread stdin bodies took RSS from {before} to {during}"
+    );
+    Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}")))
+        .await
+        .assert_status(204);
+    for writer in writers {
+        let reply = writer.await.expect("writer");
+        assert!(
+            [409, 404].contains(&reply.status.as_u16()),
+            "a write to a forgotten process: {reply:?}"
+        );
+    }
+
+    let pipes = open_pipes(server.pid());
+    for _ in 0..5 {
+        let process = start(&server, &json!({"command": "true"})).await;
+        exited(&server, process["id"].as_str().expect("id")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        open_pipes(server.pid()),
+        pipes,
+        "exited processes keep pipes open"
+    );
+}
+
+#[tokio::test]
+async fn a_signal_to_a_terminal_reaches_its_foreground_job() {
+    let server = TestServer::start(&[]).await;
+    let marker = new_marker();
+    let shell = start(
+        &server,
+        &json!({"command": "sh", "args": ["-i"], "tty": true}),
+    )
+    .await;
+    let id = shell["id"].as_str().expect("id").to_owned();
+    Api::send(
+        server
+            .request(Method::POST, &format!("/v2/processes/{id}/input"))
+            .body(format!("sleep {marker}\n")),
+    )
+    .await
+    .assert_status(204);
+    until_sleeper(&marker).await;
+    let reply = post_json(
+        &server,
+        &format!("/v2/processes/{id}/signal"),
+        &json!({"signal": "int"}),
+    )
+    .await;
+    reply.assert_status(204);
+    until_no_sleepers(&marker, "SIGINT to the terminal").await;
+    assert_eq!(
+        server.get_json(&format!("/v2/processes/{id}")).await["state"],
+        "running",
+        "the shell itself stays"
+    );
+}
+
+#[tokio::test]
+async fn limits_of_the_system_and_of_parsing_are_400s() {
+    let server = TestServer::start(&[]).await;
+    let huge = "x".repeat(200 * 1024);
+    let reply = post_json(
+        &server,
+        "/v2/processes/run",
+        &json!({"command": "true", "args": [huge]}),
+    )
+    .await;
+    assert_problem(&reply, 400, "invalid-request");
+    let process = start(&server, &json!({"command": "true"})).await;
+    let id = process["id"].as_str().expect("id");
+    let reply = server
+        .get(&format!("/v2/processes/{id}/output?offset=%2B1"))
+        .await;
+    assert_problem(&reply, 400, "invalid-request");
+}
