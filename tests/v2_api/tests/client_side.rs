@@ -610,3 +610,46 @@ async fn with_processes_terminal_is_declared_and_an_opted_in_connection_runs_it(
     let page = server.get_json("/v2/processes").await;
     assert_eq!(page["processes"], json!([]), "the runtime started nothing");
 }
+
+#[tokio::test]
+async fn a_killed_terminal_keeps_its_output_until_released() {
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize(MOCK).await;
+    let work = TempDir::new("client-terminal-kill");
+    let session = session_in(&server, &conn, MOCK, work.path()).await;
+    let reply = turn(
+        &server,
+        &conn,
+        MOCK,
+        &session,
+        "kill terminal echo before; sleep 600; echo never",
+    )
+    .await;
+    assert_eq!(reply, "Terminal exited killed by signal SIGKILL:\nbefore\n");
+    let messages = logged(&server, MOCK, &session).await;
+    let methods: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m["method"].as_str())
+        .filter(|m| m.starts_with("terminal/"))
+        .collect();
+    let kill = methods
+        .iter()
+        .position(|m| *m == "terminal/kill")
+        .unwrap_or_else(|| panic!("{methods:?}"));
+    assert_eq!(
+        methods[kill..],
+        [
+            "terminal/kill",
+            "terminal/wait_for_exit",
+            "terminal/output",
+            "terminal/release"
+        ]
+    );
+    let page = server
+        .get_json(&format!(
+            "/v2/processes?sessionId={}",
+            v2_api_tests::query_path(&session)
+        ))
+        .await;
+    assert_eq!(page["processes"], json!([]), "released");
+}

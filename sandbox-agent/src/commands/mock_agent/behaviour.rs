@@ -48,7 +48,8 @@ pub(super) enum Behaviour {
     WriteFile { path: PathBuf, text: String },
     /// `use terminal LINE`: a terminal running `sh -c LINE`, shown in a
     /// tool call, waited for, read and released; then its output and exit.
-    Terminal { line: String },
+    /// `kill terminal LINE`: the same, killed once it wrote something.
+    Terminal { line: String, kill: bool },
 }
 
 impl Behaviour {
@@ -167,14 +168,17 @@ impl Behaviour {
                 })
             });
         }
-        if let Some(line) = text.strip_prefix("use terminal ") {
-            return Some(if line.trim().is_empty() {
-                usage("use terminal LINE")
-            } else {
-                Ok(Self::Terminal {
-                    line: line.to_owned(),
-                })
-            });
+        for (prefix, kill) in [("use terminal ", false), ("kill terminal ", true)] {
+            if let Some(line) = text.strip_prefix(prefix) {
+                return Some(if line.trim().is_empty() {
+                    usage(&format!("{}LINE", prefix))
+                } else {
+                    Ok(Self::Terminal {
+                        line: line.to_owned(),
+                        kill,
+                    })
+                });
+            }
         }
         None
     }
@@ -279,10 +283,23 @@ mod tests {
         assert_eq!(
             Behaviour::from_prompt("use terminal echo tool; exit 3").ok(),
             Some(Behaviour::Terminal {
-                line: "echo tool; exit 3".to_owned()
+                line: "echo tool; exit 3".to_owned(),
+                kill: false
             })
         );
-        for text in ["read lines x 1 a", "read lines 1 2", "use terminal  "] {
+        assert_eq!(
+            Behaviour::from_prompt("kill terminal sleep 9").ok(),
+            Some(Behaviour::Terminal {
+                line: "sleep 9".to_owned(),
+                kill: true
+            })
+        );
+        for text in [
+            "read lines x 1 a",
+            "read lines 1 2",
+            "use terminal  ",
+            "kill terminal ",
+        ] {
             assert_eq!(
                 Behaviour::from_prompt(text).err().map(|e| e.code),
                 Some(agent_client_protocol::ErrorCode::INVALID_PARAMS),

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, CreateTerminalRequest, PermissionOption, PermissionOptionKind,
-    PromptRequest, PromptResponse, ReadTextFileRequest, ReleaseTerminalRequest,
-    RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionUpdate, StopReason,
-    Terminal, TerminalExitStatus, TerminalOutputRequest, ToolCall, ToolCallContent, ToolCallStatus,
-    ToolCallUpdate, ToolCallUpdateFields, ToolKind, WaitForTerminalExitRequest,
-    WriteTextFileRequest,
+    ContentBlock, ContentChunk, CreateTerminalRequest, KillTerminalRequest, PermissionOption,
+    PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
+    ReleaseTerminalRequest, RequestPermissionOutcome, RequestPermissionRequest, SessionId,
+    SessionUpdate, StopReason, Terminal, TerminalExitStatus, TerminalId, TerminalOutputRequest,
+    ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Error, ErrorCode, JsonRpcRequest, JsonRpcResponse};
@@ -26,6 +26,10 @@ use super::behaviour::{Behaviour, prompt_text};
 const TOOL_CALL_ID: &str = "mock-tool-1";
 /// The tool call id of the `use terminal` turn's tool call.
 const TERMINAL_TOOL_CALL_ID: &str = "mock-terminal-1";
+/// `kill terminal` reads the output at most this many times …
+const KILL_POLLS: usize = 500;
+/// … this far apart, waiting for the first output before the kill.
+const KILL_POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// The id of the permission option that grants the `permission` turn's
 /// write; any other answer denies it.
 const ALLOW_OPTION_ID: &str = "allow-once";
@@ -181,7 +185,7 @@ impl Turn {
             Behaviour::Fs { path } => self.read_file(&path).await,
             Behaviour::ReadFile { path, line, limit } => self.read_text(&path, line, limit).await,
             Behaviour::WriteFile { path, text } => self.write_text(&path, text).await,
-            Behaviour::Terminal { line } => self.run_in_terminal(&line).await,
+            Behaviour::Terminal { line, kill } => self.run_in_terminal(&line, kill).await,
             Behaviour::Stderr { lines } => {
                 for line in 1..=lines {
                     eprintln!("stderr line {line}");
@@ -334,9 +338,11 @@ impl Turn {
     /// then one chunk: `Terminal exited with code C:` (or `killed by
     /// signal S:`, ` (output truncated)` when it was), a line feed and the
     /// output. A failed request ends it with one chunk
-    /// `terminal error CODE: MESSAGE`.
-    async fn run_in_terminal(&self, line: &str) -> Result<StopReason, Error> {
-        let reply = match self.terminal_round_trip(line).await? {
+    /// `terminal error CODE: MESSAGE`. With `kill`, before the wait:
+    /// `terminal/output` every 20 ms until it holds output (at most 10 s),
+    /// then `terminal/kill`.
+    async fn run_in_terminal(&self, line: &str, kill: bool) -> Result<StopReason, Error> {
+        let reply = match self.terminal_round_trip(line, kill).await? {
             Ok(reply) => reply,
             Err(error) => format!(
                 "terminal error {}: {}",
@@ -351,7 +357,11 @@ impl Turn {
     /// The requests of [`Turn::run_in_terminal`]: the outer error ends the
     /// turn (the client connection is gone), the inner one is the client's
     /// answer to report.
-    async fn terminal_round_trip(&self, line: &str) -> Result<Result<String, Error>, Error> {
+    async fn terminal_round_trip(
+        &self,
+        line: &str,
+        kill: bool,
+    ) -> Result<Result<String, Error>, Error> {
         let create = CreateTerminalRequest::new(self.session_id.clone(), "sh")
             .args(vec!["-c".to_owned(), line.to_owned()]);
         let terminal = match self.ask_client(create).await {
@@ -365,6 +375,9 @@ impl Turn {
                 terminal.clone(),
             ))]);
         self.update(SessionUpdate::ToolCall(call))?;
+        if kill && let Err(error) = self.kill_once_it_wrote(&terminal).await {
+            return Ok(Err(error));
+        }
         let wait = WaitForTerminalExitRequest::new(self.session_id.clone(), terminal.clone());
         let exit = match self.ask_client(wait).await {
             Ok(exited) => exited.exit_status,
@@ -398,6 +411,21 @@ impl Turn {
             describe_exit(&exit),
             output.output
         )))
+    }
+
+    /// Polls `terminal/output` until the terminal wrote something (at most
+    /// [`KILL_POLLS`] times, [`KILL_POLL_INTERVAL`] apart), then sends
+    /// `terminal/kill`.
+    async fn kill_once_it_wrote(&self, terminal: &TerminalId) -> Result<(), Error> {
+        for _ in 0..KILL_POLLS {
+            let read = TerminalOutputRequest::new(self.session_id.clone(), terminal.clone());
+            if !self.ask_client(read).await?.output.is_empty() {
+                break;
+            }
+            tokio::time::sleep(KILL_POLL_INTERVAL).await;
+        }
+        let kill = KillTerminalRequest::new(self.session_id.clone(), terminal.clone());
+        self.ask_client(kill).await.map(|_| ())
     }
 
     /// `!crash`: the chunk, the stderr line, then the connection's foreground
