@@ -826,10 +826,8 @@ impl Router {
                     if let Some(hints) = hints::from_update(kind, line) {
                         self.take_hints(&session, &hints);
                     }
-                    if (kind == "tool_call" || kind == "tool_call_update")
-                        && let Some(client_side) = &self.targets.client_side
-                    {
-                        client_side.tag_terminals(&session, line);
+                    if let Some(client_side) = &self.targets.client_side {
+                        client_side.tag_terminals(&session, kind, line);
                     }
                 }
                 session.record_and_deliver(Direction::AgentToClient, line.clone());

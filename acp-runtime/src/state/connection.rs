@@ -20,7 +20,7 @@
 //! replay by `Last-Event-ID` works per stream and no event is in two lanes.
 
 use crate::error::Error;
-use crate::protocol;
+use crate::protocol::{self, method};
 use crate::state::budget::MemoryBudget;
 use bytes::Bytes;
 use ext_methods::{StreamGap, notification::STREAM_GAP};
@@ -106,8 +106,8 @@ impl ClientCapabilities {
     /// request `method`. Methods outside `fs/*` and `terminal/*` need none.
     pub fn allows(&self, method: &str) -> bool {
         match method {
-            "fs/read_text_file" => self.read_text_file,
-            "fs/write_text_file" => self.write_text_file,
+            method::FS_READ_TEXT_FILE => self.read_text_file,
+            method::FS_WRITE_TEXT_FILE => self.write_text_file,
             m if m.starts_with("fs/") => self.read_text_file || self.write_text_file,
             m if m.starts_with("terminal/") => self.terminal,
             _ => true,

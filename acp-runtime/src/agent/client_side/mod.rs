@@ -25,7 +25,11 @@ mod terminal;
 
 use crate::fs::Scope;
 use crate::process::Processes;
-use crate::protocol::{RpcError, code};
+use crate::protocol::method::{
+    FS_READ_TEXT_FILE, FS_WRITE_TEXT_FILE, TERMINAL_CREATE, TERMINAL_KILL, TERMINAL_OUTPUT,
+    TERMINAL_RELEASE, TERMINAL_WAIT_FOR_EXIT,
+};
+use crate::protocol::{RpcError, code, update};
 use crate::state::connection::ClientCapabilities;
 use crate::state::session::Session;
 use agent_client_protocol::v1::schema::{SessionNotification, SessionUpdate, ToolCallContent};
@@ -35,21 +39,6 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// `fs/read_text_file`.
-pub(crate) const READ_TEXT_FILE: &str = "fs/read_text_file";
-/// `fs/write_text_file`.
-pub(crate) const WRITE_TEXT_FILE: &str = "fs/write_text_file";
-/// `terminal/create`.
-pub(crate) const TERMINAL_CREATE: &str = "terminal/create";
-/// `terminal/output`.
-pub(crate) const TERMINAL_OUTPUT: &str = "terminal/output";
-/// `terminal/wait_for_exit`.
-pub(crate) const TERMINAL_WAIT_FOR_EXIT: &str = "terminal/wait_for_exit";
-/// `terminal/kill`.
-pub(crate) const TERMINAL_KILL: &str = "terminal/kill";
-/// `terminal/release`.
-pub(crate) const TERMINAL_RELEASE: &str = "terminal/release";
 
 /// What the runtime needs to answer an agent's file and terminal requests:
 /// the confinement of the host file system API and the paths no agent
@@ -169,8 +158,8 @@ impl ClientSide {
             processes.clone().ok_or_else(|| not_served(method))
         };
         match method {
-            READ_TEXT_FILE => fs::read_text_file(self.scope(session)?, parse(params)?).await,
-            WRITE_TEXT_FILE => {
+            FS_READ_TEXT_FILE => fs::read_text_file(self.scope(session)?, parse(params)?).await,
+            FS_WRITE_TEXT_FILE => {
                 fs::write_text_file(self.scope(session)?, parse(params)?, self.max_write_bytes)
                     .await
             }
@@ -203,14 +192,18 @@ impl ClientSide {
         }
     }
 
-    /// Tags the terminals a `session/update` line of `session` names in a
-    /// tool call's content (`{"type": "terminal", "terminalId"}`) with that
-    /// tool call's id, so the process API shows which tool call runs each.
-    /// Other lines cost one substring search.
-    pub(crate) fn tag_terminals(&self, session: &Session, line: &[u8]) {
+    /// Tags the terminals a `session/update` line of `session` (of update
+    /// kind `kind`) names in a tool call's content (`{"type": "terminal",
+    /// "terminalId"}`) with that tool call's id, so the process API shows
+    /// which tool call runs each. Other kinds cost a comparison, other
+    /// tool calls one substring search.
+    pub(crate) fn tag_terminals(&self, session: &Session, kind: &str, line: &[u8]) {
         let Some(processes) = &self.processes else {
             return;
         };
+        if kind != update::TOOL_CALL && kind != update::TOOL_CALL_UPDATE {
+            return;
+        }
         if memchr::memmem::find(line, b"\"terminalId\"").is_none() {
             return;
         }
