@@ -1122,7 +1122,11 @@ class SessionView {
     if (!text.trim() || this.ended) return;
     this.input.value = "";
     await this.attach();
-    this.call("session/prompt", { sessionId: this.id, prompt: [{ type: "text", text }] });
+    // The answer comes in this POST's response, not on the stream: the
+    // stream's last event of the turn (its final chunk) may have led to a
+    // read of the log before the answer was in it, so read it again once
+    // the answer is here (it is logged before it is sent).
+    this.call("session/prompt", { sessionId: this.id, prompt: [{ type: "text", text }] }).then(() => this.schedule());
   }
 
   async cancel() {
