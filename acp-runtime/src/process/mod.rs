@@ -22,6 +22,7 @@ use nix::unistd::Pid;
 use output::{Output, OutputStream, Page};
 use parking_lot::Mutex;
 use serde::Serialize;
+pub use spawn::TtySize;
 use spawn::{Io, Launch};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -51,15 +52,6 @@ impl Default for ProcessLimits {
             kept_exited: 256,
         }
     }
-}
-
-/// A terminal's size, in character cells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TtySize {
-    /// Columns.
-    pub cols: u16,
-    /// Rows.
-    pub rows: u16,
 }
 
 /// What to start.
