@@ -13,6 +13,8 @@
 //!   `/v2/agents/{agent}/install` (the control plane).
 //! - [`fs`]: `/v2/fs/*`, the host file system API.
 //! - [`processes`]: `/v2/processes…`, the process API.
+//! - [`terminal`]: `/v2/processes/{id}/terminal`, a process's terminal over
+//!   a WebSocket.
 //! - [`conditional`]: `If-Match`, `If-None-Match`, `If-Range` on a file read.
 //! - [`problem`]: [`Error`] → `application/problem+json`, in one place.
 //! - [`ui`]: the inspector's page at `/ui/`, compiled into the binary.
@@ -30,6 +32,7 @@ pub mod processes;
 pub mod routes;
 pub mod rpc;
 pub mod sse;
+pub mod terminal;
 pub mod ui;
 pub mod websocket;
 
