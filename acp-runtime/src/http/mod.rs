@@ -5,7 +5,8 @@
 //!   the one parse, a message run apart from its exchange.
 //! - [`rpc`]: `POST` / `GET` / `DELETE` on `/v2/rpc`.
 //! - [`acp`]: the ACP transports RFD profile on `/acp` and `/acp/{agent}`.
-//! - [`websocket`]: the WebSocket upgrade on the same paths.
+//! - [`websocket`]: the WebSocket upgrade on the same paths, and the
+//!   opening handshake every WebSocket route shares.
 //! - [`sse`]: the SSE answer and body of `GET /v2/rpc` and `GET /acp`.
 //! - [`headers`]: bearer auth, `Accept`, `Content-Type`, `Last-Event-ID`.
 //! - [`cross_site`]: the `Origin` and `Host` a request may carry.

@@ -193,16 +193,11 @@ impl Terminal {
                 }
                 done = in_flight(&mut input) => {
                     input = None;
-                    if let Err(error) = done {
-                        let problem = problem::document(&error);
-                        let notice = serde_json::value::RawValue::from_string(
-                            String::from_utf8_lossy(&problem).into_owned(),
-                        );
-                        if let Ok(problem) = notice
-                            && !send_notice(&mut sink, &Notice::Error { problem: &problem }, heartbeat).await
-                        {
-                            break None;
-                        }
+                    if let Err(error) = done
+                        && let Some(problem) = problem_of(&error)
+                        && !send_notice(&mut sink, &Notice::Error { problem: &problem }, heartbeat).await
+                    {
+                        break None;
                     }
                 }
                 next = self.next(&mut changes) => match next {
@@ -301,6 +296,14 @@ async fn in_flight(input: &mut Option<InFlight>) -> Result<(), Error> {
         Some(request) => request.await,
         None => std::future::pending().await,
     }
+}
+
+/// The problem document (RFC 9457) of `error`, as the HTTP route would
+/// answer it.
+fn problem_of(error: &Error) -> Option<Box<serde_json::value::RawValue>> {
+    String::from_utf8(problem::document(error))
+        .ok()
+        .and_then(|json| serde_json::value::RawValue::from_string(json).ok())
 }
 
 /// A client's text frame as a [`Control`], or how to close the socket.

@@ -1,6 +1,8 @@
 //! WebSocket on `/acp` and `/acp/{agent}` (research/contract.md, "The /acp
 //! profile", WebSocket): the RFC 6455 opening handshake over hyper's
-//! upgrade, then tungstenite for the framing.
+//! upgrade, then tungstenite for the framing. The handshake itself
+//! ([`accept_key`], [`switch`]) is shared with the terminal WebSocket
+//! ([`super::terminal`]).
 //!
 //! One socket is one connection. Its id is made at the upgrade and sent in
 //! the 101 answer; the connection itself opens with the first message,

@@ -395,7 +395,9 @@ async fn attach(remote: &Remote, id: &str) -> Result<Value, Failure> {
         };
         if let Some(socket) = socket {
             let (mut sink, mut source) = socket.split();
-            loop {
+            // The size may have changed while the socket was away.
+            let mut open = sink.send(resize_frame()).await.is_ok();
+            while open {
                 tokio::select! {
                     message = source.next() => match message {
                         Some(Ok(Message::Binary(bytes))) => {
@@ -423,13 +425,13 @@ async fn attach(remote: &Remote, id: &str) -> Result<Value, Failure> {
                                 _ => {}
                             }
                         }
-                        Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+                        Some(Ok(Message::Close(_)) | Err(_)) | None => open = false,
                         Some(Ok(_)) => {}
                     },
                     key = typed.recv(), if stdin_open => match key {
                         Some(bytes) => {
                             if sink.send(Message::Binary(bytes)).await.is_err() {
-                                break;
+                                open = false;
                             }
                         }
                         // Local stdin ended (the terminal hung up): the
@@ -440,11 +442,8 @@ async fn attach(remote: &Remote, id: &str) -> Result<Value, Failure> {
                         }
                     },
                     _ = resized.recv() => {
-                        if let Ok(size) = rustix::termios::tcgetwinsize(std::io::stdin()) {
-                            let resize = json!({"type": "resize", "cols": size.ws_col.max(1), "rows": size.ws_row.max(1)});
-                            if sink.send(Message::text(resize.to_string())).await.is_err() {
-                                break;
-                            }
+                        if sink.send(resize_frame()).await.is_err() {
+                            open = false;
                         }
                     }
                 }
@@ -458,6 +457,14 @@ async fn attach(remote: &Remote, id: &str) -> Result<Value, Failure> {
     };
     reader.abort();
     exit
+}
+
+/// The resize frame of the local terminal's size now (80×24 when it
+/// cannot be read).
+fn resize_frame() -> Message {
+    let (cols, rows) = rustix::termios::tcgetwinsize(std::io::stdin())
+        .map_or((80, 24), |size| (size.ws_col.max(1), size.ws_row.max(1)));
+    Message::text(json!({"type": "resize", "cols": cols, "rows": rows}).to_string())
 }
 
 /// Reads local stdin into `keys` as it comes (a key press is a read).
