@@ -419,3 +419,39 @@ async fn a_client_that_never_reads_keeps_memory_flat() {
     api.health().await.assert_status(200);
     drop(socket);
 }
+
+/// The server pings every heartbeat; a client that reads (and so answers
+/// the pings) stays, one that goes silent is closed with 1001
+/// `keep-alive timeout`.
+#[tokio::test]
+async fn keep_alive_pings_and_gives_up_on_a_silent_peer() {
+    let server = TestServer::start(&["--heartbeat-ms", "200"]).await;
+    let api = server.api();
+    let id = start(
+        &api,
+        json!({"command": "sleep", "args": ["100"], "tty": true}),
+    )
+    .await;
+    let mut reading = open(&api, &id, "").await;
+    let mut silent = open(&api, &id, "").await;
+    let mut pings = 0;
+    let listen = async {
+        loop {
+            match reading.next().await {
+                Some(Ok(Message::Ping(_))) => pings += 1,
+                Some(Ok(Message::Close(frame))) => panic!("a reading client was closed: {frame:?}"),
+                Some(Ok(_)) => {}
+                other => panic!("the socket ended: {other:?}"),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(1500), listen).await;
+    assert!(pings >= 3, "pings every heartbeat: {pings}");
+    let seen = read_to_end(&mut silent).await;
+    assert_eq!(seen.close, Some(CloseCode::Away), "{seen:?}");
+    let process = api.get_json(&format!("/v2/processes/{id}")).await;
+    assert_eq!(
+        process["state"], "running",
+        "a closed socket leaves the process"
+    );
+}
