@@ -146,8 +146,13 @@ struct Terminal {
 
 /// What the ring has for the client next.
 enum Next {
-    /// Bytes (after a `dropped` notice when `dropped` > 0).
-    Output { data: Bytes, dropped: u64 },
+    /// Bytes from offset `from` on, after a `dropped` notice when the
+    /// `dropped` bytes before `from` are gone.
+    Output {
+        data: Bytes,
+        from: u64,
+        dropped: u64,
+    },
     /// Every byte was sent and the process exited.
     Exit(Exit),
 }
@@ -193,6 +198,8 @@ impl Terminal {
                 }
                 done = in_flight(&mut input) => {
                     input = None;
+                    // Frames (pongs too) waited unread meanwhile.
+                    last_heard = Instant::now();
                     if let Err(error) = done
                         && let Some(problem) = problem_of(&error)
                         && !send_notice(&mut sink, &Notice::Error { problem: &problem }, heartbeat).await
@@ -201,12 +208,12 @@ impl Terminal {
                     }
                 }
                 next = self.next(&mut changes) => match next {
-                    Next::Output { data, dropped } => {
+                    Next::Output { data, from, dropped } => {
                         if dropped > 0 {
                             let notice = Notice::Dropped {
                                 dropped,
-                                offset: self.offset - dropped - data.len() as u64,
-                                next_offset: self.offset - data.len() as u64,
+                                offset: from - dropped,
+                                next_offset: from,
                             };
                             if !send_notice(&mut sink, &notice, heartbeat).await {
                                 break None;
@@ -224,7 +231,9 @@ impl Terminal {
                     }
                 },
                 _ = ping.tick() => {
-                    if last_heard.elapsed() > heartbeat * 2 {
+                    // While the process takes a frame the peer's pongs
+                    // wait unread: that is not silence.
+                    if input.is_none() && last_heard.elapsed() > heartbeat * 2 {
                         break Some(Ending { code: CloseCode::Away, reason: "keep-alive timeout" });
                     }
                     if !send_message(&mut sink, Message::Ping(Bytes::new()), heartbeat).await {
@@ -275,6 +284,7 @@ impl Terminal {
             if page.dropped > 0 || !page.data.is_empty() {
                 self.offset = page.next_offset;
                 return Next::Output {
+                    from: page.next_offset - page.data.len() as u64,
                     data: page.data,
                     dropped: page.dropped,
                 };

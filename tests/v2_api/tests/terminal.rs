@@ -455,3 +455,34 @@ async fn keep_alive_pings_and_gives_up_on_a_silent_peer() {
         "a closed socket leaves the process"
     );
 }
+
+/// Stdin the process does not read holds the socket's input back, but the
+/// peer is not taken for silent meanwhile: the socket stays until the
+/// process ends.
+#[tokio::test]
+async fn stdin_the_process_does_not_read_is_not_silence() {
+    let server = TestServer::start(&["--heartbeat-ms", "200"]).await;
+    let api = server.api();
+    let id = start(&api, json!({"command": "sleep", "args": ["100"]})).await;
+    let mut socket = open(&api, &id, "").await;
+    // More than a pipe holds: the write waits for a reader that never comes.
+    send_bytes(&mut socket, &vec![b'x'; 512 * 1024]).await;
+    let listen = async {
+        loop {
+            match socket.next().await {
+                Some(Ok(Message::Close(frame))) => panic!("closed while stdin waits: {frame:?}"),
+                Some(Ok(_)) => {}
+                other => panic!("the socket ended: {other:?}"),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(1500), listen).await;
+    let reply = Api::send(api.request(Method::DELETE, &format!("/v2/processes/{id}"))).await;
+    reply.assert_status(204);
+    let seen = read_to_end(&mut socket).await;
+    assert_eq!(seen.close, Some(CloseCode::Normal), "{seen:?}");
+    assert_eq!(
+        seen.notices.last().map(|n| &n["type"]),
+        Some(&json!("exit"))
+    );
+}
