@@ -34,7 +34,8 @@
 //!   the settings types of the modules below it.
 //! - [`agent`]: running agents: the supervisor (public), processes and
 //!   their stdout, the stdin/stderr loops, line framing, the tree
-//!   supervisor, orphan reaping and the routing table.
+//!   supervisor, orphan reaping, the routing table, and the agent's
+//!   client-side files and terminals served in the sandbox.
 //! - [`install`]: agent installs (public: the `agents` command uses them
 //!   without a server): the manifest, the catalog of known agents
 //!   ([`install::AgentSpec`]), the installer, its npm driver, downloads and

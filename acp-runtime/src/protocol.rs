@@ -86,6 +86,30 @@ pub mod method {
     pub const SESSION_REQUEST_PERMISSION: &str = "session/request_permission";
     /// ACP `session/set_config_option`.
     pub const SESSION_SET_CONFIG_OPTION: &str = "session/set_config_option";
+    /// ACP agent request: read a text file (client capability
+    /// `fs.readTextFile`).
+    pub const FS_READ_TEXT_FILE: &str = "fs/read_text_file";
+    /// ACP agent request: write a text file (`fs.writeTextFile`).
+    pub const FS_WRITE_TEXT_FILE: &str = "fs/write_text_file";
+    /// ACP agent request: start a terminal (`terminal`).
+    pub const TERMINAL_CREATE: &str = "terminal/create";
+    /// ACP agent request: a terminal's output so far.
+    pub const TERMINAL_OUTPUT: &str = "terminal/output";
+    /// ACP agent request: wait for a terminal's command to exit.
+    pub const TERMINAL_WAIT_FOR_EXIT: &str = "terminal/wait_for_exit";
+    /// ACP agent request: kill a terminal's command.
+    pub const TERMINAL_KILL: &str = "terminal/kill";
+    /// ACP agent request: kill and forget a terminal.
+    pub const TERMINAL_RELEASE: &str = "terminal/release";
+}
+
+/// ACP `session/update` kinds (`params.update.sessionUpdate`) the runtime
+/// looks at.
+pub mod update {
+    /// A new tool call.
+    pub const TOOL_CALL: &str = "tool_call";
+    /// An update of a tool call.
+    pub const TOOL_CALL_UPDATE: &str = "tool_call_update";
 }
 
 /// JSON-RPC 2.0 error codes used by the runtime (JSON-RPC 2.0 section 5.1).

@@ -23,6 +23,19 @@ pub const RUNTIME_KEYS: &[&str] = &[
     "firstPrompt",
 ];
 
+/// `initialize` params `_meta["sandboxagent.dev"].fsAndTerminal`: who
+/// answers the agent's `fs/read_text_file`, `fs/write_text_file` and
+/// `terminal/*` requests in the sessions of this connection. Absent (or
+/// [`FS_AND_TERMINAL_SANDBOX`]): the runtime, in the sandbox;
+/// [`FS_AND_TERMINAL_CLIENT`]: this connection, for each of those
+/// capabilities it declared in `clientCapabilities` (research/contract.md,
+/// "Files and terminals of the agent, served in the sandbox").
+pub const FS_AND_TERMINAL_KEY: &str = "fsAndTerminal";
+/// [`FS_AND_TERMINAL_KEY`] value: the runtime serves them (the default).
+pub const FS_AND_TERMINAL_SANDBOX: &str = "sandbox";
+/// [`FS_AND_TERMINAL_KEY`] value: the connection serves them itself.
+pub const FS_AND_TERMINAL_CLIENT: &str = "client";
+
 /// The namespace object of a params or result object:
 /// `holder._meta["sandboxagent.dev"]`, when it is an object.
 pub fn read(holder: &Value) -> Option<&Map<String, Value>> {

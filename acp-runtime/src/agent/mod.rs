@@ -21,7 +21,10 @@
 //! - [`framing`]: stdout line framing with a maximum line length.
 //! - `router`: the routing table: id rewriting, pending requests both ways,
 //!   held messages, delivery to sessions and connections.
+//! - [`client_side`]: the agent's `fs/*` and `terminal/*` requests answered
+//!   in the sandbox, and the client capabilities declared for them.
 
+pub mod client_side;
 pub(crate) mod exit;
 pub mod framing;
 pub(crate) mod orphans;

@@ -11,6 +11,7 @@ use super::router::{ReportedHints, RouteTargets, Router};
 use super::stdio::{self, StderrCapture};
 use super::tree::{self, TreeSupervisor};
 use crate::process_group::signal_group;
+use crate::state::connection::ClientCapabilities;
 use bytes::Bytes;
 use futures::StreamExt;
 use nix::sys::signal::Signal;
@@ -209,6 +210,13 @@ impl AgentProcess {
             group_record: Mutex::new(None),
             supervised: false,
         }
+    }
+
+    /// The same process, whose file and terminal requests in `served` the
+    /// runtime answers ([`Router::set_served`]).
+    pub(crate) fn serving(mut self, served: ClientCapabilities) -> Self {
+        self.router.set_served(served);
+        self
     }
 
     /// The same process, started under a tree supervisor when `supervised`:

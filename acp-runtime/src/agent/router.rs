@@ -16,11 +16,12 @@
 //! (the session inventory and the open connections) and its agent's
 //! [`ReportedHints`], so it can be built, and tested, without a server.
 
+use super::client_side::ClientSide;
 use super::exit::ExitInfo;
 use super::framing::PREFIX_BYTES;
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use crate::protocol::{self, AgentMessage, Kind, RpcError, code, method};
-use crate::state::connection::Connection;
+use crate::state::connection::{ClientCapabilities, Connection};
 use crate::state::connections::Connections;
 use crate::state::hints::{self, Hints};
 use crate::state::session::{Session, Sessions};
@@ -61,6 +62,9 @@ pub struct RouteTargets {
     pub sessions: Arc<Sessions>,
     /// The open client connections.
     pub connections: Arc<Connections>,
+    /// The agents' file and terminal requests answered in the sandbox
+    /// (`None`: every such request goes to the connections, as any other).
+    pub client_side: Option<Arc<ClientSide>>,
 }
 
 /// The models and modes an agent reported in any of its sessions (for
@@ -241,6 +245,10 @@ pub struct Router {
     /// The store's writer and this agent's share of its queue (`None` with
     /// `--store memory`): the stdout reader waits on it under a flood.
     store: Option<(Arc<Persist>, Arc<Share>)>,
+    /// The client capabilities the runtime declared to this process and
+    /// answers itself ([`ClientSide::declare`]) unless a connection takes
+    /// them.
+    served: ClientCapabilities,
 }
 
 /// A client's answer held until every event before it is committed to the
@@ -323,6 +331,16 @@ impl Router {
             last_requester: Mutex::new(Weak::new()),
             warnings,
             store,
+            served: ClientCapabilities::default(),
+        }
+    }
+
+    /// Makes the runtime answer this process's file and terminal requests
+    /// in `served` ([`ClientSide::declare`]) when no connection takes them;
+    /// nothing without `targets.client_side`.
+    pub fn set_served(&mut self, served: ClientCapabilities) {
+        if self.targets.client_side.is_some() {
+            self.served = served;
         }
     }
 
@@ -804,9 +822,13 @@ impl Router {
             Some(session) => {
                 if envelope.method() == method::SESSION_UPDATE
                     && let Some(kind) = envelope.update_kind()
-                    && let Some(hints) = hints::from_update(kind, line)
                 {
-                    self.take_hints(&session, &hints);
+                    if let Some(hints) = hints::from_update(kind, line) {
+                        self.take_hints(&session, &hints);
+                    }
+                    if let Some(client_side) = &self.targets.client_side {
+                        client_side.tag_terminals(&session, kind, line);
+                    }
                 }
                 session.record_and_deliver(Direction::AgentToClient, line.clone());
             }
@@ -868,7 +890,7 @@ impl Router {
                 .upgrade()
                 .filter(|c| !c.is_closed());
             match target {
-                Some(connection) if connection.capabilities.allows(method) => {
+                Some(connection) if self.takes(&connection, method) => {
                     // Filed first: an answer may come as soon as it is pushed.
                     self.remember_agent_request(
                         &raw_id,
@@ -879,6 +901,14 @@ impl Router {
                     );
                     connection.push(line.clone(), None);
                 }
+                // Files and terminals live in a session's directory.
+                _ if self.runtime_serves(method) => self.answer_agent(
+                    envelope,
+                    &RpcError::new(
+                        code::INVALID_PARAMS,
+                        format!("invalid params: {method} needs a sessionId"),
+                    ),
+                ),
                 _ => self.answer_method_not_found(envelope, method),
             }
             return;
@@ -901,9 +931,14 @@ impl Router {
         let controllers = session.record_and_controllers(Direction::AgentToClient, line.clone());
         let allowed: Vec<Arc<Connection>> = controllers
             .iter()
-            .filter(|c| c.capabilities.allows(method))
+            .filter(|c| self.takes(c, method))
             .cloned()
             .collect();
+        if allowed.is_empty() && self.runtime_serves(method) {
+            drop(requests);
+            self.serve(raw_id, method, line.clone(), session);
+            return;
+        }
         if !controllers.is_empty() && allowed.is_empty() {
             drop(requests);
             self.answer_method_not_found(envelope, method);
@@ -926,6 +961,65 @@ impl Router {
                 },
             ),
         );
+    }
+
+    /// Whether the runtime answers agent request `method` itself when no
+    /// connection takes it: a file or terminal request it declared
+    /// (research/contract.md, "Files and terminals of the agent, served in
+    /// the sandbox").
+    fn runtime_serves(&self, method: &str) -> bool {
+        ClientCapabilities::covers(method) && self.served.allows(method)
+    }
+
+    /// Whether `connection` gets agent request `method`: it declared the
+    /// capability, and for a request the runtime serves it also opted to
+    /// serve it itself (`fsAndTerminal: "client"`).
+    fn takes(&self, connection: &Connection, method: &str) -> bool {
+        let capabilities = &connection.capabilities;
+        capabilities.allows(method)
+            && (capabilities.serves_fs_and_terminal || !self.runtime_serves(method))
+    }
+
+    /// Answers the agent's file or terminal request `line` in the sandbox,
+    /// in a task of its own (a `terminal/wait_for_exit` may wait long; the
+    /// stdout loop goes on). The request is in the session's log already;
+    /// the answer goes there too (`client_to_agent`, as a client's would),
+    /// then to the agent. Nothing is sent once the process is gone.
+    fn serve(&self, raw_id: Box<str>, method: &str, line: Bytes, session: Arc<Session>) {
+        let Some(client_side) = self.targets.client_side.clone() else {
+            return;
+        };
+        let (stdin, exited, method) = (self.stdin.clone(), self.exited.clone(), method.to_owned());
+        let generation = self.generation;
+        tokio::spawn(async move {
+            #[derive(serde::Deserialize)]
+            struct Params<'a> {
+                #[serde(borrow, default)]
+                params: Option<&'a RawValue>,
+            }
+            let params = serde_json::from_slice::<Params<'_>>(&line)
+                .ok()
+                .and_then(|request| request.params);
+            let answer = tokio::select! {
+                answer = client_side.answer(&method, params, &session, generation) => answer,
+                () = exited.cancelled() => return,
+            };
+            let Ok(id) = RawValue::from_string(raw_id.into_string()) else {
+                return;
+            };
+            let mut line = match answer {
+                Ok(result) => protocol::result_response_line(&id, &result),
+                Err(error) => protocol::error_response_line(&id, &error),
+            };
+            session.record(Direction::ClientToAgent, Bytes::from(line.clone()));
+            line.push(b'\n');
+            if stdin.send(Bytes::from(line)).await.is_err() {
+                tracing::debug!(
+                    method,
+                    "answer to an agent request dropped: agent process exited"
+                );
+            }
+        });
     }
 
     fn remember_agent_request(
@@ -956,12 +1050,17 @@ impl Router {
     /// (research/contract.md, "Routing: connections, sessions, one agent
     /// process").
     fn answer_method_not_found(&self, envelope: &AgentMessage<'_>, method: &str) {
-        let Some(id) = envelope.id else { return };
         let error = RpcError::new(
             code::METHOD_NOT_FOUND,
             format!("method not found: {method} (no attached client declared this capability)"),
         );
-        let mut line = protocol::error_response_line(id, &error);
+        self.answer_agent(envelope, &error);
+    }
+
+    /// Answers agent request `envelope` with `error` on the clients' behalf.
+    fn answer_agent(&self, envelope: &AgentMessage<'_>, error: &RpcError) {
+        let Some(id) = envelope.id else { return };
+        let mut line = protocol::error_response_line(id, error);
         line.push(b'\n');
         if self.stdin.try_send(Bytes::from(line)).is_err() && self.warnings.stdin_full.admit() {
             tracing::warn!(agent = %self.agent, "cannot answer agent request: stdin queue full or closed");
@@ -1057,7 +1156,7 @@ impl Router {
                 if skip.contains(id) {
                     // Flushed with the held messages already.
                     request.targets.push(connection.clone());
-                } else if connection.capabilities.allows(&request.method) {
+                } else if self.takes(connection, &request.method) {
                     connection.push(request.line.clone(), request.session.as_deref());
                     request.targets.push(connection.clone());
                 } else {
@@ -1068,10 +1167,7 @@ impl Router {
         let attached = session.controllers();
         for line in refused {
             if let Ok((envelope, _)) = AgentMessage::parse(&line) {
-                if attached
-                    .iter()
-                    .any(|c| c.capabilities.allows(envelope.method()))
-                {
+                if attached.iter().any(|c| self.takes(c, envelope.method())) {
                     continue;
                 }
                 if let Some(id) = envelope.id {
@@ -1129,6 +1225,10 @@ impl Router {
             }));
         let pending: Vec<_> = self.pending.lock().drain().map(|(_, p)| p).collect();
         self.agent_requests.lock().clear();
+        // No process outlives its owner: the agent's terminals die with it.
+        if let Some(client_side) = &self.targets.client_side {
+            client_side.release_terminals(&self.agent, self.generation);
+        }
         self.held.lock().clear();
         let reason = if exit.code == Some(0) {
             EndReason::Completed

@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::install::{AgentSpec, Launch};
 use crate::install::{InstallError, InstallOptions, Installer, LogProgress, Progress};
 use crate::process_group::signal_group;
+use crate::state::connection::ClientCapabilities;
 use ext_methods::{AgentInfo, AgentInstallResult, AgentSource, AuthEnv, ModelInfo};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -408,6 +409,13 @@ impl Agents {
         })?;
         let pid = spawned.child.id().unwrap_or(0);
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let (client_capabilities, served) = match &targets.client_side {
+            Some(client_side) => client_side.declare(&spec.client_capabilities),
+            None => (
+                spec.client_capabilities.clone(),
+                ClientCapabilities::default(),
+            ),
+        };
         slot.starts.fetch_add(1, Ordering::Relaxed);
         let process = Arc::new(
             AgentProcess::new(
@@ -419,6 +427,7 @@ impl Agents {
                 targets.clone(),
                 slot.reported.clone(),
             )
+            .serving(served)
             .with_group_record(spawned.group_record)
             .with_supervisor(spawned.supervised),
         );
@@ -431,7 +440,7 @@ impl Agents {
         });
         let params = serde_json::json!({
             "protocolVersion": 1,
-            "clientCapabilities": spec.client_capabilities,
+            "clientCapabilities": client_capabilities,
             "clientInfo": { "name": "sandbox-agent", "version": env!("CARGO_PKG_VERSION") },
         });
         let failed = |reason: String| {

@@ -67,6 +67,11 @@ pub(crate) struct Scope {
     /// Base of relative paths: the session's `cwd` or the server's working
     /// directory.
     base: PathBuf,
+    /// Real paths nothing of this scope may be inside of (each one and
+    /// everything below it): the runtime's own data for an agent's
+    /// `fs/*` and `terminal/*` requests ([`Scope::excluding`]). Empty for
+    /// the host file system API.
+    excluded: Vec<PathBuf>,
 }
 
 impl Scope {
@@ -94,7 +99,18 @@ impl Scope {
             root,
             root_alias,
             base,
+            excluded: Vec::new(),
         })
+    }
+
+    /// This scope with `excluded` (real paths) made unreachable: a path
+    /// that resolves to one of them or below is refused as the root's
+    /// outside is, by [`Scope::check`], which every opened directory and
+    /// every located entry passes (research/contract.md, "Files and
+    /// terminals of the agent, served in the sandbox").
+    pub(crate) fn excluding(mut self, excluded: Vec<PathBuf>) -> Self {
+        self.excluded = excluded;
+        self
     }
 
     /// `raw` as an absolute path, by the path rules (module doc).
@@ -128,14 +144,25 @@ impl Scope {
         Ok(absolute)
     }
 
-    /// Checks that the real path `real` is inside the root; `shown` (the
-    /// path as the client gave it) is what a refusal names.
+    /// Checks that the real path `real` is inside the root and outside every
+    /// excluded path; `shown` (the path as the client gave it) is what a
+    /// refusal names.
     ///
     /// # Errors
-    /// 403 `outside-root`.
+    /// 403 `outside-root`; 403 `permission-denied` inside an excluded path.
     pub(crate) fn check(&self, real: &Path, shown: &Path) -> Result<(), Error> {
         match &self.root {
             Some(root) if !real.starts_with(root) => Err(outside_root(shown)),
+            _ if self
+                .excluded
+                .iter()
+                .any(|excluded| real.starts_with(excluded)) =>
+            {
+                Err(Error::PermissionDenied(format!(
+                    "{} is the sandbox-agent runtime's own data",
+                    shown.display()
+                )))
+            }
             _ => Ok(()),
         }
     }
@@ -201,10 +228,17 @@ impl Scope {
         follow: bool,
     ) -> Result<Located, Error> {
         let Some(root) = &self.root else {
-            return self.locate_unconfined(absolute, follow);
+            let located = self.locate_unconfined(absolute, follow)?;
+            self.check(&located.real(), shown)?;
+            return Ok(located);
         };
         match self.beneath(root, absolute, shown, follow, false)? {
-            Beneath::Entry(located) => Ok(located),
+            Beneath::Entry(located) => {
+                // The entry itself may be excluded (a store file in a
+                // session's directory), not only its directory.
+                self.check(&located.real(), shown)?;
+                Ok(located)
+            }
             Beneath::Dir(_) if follow => Err(is_a_directory(absolute)),
             Beneath::Dir(_) => Err(Error::OutsideRoot {
                 path: format!("{} (the root itself)", shown.display()),
@@ -239,7 +273,11 @@ impl Scope {
     pub(crate) fn follow(&self, absolute: &Path, shown: &Path) -> Result<Beneath, Error> {
         match &self.root {
             Some(root) => self.beneath(root, absolute, shown, true, false),
-            None => self.locate_unconfined(absolute, true).map(Beneath::Entry),
+            None => {
+                let located = self.locate_unconfined(absolute, true)?;
+                self.check(&located.real(), shown)?;
+                Ok(Beneath::Entry(located))
+            }
         }
     }
 
@@ -744,6 +782,7 @@ mod tests {
 
     fn scope(root: Option<&Path>) -> Scope {
         Scope {
+            excluded: Vec::new(),
             root: root.map(Path::to_owned),
             root_alias: None,
             base: PathBuf::from("/work/session"),

@@ -155,18 +155,8 @@ async fn json_body<T: serde::de::DeserializeOwned>(
 /// A start or run body as a [`StartRequest`]: the working directory
 /// resolved, the environment and terminal size checked.
 async fn start_request(runtime: &Runtime, body: StartBody) -> Result<StartRequest, Error> {
-    for (key, value) in &body.env {
-        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
-            return Err(Error::InvalidRequest(format!(
-                "env: {key:?} is not a valid variable (a name without = or NUL, a value without NUL)"
-            )));
-        }
-    }
-    if body.args.iter().any(|arg| arg.contains('\0')) {
-        return Err(Error::InvalidRequest(
-            "args must not contain NUL bytes".to_owned(),
-        ));
-    }
+    let env: Vec<(String, String)> = body.env.into_iter().collect();
+    StartRequest::check_args_and_env(&body.args, &env)?;
     let tty = if body.tty {
         let size = TtySize {
             cols: body.cols.unwrap_or(DEFAULT_TTY.cols),
@@ -188,7 +178,7 @@ async fn start_request(runtime: &Runtime, body: StartBody) -> Result<StartReques
         command: body.command,
         args: body.args,
         cwd,
-        env: body.env.into_iter().collect(),
+        env,
         tty,
         stdin: body.stdin.map(Bytes::from),
         close_stdin: false,

@@ -90,6 +90,31 @@ pub struct StartRequest {
     pub output_bytes: Option<usize>,
 }
 
+impl StartRequest {
+    /// Checks what the operating system cannot take: arguments with a NUL
+    /// byte, a variable name that is empty or holds `=` or NUL, a value
+    /// with NUL (for every surface that starts processes: the routes, an
+    /// agent's `terminal/create`).
+    ///
+    /// # Errors
+    /// 400 `invalid-request` naming what is wrong.
+    pub fn check_args_and_env(args: &[String], env: &[(String, String)]) -> Result<(), Error> {
+        for (key, value) in env {
+            if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+                return Err(Error::InvalidRequest(format!(
+                    "env: {key:?} is not a valid variable (a name without = or NUL, a value without NUL)"
+                )));
+            }
+        }
+        if args.iter().any(|arg| arg.contains('\0')) {
+            return Err(Error::InvalidRequest(
+                "args must not contain NUL bytes".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How a process ended: `{exitCode, signal}` (one of them is set).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -728,7 +753,6 @@ impl Process {
         &self.id
     }
 
-    #[expect(dead_code, reason = "the runtime's ACP terminals tag their process")]
     /// Records the tool call that shows this process (an agent's terminal
     /// named in a tool call's content).
     pub fn tag_tool_call(&self, tool_call_id: &str) {
@@ -773,7 +797,6 @@ impl Process {
         self.state.lock().output.read_bytes(offset, limit)
     }
 
-    #[expect(dead_code, reason = "the runtime's ACP terminals read their output")]
     /// The newest at most `max` bytes of output and whether older output
     /// exists (ACP's `terminal/output`).
     pub fn tail(&self, max: usize) -> (Vec<u8>, bool) {

@@ -26,6 +26,7 @@ pub mod open;
 mod services;
 
 use crate::agent::Agents;
+use crate::agent::client_side::ClientSide;
 use crate::agent::router::RouteTargets;
 use crate::config::ServerConfig;
 use crate::install::Installer;
@@ -36,8 +37,8 @@ use crate::state::connection::ReplayLimits;
 use crate::state::connections::Connections;
 use crate::state::event_log::LogLimits;
 use crate::state::session::{InventoryLimits, Sessions};
-use crate::store::Store;
 use crate::store::writer::Persist;
+use crate::store::{Store, StoreUrl};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use std::sync::Arc;
@@ -141,6 +142,9 @@ impl Runtime {
             ended_sessions: config.ended_sessions,
         };
         let memory = Arc::new(MemoryBudget::new(config.memory_budget_bytes));
+        let processes = config
+            .processes
+            .map(|limits| Arc::new(Processes::new(limits, config.tree_supervisor.clone())));
         let routes = RouteTargets {
             sessions: Arc::new(
                 Sessions::new(inventory, persist.clone()).with_budget(memory.clone()),
@@ -148,6 +152,19 @@ impl Runtime {
             connections: Arc::new(
                 Connections::new(config.max_connections, limits).with_budget(memory.clone()),
             ),
+            client_side: Some(Arc::new(
+                ClientSide::new(
+                    config.fs_root.clone(),
+                    config.fs_root_as_given.clone(),
+                    &config.data_dir,
+                    match &config.store {
+                        Some(StoreUrl::Sqlite(path)) => Some(path.as_path()),
+                        _ => None,
+                    },
+                    config.max_upload_bytes,
+                )
+                .with_processes(processes.clone()),
+            )),
         };
         Arc::new(Self {
             connections: routes.connections.clone(),
@@ -170,9 +187,7 @@ impl Runtime {
             store,
             persist,
             memory,
-            processes: config
-                .processes
-                .map(|limits| Arc::new(Processes::new(limits, config.tree_supervisor.clone()))),
+            processes,
             config,
         })
     }

@@ -20,7 +20,7 @@
 //! replay by `Last-Event-ID` works per stream and no event is in two lanes.
 
 use crate::error::Error;
-use crate::protocol;
+use crate::protocol::{self, method};
 use crate::state::budget::MemoryBudget;
 use bytes::Bytes;
 use ext_methods::{StreamGap, notification::STREAM_GAP};
@@ -33,7 +33,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// Client capabilities a connection declared in its `initialize`
-/// (`params.clientCapabilities`, ACP schema `ClientCapabilities`).
+/// (`params.clientCapabilities`, ACP schema `ClientCapabilities`), and
+/// whether it takes the agent's file and terminal requests itself
+/// (`params._meta["sandboxagent.dev"].fsAndTerminal`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClientCapabilities {
     /// `fs.readTextFile`
@@ -42,9 +44,25 @@ pub struct ClientCapabilities {
     pub write_text_file: bool,
     /// `terminal`
     pub terminal: bool,
+    /// `fsAndTerminal: "client"`: this connection answers the `fs/*` and
+    /// `terminal/*` requests it declared capabilities for, instead of the
+    /// runtime (research/contract.md, "Files and terminals of the agent,
+    /// served in the sandbox").
+    pub serves_fs_and_terminal: bool,
 }
 
 impl ClientCapabilities {
+    /// Every capability the runtime itself can serve an agent in the
+    /// sandbox (`terminal` only when processes are on).
+    pub fn sandbox(terminal: bool) -> Self {
+        Self {
+            read_text_file: true,
+            write_text_file: true,
+            terminal,
+            serves_fs_and_terminal: false,
+        }
+    }
+
     /// Reads the capabilities from raw `initialize` params; anything missing or
     /// malformed counts as not declared.
     pub fn from_initialize_params(params: Option<&serde_json::value::RawValue>) -> Self {
@@ -52,32 +70,35 @@ impl ClientCapabilities {
         #[serde(rename_all = "camelCase")]
         struct Params {
             #[serde(default)]
-            client_capabilities: Caps,
-        }
-        #[derive(serde::Deserialize, Default)]
-        #[serde(rename_all = "camelCase")]
-        struct Caps {
-            #[serde(default)]
-            fs: Fs,
-            #[serde(default)]
-            terminal: bool,
-        }
-        #[derive(serde::Deserialize, Default)]
-        #[serde(rename_all = "camelCase")]
-        struct Fs {
-            #[serde(default)]
-            read_text_file: bool,
-            #[serde(default)]
-            write_text_file: bool,
+            client_capabilities: serde_json::Value,
+            #[serde(default, rename = "_meta")]
+            meta: serde_json::Value,
         }
         let params: Params = params
             .and_then(|raw| serde_json::from_str(raw.get()).ok())
             .unwrap_or_default();
-        let caps = params.client_capabilities;
+        let by_client = params
+            .meta
+            .get(ext_methods::NAMESPACE)
+            .and_then(|namespace| namespace.get(ext_methods::meta::FS_AND_TERMINAL_KEY))
+            .and_then(serde_json::Value::as_str)
+            == Some(ext_methods::meta::FS_AND_TERMINAL_CLIENT);
         Self {
-            read_text_file: caps.fs.read_text_file,
-            write_text_file: caps.fs.write_text_file,
-            terminal: caps.terminal,
+            serves_fs_and_terminal: by_client,
+            ..Self::declared(&params.client_capabilities)
+        }
+    }
+
+    /// What an ACP `ClientCapabilities` object declares; anything missing or
+    /// not `true` counts as not declared.
+    pub fn declared(capabilities: &serde_json::Value) -> Self {
+        let flag =
+            |pointer: &str| capabilities.pointer(pointer) == Some(&serde_json::Value::Bool(true));
+        Self {
+            read_text_file: flag("/fs/readTextFile"),
+            write_text_file: flag("/fs/writeTextFile"),
+            terminal: flag("/terminal"),
+            serves_fs_and_terminal: false,
         }
     }
 
@@ -85,12 +106,18 @@ impl ClientCapabilities {
     /// request `method`. Methods outside `fs/*` and `terminal/*` need none.
     pub fn allows(&self, method: &str) -> bool {
         match method {
-            "fs/read_text_file" => self.read_text_file,
-            "fs/write_text_file" => self.write_text_file,
+            method::FS_READ_TEXT_FILE => self.read_text_file,
+            method::FS_WRITE_TEXT_FILE => self.write_text_file,
             m if m.starts_with("fs/") => self.read_text_file || self.write_text_file,
             m if m.starts_with("terminal/") => self.terminal,
             _ => true,
         }
+    }
+
+    /// Whether `method` is one of the `fs/*` or `terminal/*` requests these
+    /// capabilities cover (every other agent request needs none).
+    pub fn covers(method: &str) -> bool {
+        method.starts_with("fs/") || method.starts_with("terminal/")
     }
 }
 

@@ -27,6 +27,27 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Self {
+        Self::with_client_side(None)
+    }
+
+    /// A router whose runtime serves the agent's file requests, refusing
+    /// `data_dir` (research/contract.md, "Files and terminals of the agent,
+    /// served in the sandbox").
+    fn serving_files(data_dir: &std::path::Path) -> Self {
+        Self::with_client_side(Some(Arc::new(ClientSide::new(
+            None,
+            None,
+            data_dir,
+            None,
+            1 << 20,
+        ))))
+    }
+
+    fn with_client_side(client_side: Option<Arc<ClientSide>>) -> Self {
+        let served = client_side
+            .as_ref()
+            .map(|client_side| client_side.declare(&json!({})).1)
+            .unwrap_or_default();
         let (stdin, receiver) = mpsc::channel(1024);
         let targets = RouteTargets {
             sessions: Arc::new(Sessions::new(
@@ -46,8 +67,9 @@ impl Fixture {
                     bytes: usize::MAX,
                 },
             )),
+            client_side,
         };
-        let router = Router::new(
+        let mut router = Router::new(
             AGENT.into(),
             GENERATION,
             stdin,
@@ -55,6 +77,7 @@ impl Fixture {
             Arc::new(Mutex::new(ReportedHints::default())),
             CancellationToken::new(),
         );
+        router.set_served(served);
         Self {
             router,
             stdin: receiver,
@@ -70,7 +93,25 @@ impl Fixture {
 
     /// A connection of `agent`.
     fn open_for(&self, agent: &str, caps: Value) -> Arc<Connection> {
-        let params = raw(json!({ "protocolVersion": 1, "clientCapabilities": caps }));
+        self.open_with(
+            agent,
+            json!({ "protocolVersion": 1, "clientCapabilities": caps }),
+        )
+    }
+
+    /// A connection of [`AGENT`] that declared `caps` and takes the file and
+    /// terminal requests itself (`fsAndTerminal: "client"`).
+    fn open_serving(&self, caps: Value) -> Arc<Connection> {
+        let meta = json!({ "sandboxagent.dev": { "agent": AGENT, "fsAndTerminal": "client" } });
+        self.open_with(
+            AGENT,
+            json!({ "protocolVersion": 1, "clientCapabilities": caps, "_meta": meta }),
+        )
+    }
+
+    /// A connection of `agent` opened with these `initialize` params.
+    fn open_with(&self, agent: &str, params: Value) -> Arc<Connection> {
+        let params = raw(params);
         let caps = ClientCapabilities::from_initialize_params(Some(&params));
         self.targets
             .connections
@@ -94,6 +135,16 @@ impl Fixture {
             lines.push(line.to_owned());
         }
         lines
+    }
+
+    /// The next line written to stdin, waiting for it (the runtime answers
+    /// file requests in a task of its own), parsed.
+    async fn stdin_soon(&mut self) -> Value {
+        let bytes = tokio::time::timeout(Duration::from_secs(10), self.stdin.recv())
+            .await
+            .expect("an answer within 10 s")
+            .expect("stdin open");
+        serde_json::from_slice(&bytes).expect("stdin line is JSON")
     }
 
     /// The one line written to stdin since the last read, parsed.
@@ -752,6 +803,62 @@ async fn session_agent_requests_respect_capabilities_and_are_taken_once() {
     assert_eq!(f.router.take_agent_request("12"), Some(Some("s-1".into())));
     assert_eq!(f.router.take_agent_request("12"), None);
     assert_eq!(f.router.take_agent_request("999"), None, "never existed");
+}
+
+// 6b. File and terminal requests the runtime serves.
+#[tokio::test]
+async fn the_runtime_answers_file_requests_unless_a_connection_opted_in() {
+    let dir = std::env::temp_dir().join(format!("router-client-side-{}", std::process::id()));
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).expect("temp dirs");
+    let mut f = Fixture::serving_files(&data);
+    let plain = f.open(json!({}));
+    let declared = f.open(json!({"fs": {"writeTextFile": true}}));
+    let session = f.create_session(&plain, "1", "s-1").await;
+    f.router.prepare_attach(&declared, "s-1");
+    let write = |id: u32, path: &std::path::Path| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"fs/write_text_file","params":{{"sessionId":"s-1","path":{},"content":"x"}}}}"#,
+            json!(path)
+        )
+    };
+
+    // Declared without opting in: the runtime writes the file and answers.
+    let target = dir.join("written.txt");
+    f.agent_line(&write(10, &target));
+    let answer = f.stdin_soon().await;
+    assert_eq!(answer, json!({"jsonrpc": "2.0", "id": 10, "result": {}}));
+    assert_eq!(std::fs::read(&target).expect("written"), b"x");
+    assert!(events(&plain).is_empty() && events(&declared).is_empty());
+    assert_eq!(
+        f.router.take_agent_request("10"),
+        None,
+        "not filed for clients"
+    );
+    let logged: Vec<Value> = session
+        .events(0, 100)
+        .events
+        .into_iter()
+        .map(|event| event.message)
+        .collect();
+    assert_eq!(logged[logged.len() - 2]["method"], "fs/write_text_file");
+    assert_eq!(logged[logged.len() - 1], answer, "the answer is logged");
+
+    // Inside the data dir: refused.
+    f.agent_line(&write(11, &data.join("x")));
+    let refused = f.stdin_soon().await;
+    assert_eq!(refused["error"]["code"], code::INVALID_PARAMS, "{refused}");
+    assert!(!data.join("x").exists());
+
+    // A connection that opted in and declared it takes it, as any request.
+    let taker = f.open_serving(json!({"fs": {"writeTextFile": true}}));
+    f.router.prepare_attach(&taker, "s-1");
+    f.agent_line(&write(12, &target));
+    assert_eq!(events(&taker), [value(&write(12, &target))]);
+    assert!(events(&declared).is_empty());
+    assert!(f.stdin_lines().is_empty(), "the runtime did not answer it");
+    assert_eq!(f.router.take_agent_request("12"), Some(Some("s-1".into())));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! What a prompt turn does, from the prompt's text: the plain reply, the
-//! `tool` and `permission` turns, and the `!` directives
-//! (research/contract.md, "The mock agent").
+//! `tool` and `permission` turns, the client-side file and terminal turns
+//! (`read file`, `read lines`, `write file`, `use terminal`), and the `!`
+//! directives (research/contract.md, "The mock agent").
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -36,6 +37,19 @@ pub(super) enum Behaviour {
     Fs { path: PathBuf },
     /// `!stderr N`: N lines on stderr, then the plain reply.
     Stderr { lines: usize },
+    /// `read file PATH` and `read lines LINE LIMIT PATH`:
+    /// `fs/read_text_file`, then what it read or the error.
+    ReadFile {
+        path: PathBuf,
+        line: Option<u32>,
+        limit: Option<u32>,
+    },
+    /// `write file PATH TEXT`: `fs/write_text_file`, then the outcome.
+    WriteFile { path: PathBuf, text: String },
+    /// `use terminal LINE`: a terminal running `sh -c LINE`, shown in a
+    /// tool call, waited for, read and released; then its output and exit.
+    /// `kill terminal LINE`: the same, killed once it wrote something.
+    Terminal { line: String, kill: bool },
 }
 
 impl Behaviour {
@@ -46,6 +60,9 @@ impl Behaviour {
     /// error naming its usage. Otherwise `permission` anywhere in the text
     /// wins over `tool` (plain substrings, case-sensitive: `tools` counts).
     pub(super) fn from_prompt(text: &str) -> Result<Self, Error> {
+        if let Some(client_side) = Self::client_side(text) {
+            return client_side;
+        }
         let Some(directive) = text.strip_prefix('!') else {
             return Ok(if text.contains("permission") {
                 Self::Permission
@@ -101,6 +118,69 @@ impl Behaviour {
             },
             _ => return Err(wrong()),
         })
+    }
+}
+
+impl Behaviour {
+    /// The file and terminal turns, by the prompt's first words (before the
+    /// `permission` and `tool` keywords, which a path or a command line may
+    /// contain); `None` for any other prompt.
+    fn client_side(text: &str) -> Option<Result<Self, Error>> {
+        let usage = |usage: &str| {
+            Err(Error::invalid_params().data(format!("usage: {usage} (got `{text}`)")))
+        };
+        if let Some(path) = text.strip_prefix("read file ") {
+            return Some(if path.is_empty() {
+                usage("read file PATH")
+            } else {
+                Ok(Self::ReadFile {
+                    path: PathBuf::from(path),
+                    line: None,
+                    limit: None,
+                })
+            });
+        }
+        if let Some(rest) = text.strip_prefix("read lines ") {
+            let mut parts = rest.splitn(3, ' ');
+            let parsed = match (parts.next(), parts.next(), parts.next()) {
+                (Some(line), Some(limit), Some(path)) if !path.is_empty() => line
+                    .parse()
+                    .ok()
+                    .zip(limit.parse().ok())
+                    .map(|(line, limit)| Self::ReadFile {
+                        path: PathBuf::from(path),
+                        line: Some(line),
+                        limit: Some(limit),
+                    }),
+                _ => None,
+            };
+            return Some(parsed.map_or_else(|| usage("read lines LINE LIMIT PATH"), Ok));
+        }
+        if let Some(rest) = text.strip_prefix("write file ") {
+            // The path is one word; the text is everything after its space.
+            let (path, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            return Some(if path.is_empty() {
+                usage("write file PATH TEXT")
+            } else {
+                Ok(Self::WriteFile {
+                    path: PathBuf::from(path),
+                    text: text.to_owned(),
+                })
+            });
+        }
+        for (prefix, kill) in [("use terminal ", false), ("kill terminal ", true)] {
+            if let Some(line) = text.strip_prefix(prefix) {
+                return Some(if line.trim().is_empty() {
+                    usage(&format!("{}LINE", prefix))
+                } else {
+                    Ok(Self::Terminal {
+                        line: line.to_owned(),
+                        kill,
+                    })
+                });
+            }
+        }
+        None
     }
 }
 
@@ -173,6 +253,59 @@ mod tests {
                 path: PathBuf::from("/tmp/a file.txt")
             })
         );
+    }
+
+    #[test]
+    fn client_side_turns_come_before_keywords() {
+        assert_eq!(
+            Behaviour::from_prompt("read file notes/tool permission.txt").ok(),
+            Some(Behaviour::ReadFile {
+                path: PathBuf::from("notes/tool permission.txt"),
+                line: None,
+                limit: None
+            })
+        );
+        assert_eq!(
+            Behaviour::from_prompt("read lines 2 3 a b.txt").ok(),
+            Some(Behaviour::ReadFile {
+                path: PathBuf::from("a b.txt"),
+                line: Some(2),
+                limit: Some(3)
+            })
+        );
+        assert_eq!(
+            Behaviour::from_prompt("write file out.txt hello  world").ok(),
+            Some(Behaviour::WriteFile {
+                path: PathBuf::from("out.txt"),
+                text: "hello  world".to_owned()
+            })
+        );
+        assert_eq!(
+            Behaviour::from_prompt("use terminal echo tool; exit 3").ok(),
+            Some(Behaviour::Terminal {
+                line: "echo tool; exit 3".to_owned(),
+                kill: false
+            })
+        );
+        assert_eq!(
+            Behaviour::from_prompt("kill terminal sleep 9").ok(),
+            Some(Behaviour::Terminal {
+                line: "sleep 9".to_owned(),
+                kill: true
+            })
+        );
+        for text in [
+            "read lines x 1 a",
+            "read lines 1 2",
+            "use terminal  ",
+            "kill terminal ",
+        ] {
+            assert_eq!(
+                Behaviour::from_prompt(text).err().map(|e| e.code),
+                Some(agent_client_protocol::ErrorCode::INVALID_PARAMS),
+                "{text}"
+            );
+        }
     }
 
     #[test]

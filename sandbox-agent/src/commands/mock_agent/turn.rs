@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, PermissionOption, PermissionOptionKind, PromptRequest,
-    PromptResponse, ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    SessionId, SessionUpdate, StopReason, ToolCall, ToolCallStatus, ToolCallUpdate,
-    ToolCallUpdateFields, ToolKind,
+    ContentBlock, ContentChunk, CreateTerminalRequest, KillTerminalRequest, PermissionOption,
+    PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
+    ReleaseTerminalRequest, RequestPermissionOutcome, RequestPermissionRequest, SessionId,
+    SessionUpdate, StopReason, Terminal, TerminalExitStatus, TerminalId, TerminalOutputRequest,
+    ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Error, ErrorCode, JsonRpcRequest, JsonRpcResponse};
@@ -22,6 +24,12 @@ use super::behaviour::{Behaviour, prompt_text};
 
 /// The tool call id used by the `tool` and `permission` turns.
 const TOOL_CALL_ID: &str = "mock-tool-1";
+/// The tool call id of the `use terminal` turn's tool call.
+const TERMINAL_TOOL_CALL_ID: &str = "mock-terminal-1";
+/// `kill terminal` reads the output at most this many times …
+const KILL_POLLS: usize = 500;
+/// … this far apart, waiting for the first output before the kill.
+const KILL_POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// The id of the permission option that grants the `permission` turn's
 /// write; any other answer denies it.
 const ALLOW_OPTION_ID: &str = "allow-once";
@@ -175,6 +183,9 @@ impl Turn {
                 self.reply(text)
             }
             Behaviour::Fs { path } => self.read_file(&path).await,
+            Behaviour::ReadFile { path, line, limit } => self.read_text(&path, line, limit).await,
+            Behaviour::WriteFile { path, text } => self.write_text(&path, text).await,
+            Behaviour::Terminal { line, kill } => self.run_in_terminal(&line, kill).await,
             Behaviour::Stderr { lines } => {
                 for line in 1..=lines {
                     eprintln!("stderr line {line}");
@@ -288,6 +299,135 @@ impl Turn {
         Ok(StopReason::EndTurn)
     }
 
+    /// `read file` / `read lines`: one chunk, `Read N bytes:` and a line
+    /// feed, then the text; or `fs error CODE: MESSAGE`.
+    async fn read_text(
+        &self,
+        path: &Path,
+        line: Option<u32>,
+        limit: Option<u32>,
+    ) -> Result<StopReason, Error> {
+        let request = ReadTextFileRequest::new(self.session_id.clone(), path)
+            .line(line)
+            .limit(limit);
+        let reply = match self.ask_client(request).await {
+            Ok(file) => format!("Read {} bytes:\n{}", file.content.len(), file.content),
+            Err(error) => format!("fs error {}: {}", i32::from(error.code), error.message),
+        };
+        self.chunk(reply)?;
+        Ok(StopReason::EndTurn)
+    }
+
+    /// `write file`: one chunk, `Wrote N bytes to PATH.` or
+    /// `fs error CODE: MESSAGE`.
+    async fn write_text(&self, path: &Path, text: String) -> Result<StopReason, Error> {
+        let bytes = text.len();
+        let request = WriteTextFileRequest::new(self.session_id.clone(), path, text);
+        let reply = match self.ask_client(request).await {
+            Ok(_) => format!("Wrote {bytes} bytes to {}.", path.display()),
+            Err(error) => format!("fs error {}: {}", i32::from(error.code), error.message),
+        };
+        self.chunk(reply)?;
+        Ok(StopReason::EndTurn)
+    }
+
+    /// `use terminal LINE`: `terminal/create` (`sh -c LINE`, no cwd: the
+    /// session's), a `tool_call` whose content names the terminal,
+    /// `terminal/wait_for_exit`, `terminal/output`, the tool call's update
+    /// (`completed` for exit code 0, else `failed`), `terminal/release`,
+    /// then one chunk: `Terminal exited with code C:` (or `killed by
+    /// signal S:`, ` (output truncated)` when it was), a line feed and the
+    /// output. A failed request ends it with one chunk
+    /// `terminal error CODE: MESSAGE`. With `kill`, before the wait:
+    /// `terminal/output` every 20 ms until it holds output (at most 10 s),
+    /// then `terminal/kill`.
+    async fn run_in_terminal(&self, line: &str, kill: bool) -> Result<StopReason, Error> {
+        let reply = match self.terminal_round_trip(line, kill).await? {
+            Ok(reply) => reply,
+            Err(error) => format!(
+                "terminal error {}: {}",
+                i32::from(error.code),
+                error.message
+            ),
+        };
+        self.chunk(reply)?;
+        Ok(StopReason::EndTurn)
+    }
+
+    /// The requests of [`Turn::run_in_terminal`]: the outer error ends the
+    /// turn (the client connection is gone), the inner one is the client's
+    /// answer to report.
+    async fn terminal_round_trip(
+        &self,
+        line: &str,
+        kill: bool,
+    ) -> Result<Result<String, Error>, Error> {
+        let create = CreateTerminalRequest::new(self.session_id.clone(), "sh")
+            .args(vec!["-c".to_owned(), line.to_owned()]);
+        let terminal = match self.ask_client(create).await {
+            Ok(created) => created.terminal_id,
+            Err(error) => return Ok(Err(error)),
+        };
+        let call = ToolCall::new(TERMINAL_TOOL_CALL_ID, line)
+            .kind(ToolKind::Execute)
+            .status(ToolCallStatus::InProgress)
+            .content(vec![ToolCallContent::Terminal(Terminal::new(
+                terminal.clone(),
+            ))]);
+        self.update(SessionUpdate::ToolCall(call))?;
+        if kill && let Err(error) = self.kill_once_it_wrote(&terminal).await {
+            return Ok(Err(error));
+        }
+        let wait = WaitForTerminalExitRequest::new(self.session_id.clone(), terminal.clone());
+        let exit = match self.ask_client(wait).await {
+            Ok(exited) => exited.exit_status,
+            Err(error) => return Ok(Err(error)),
+        };
+        let read = TerminalOutputRequest::new(self.session_id.clone(), terminal.clone());
+        let output = match self.ask_client(read).await {
+            Ok(output) => output,
+            Err(error) => return Ok(Err(error)),
+        };
+        let status = if exit.exit_code == Some(0) {
+            ToolCallStatus::Completed
+        } else {
+            ToolCallStatus::Failed
+        };
+        self.update(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+            TERMINAL_TOOL_CALL_ID,
+            ToolCallUpdateFields::new().status(status),
+        )))?;
+        let release = ReleaseTerminalRequest::new(self.session_id.clone(), terminal);
+        if let Err(error) = self.ask_client(release).await {
+            return Ok(Err(error));
+        }
+        let truncated = if output.truncated {
+            " (output truncated)"
+        } else {
+            ""
+        };
+        Ok(Ok(format!(
+            "Terminal exited {}{truncated}:\n{}",
+            describe_exit(&exit),
+            output.output
+        )))
+    }
+
+    /// Polls `terminal/output` until the terminal wrote something (at most
+    /// [`KILL_POLLS`] times, [`KILL_POLL_INTERVAL`] apart), then sends
+    /// `terminal/kill`.
+    async fn kill_once_it_wrote(&self, terminal: &TerminalId) -> Result<(), Error> {
+        for _ in 0..KILL_POLLS {
+            let read = TerminalOutputRequest::new(self.session_id.clone(), terminal.clone());
+            if !self.ask_client(read).await?.output.is_empty() {
+                break;
+            }
+            tokio::time::sleep(KILL_POLL_INTERVAL).await;
+        }
+        let kill = KillTerminalRequest::new(self.session_id.clone(), terminal.clone());
+        self.ask_client(kill).await.map(|_| ())
+    }
+
     /// `!crash`: the chunk, the stderr line, then the connection's foreground
     /// ends it and `run` exits the process once stdout is written. The prompt
     /// is never answered: this future never completes, and a responder
@@ -354,5 +494,14 @@ impl Turn {
         answer_rx
             .await
             .map_err(|_| Error::internal_error().data("the connection closed"))?
+    }
+}
+
+/// `with code C`, `killed by signal S`, or `without a status` (neither).
+fn describe_exit(exit: &TerminalExitStatus) -> String {
+    match (&exit.exit_code, &exit.signal) {
+        (Some(code), _) => format!("with code {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "without a status".to_owned(),
     }
 }
