@@ -1,6 +1,7 @@
 //! `/v2/processes…` (research/contract.md, "Processes and terminals"):
 //! run to completion, start, list, one, output (a page, or followed over
-//! SSE with exact resume by byte offset), stdin, signals, resize, forget.
+//! SSE with exact resume by byte offset), stdin, signals, resize, forget;
+//! the terminal WebSocket is [`super::terminal`].
 
 use super::body::{Body, HttpRequest, empty, full, read_body};
 use super::headers::{accepts, is_json_content, last_event_id};
@@ -118,6 +119,8 @@ pub async fn serve(
                 ("signal", &Method::POST) => signal(runtime, &process, request).await,
                 ("resize", &Method::POST) => resize(runtime, &process, request).await,
                 ("input" | "signal" | "resize", _) => Err(Error::MethodNotAllowed("POST")),
+                ("terminal", &Method::GET) => super::terminal::upgrade(runtime, process, request),
+                ("terminal", _) => Err(Error::MethodNotAllowed("GET")),
                 _ => Err(Error::NotFound(request.uri().path().to_owned())),
             }
         }

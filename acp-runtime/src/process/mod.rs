@@ -19,7 +19,7 @@ use crate::time::rfc3339;
 use bytes::{Bytes, BytesMut};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
-use output::{Output, OutputStream, Page};
+use output::{BytesPage, Output, OutputStream, Page};
 use parking_lot::Mutex;
 use serde::Serialize;
 pub use spawn::TtySize;
@@ -781,6 +781,12 @@ impl Process {
     /// The output from `offset` on, at most about `limit` bytes.
     pub fn read(&self, offset: u64, limit: usize) -> Page {
         self.state.lock().output.read(offset, limit)
+    }
+
+    /// The raw output bytes from `offset` on, at most `limit` (the
+    /// terminal WebSocket's binary frames).
+    pub fn read_bytes(&self, offset: u64, limit: usize) -> BytesPage {
+        self.state.lock().output.read_bytes(offset, limit)
     }
 
     /// The newest at most `max` bytes of output and whether older output

@@ -85,6 +85,18 @@ pub struct Page {
     pub dropped: u64,
 }
 
+/// What a raw read from an offset finds ([`Output::read_bytes`]).
+#[derive(Debug, Clone, Default)]
+pub struct BytesPage {
+    /// The bytes from the offset on.
+    pub data: Bytes,
+    /// The offset to read from next.
+    pub next_offset: u64,
+    /// Bytes between the asked offset and the oldest retained byte that
+    /// the ring no longer holds (0 when nothing was missed).
+    pub dropped: u64,
+}
+
 /// The ring (module doc).
 #[derive(Debug)]
 pub struct Output {
@@ -201,6 +213,42 @@ impl Output {
             }
         }
         page
+    }
+
+    /// The bytes from `from` on, at most `limit` (at least 1), as they
+    /// are, across chunks and streams: what a terminal shows
+    /// (research/contract.md, "Terminal WebSocket"). `from` past the end
+    /// reads nothing.
+    pub fn read_bytes(&self, from: u64, limit: usize) -> BytesPage {
+        let from = from.min(self.end);
+        let dropped = self.start.saturating_sub(from);
+        let from = from.max(self.start);
+        let first = self
+            .chunks
+            .partition_point(|chunk| chunk.offset + chunk.data.len() as u64 <= from);
+        let mut budget = limit.max(1);
+        let mut parts = Vec::new();
+        for chunk in self.chunks.range(first..) {
+            if budget == 0 {
+                break;
+            }
+            let skip = usize::try_from(from.saturating_sub(chunk.offset)).unwrap_or(0);
+            let take = (chunk.data.len() - skip).min(budget);
+            parts.push(chunk.data.slice(skip..skip + take));
+            budget -= take;
+        }
+        let length: usize = parts.iter().map(Bytes::len).sum();
+        // One chunk is handed on as it is (shared, no copy).
+        let data = match parts.len() {
+            0 => Bytes::new(),
+            1 => parts.swap_remove(0),
+            _ => Bytes::from(parts.concat()),
+        };
+        BytesPage {
+            data,
+            next_offset: from + length as u64,
+            dropped,
+        }
     }
 
     /// The newest at most `max` retained bytes, cut at a UTF-8 character
@@ -331,6 +379,23 @@ mod tests {
         assert_eq!(complete_prefix(&"aé".as_bytes()[..2]), 1);
         assert_eq!(complete_prefix(&"€".as_bytes()[..2]), 0);
         assert_eq!(complete_prefix(&[0xff, 0xfe]), 2);
+    }
+
+    #[test]
+    fn raw_reads_join_chunks_and_report_what_the_ring_dropped() {
+        let mut output = Output::new(6);
+        output.push(OutputStream::Stdout, Bytes::from_static(b"abcd"));
+        output.push(OutputStream::Stderr, Bytes::from_static(&[0xff, b'f']));
+        let page = output.read_bytes(1, 4);
+        assert_eq!(&page.data[..], b"bcd\xff");
+        assert_eq!((page.next_offset, page.dropped), (5, 0));
+        output.push(OutputStream::Stdout, Bytes::from_static(b"ghijk"));
+        // "abcd" and "\xfff" left whole: 5 retained, from offset 6 on.
+        let page = output.read_bytes(0, 100);
+        assert_eq!((&page.data[..], page.dropped), (&b"ghijk"[..], 6));
+        assert_eq!(page.next_offset, 11);
+        assert!(output.read_bytes(11, 100).data.is_empty());
+        assert_eq!(output.read_bytes(99, 100).next_offset, 11);
     }
 
     #[test]
