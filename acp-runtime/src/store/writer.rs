@@ -32,6 +32,7 @@
 
 use super::Store;
 use super::file::Problem;
+use super::keys::SessionKeys;
 use super::rows::{EventRow, Key, RowSnapshot, SessionRow, Write};
 use super::share::Share;
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
@@ -476,6 +477,7 @@ async fn run(
     let mut queue: VecDeque<Write> = VecDeque::new();
     let mut retry = RETRY_FIRST;
     let mut pruned: HashMap<Key, u64> = HashMap::new();
+    let mut keys = SessionKeys::default();
     // Writes left to retry one at a time after the database refused a batch.
     let mut isolate = 0_usize;
     let failure_warning = LogLimit::new(WARN_INTERVAL, |count, interval| {
@@ -514,7 +516,8 @@ async fn run(
         };
         let batch = &queue.make_contiguous()[..take];
         let rows = persist.snapshot(batch);
-        let outcome = tokio::time::timeout(WRITE_TIMEOUT, store.apply(batch, &rows)).await;
+        let outcome =
+            tokio::time::timeout(WRITE_TIMEOUT, store.apply(batch, &rows, &mut keys)).await;
         let error = match outcome {
             Ok(Ok(counts)) => {
                 written(&mut queue, take, &persist, &mut pruned);
