@@ -28,6 +28,7 @@ use ext_methods::{Direction, EndReason};
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+use sqlx::pool::PoolConnection;
 use sqlx::{AnyPool, Connection as _, Row};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -813,14 +814,40 @@ impl Store {
     /// `rows` has none of its sequence number (removed or superseded).
     /// `keys` holds the sessions' integer keys the writer knows; the ones
     /// this batch makes are known once it commits.
+    ///
+    /// `connection` is the writer's own connection, taken from the pool on
+    /// first use and kept: SQLite's page cache is per connection and is
+    /// dropped when another connection has written, so a batch on whichever
+    /// connection the pool hands out re-reads the pages the last batch
+    /// wrote. It is given back (and a new one taken) after a failure.
     async fn apply(
         &self,
+        connection: &mut Option<PoolConnection<sqlx::Any>>,
+        batch: &[Write],
+        rows: &RowSnapshot,
+        keys: &mut SessionKeys,
+    ) -> Result<Vec<(Arc<str>, Arc<str>, u64)>, sqlx::Error> {
+        let held = match connection {
+            Some(held) => held,
+            None => connection.insert(self.pool.acquire().await?),
+        };
+        let written = self.write_batch(held, batch, rows, keys).await;
+        if written.is_err() {
+            *connection = None;
+        }
+        written
+    }
+
+    /// [`Self::apply`] on `connection`.
+    async fn write_batch(
+        &self,
+        connection: &mut sqlx::AnyConnection,
         batch: &[Write],
         rows: &RowSnapshot,
         keys: &mut SessionKeys,
     ) -> Result<Vec<(Arc<str>, Arc<str>, u64)>, sqlx::Error> {
         keys.begin();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = connection.begin().await?;
         let mut counts: Vec<(Arc<str>, Arc<str>, u64, i64)> = Vec::new();
         let mut events: Vec<&Write> = Vec::new();
         for write in batch {
