@@ -249,6 +249,14 @@ pub enum Error {
     /// closed).
     #[error("process {0} has exited (or its stdin is closed)")]
     ProcessExited(String),
+    /// A process did not take its stdin within the time allowed.
+    #[error("process {id} did not read its stdin within {} ms", timeout.as_millis())]
+    InputTimeout {
+        /// The process id (and what waited).
+        id: String,
+        /// The time allowed.
+        timeout: Duration,
+    },
     /// A resize of a process that has no terminal.
     #[error("process {0} has no terminal (start it with tty: true)")]
     NotATty(String),
@@ -383,7 +391,7 @@ impl Error {
             | Self::TooManyHttpConnections { .. }
             | Self::ShuttingDown
             | Self::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::Timeout { .. } | Self::InputTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::BatchNotSupported => StatusCode::NOT_IMPLEMENTED,
         }
     }
@@ -420,7 +428,7 @@ impl Error {
             Self::TooManyHttpConnections { .. } => "too-many-http-connections",
             Self::ShuttingDown => "shutting-down",
             Self::StoreUnavailable(_) => "store-unavailable",
-            Self::Timeout { .. } => "timeout",
+            Self::Timeout { .. } | Self::InputTimeout { .. } => "timeout",
             Self::InvalidPath(_) => "invalid-path",
             Self::OutsideRoot { .. } => "outside-root",
             Self::PermissionDenied(_) => "permission-denied",

@@ -98,7 +98,7 @@ pub struct ProcessRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// Run only: most bytes kept of stdout and of stderr each (default
-    /// 1 MiB, at most 64 MiB); past it the process is killed.
+    /// 1 MiB, at most 16 MiB); past it the process is killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_bytes: Option<u64>,
 }
@@ -287,8 +287,8 @@ pub struct ProcessRef {
 }
 
 /// `{processId, signal}`: params of `_sandboxagent/process/signal` (the
-/// route's body is `{signal}`). `signal` is a name, with or without `SIG`
-/// (`"SIGINT"`, `"TERM"`); `SIGKILL` kills the whole tree.
+/// route's body is `{signal}`). `signal` is a name in any case, with or
+/// without `SIG` (`"SIGINT"`, `"term"`); `SIGKILL` kills the whole tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProcessSignalParams {

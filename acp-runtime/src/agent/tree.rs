@@ -38,6 +38,8 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where the supervisor comes from: the binary that has the
@@ -122,6 +124,10 @@ struct Supervisor {
     grace: Duration,
     /// How the program ended, once it was reaped.
     program_status: Option<WaitStatus>,
+    /// A stop signal came before the signal mask was set.
+    early_stop: bool,
+    /// A kill-now signal came before the signal mask was set.
+    early_kill: bool,
 }
 
 impl Supervisor {
@@ -135,10 +141,19 @@ impl Supervisor {
         let setup = |what: &str, errno: Errno| (1, format!("cannot {what}: {errno}"));
         nix::sys::prctl::set_child_subreaper(true)
             .map_err(|e| setup("become a child subreaper", e))?;
-        // Started before any signal is blocked: a child inherits the signal
-        // mask (std does not reset it), and the program must get SIGTERM.
-        // A stop signal in the moment before the mask is set ends the
-        // supervisor alone; the server then kills the group.
+        // Until the mask below is set, a stop or kill-now signal is caught
+        // by a handler that only notes it (so it cannot end the supervisor
+        // and leave the program behind). The program is started before the
+        // mask: it inherits the mask, not the handlers (exec resets caught
+        // signals to their default), and it must get its signals.
+        let early_stop = Arc::new(AtomicBool::new(false));
+        let early_kill = Arc::new(AtomicBool::new(false));
+        for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            signal_hook::flag::register(signal as i32, early_stop.clone())
+                .map_err(|e| (1, format!("cannot catch {signal}: {e}")))?;
+        }
+        signal_hook::flag::register(KILL_NOW as i32, early_kill.clone())
+            .map_err(|e| (1, format!("cannot catch {KILL_NOW}: {e}")))?;
         let mut command = std::process::Command::new(program);
         command.args(args);
         if tty {
@@ -187,6 +202,8 @@ impl Supervisor {
             program,
             grace,
             program_status: None,
+            early_stop: early_stop.load(Ordering::SeqCst),
+            early_kill: early_kill.load(Ordering::SeqCst),
         })
     }
 
@@ -194,6 +211,12 @@ impl Supervisor {
     /// has exited and its tree is gone.
     fn serve(mut self) -> i32 {
         let mut stop_deadline: Option<Instant> = None;
+        if self.early_kill {
+            self.kill_descendants_until_gone();
+        } else if self.early_stop {
+            signal_descendants(Signal::SIGTERM);
+            stop_deadline = Some(Instant::now() + self.grace);
+        }
         loop {
             self.reap();
             if let Some(status) = self.program_status {
@@ -278,9 +301,10 @@ fn exit_like(status: WaitStatus) -> i32 {
     match status {
         WaitStatus::Exited(_, code) => code,
         WaitStatus::Signaled(_, signal, _) => {
-            // A blocked signal stays pending until unblocked; its
-            // disposition is the default (no handler was ever set), so this
-            // ends the supervisor the way the program ended.
+            // The signal's default action back (a stop signal has the
+            // early handler), unblocked, raised: this ends the supervisor
+            // the way the program ended.
+            let _ = signal_hook::low_level::emulate_default_handler(signal as i32);
             let _ = raise(signal);
             let _ = SigSet::from(signal).thread_unblock();
             128 + signal as i32

@@ -57,7 +57,9 @@ pub async fn serve(
             let id = super::control::decode_segment(id)?;
             match *method {
                 Method::GET | Method::HEAD => json(StatusCode::OK, &runtime.process(&id)?.info()),
-                Method::DELETE if processes.forget(&id) => Ok(empty(StatusCode::NO_CONTENT)),
+                Method::DELETE if processes.forget_and_wait(&id).await => {
+                    Ok(empty(StatusCode::NO_CONTENT))
+                }
                 Method::DELETE => Err(Error::UnknownProcess(id)),
                 _ => Err(Error::MethodNotAllowed("GET, DELETE")),
             }
@@ -142,6 +144,15 @@ fn list(runtime: &Runtime, query: Option<&str>) -> Result<Response<Body>, Error>
     json(StatusCode::OK, &runtime.list_processes(&params)?)
 }
 
+/// `value` as a non-negative integer written in plain digits.
+fn digits(value: &str) -> Option<u64> {
+    value
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| value.parse().ok())
+        .flatten()
+}
+
 /// A query parameter that must be an integer from 1 to `max`.
 fn bounded(key: &str, value: &str, max: usize) -> Result<usize, Error> {
     value
@@ -169,7 +180,7 @@ fn output(
     for (key, value) in form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes()) {
         match &*key {
             "offset" => {
-                offset = value.parse::<u64>().map_err(|_| {
+                offset = digits(&value).ok_or_else(|| {
                     Error::InvalidRequest(format!(
                         "query parameter offset must be a byte offset, got {value:?}"
                     ))
@@ -325,13 +336,40 @@ async fn input(
             };
         }
     }
-    let body = read_body(
-        request,
-        runtime.config.max_body_bytes,
-        runtime.config.read_timeout,
-    )
-    .await?;
-    runtime.write_process_input(process, body, eof).await?;
+    if process.exit().is_some() {
+        return Err(Error::ProcessExited(process.id().to_owned()));
+    }
+    // The body goes to stdin frame by frame as it arrives: the pipe's
+    // back-pressure reaches the client, and a body waiting for its turn
+    // waits in its socket, not in memory.
+    let _turn = process.input_turn().await?;
+    if let Some(mut body) = request.body_mut().take() {
+        loop {
+            let frame = tokio::time::timeout(runtime.config.read_timeout, body.frame())
+                .await
+                .map_err(|_| Error::RequestTimeout {
+                    timeout: runtime.config.read_timeout,
+                })?;
+            match frame {
+                None => break,
+                Some(Err(error)) => {
+                    return Err(Error::InvalidRequest(format!(
+                        "cannot read the request body: {error}"
+                    )));
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(bytes) = frame.into_data()
+                        && !bytes.is_empty()
+                    {
+                        process.write_stdin(bytes).await?;
+                    }
+                }
+            }
+        }
+    }
+    if eof {
+        process.close_stdin().await?;
+    }
     Ok(empty(StatusCode::NO_CONTENT))
 }
 

@@ -26,7 +26,7 @@ use spawn::{Io, Launch};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -90,13 +90,20 @@ pub struct StartRequest {
     pub output_bytes: Option<usize>,
 }
 
-/// How `status` ended a process (both `None` when it could not be read).
-fn exit_of(status: std::io::Result<std::process::ExitStatus>) -> Exit {
+/// How `status` reads to a client; `killed`: the server killed the tree,
+/// so the supervisor's kill-now signal means SIGKILL.
+fn exit_of(status: std::io::Result<std::process::ExitStatus>, killed: bool) -> Exit {
     use std::os::unix::process::ExitStatusExt;
     match status {
         Ok(status) => Exit {
             exit_code: status.code(),
-            signal: status.signal().map(signal_name),
+            signal: status.signal().map(|number| {
+                if killed && number == tree::KILL_NOW as i32 {
+                    Signal::SIGKILL.as_str().to_owned()
+                } else {
+                    signal_name(number)
+                }
+            }),
         },
         Err(_) => Exit {
             exit_code: None,
@@ -138,9 +145,16 @@ struct Table {
     by_seq: BTreeMap<u64, Arc<Process>>,
     /// Running processes (and starts under way).
     running: usize,
-    /// Exited processes still kept, oldest first.
-    exited: VecDeque<u64>,
+    /// Exited processes still kept, oldest first, with the output bytes
+    /// each retains.
+    exited: VecDeque<(u64, usize)>,
+    /// Output bytes the exited processes retain, together.
+    exited_bytes: usize,
 }
+
+/// Output bytes all exited processes may retain together; past it the
+/// oldest exited process is forgotten (as past `--kept-processes`).
+const EXITED_OUTPUT_BYTES: usize = 64 * 1024 * 1024;
 
 /// A request to the task that owns a process's stdin.
 enum Input {
@@ -150,6 +164,8 @@ enum Input {
     Eof(oneshot::Sender<std::io::Result<()>>),
     /// Resize the terminal.
     Resize(TtySize, oneshot::Sender<std::io::Result<()>>),
+    /// The process exited: close stdin and end the task.
+    Stop,
 }
 
 /// Room for input requests waiting for the stdin task.
@@ -160,6 +176,8 @@ const READ_BYTES: usize = 64 * 1024;
 /// descendant that kept the pipe open is killed with the tree; this bounds
 /// the rest).
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+/// How long a `DELETE` waits for the killed tree to be gone.
+const FORGET_WAIT: Duration = Duration::from_secs(5);
 /// How long a stdin write may wait for a process that does not read.
 pub const INPUT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -194,6 +212,14 @@ pub struct Process {
     supervised: bool,
     /// The program's pid (0 until seen).
     program_pid: AtomicI32,
+    /// Set once the server killed the tree (DELETE, SIGKILL, a run's
+    /// bound): the supervisor's death by [`tree::KILL_NOW`] is then
+    /// reported as the SIGKILL it stands for.
+    killed: AtomicBool,
+    /// Held by one stdin request at a time, for the whole of its body, so
+    /// two requests' bytes never interleave and an unread body waits in
+    /// its socket, not in memory.
+    input_turn: tokio::sync::Mutex<()>,
     /// Output and exit.
     state: Mutex<State>,
     /// Bumped on every change of `state`, for followers.
@@ -228,7 +254,10 @@ impl Processes {
     /// `program-not-found`, `invalid-request`; 500 when it cannot be
     /// started otherwise.
     pub async fn start(self: &Arc<Self>, request: StartRequest) -> Result<Arc<Process>, Error> {
-        let program = spawn::find_program(&request.command, &request.cwd, &request.env)?;
+        // Checked here for a clear error; started by its name, so the
+        // program sees the `argv[0]` it was asked by (as `execvp` gives).
+        spawn::find_program(&request.command, &request.cwd, &request.env)?;
+        let program = PathBuf::from(&request.command);
         {
             let mut table = self.table.lock();
             if table.running >= self.limits.max_running {
@@ -249,10 +278,7 @@ impl Processes {
             Ok(started) => started,
             Err(error) => {
                 self.table.lock().running -= 1;
-                return Err(Error::FsIo(format!(
-                    "cannot start {}: {error}",
-                    request.command
-                )));
+                return Err(spawn::start_error(&request.command, &request.cwd, &error));
             }
         };
         let child_pid = started
@@ -278,6 +304,8 @@ impl Processes {
             child_pid,
             supervised,
             program_pid: AtomicI32::new(if supervised { 0 } else { child_pid.as_raw() }),
+            killed: AtomicBool::new(false),
+            input_turn: tokio::sync::Mutex::new(()),
             state: Mutex::new(State {
                 output: Output::new(request.output_bytes.unwrap_or(self.limits.output_bytes)),
                 exit: None,
@@ -422,6 +450,17 @@ impl Processes {
         self.table.lock().by_id.get(id).cloned()
     }
 
+    /// [`Processes::forget`], then waits (at most [`FORGET_WAIT`]) until
+    /// the tree is gone, so its slot is free when the caller answers.
+    pub async fn forget_and_wait(&self, id: &str) -> bool {
+        let Some(process) = self.get(id) else {
+            return false;
+        };
+        let known = self.forget(id);
+        let _ = tokio::time::timeout(FORGET_WAIT, process.wait()).await;
+        known
+    }
+
     /// Kills a running process's tree, then forgets it. Whether it was
     /// known.
     pub fn forget(&self, id: &str) -> bool {
@@ -431,7 +470,10 @@ impl Processes {
             if let Some(process) = &removed {
                 table.by_seq.remove(&process.seq);
                 let seq = process.seq;
-                table.exited.retain(|other| *other != seq);
+                if let Some(at) = table.exited.iter().position(|(other, _)| *other == seq) {
+                    let (_, bytes) = table.exited.remove(at).unwrap_or_default();
+                    table.exited_bytes -= bytes;
+                }
             }
             removed
         };
@@ -520,18 +562,24 @@ impl Processes {
     }
 
     /// Records that `process` exited: one fewer running; kept among the
-    /// exited, the oldest of which is forgotten past the bound.
+    /// exited, the oldest of which are forgotten past `--kept-processes`
+    /// or past [`EXITED_OUTPUT_BYTES`] of their output together.
     fn exited(&self, process: &Process) {
+        let retained = process.state.lock().output.retained();
         let mut table = self.table.lock();
         table.running = table.running.saturating_sub(1);
         if !table.by_id.contains_key(&process.id) {
             return;
         }
-        table.exited.push_back(process.seq);
-        while table.exited.len() > self.limits.kept_exited {
-            let Some(oldest) = table.exited.pop_front() else {
+        table.exited.push_back((process.seq, retained));
+        table.exited_bytes += retained;
+        while table.exited.len() > self.limits.kept_exited
+            || (table.exited_bytes > EXITED_OUTPUT_BYTES && table.exited.len() > 1)
+        {
+            let Some((oldest, bytes)) = table.exited.pop_front() else {
                 break;
             };
+            table.exited_bytes -= bytes;
             if let Some(gone) = table.by_seq.remove(&oldest) {
                 table.by_id.remove(&gone.id);
             }
@@ -709,8 +757,10 @@ impl Process {
         if self.exit().is_some() {
             return Err(Error::ProcessExited(self.id.to_string()));
         }
+        // On a terminal, the signal goes where typing it would: the
+        // terminal's foreground process group (a shell's running job).
         let sent = if self.tty {
-            killpg(target, signal)
+            killpg(spawn::foreground_group(target).unwrap_or(target), signal)
         } else {
             kill(target, signal)
         };
@@ -729,6 +779,7 @@ impl Process {
         if self.exit().is_some() || self.child_pid.as_raw() <= 0 {
             return;
         }
+        self.killed.store(true, Ordering::Relaxed);
         if self.supervised {
             let _ = kill(self.child_pid, tree::KILL_NOW);
         } else {
@@ -747,6 +798,20 @@ impl Process {
         } else {
             let _ = killpg(self.child_pid, signal);
         }
+    }
+
+    /// Waits (at most [`INPUT_TIMEOUT`]) for this request's turn at stdin:
+    /// one request writes its whole body before the next starts.
+    ///
+    /// # Errors
+    /// 504 when another request holds stdin past the timeout.
+    pub async fn input_turn(&self) -> Result<tokio::sync::MutexGuard<'_, ()>, Error> {
+        tokio::time::timeout(INPUT_TIMEOUT, self.input_turn.lock())
+            .await
+            .map_err(|_| Error::InputTimeout {
+                id: self.id.to_string(),
+                timeout: INPUT_TIMEOUT,
+            })
     }
 
     /// Writes `bytes` to stdin.
@@ -795,8 +860,8 @@ impl Process {
         };
         tokio::time::timeout(INPUT_TIMEOUT, sent)
             .await
-            .map_err(|_| Error::Timeout {
-                method: format!("{what} of process {}", self.id),
+            .map_err(|_| Error::InputTimeout {
+                id: format!("{} ({what})", self.id),
                 timeout: INPUT_TIMEOUT,
             })?
     }
@@ -824,13 +889,11 @@ async fn read_output(
         match reader.read_buf(&mut buffer).await {
             Ok(0) | Err(_) => break,
             Ok(_) => {
+                // At most 3 bytes wait: the start of a character the next
+                // read finishes.
                 let ready = output::complete_prefix(&buffer);
                 if ready > 0 {
                     process.push(stream, buffer.split_to(ready).freeze());
-                }
-                if buffer.len() >= 4 {
-                    // Not text: hand it on as it is.
-                    process.push(stream, buffer.split().freeze());
                 }
             }
         }
@@ -862,6 +925,7 @@ async fn write_pipe(stdin: tokio::process::ChildStdin, mut requests: mpsc::Recei
             Input::Resize(_, done) => {
                 let _ = done.send(Err(std::io::ErrorKind::Unsupported.into()));
             }
+            Input::Stop => return,
         }
     }
 }
@@ -884,6 +948,7 @@ async fn write_pty(mut pty: pty_process::OwnedWritePty, mut requests: mpsc::Rece
                     .map_err(std::io::Error::other);
                 let _ = done.send(result);
             }
+            Input::Stop => return,
         }
     }
 }
@@ -897,6 +962,23 @@ async fn wait_for_exit(
     readers: Vec<tokio::task::JoinHandle<()>>,
 ) {
     let status = child.wait().await;
+    // A supervisor that died of a signal nobody here sent (the program
+    // killed it) left its tree: what is still in its process group (the
+    // program's, on a terminal) goes now. A `setsid` escapee of such a
+    // tree is out of reach (research/contract.md, "Processes and
+    // terminals", limits).
+    if process.supervised && !process.killed.load(Ordering::Relaxed) {
+        use std::os::unix::process::ExitStatusExt;
+        if status
+            .as_ref()
+            .is_ok_and(|status| status.signal().is_some())
+        {
+            let _ = killpg(process.child_pid, Signal::SIGKILL);
+            if let Some(program) = process.known_pid() {
+                let _ = killpg(program, Signal::SIGKILL);
+            }
+        }
+    }
     let aborts: Vec<_> = readers.iter().map(|reader| reader.abort_handle()).collect();
     let drained = futures::future::join_all(readers);
     if tokio::time::timeout(DRAIN_AFTER_EXIT, drained)
@@ -909,9 +991,15 @@ async fn wait_for_exit(
     }
     {
         let mut state = process.state.lock();
-        state.exit = Some(exit_of(status));
+        state.exit = Some(exit_of(status, process.killed.load(Ordering::Relaxed)));
         state.ended_at = Some(SystemTime::now());
     }
     process.changed.send_modify(|version| *version += 1);
+    // The stdin task lets go of its pipe (or the terminal) now, not when
+    // the process is forgotten.
+    let input = process.input.clone();
+    tokio::spawn(async move {
+        let _ = input.send(Input::Stop).await;
+    });
     processes.exited(&process);
 }

@@ -68,6 +68,11 @@ impl Output {
         self.end
     }
 
+    /// Bytes the ring holds now.
+    pub fn retained(&self) -> usize {
+        self.retained
+    }
+
     /// Bytes written to `stream` so far (a terminal's count as stdout's).
     pub fn written(&self, stream: OutputStream) -> u64 {
         self.written[usize::from(stream == OutputStream::Stderr)]

@@ -35,7 +35,8 @@ pub(super) struct Started {
 
 /// What a start needs, resolved.
 pub(super) struct Launch<'a> {
-    /// The program, as found by [`find_program`].
+    /// The program as asked for (checked by [`find_program`]; found again
+    /// on the same `PATH` by the exec).
     pub program: &'a Path,
     /// Its arguments.
     pub args: &'a [String],
@@ -166,6 +167,25 @@ pub(super) fn find_program(
         })
 }
 
+/// The problem of a start that failed after the checks: 400 for an
+/// argument list or environment over the system's limit (`E2BIG`) and for
+/// a working directory that went away; 500 `io-error` otherwise.
+pub(super) fn start_error(command: &str, cwd: &Path, error: &std::io::Error) -> Error {
+    match error.raw_os_error() {
+        Some(nix::libc::E2BIG) => Error::InvalidRequest(format!(
+            "cannot start {command}: the arguments and environment are over the system's limit (E2BIG)"
+        )),
+        _ if !cwd.is_dir() => Error::InvalidPath(format!(
+            "cannot start {command}: its working directory {} is gone",
+            cwd.display()
+        )),
+        _ => Error::FsIo(format!(
+            "cannot start {command} in {}: {error}",
+            cwd.display()
+        )),
+    }
+}
+
 /// Whether `path` is a file the server may execute.
 fn executable(path: &Path) -> bool {
     path.metadata().is_ok_and(|meta| meta.is_file()) && access(path, AccessFlags::X_OK).is_ok()
@@ -179,6 +199,17 @@ pub(super) fn program_behind(supervisor: Pid) -> Option<Pid> {
     let children = std::fs::read_to_string(path).ok()?;
     let first = children.split_ascii_whitespace().next()?;
     first.parse().ok().map(Pid::from_raw)
+}
+
+/// The foreground process group of the terminal `pid` runs on (`tpgid`
+/// of `/proc/<pid>/stat`), when it has one.
+pub(super) fn foreground_group(pid: Pid) -> Option<Pid> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name (which may hold spaces and parentheses):
+    // state, ppid, pgrp, session, tty_nr, tpgid.
+    let fields = stat.rsplit_once(')')?.1;
+    let group: i32 = fields.split_ascii_whitespace().nth(5)?.parse().ok()?;
+    (group > 0).then(|| Pid::from_raw(group))
 }
 
 /// Pauses between two looks for the program behind its supervisor: the

@@ -22,7 +22,7 @@ const DEFAULT_TTY: TtySize = TtySize { cols: 80, rows: 24 };
 const MAX_TTY_SIDE: u16 = 4096;
 /// `maxOutputBytes` of a run when not given, and the most.
 const DEFAULT_RUN_OUTPUT: u64 = 1024 * 1024;
-const MAX_RUN_OUTPUT: u64 = 64 * 1024 * 1024;
+const MAX_RUN_OUTPUT: u64 = 16 * 1024 * 1024;
 /// How long a start waits for the program's pid behind its supervisor.
 const PID_WAIT: Duration = Duration::from_secs(1);
 
@@ -69,7 +69,7 @@ impl Runtime {
     ///
     /// # Errors
     /// As [`Runtime::start_process`]; 400 for `tty` or a `maxOutputBytes`
-    /// past 64 MiB.
+    /// past 16 MiB.
     pub async fn run_process(&self, request: ProcessRequest) -> Result<RunResult, Error> {
         let processes = self.processes()?;
         if request.tty {
@@ -110,11 +110,14 @@ impl Runtime {
             .list(&filter, params.cursor.as_deref(), limit)
     }
 
-    /// Writes `bytes` to `process`'s stdin, then closes it when `eof`.
+    /// Writes `bytes` to `process`'s stdin, then closes it when `eof`, in
+    /// one turn (no other input interleaves; the `input` route streams its
+    /// body within the same turn).
     ///
     /// # Errors
     /// 409 `process-exited` once it exited or its stdin is closed; 504
-    /// when it does not read within 30 s.
+    /// when it does not read within 30 s, or another input holds the turn
+    /// that long.
     pub async fn write_process_input(
         &self,
         process: &Process,
@@ -124,6 +127,7 @@ impl Runtime {
         if process.exit().is_some() {
             return Err(Error::ProcessExited(process.id().to_owned()));
         }
+        let _turn = process.input_turn().await?;
         if !bytes.is_empty() {
             process.write_stdin(bytes).await?;
         }
@@ -133,17 +137,18 @@ impl Runtime {
         Ok(())
     }
 
-    /// Sends the signal named `name` (`SIGINT`, `INT`, …) to `process`.
+    /// Sends the signal named `name` (`SIGINT`, `int`, any case, with or
+    /// without `SIG`) to `process`.
     ///
     /// # Errors
     /// 400 `invalid-request` for a name that is not a signal; 409
     /// `process-exited`.
     pub async fn signal_process(&self, process: &Process, name: &str) -> Result<(), Error> {
-        let trimmed = name.trim();
-        let full_name = if trimmed.starts_with("SIG") {
-            trimmed.to_owned()
+        let upper = name.to_ascii_uppercase();
+        let full_name = if upper.starts_with("SIG") {
+            upper
         } else {
-            format!("SIG{trimmed}")
+            format!("SIG{upper}")
         };
         let signal = nix::sys::signal::Signal::from_str(&full_name).map_err(|_| {
             Error::InvalidRequest(format!(

@@ -272,3 +272,42 @@ test result: ok. 7 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; fini
         "scripts/test runs every test binary and ends with the summary"
     );
 }
+
+#[tokio::test]
+async fn run_commands_runs_as_written() {
+    let server = TestServer::start(&[]).await;
+    let port = server
+        .base_url()
+        .rsplit(':')
+        .next()
+        .expect("a port")
+        .to_owned();
+    let block = block_after(&readme(), "## Run commands", "sh");
+    let script = format!("set -euo pipefail\n{}", block.replace("2468", &port));
+    let scratch = TempDir::new("readme-processes");
+    let bin = bin_dir();
+    let ran = run_shell(&script, scratch.path(), bin.path(), &[]).await;
+    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
+    let report = format!("{script}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}");
+    assert!(ran.success, "{report}");
+    assert!(
+        stdout.contains("\"exitCode\":3") && stdout.contains("\"stdout\":\"built\\n\""),
+        "the run answers as shown: {report}"
+    );
+    assert!(
+        stdout.contains("\ndata: {\"offset\":0,\"stream\":\"stdout\",\"data\":\"got one\\n")
+            && (stdout.contains("id: 8\n") || stdout.contains("id: 16\n")),
+        "the follow shows offsets as ids: {report}"
+    );
+    assert!(
+        stdout.contains("event: exit\ndata: {\"exitCode\":0,\"signal\":null}"),
+        "{report}"
+    );
+    assert!(
+        stdout.contains("{\"chunks\":[{\"offset\":8,\"stream\":\"stdout\",\"data\":\"got two\\n\"}],\"nextOffset\":16,\"dropped\":0}"),
+        "{report}"
+    );
+    assert!(stdout.contains("\"title\":\"reader\""), "{report}");
+    let left = server.get_json("/v2/processes").await;
+    assert_eq!(left["processes"], serde_json::json!([]), "DELETE forgot it");
+}
