@@ -5,23 +5,10 @@
 //! that asks for them learns how many it missed (`dropped`), never a silent
 //! gap.
 
-use base64::Engine as _;
 use bytes::Bytes;
-use serde::Serialize;
+use ext_methods::OutputChunk;
+pub use ext_methods::OutputStream;
 use std::collections::VecDeque;
-
-/// Where a chunk of output came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OutputStream {
-    /// The program's standard output (a process without a terminal).
-    Stdout,
-    /// The program's standard error (a process without a terminal).
-    Stderr,
-    /// The terminal: standard output and error merged, as a terminal shows
-    /// them.
-    Tty,
-}
 
 /// One chunk as the ring holds it: the bytes of one read.
 #[derive(Debug, Clone)]
@@ -34,50 +21,11 @@ struct Chunk {
     data: Bytes,
 }
 
-/// One chunk as a reader gets it: `{offset, stream, data, encoding?}`.
-/// `data` is the bytes as text when they are valid UTF-8, else base64 with
-/// `encoding: "base64"`.
-#[derive(Debug, Clone, Serialize)]
-pub struct ChunkOut {
-    /// Offset of the chunk's first byte.
-    pub offset: u64,
-    /// Its stream.
-    pub stream: OutputStream,
-    /// The bytes, as text or base64.
-    pub data: String,
-    /// `"base64"` when `data` is base64.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub encoding: Option<&'static str>,
-}
-
-impl ChunkOut {
-    fn of(offset: u64, stream: OutputStream, bytes: &[u8]) -> Self {
-        let (data, encoding) = match std::str::from_utf8(bytes) {
-            Ok(text) => (text.to_owned(), None),
-            Err(_) => (
-                base64::engine::general_purpose::STANDARD.encode(bytes),
-                Some("base64"),
-            ),
-        };
-        Self {
-            offset,
-            stream,
-            data,
-            encoding,
-        }
-    }
-
-    /// The offset after the chunk's last byte (the SSE `id:` of the chunk).
-    pub fn end(&self, length: usize) -> u64 {
-        self.offset + length as u64
-    }
-}
-
 /// What a read from an offset finds.
 #[derive(Debug, Clone, Default)]
 pub struct Page {
     /// The chunks from the offset on, with their byte lengths.
-    pub chunks: Vec<(ChunkOut, usize)>,
+    pub chunks: Vec<(OutputChunk, usize)>,
     /// The offset to read from next.
     pub next_offset: u64,
     /// Bytes between the asked offset and the oldest retained byte that
@@ -203,7 +151,7 @@ impl Output {
             }
             let bytes = &rest[..take];
             page.chunks.push((
-                ChunkOut::of(chunk.offset + skip as u64, chunk.stream, bytes),
+                OutputChunk::of(chunk.offset + skip as u64, chunk.stream, bytes),
                 take,
             ));
             page.next_offset = chunk.offset + (skip + take) as u64;
@@ -368,7 +316,10 @@ mod tests {
         let mut output = Output::new(100);
         output.push(OutputStream::Stdout, Bytes::from_static(&[0xff, 0x00]));
         let page = output.read(0, 100);
-        assert_eq!(page.chunks[0].0.encoding, Some("base64"));
+        assert_eq!(
+            page.chunks[0].0.encoding,
+            Some(ext_methods::Encoding::Base64)
+        );
         assert_eq!(page.chunks[0].0.data, "/wA=");
     }
 
