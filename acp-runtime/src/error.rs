@@ -7,7 +7,7 @@ use http::StatusCode;
 use std::time::Duration;
 
 /// Prefix of every problem `type`.
-pub const TYPE_PREFIX: &str = "urn:sandbox-agent:error:";
+pub const TYPE_PREFIX: &str = crate::protocol::PROBLEM_TYPE_PREFIX;
 
 /// Errors a `/v2` request can end with. Method-level failures are not here:
 /// those are JSON-RPC error objects inside a 200 (research/contract.md,

@@ -16,6 +16,10 @@ use std::borrow::Cow;
 // Every header name and media type the server reads or writes that the
 // `http` crate does not name, in one place (research/contract.md).
 
+/// Prefix of every problem document's `type` (RFC 9457;
+/// research/contract.md, "Problem types"): `urn:sandbox-agent:error:<kind>`.
+pub const PROBLEM_TYPE_PREFIX: &str = "urn:sandbox-agent:error:";
+
 /// Request and response header that carries the connection id
 /// (research/contract.md, "Transport: /v2/rpc").
 pub const CONNECTION_ID_HEADER: &str = "x-acp-connection-id";

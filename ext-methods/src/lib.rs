@@ -10,6 +10,8 @@
 //! - [`types`]: params and results of each method, params of each
 //!   notification, the event-log and agent-list shapes.
 //! - [`fs`]: params and results of the host file system operations.
+//! - [`process`]: params and results of the process API (run, start,
+//!   list, get, signal, input, resize) and its output chunks.
 //! - [`attach`]: several clients on one session: attach params and result,
 //!   roles, the observer error, `request/resolved`.
 //! - [`meta`]: read, merge and inject `_meta["sandboxagent.dev"]`; the typed
@@ -20,6 +22,7 @@ pub mod attach;
 pub mod fs;
 pub mod meta;
 pub mod names;
+pub mod process;
 pub mod types;
 
 pub use attach::{
@@ -29,6 +32,7 @@ pub use attach::{
 pub use fs::*;
 pub use meta::SessionMeta;
 pub use names::{ExtMethod, METHODS, NAMESPACE, PREFIX, capability, method, notification};
+pub use process::*;
 pub use types::*;
 
 use serde_json::{Map, Value};

@@ -50,6 +50,27 @@ pub mod method {
     /// [`FsDeleteParams`](crate::FsDeleteParams) →
     /// [`FsPathResult`](crate::FsPathResult): as `DELETE /v2/fs/entry`.
     pub const FS_DELETE_ENTRY: &str = "_sandboxagent/fs/delete_entry";
+    /// [`ProcessRequest`](crate::ProcessRequest) →
+    /// [`RunResult`](crate::RunResult): as `POST /v2/processes/run`.
+    pub const PROCESS_RUN: &str = "_sandboxagent/process/run";
+    /// [`ProcessRequest`](crate::ProcessRequest) →
+    /// [`ProcessInfo`](crate::ProcessInfo): as `POST /v2/processes`.
+    pub const PROCESS_START: &str = "_sandboxagent/process/start";
+    /// [`ProcessListParams`](crate::ProcessListParams) →
+    /// [`ProcessPage`](crate::ProcessPage): as `GET /v2/processes`.
+    pub const PROCESS_LIST: &str = "_sandboxagent/process/list";
+    /// [`ProcessRef`](crate::ProcessRef) →
+    /// [`ProcessInfo`](crate::ProcessInfo): as `GET /v2/processes/{id}`.
+    pub const PROCESS_GET: &str = "_sandboxagent/process/get";
+    /// [`ProcessSignalParams`](crate::ProcessSignalParams) → `{}`: as
+    /// `POST /v2/processes/{id}/signal`.
+    pub const PROCESS_SIGNAL: &str = "_sandboxagent/process/signal";
+    /// [`ProcessInputParams`](crate::ProcessInputParams) → `{}`: as
+    /// `POST /v2/processes/{id}/input`.
+    pub const PROCESS_INPUT: &str = "_sandboxagent/process/input";
+    /// [`ProcessResizeParams`](crate::ProcessResizeParams) → `{}`: as
+    /// `POST /v2/processes/{id}/resize`.
+    pub const PROCESS_RESIZE: &str = "_sandboxagent/process/resize";
 }
 
 /// Notifications the runtime sends on the SSE stream.
@@ -148,6 +169,41 @@ pub const METHODS: &[ExtMethod] = &[
     ExtMethod {
         name: method::FS_DELETE_ENTRY,
         capability: "fsDeleteEntry",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::PROCESS_RUN,
+        capability: "processRun",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::PROCESS_START,
+        capability: "processStart",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::PROCESS_LIST,
+        capability: "processList",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::PROCESS_GET,
+        capability: "processGet",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::PROCESS_SIGNAL,
+        capability: "processSignal",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::PROCESS_INPUT,
+        capability: "processInput",
+        notification: false,
+    },
+    ExtMethod {
+        name: method::PROCESS_RESIZE,
+        capability: "processResize",
         notification: false,
     },
 ];

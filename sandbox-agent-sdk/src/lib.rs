@@ -115,7 +115,10 @@
 //!   inventory) and `all_sessions`, `session_events`), `fs`
 //!   (the host file system: [`FsPath`], listing, stat, mkdir, move,
 //!   delete, streamed file reads ([`FsDownload`]) and writes, tree uploads
-//!   (`upload_fs_batch`, `upload_fs_dir`)).
+//!   (`upload_fs_batch`, `upload_fs_dir`)), `processes` (the process API:
+//!   `run_process`, `start_process` → [`ProcessHandle`] with a resumable
+//!   [`ProcessOutput`] stream, stdin, signals, resize, `wait`;
+//!   `list_processes`, `get_process`).
 //! - `options`: [`ClientOptions`] (agent, server or embedded mode,
 //!   auto-connect, timeouts, permission handler, embedded-server settings).
 //! - `connection`: one live connection: the ACP client over
@@ -142,8 +145,9 @@ mod options;
 mod turn;
 
 pub use client::{
-    EventPage, FS_RESUME_ATTEMPTS, FsDownload, FsPath, SandboxAgentClient, SessionEntryPage,
-    SessionEntryQuery, SessionList, SessionState, SetSessionModelRequest, SetSessionModelResponse,
+    EventPage, FS_RESUME_ATTEMPTS, FsDownload, FsPath, OUTPUT_RECONNECT, OutputEvent,
+    ProcessHandle, ProcessOutput, SandboxAgentClient, SessionEntryPage, SessionEntryQuery,
+    SessionList, SessionState, SetSessionModelRequest, SetSessionModelResponse,
 };
 pub use control::{Health, InstallOptions, InstallResult};
 pub use embedded::{BINARY_ENV, LISTENING_PREFIX};
@@ -169,6 +173,12 @@ pub use acp_http_client::{HttpFailure, Problem};
 
 #[doc(no_inline)]
 pub use ext_methods::{FsEntry, FsEntryType, FsMoveResult, FsUploadBatchResult, FsWriteResult};
+
+#[doc(no_inline)]
+pub use ext_methods::{
+    Encoding, Exit, OutputChunk, OutputDropped, OutputStream, ProcessInfo, ProcessListParams,
+    ProcessPage, ProcessRequest, ProcessState, RunResult,
+};
 
 #[doc(no_inline)]
 pub use ext_methods::{

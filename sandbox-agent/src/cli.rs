@@ -4,9 +4,11 @@
 use crate::commands::agents::AgentsArgs;
 use crate::commands::bench::BenchArgs;
 use crate::commands::bridge::BridgeArgs;
+use crate::commands::exec::ExecArgs;
 use crate::commands::fs::FsArgs;
 use crate::commands::mock_agent::MockAgentArgs;
 use crate::commands::prompt::PromptArgs;
+use crate::commands::ps::PsArgs;
 use crate::commands::server::ServerArgs;
 use crate::commands::sessions::SessionsArgs;
 use crate::commands::supervise::SuperviseArgs;
@@ -34,6 +36,10 @@ pub enum Command {
     Bridge(BridgeArgs),
     /// Files in and out of a running server: ls, stat, get, put, upload, rm, mv, mkdir.
     Fs(FsArgs),
+    /// Run a program in the sandbox of a running server, as if here: output, stdin, exit status (-t: on a terminal).
+    Exec(ExecArgs),
+    /// The processes of a running server: id, pid, state, exit, command.
+    Ps(PsArgs),
     /// Sessions and their event logs, from a running server or a session store: list, show, events.
     Sessions(SessionsArgs),
     /// Run the built-in mock ACP agent on stdin/stdout.

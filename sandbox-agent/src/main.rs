@@ -11,6 +11,7 @@
 //!   generator), `mock_agent` (the built-in deterministic agent the server
 //!   runs as `mock`), `sessions` (the inventory and event logs, from a
 //!   server or a session store), `fs` (files in and out of a server),
+//!   `exec` and `ps` (programs run in a server's sandbox),
 //!   `supervise` (the agents' tree supervisor); `args` holds the argument
 //!   groups several commands share.
 //!
@@ -46,7 +47,7 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        match cli.command {
+        let done = match cli.command {
             Command::Server(args) => {
                 init_logging("info");
                 commands::server::run(*args).await
@@ -76,12 +77,22 @@ fn main() -> ExitCode {
                 init_logging("error");
                 commands::sessions::run(args).await
             }
-        }
+            Command::Ps(args) => {
+                init_logging("error");
+                commands::ps::run(args).await
+            }
+            // The program's exit status is exec's own.
+            Command::Exec(args) => {
+                init_logging("error");
+                return Ok(commands::exec::run(args).await);
+            }
+        };
+        done.map(|()| ExitCode::SUCCESS)
     });
     // Do not wait for blocking reads of stdin and the like.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(status) => status,
         Err(error) => {
             eprintln!("sandbox-agent: {error}");
             ExitCode::FAILURE

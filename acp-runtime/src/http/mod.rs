@@ -5,7 +5,8 @@
 //!   the one parse, a message run apart from its exchange.
 //! - [`rpc`]: `POST` / `GET` / `DELETE` on `/v2/rpc`.
 //! - [`acp`]: the ACP transports RFD profile on `/acp` and `/acp/{agent}`.
-//! - [`websocket`]: the WebSocket upgrade on the same paths.
+//! - [`websocket`]: the WebSocket upgrade on the same paths, and the
+//!   opening handshake every WebSocket route shares.
 //! - [`sse`]: the SSE answer and body of `GET /v2/rpc` and `GET /acp`.
 //! - [`headers`]: bearer auth, `Accept`, `Content-Type`, `Last-Event-ID`.
 //! - [`cross_site`]: the `Origin` and `Host` a request may carry.
@@ -13,6 +14,8 @@
 //!   `/v2/agents/{agent}/install` (the control plane).
 //! - [`fs`]: `/v2/fs/*`, the host file system API.
 //! - [`processes`]: `/v2/processes…`, the process API.
+//! - [`terminal`]: `/v2/processes/{id}/terminal`, a process's terminal over
+//!   a WebSocket.
 //! - [`conditional`]: `If-Match`, `If-None-Match`, `If-Range` on a file read.
 //! - [`problem`]: [`Error`] → `application/problem+json`, in one place.
 //! - [`ui`]: the inspector's page at `/ui/`, compiled into the binary.
@@ -30,6 +33,7 @@ pub mod processes;
 pub mod routes;
 pub mod rpc;
 pub mod sse;
+pub mod terminal;
 pub mod ui;
 pub mod websocket;
 

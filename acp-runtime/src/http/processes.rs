@@ -1,79 +1,38 @@
 //! `/v2/processes…` (research/contract.md, "Processes and terminals"):
 //! run to completion, start, list, one, output (a page, or followed over
-//! SSE with exact resume by byte offset), stdin, signals, resize, forget.
+//! SSE with exact resume by byte offset), stdin, signals, resize, forget;
+//! the terminal WebSocket is [`super::terminal`].
 
 use super::body::{Body, HttpRequest, empty, full, read_body};
 use super::headers::{accepts, is_json_content, last_event_id};
 use crate::error::Error;
+use crate::process::Process;
 use crate::process::output::Page;
-use crate::process::{Process, ProcessFilter, Processes, StartRequest, TtySize};
 use crate::protocol::{APPLICATION_JSON, EVENT_STREAM, X_ACCEL_BUFFERING_HEADER};
 use crate::runtime::Runtime;
 use bytes::{BufMut, Bytes, BytesMut};
+use ext_methods::{
+    OutputPage, ProcessListParams, ProcessRequest, ProcessState, ResizeBody, SignalBody,
+};
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION};
 use http::{HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use serde::Serialize;
 use std::convert::Infallible;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Largest JSON body of a start, a run, a signal or a resize, in bytes
 /// (`stdin` travels in it).
 const JSON_BODY_LIMIT: usize = 1024 * 1024;
-/// Processes per page when `limit` is not given, and the most.
-const DEFAULT_LIST_LIMIT: usize = 100;
-const MAX_LIST_LIMIT: usize = 1000;
+/// Most processes per page.
+const MAX_LIST_LIMIT: usize = ext_methods::MAX_PROCESS_PAGE as usize;
 /// Output bytes per page when `limit` is not given, and the most.
 const DEFAULT_OUTPUT_LIMIT: usize = 256 * 1024;
 const MAX_OUTPUT_LIMIT: usize = 4 * 1024 * 1024;
 /// Output bytes one SSE frame carries at most.
 const FRAME_BYTES: usize = 256 * 1024;
-/// `maxOutputBytes` of a run when not given, and the most.
-const DEFAULT_RUN_OUTPUT: usize = 1024 * 1024;
-const MAX_RUN_OUTPUT: usize = 16 * 1024 * 1024;
-/// Terminal size when not given, and the largest side.
-const DEFAULT_TTY: TtySize = TtySize { cols: 80, rows: 24 };
-const MAX_TTY_SIDE: u16 = 4096;
-/// How long a start waits for the program's pid behind its supervisor.
-const PID_WAIT: Duration = Duration::from_secs(1);
-
-/// The body of `POST /v2/processes` and `POST /v2/processes/run`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct StartBody {
-    command: String,
-    #[serde(default)]
-    args: Vec<String>,
-    cwd: Option<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    #[serde(default)]
-    tty: bool,
-    cols: Option<u16>,
-    rows: Option<u16>,
-    stdin: Option<String>,
-    title: Option<String>,
-    session_id: Option<String>,
-    timeout_ms: Option<u64>,
-    max_output_bytes: Option<usize>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SignalBody {
-    signal: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ResizeBody {
-    cols: u16,
-    rows: u16,
-}
 
 /// Serves `/v2/processes` (`part` `None`, `id` `None`), `/v2/processes/{id}`
 /// and `/v2/processes/{id}/{part}` with `method`.
@@ -88,19 +47,17 @@ pub async fn serve(
     part: Option<&str>,
     method: &Method,
 ) -> Result<Response<Body>, Error> {
-    let Some(processes) = runtime.processes.clone() else {
-        return Err(Error::ProcessesDisabled);
-    };
+    let processes = runtime.processes()?.clone();
     let get = method == Method::GET || method == Method::HEAD;
     match (id, part) {
-        (None, _) if get => list(&processes, request.uri().query()),
-        (None, _) if method == Method::POST => start(runtime, &processes, request).await,
+        (None, _) if get => list(runtime, request.uri().query()),
+        (None, _) if method == Method::POST => start(runtime, request).await,
         (None, _) => Err(Error::MethodNotAllowed("GET, POST")),
-        (Some("run"), None) if method == Method::POST => run(runtime, &processes, request).await,
+        (Some("run"), None) if method == Method::POST => run(runtime, request).await,
         (Some(id), None) => {
             let id = super::control::decode_segment(id)?;
             match *method {
-                Method::GET | Method::HEAD => json(StatusCode::OK, &find(&processes, &id)?.info()),
+                Method::GET | Method::HEAD => json(StatusCode::OK, &runtime.process(&id)?.info()),
                 Method::DELETE if processes.forget_and_wait(&id).await => {
                     Ok(empty(StatusCode::NO_CONTENT))
                 }
@@ -110,7 +67,7 @@ pub async fn serve(
         }
         (Some(id), Some(part)) => {
             let id = super::control::decode_segment(id)?;
-            let process = find(&processes, &id)?;
+            let process = runtime.process(&id)?;
             match (part, method) {
                 ("output", &Method::GET | &Method::HEAD) => output(runtime, &process, request),
                 ("output", _) => Err(Error::MethodNotAllowed("GET")),
@@ -118,16 +75,12 @@ pub async fn serve(
                 ("signal", &Method::POST) => signal(runtime, &process, request).await,
                 ("resize", &Method::POST) => resize(runtime, &process, request).await,
                 ("input" | "signal" | "resize", _) => Err(Error::MethodNotAllowed("POST")),
+                ("terminal", &Method::GET) => super::terminal::upgrade(runtime, process, request),
+                ("terminal", _) => Err(Error::MethodNotAllowed("GET")),
                 _ => Err(Error::NotFound(request.uri().path().to_owned())),
             }
         }
     }
-}
-
-fn find(processes: &Processes, id: &str) -> Result<Arc<Process>, Error> {
-    processes
-        .get(id)
-        .ok_or_else(|| Error::UnknownProcess(id.to_owned()))
 }
 
 fn json(status: StatusCode, value: &impl Serialize) -> Result<Response<Body>, Error> {
@@ -149,66 +102,10 @@ async fn json_body<T: serde::de::DeserializeOwned>(
         .map_err(|error| Error::InvalidRequest(format!("invalid request body: {error}")))
 }
 
-/// A start or run body as a [`StartRequest`]: the working directory
-/// resolved, the environment and terminal size checked.
-async fn start_request(runtime: &Runtime, body: StartBody) -> Result<StartRequest, Error> {
-    let env: Vec<(String, String)> = body.env.into_iter().collect();
-    StartRequest::check_args_and_env(&body.args, &env)?;
-    let tty = if body.tty {
-        let size = TtySize {
-            cols: body.cols.unwrap_or(DEFAULT_TTY.cols),
-            rows: body.rows.unwrap_or(DEFAULT_TTY.rows),
-        };
-        check_size(size)?;
-        Some(size)
-    } else if body.cols.is_some() || body.rows.is_some() {
-        return Err(Error::InvalidRequest(
-            "cols and rows size a terminal: set tty: true".to_owned(),
-        ));
-    } else {
-        None
-    };
-    let cwd = runtime
-        .process_cwd(body.session_id.as_deref(), body.cwd.as_deref())
-        .await?;
-    Ok(StartRequest {
-        command: body.command,
-        args: body.args,
-        cwd,
-        env,
-        tty,
-        stdin: body.stdin.map(Bytes::from),
-        close_stdin: false,
-        title: body.title,
-        session_id: body.session_id,
-        output_bytes: None,
-    })
-}
-
-fn check_size(size: TtySize) -> Result<(), Error> {
-    if size.cols == 0 || size.rows == 0 || size.cols > MAX_TTY_SIDE || size.rows > MAX_TTY_SIDE {
-        return Err(Error::InvalidRequest(format!(
-            "cols and rows must be between 1 and {MAX_TTY_SIDE}"
-        )));
-    }
-    Ok(())
-}
-
 /// `POST /v2/processes` → 201 with the process (and `Location`).
-async fn start(
-    runtime: &Runtime,
-    processes: &Arc<Processes>,
-    request: &mut HttpRequest,
-) -> Result<Response<Body>, Error> {
-    let body: StartBody = json_body(runtime, request).await?;
-    if body.timeout_ms.is_some() || body.max_output_bytes.is_some() {
-        return Err(Error::InvalidRequest(
-            "timeoutMs and maxOutputBytes belong to POST /v2/processes/run".to_owned(),
-        ));
-    }
-    let start = start_request(runtime, body).await?;
-    let process = processes.start(start).await?;
-    let _ = tokio::time::timeout(PID_WAIT, process.pid()).await;
+async fn start(runtime: &Runtime, request: &mut HttpRequest) -> Result<Response<Body>, Error> {
+    let body: ProcessRequest = json_body(runtime, request).await?;
+    let process = runtime.start_process(body).await?;
     let mut response = json(StatusCode::CREATED, &process.info())?;
     if let Ok(location) = HeaderValue::from_str(&format!("/v2/processes/{}", process.id())) {
         response.headers_mut().insert(LOCATION, location);
@@ -217,42 +114,26 @@ async fn start(
 }
 
 /// `POST /v2/processes/run` → the run's result once the process exited.
-async fn run(
-    runtime: &Runtime,
-    processes: &Arc<Processes>,
-    request: &mut HttpRequest,
-) -> Result<Response<Body>, Error> {
-    let body: StartBody = json_body(runtime, request).await?;
-    if body.tty {
-        return Err(Error::InvalidRequest(
-            "a run has no terminal; start the process with POST /v2/processes".to_owned(),
-        ));
-    }
-    let timeout = body.timeout_ms.map(Duration::from_millis);
-    let cap = body.max_output_bytes.unwrap_or(DEFAULT_RUN_OUTPUT);
-    if cap > MAX_RUN_OUTPUT {
-        return Err(Error::InvalidRequest(format!(
-            "maxOutputBytes must be at most {MAX_RUN_OUTPUT}"
-        )));
-    }
-    let start = start_request(runtime, body).await?;
-    json(StatusCode::OK, &processes.run(start, timeout, cap).await?)
+async fn run(runtime: &Runtime, request: &mut HttpRequest) -> Result<Response<Body>, Error> {
+    let body: ProcessRequest = json_body(runtime, request).await?;
+    json(StatusCode::OK, &runtime.run_process(body).await?)
 }
 
 /// `GET /v2/processes?limit=&cursor=&sessionId=&state=running|exited`.
-fn list(processes: &Processes, query: Option<&str>) -> Result<Response<Body>, Error> {
-    let mut filter = ProcessFilter::default();
-    let mut cursor = None;
-    let mut limit = DEFAULT_LIST_LIMIT;
+fn list(runtime: &Runtime, query: Option<&str>) -> Result<Response<Body>, Error> {
+    let mut params = ProcessListParams::default();
     for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match &*key {
-            "limit" => limit = bounded(&key, &value, MAX_LIST_LIMIT)?,
-            "cursor" => cursor = Some(value.into_owned()),
-            "sessionId" | "session_id" => filter.session_id = Some(value.into_owned()),
+            "limit" => {
+                let limit = bounded(&key, &value, MAX_LIST_LIMIT)?;
+                params.limit = u32::try_from(limit).ok();
+            }
+            "cursor" => params.cursor = Some(value.into_owned()),
+            "sessionId" | "session_id" => params.session_id = Some(value.into_owned()),
             "state" => {
-                filter.running = Some(match &*value {
-                    "running" => true,
-                    "exited" => false,
+                params.state = Some(match &*value {
+                    "running" => ProcessState::Running,
+                    "exited" => ProcessState::Exited,
                     other => {
                         return Err(Error::InvalidRequest(format!(
                             "query parameter state must be running or exited, got {other:?}"
@@ -263,10 +144,7 @@ fn list(processes: &Processes, query: Option<&str>) -> Result<Response<Body>, Er
             _ => {}
         }
     }
-    json(
-        StatusCode::OK,
-        &processes.list(&filter, cursor.as_deref(), limit)?,
-    )
+    json(StatusCode::OK, &runtime.list_processes(&params)?)
 }
 
 /// `value` as a non-negative integer written in plain digits.
@@ -291,15 +169,6 @@ fn bounded(key: &str, value: &str, max: usize) -> Result<usize, Error> {
                 "query parameter {key} must be between 1 and {max}, got {value:?}"
             ))
         })
-}
-
-/// The chunks of an output page as the API shows them.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct OutputPage {
-    chunks: Vec<crate::process::output::ChunkOut>,
-    next_offset: u64,
-    dropped: u64,
 }
 
 /// `GET /v2/processes/{id}/output?offset=&limit=`: a page; with `Accept:
@@ -514,19 +383,7 @@ async fn signal(
     request: &mut HttpRequest,
 ) -> Result<Response<Body>, Error> {
     let body: SignalBody = json_body(runtime, request).await?;
-    let name = body.signal.to_ascii_uppercase();
-    let full_name = if name.starts_with("SIG") {
-        name.to_owned()
-    } else {
-        format!("SIG{name}")
-    };
-    let signal = nix::sys::signal::Signal::from_str(&full_name).map_err(|_| {
-        Error::InvalidRequest(format!(
-            "signal {:?} is not a signal name (SIGINT, SIGTERM, SIGKILL, SIGHUP, …)",
-            body.signal
-        ))
-    })?;
-    process.signal(signal).await?;
+    runtime.signal_process(process, &body.signal).await?;
     Ok(empty(StatusCode::NO_CONTENT))
 }
 
@@ -537,11 +394,8 @@ async fn resize(
     request: &mut HttpRequest,
 ) -> Result<Response<Body>, Error> {
     let body: ResizeBody = json_body(runtime, request).await?;
-    let size = TtySize {
-        cols: body.cols,
-        rows: body.rows,
-    };
-    check_size(size)?;
-    process.resize(size).await?;
+    runtime
+        .resize_process(process, body.cols, body.rows)
+        .await?;
     Ok(empty(StatusCode::NO_CONTENT))
 }

@@ -1,6 +1,8 @@
 //! WebSocket on `/acp` and `/acp/{agent}` (research/contract.md, "The /acp
 //! profile", WebSocket): the RFC 6455 opening handshake over hyper's
-//! upgrade, then tungstenite for the framing.
+//! upgrade, then tungstenite for the framing. The handshake itself
+//! ([`accept_key`], [`switch`]) is shared with the terminal WebSocket
+//! ([`super::terminal`]).
 //!
 //! One socket is one connection. Its id is made at the upgrade and sent in
 //! the 101 answer; the connection itself opens with the first message,
@@ -64,7 +66,8 @@ const MAX_WRITE_BUFFER: usize = 1024 * 1024;
 /// transports").
 const READ_CHUNK: usize = 16 * 1024;
 
-type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+/// A server-side WebSocket over an upgraded HTTP/1.1 connection.
+pub(crate) type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// The requests a socket has in flight, each the run of one request
 /// ([`Detached::request`]), polled by the socket's own task. The
@@ -121,6 +124,40 @@ pub fn upgrade(
     request: &mut HttpRequest,
     agent: Option<&str>,
 ) -> Result<Response<Body>, Error> {
+    let accept = accept_key(request)?;
+    if !runtime.connections.has_room() {
+        return Err(Error::TooManyConnections {
+            limit: runtime.config.max_connections,
+        });
+    }
+    let id = connections::new_id();
+    let peer = Peer {
+        runtime: runtime.clone(),
+        id: id.clone(),
+        agent: agent.map(str::to_owned),
+    };
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(runtime.config.max_body_bytes))
+        .max_frame_size(Some(runtime.config.max_body_bytes))
+        .max_write_buffer_size(MAX_WRITE_BUFFER)
+        .read_buffer_size(READ_CHUNK);
+    let mut response = switch(request, accept, config, |socket| peer.serve(socket));
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response
+            .headers_mut()
+            .insert(ACP_CONNECTION_ID_HEADER, value);
+    }
+    Ok(response)
+}
+
+/// Checks a WebSocket opening handshake (RFC 6455 section 4.2.1): the
+/// value of the answer's `Sec-WebSocket-Accept`. Shared by every WebSocket
+/// route (`/acp`, a process's terminal).
+///
+/// # Errors
+/// 400 for a request that is not a valid opening handshake (HTTP/1.1
+/// only).
+pub(crate) fn accept_key(request: &HttpRequest) -> Result<HeaderValue, Error> {
     let headers = request.headers();
     if request.version() != Version::HTTP_11 {
         return Err(Error::InvalidRequest(
@@ -152,24 +189,24 @@ pub fn upgrade(
             "a WebSocket upgrade needs Sec-WebSocket-Key".to_owned(),
         ));
     };
-    if !runtime.connections.has_room() {
-        return Err(Error::TooManyConnections {
-            limit: runtime.config.max_connections,
-        });
-    }
-    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
-    let id = connections::new_id();
+    HeaderValue::from_str(&tungstenite::handshake::derive_accept_key(key.as_bytes()))
+        .map_err(|_| Error::InvalidRequest("invalid Sec-WebSocket-Key".to_owned()))
+}
+
+/// Answers a handshake [`accept_key`] checked with 101 (RFC 6455 section
+/// 4.2.2) and runs `serve` on the socket, in a task of its own, once hyper
+/// hands it over (after the 101 is written).
+pub(crate) fn switch<F, Fut>(
+    request: &mut HttpRequest,
+    accept: HeaderValue,
+    config: WebSocketConfig,
+    serve: F,
+) -> Response<Body>
+where
+    F: FnOnce(Socket) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let on_upgrade = hyper::upgrade::on(&mut *request);
-    let peer = Peer {
-        runtime: runtime.clone(),
-        id: id.clone(),
-        agent: agent.map(str::to_owned),
-    };
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(runtime.config.max_body_bytes))
-        .max_frame_size(Some(runtime.config.max_body_bytes))
-        .max_write_buffer_size(MAX_WRITE_BUFFER)
-        .read_buffer_size(READ_CHUNK);
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
@@ -179,7 +216,7 @@ pub fn upgrade(
                     Some(config),
                 )
                 .await;
-                peer.serve(socket).await;
+                serve(socket).await;
             }
             Err(error) => tracing::debug!(%error, "WebSocket upgrade failed"),
         }
@@ -188,13 +225,8 @@ pub fn upgrade(
     let headers = response.headers_mut();
     headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
     headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
-    if let Ok(value) = HeaderValue::from_str(&accept) {
-        headers.insert(SEC_WEBSOCKET_ACCEPT, value);
-    }
-    if let Ok(value) = HeaderValue::from_str(&id) {
-        headers.insert(ACP_CONNECTION_ID_HEADER, value);
-    }
-    Ok(response)
+    headers.insert(SEC_WEBSOCKET_ACCEPT, accept);
+    response
 }
 
 /// One socket's side of the server.
@@ -207,9 +239,11 @@ struct Peer {
 }
 
 /// Why the serve loop ended, and what the close frame says.
-struct Ending {
-    code: CloseCode,
-    reason: &'static str,
+pub(crate) struct Ending {
+    /// The close code (RFC 6455 section 7.4.1).
+    pub code: CloseCode,
+    /// The close reason.
+    pub reason: &'static str,
 }
 
 /// The connection was closed (DELETE, idle reaping): the stream ended.
@@ -417,7 +451,7 @@ fn parse_error(detail: &str) -> Bytes {
 
 /// The close frame for a read error (RFC 6455 section 7.4.1), or `None`
 /// when the socket is gone and nothing can be sent.
-fn close_for(error: &tungstenite::Error) -> Option<Ending> {
+pub(crate) fn close_for(error: &tungstenite::Error) -> Option<Ending> {
     match error {
         tungstenite::Error::Capacity(_) => Some(Ending {
             code: CloseCode::Size,
@@ -546,7 +580,9 @@ where
     )
 }
 
-async fn send_message<S>(sink: &mut S, message: Message, heartbeat: Duration) -> bool
+/// Sends one frame; `false` when the socket failed or the peer did not
+/// take it within two heartbeat intervals (it does not read).
+pub(crate) async fn send_message<S>(sink: &mut S, message: Message, heartbeat: Duration) -> bool
 where
     S: futures::Sink<Message, Error = tungstenite::Error> + Unpin,
 {

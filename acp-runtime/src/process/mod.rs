@@ -17,11 +17,12 @@ use crate::agent::tree::{self, TreeSupervisor};
 use crate::error::Error;
 use crate::time::rfc3339;
 use bytes::{Bytes, BytesMut};
+use ext_methods::{Encoding, Exit, OutputChunk, ProcessInfo, ProcessPage, ProcessState, RunResult};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
-use output::{Output, OutputStream, Page};
+use output::{BytesPage, Output, OutputStream, Page};
 use parking_lot::Mutex;
-use serde::Serialize;
+pub use spawn::TtySize;
 use spawn::{Io, Launch};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -51,15 +52,6 @@ impl Default for ProcessLimits {
             kept_exited: 256,
         }
     }
-}
-
-/// A terminal's size, in character cells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TtySize {
-    /// Columns.
-    pub cols: u16,
-    /// Rows.
-    pub rows: u16,
 }
 
 /// What to start.
@@ -115,92 +107,31 @@ impl StartRequest {
     }
 }
 
-/// How a process ended: `{exitCode, signal}` (one of them is set).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Exit {
-    /// The exit code, when it exited.
-    pub exit_code: Option<i32>,
-    /// The signal's name (`SIGKILL`), when a signal ended it.
-    pub signal: Option<String>,
-}
-
-impl Exit {
-    /// How `status` reads to a client; `killed`: the server killed the
-    /// tree, so the supervisor's kill-now signal means SIGKILL.
-    fn of(status: std::io::Result<std::process::ExitStatus>, killed: bool) -> Self {
-        use std::os::unix::process::ExitStatusExt;
-        match status {
-            Ok(status) => Self {
-                exit_code: status.code(),
-                signal: status.signal().map(|number| {
-                    if killed && number == tree::KILL_NOW as i32 {
-                        Signal::SIGKILL.as_str().to_owned()
-                    } else {
-                        signal_name(number)
-                    }
-                }),
-            },
-            Err(_) => Self {
-                exit_code: None,
-                signal: None,
-            },
-        }
+/// How `status` reads to a client; `killed`: the server killed the tree,
+/// so the supervisor's kill-now signal means SIGKILL.
+fn exit_of(status: std::io::Result<std::process::ExitStatus>, killed: bool) -> Exit {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(status) => Exit {
+            exit_code: status.code(),
+            signal: status.signal().map(|number| {
+                if killed && number == tree::KILL_NOW as i32 {
+                    Signal::SIGKILL.as_str().to_owned()
+                } else {
+                    signal_name(number)
+                }
+            }),
+        },
+        Err(_) => Exit {
+            exit_code: None,
+            signal: None,
+        },
     }
 }
 
 /// `SIGTERM` for 15; `SIG<n>` for a number nix does not name.
 fn signal_name(number: i32) -> String {
     Signal::try_from(number).map_or_else(|_| format!("SIG{number}"), |s| s.as_str().to_owned())
-}
-
-/// A process as the API shows it (research/contract.md, "Processes and
-/// terminals"): `{id, pid, command, args, cwd, tty, title, sessionId,
-/// toolCallId, state, exitCode, signal, startedAt, endedAt, outputBytes}`.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProcessInfo {
-    /// The process id of this API.
-    pub id: String,
-    /// The program's operating-system pid (`null` until seen).
-    pub pid: Option<i32>,
-    /// The program as asked for.
-    pub command: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Its working directory.
-    pub cwd: String,
-    /// Whether it runs on a terminal.
-    pub tty: bool,
-    /// The label given at start.
-    pub title: Option<String>,
-    /// Its session, if any.
-    pub session_id: Option<String>,
-    /// The tool call that shows it (an agent's terminal), if any.
-    pub tool_call_id: Option<String>,
-    /// `running` or `exited`.
-    pub state: &'static str,
-    /// The exit code, once exited.
-    pub exit_code: Option<i32>,
-    /// The signal that ended it, once exited.
-    pub signal: Option<String>,
-    /// RFC 3339.
-    pub started_at: String,
-    /// RFC 3339, once exited.
-    pub ended_at: Option<String>,
-    /// Every byte of output so far (the next byte's offset).
-    pub output_bytes: u64,
-}
-
-/// One page of the process list.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProcessPage {
-    /// Newest first.
-    pub processes: Vec<ProcessInfo>,
-    /// Pass as `cursor` for the next page; absent on the last.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_cursor: Option<String>,
 }
 
 /// Which processes a list shows.
@@ -210,34 +141,6 @@ pub struct ProcessFilter {
     pub session_id: Option<String>,
     /// Only running (`Some(true)`) or exited (`Some(false)`) ones.
     pub running: Option<bool>,
-}
-
-/// The answer of a run to completion: `{exitCode, signal, stdout, stderr,
-/// truncated, durationMs}` (plus `stdoutEncoding`/`stderrEncoding:
-/// "base64"` for output that is not UTF-8).
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RunResult {
-    /// The exit code, when it exited.
-    pub exit_code: Option<i32>,
-    /// The signal that ended it (`SIGKILL` after the timeout).
-    pub signal: Option<String>,
-    /// Standard output, at most the cap.
-    pub stdout: String,
-    /// `"base64"` when `stdout` is base64.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stdout_encoding: Option<&'static str>,
-    /// Standard error, at most the cap.
-    pub stderr: String,
-    /// `"base64"` when `stderr` is base64.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stderr_encoding: Option<&'static str>,
-    /// Whether output passed the cap (the process was killed then).
-    pub truncated: bool,
-    /// Whether the timeout passed (the process was killed then).
-    pub timed_out: bool,
-    /// From start to exit, in milliseconds.
-    pub duration_ms: u64,
 }
 
 /// Every process of the API.
@@ -636,7 +539,7 @@ impl Processes {
             let info = process.info();
             if filter
                 .running
-                .is_some_and(|running| running != (info.state == "running"))
+                .is_some_and(|running| running != (info.state == ProcessState::Running))
             {
                 continue;
             }
@@ -714,20 +617,13 @@ impl Drop for Forget {
     }
 }
 
-/// The bytes of a chunk read out of the ring.
-fn chunk_bytes(chunk: &output::ChunkOut) -> Vec<u8> {
-    use base64::Engine as _;
-    match chunk.encoding {
-        Some(_) => base64::engine::general_purpose::STANDARD
-            .decode(&chunk.data)
-            .unwrap_or_default(),
-        None => chunk.data.clone().into_bytes(),
-    }
+/// The bytes of a chunk read out of the ring (which encoded them itself).
+fn chunk_bytes(chunk: &OutputChunk) -> Vec<u8> {
+    chunk.bytes().unwrap_or_default()
 }
 
 /// `bytes` cut to `max`, as text when it is UTF-8, else base64.
-fn text_or_base64(mut bytes: Vec<u8>, max: usize) -> (String, Option<&'static str>) {
-    use base64::Engine as _;
+fn text_or_base64(mut bytes: Vec<u8>, max: usize) -> (String, Option<Encoding>) {
     bytes.truncate(max);
     match String::from_utf8(bytes) {
         Ok(text) => (text, None),
@@ -738,10 +634,7 @@ fn text_or_base64(mut bytes: Vec<u8>, max: usize) -> (String, Option<&'static st
             let keep = output::complete_prefix(&bytes);
             match std::str::from_utf8(&bytes[..keep]) {
                 Ok(text) if bytes.len() - keep < 4 => (text.to_owned(), None),
-                _ => (
-                    base64::engine::general_purpose::STANDARD.encode(&bytes),
-                    Some("base64"),
-                ),
+                _ => ext_methods::encode_bytes(&bytes),
             }
         }
     }
@@ -774,9 +667,9 @@ impl Process {
             session_id: self.session_id.clone(),
             tool_call_id: self.tool_call_id.lock().clone(),
             state: if state.exit.is_some() {
-                "exited"
+                ProcessState::Exited
             } else {
-                "running"
+                ProcessState::Running
             },
             exit_code: state.exit.as_ref().and_then(|exit| exit.exit_code),
             signal: state.exit.as_ref().and_then(|exit| exit.signal.clone()),
@@ -789,6 +682,12 @@ impl Process {
     /// The output from `offset` on, at most about `limit` bytes.
     pub fn read(&self, offset: u64, limit: usize) -> Page {
         self.state.lock().output.read(offset, limit)
+    }
+
+    /// The raw output bytes from `offset` on, at most `limit` (the
+    /// terminal WebSocket's binary frames).
+    pub fn read_bytes(&self, offset: u64, limit: usize) -> BytesPage {
+        self.state.lock().output.read_bytes(offset, limit)
     }
 
     /// The newest at most `max` bytes of output and whether older output
@@ -1113,7 +1012,7 @@ async fn wait_for_exit(
     }
     {
         let mut state = process.state.lock();
-        state.exit = Some(Exit::of(status, process.killed.load(Ordering::Relaxed)));
+        state.exit = Some(exit_of(status, process.killed.load(Ordering::Relaxed)));
         state.ended_at = Some(SystemTime::now());
     }
     process.changed.send_modify(|version| *version += 1);

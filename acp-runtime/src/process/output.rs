@@ -5,23 +5,10 @@
 //! that asks for them learns how many it missed (`dropped`), never a silent
 //! gap.
 
-use base64::Engine as _;
 use bytes::Bytes;
-use serde::Serialize;
+use ext_methods::OutputChunk;
+pub use ext_methods::OutputStream;
 use std::collections::VecDeque;
-
-/// Where a chunk of output came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OutputStream {
-    /// The program's standard output (a process without a terminal).
-    Stdout,
-    /// The program's standard error (a process without a terminal).
-    Stderr,
-    /// The terminal: standard output and error merged, as a terminal shows
-    /// them.
-    Tty,
-}
 
 /// One chunk as the ring holds it: the bytes of one read.
 #[derive(Debug, Clone)]
@@ -34,50 +21,23 @@ struct Chunk {
     data: Bytes,
 }
 
-/// One chunk as a reader gets it: `{offset, stream, data, encoding?}`.
-/// `data` is the bytes as text when they are valid UTF-8, else base64 with
-/// `encoding: "base64"`.
-#[derive(Debug, Clone, Serialize)]
-pub struct ChunkOut {
-    /// Offset of the chunk's first byte.
-    pub offset: u64,
-    /// Its stream.
-    pub stream: OutputStream,
-    /// The bytes, as text or base64.
-    pub data: String,
-    /// `"base64"` when `data` is base64.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub encoding: Option<&'static str>,
-}
-
-impl ChunkOut {
-    fn of(offset: u64, stream: OutputStream, bytes: &[u8]) -> Self {
-        let (data, encoding) = match std::str::from_utf8(bytes) {
-            Ok(text) => (text.to_owned(), None),
-            Err(_) => (
-                base64::engine::general_purpose::STANDARD.encode(bytes),
-                Some("base64"),
-            ),
-        };
-        Self {
-            offset,
-            stream,
-            data,
-            encoding,
-        }
-    }
-
-    /// The offset after the chunk's last byte (the SSE `id:` of the chunk).
-    pub fn end(&self, length: usize) -> u64 {
-        self.offset + length as u64
-    }
-}
-
 /// What a read from an offset finds.
 #[derive(Debug, Clone, Default)]
 pub struct Page {
     /// The chunks from the offset on, with their byte lengths.
-    pub chunks: Vec<(ChunkOut, usize)>,
+    pub chunks: Vec<(OutputChunk, usize)>,
+    /// The offset to read from next.
+    pub next_offset: u64,
+    /// Bytes between the asked offset and the oldest retained byte that
+    /// the ring no longer holds (0 when nothing was missed).
+    pub dropped: u64,
+}
+
+/// What a raw read from an offset finds ([`Output::read_bytes`]).
+#[derive(Debug, Clone, Default)]
+pub struct BytesPage {
+    /// The bytes from the offset on.
+    pub data: Bytes,
     /// The offset to read from next.
     pub next_offset: u64,
     /// Bytes between the asked offset and the oldest retained byte that
@@ -191,7 +151,7 @@ impl Output {
             }
             let bytes = &rest[..take];
             page.chunks.push((
-                ChunkOut::of(chunk.offset + skip as u64, chunk.stream, bytes),
+                OutputChunk::of(chunk.offset + skip as u64, chunk.stream, bytes),
                 take,
             ));
             page.next_offset = chunk.offset + (skip + take) as u64;
@@ -201,6 +161,42 @@ impl Output {
             }
         }
         page
+    }
+
+    /// The bytes from `from` on, at most `limit` (at least 1), as they
+    /// are, across chunks and streams: what a terminal shows
+    /// (research/contract.md, "Terminal WebSocket"). `from` past the end
+    /// reads nothing.
+    pub fn read_bytes(&self, from: u64, limit: usize) -> BytesPage {
+        let from = from.min(self.end);
+        let dropped = self.start.saturating_sub(from);
+        let from = from.max(self.start);
+        let first = self
+            .chunks
+            .partition_point(|chunk| chunk.offset + chunk.data.len() as u64 <= from);
+        let mut budget = limit.max(1);
+        let mut parts = Vec::new();
+        for chunk in self.chunks.range(first..) {
+            if budget == 0 {
+                break;
+            }
+            let skip = usize::try_from(from.saturating_sub(chunk.offset)).unwrap_or(0);
+            let take = (chunk.data.len() - skip).min(budget);
+            parts.push(chunk.data.slice(skip..skip + take));
+            budget -= take;
+        }
+        let length: usize = parts.iter().map(Bytes::len).sum();
+        // One chunk is handed on as it is (shared, no copy).
+        let data = match parts.len() {
+            0 => Bytes::new(),
+            1 => parts.swap_remove(0),
+            _ => Bytes::from(parts.concat()),
+        };
+        BytesPage {
+            data,
+            next_offset: from + length as u64,
+            dropped,
+        }
     }
 
     /// The newest at most `max` retained bytes, cut at a UTF-8 character
@@ -320,7 +316,10 @@ mod tests {
         let mut output = Output::new(100);
         output.push(OutputStream::Stdout, Bytes::from_static(&[0xff, 0x00]));
         let page = output.read(0, 100);
-        assert_eq!(page.chunks[0].0.encoding, Some("base64"));
+        assert_eq!(
+            page.chunks[0].0.encoding,
+            Some(ext_methods::Encoding::Base64)
+        );
         assert_eq!(page.chunks[0].0.data, "/wA=");
     }
 
@@ -331,6 +330,23 @@ mod tests {
         assert_eq!(complete_prefix(&"aé".as_bytes()[..2]), 1);
         assert_eq!(complete_prefix(&"€".as_bytes()[..2]), 0);
         assert_eq!(complete_prefix(&[0xff, 0xfe]), 2);
+    }
+
+    #[test]
+    fn raw_reads_join_chunks_and_report_what_the_ring_dropped() {
+        let mut output = Output::new(6);
+        output.push(OutputStream::Stdout, Bytes::from_static(b"abcd"));
+        output.push(OutputStream::Stderr, Bytes::from_static(&[0xff, b'f']));
+        let page = output.read_bytes(1, 4);
+        assert_eq!(&page.data[..], b"bcd\xff");
+        assert_eq!((page.next_offset, page.dropped), (5, 0));
+        output.push(OutputStream::Stdout, Bytes::from_static(b"ghijk"));
+        // "abcd" and "\xfff" left whole: 5 retained, from offset 6 on.
+        let page = output.read_bytes(0, 100);
+        assert_eq!((&page.data[..], page.dropped), (&b"ghijk"[..], 6));
+        assert_eq!(page.next_offset, 11);
+        assert!(output.read_bytes(11, 100).data.is_empty());
+        assert_eq!(output.read_bytes(99, 100).next_offset, 11);
     }
 
     #[test]

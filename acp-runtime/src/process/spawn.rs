@@ -3,7 +3,6 @@
 //! process trees and a server that dies"), pipes or a pseudo-terminal, and
 //! the program's pid behind its supervisor.
 
-use super::TtySize;
 use crate::agent::tree::{self, TreeSupervisor};
 use crate::error::Error;
 use nix::unistd::{AccessFlags, Pid, access};
@@ -16,6 +15,15 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// `TERM` of a process on a terminal that did not name one.
 const DEFAULT_TERM: &str = "xterm-256color";
+
+/// A terminal's size, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TtySize {
+    /// Columns.
+    pub cols: u16,
+    /// Rows.
+    pub rows: u16,
+}
 
 /// A started process's ends.
 pub(super) enum Io {

@@ -376,7 +376,7 @@ impl Runtime {
         }
         if method.starts_with(EXTENSION_PREFIX) {
             match ext_methods::names::find(method) {
-                Some(ext) if ext.notification && super::ext::answers(method) => {
+                Some(ext) if ext.notification && super::ext::answers(self, method) => {
                     if let Err(error) =
                         super::ext::call(self, connection, method, envelope.params).await
                     {

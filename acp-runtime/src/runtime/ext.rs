@@ -6,6 +6,10 @@
 //!
 //! The module is called in-process with a placeholder id; the caller puts the
 //! client's own id (raw JSON) on the answer, so ids round-trip exactly.
+//!
+//! Two tables: with the process API and without it (`--no-processes`), so
+//! a server without it neither lists `_sandboxagent/process/*` nor answers
+//! them (`-32601`, as any method it does not have).
 
 use crate::protocol::{self, Envelope, RpcError, code};
 use crate::runtime::Runtime;
@@ -13,7 +17,8 @@ use crate::state::connection::Connection;
 use crate::state::session::MAX_METADATA_BYTES;
 use ext_methods::{
     AgentInstallRequest, AgentListResult, AttachParams, FsDeleteParams, FsMoveParams, FsPathParams,
-    ListModelsParams, SessionRef, SetMetadataParams, method,
+    ListModelsParams, ProcessInputParams, ProcessListParams, ProcessRef, ProcessRequest,
+    ProcessResizeParams, ProcessSignalParams, SessionRef, SetMetadataParams, method,
 };
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, Methods, RpcModule};
@@ -33,14 +38,20 @@ struct Caller {
 type Context = ();
 type MethodResult = Result<serde_json::Value, ErrorObjectOwned>;
 
-/// The methods this server answers, registered once.
-fn methods() -> &'static Methods {
-    static METHODS: OnceLock<Methods> = OnceLock::new();
-    METHODS.get_or_init(register)
+/// The methods a server answers, registered once: with the process API's
+/// (`processes`) or without them.
+fn methods(processes: bool) -> &'static Methods {
+    static WITH_PROCESSES: OnceLock<Methods> = OnceLock::new();
+    static WITHOUT_PROCESSES: OnceLock<Methods> = OnceLock::new();
+    if processes {
+        WITH_PROCESSES.get_or_init(|| register(true))
+    } else {
+        WITHOUT_PROCESSES.get_or_init(|| register(false))
+    }
 }
 
-/// Registers every method.
-fn register() -> Methods {
+/// Registers every method (the process API's when `processes`).
+fn register(processes: bool) -> Methods {
     let mut module = RpcModule::new(());
     let registered = [
         module
@@ -84,7 +95,35 @@ fn register() -> Methods {
             .register_async_method(method::FS_DELETE_ENTRY, fs_delete_entry)
             .map(drop),
     ];
-    for result in registered {
+    let process_methods = processes.then(|| {
+        [
+            module
+                .register_async_method(method::PROCESS_RUN, process_run)
+                .map(drop),
+            module
+                .register_async_method(method::PROCESS_START, process_start)
+                .map(drop),
+            module
+                .register_method(method::PROCESS_LIST, process_list)
+                .map(drop),
+            module
+                .register_method(method::PROCESS_GET, process_get)
+                .map(drop),
+            module
+                .register_async_method(method::PROCESS_SIGNAL, process_signal)
+                .map(drop),
+            module
+                .register_async_method(method::PROCESS_INPUT, process_input)
+                .map(drop),
+            module
+                .register_async_method(method::PROCESS_RESIZE, process_resize)
+                .map(drop),
+        ]
+    });
+    for result in registered
+        .into_iter()
+        .chain(process_methods.into_iter().flatten())
+    {
         if let Err(error) = result {
             tracing::error!(%error, "extension method registered twice");
         }
@@ -92,14 +131,17 @@ fn register() -> Methods {
     module.into()
 }
 
-/// Names of the methods answered, for the `initialize` advertisement.
-pub fn names() -> impl Iterator<Item = &'static str> {
-    methods().method_names()
+/// Names of the methods `runtime` answers, for the `initialize`
+/// advertisement.
+pub fn names(runtime: &Runtime) -> impl Iterator<Item = &'static str> {
+    methods(runtime.processes.is_some()).method_names()
 }
 
-/// Whether `method` is answered here.
-pub fn answers(method: &str) -> bool {
-    methods().method(method).is_some()
+/// Whether `runtime` answers `method` here.
+pub fn answers(runtime: &Runtime, method: &str) -> bool {
+    methods(runtime.processes.is_some())
+        .method(method)
+        .is_some()
 }
 
 /// Calls `method` for `connection` on `runtime`. `Ok`: the raw result;
@@ -111,7 +153,7 @@ pub async fn call(
     params: Option<&RawValue>,
 ) -> Result<Box<RawValue>, Box<RawValue>> {
     let request = protocol::request_line(&protocol::agent_id(0), method, params);
-    let mut methods = methods().clone();
+    let mut methods = methods(runtime.processes.is_some()).clone();
     methods.extensions_mut().insert(Caller {
         runtime: runtime.clone(),
         connection: connection.clone(),
@@ -385,4 +427,116 @@ fn required_path(params: &FsPathParams) -> Result<String, ErrorObjectOwned> {
         .clone()
         .ok_or_else(|| crate::error::Error::InvalidPath("params.path is required".to_owned()))
         .map_err(|error| ErrorObjectOwned::from(error.to_rpc_error()))
+}
+
+/// A process API failure as the same problem as on `/v2/processes…`, as a
+/// JSON-RPC error (`data.type`, `data.status`; research/contract.md,
+/// "Processes and terminals").
+fn problem(error: crate::error::Error) -> ErrorObjectOwned {
+    ErrorObjectOwned::from(error.to_rpc_error())
+}
+
+/// `_sandboxagent/process/run` `ProcessRequest` → `RunResult`, as
+/// `POST /v2/processes/run`.
+async fn process_run(
+    params: Params<'static>,
+    _: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
+    let request: ProcessRequest = params.parse()?;
+    to_value(
+        runtime(&extensions)?
+            .run_process(request)
+            .await
+            .map_err(problem)?,
+    )
+}
+
+/// `_sandboxagent/process/start` `ProcessRequest` → `ProcessInfo`, as
+/// `POST /v2/processes`.
+async fn process_start(
+    params: Params<'static>,
+    _: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
+    let request: ProcessRequest = params.parse()?;
+    let process = runtime(&extensions)?
+        .start_process(request)
+        .await
+        .map_err(problem)?;
+    to_value(process.info())
+}
+
+/// `_sandboxagent/process/list {limit?, cursor?, sessionId?, state?}` →
+/// `ProcessPage`, as `GET /v2/processes`.
+fn process_list(params: Params<'_>, _: &Context, extensions: &Extensions) -> MethodResult {
+    let params: ProcessListParams = optional_params(&params)?;
+    to_value(
+        runtime(extensions)?
+            .list_processes(&params)
+            .map_err(problem)?,
+    )
+}
+
+/// `_sandboxagent/process/get {processId}` → `ProcessInfo`.
+fn process_get(params: Params<'_>, _: &Context, extensions: &Extensions) -> MethodResult {
+    let ProcessRef { process_id } = params.parse()?;
+    to_value(
+        runtime(extensions)?
+            .process(&process_id)
+            .map_err(problem)?
+            .info(),
+    )
+}
+
+/// `_sandboxagent/process/signal {processId, signal}` → `{}`.
+async fn process_signal(
+    params: Params<'static>,
+    _: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
+    let params: ProcessSignalParams = params.parse()?;
+    let runtime = runtime(&extensions)?;
+    let process = runtime.process(&params.process_id).map_err(problem)?;
+    runtime
+        .signal_process(&process, &params.signal)
+        .await
+        .map_err(problem)?;
+    Ok(serde_json::json!({}))
+}
+
+/// `_sandboxagent/process/input {processId, data?, encoding?, eof?}` → `{}`.
+/// At most the server's body limit of bytes, as the route's raw body.
+async fn process_input(
+    params: Params<'static>,
+    _: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
+    let params: ProcessInputParams = params.parse()?;
+    let bytes = params
+        .bytes()
+        .map_err(|error| invalid_params(error.to_string()))?;
+    let runtime = runtime(&extensions)?;
+    let process = runtime.process(&params.process_id).map_err(problem)?;
+    runtime
+        .write_process_input(&process, bytes.into(), params.eof)
+        .await
+        .map_err(problem)?;
+    Ok(serde_json::json!({}))
+}
+
+/// `_sandboxagent/process/resize {processId, cols, rows}` → `{}`.
+async fn process_resize(
+    params: Params<'static>,
+    _: Arc<Context>,
+    extensions: Extensions,
+) -> MethodResult {
+    let params: ProcessResizeParams = params.parse()?;
+    let runtime = runtime(&extensions)?;
+    let process = runtime.process(&params.process_id).map_err(problem)?;
+    runtime
+        .resize_process(&process, params.cols, params.rows)
+        .await
+        .map_err(problem)?;
+    Ok(serde_json::json!({}))
 }

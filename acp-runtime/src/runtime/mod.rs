@@ -14,6 +14,8 @@
 //!   budget (the evictor).
 //! - `attach`: several clients on one session: attach (and a `session/load`
 //!   of a live session) answered from the event log, observers' limits.
+//! - `processes`: the process API's operations, shared by its routes and
+//!   its `_sandboxagent/process/*` methods.
 //! - `ext`: the `_sandboxagent/*` methods, a jsonrpsee `RpcModule` built
 //!   once; each call gets the runtime and the calling connection.
 
@@ -23,6 +25,7 @@ mod ext;
 mod inventory;
 mod memory;
 pub mod open;
+mod processes;
 mod services;
 
 use crate::agent::Agents;

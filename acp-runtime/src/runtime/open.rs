@@ -154,7 +154,7 @@ impl Runtime {
                 .or_insert_with(|| serde_json::json!({}));
         }
         let block = ext_methods::advertisement(
-            super::ext::names(),
+            super::ext::names(self),
             &[
                 capability::SESSION_ENDED_NOTIFICATION,
                 capability::AGENT_UNPARSED_NOTIFICATION,

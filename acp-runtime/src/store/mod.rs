@@ -7,23 +7,28 @@
 //! the request path. The store is read at start-up (the inventory of this
 //! runtime id) and when a client pages events older than what memory holds.
 //!
-//! Rows are keyed by (runtime id, agent, session id). Both backends go
+//! Entries are keyed by (runtime id, agent, session id); events by an
+//! integer per session (`session_keys`, which maps the two) and their
+//! offset. Both backends go
 //! through one `sqlx` `Any` pool; the SQL is written once with `$N`
 //! placeholders and rewritten to SQLite's `?N` form.
 
 mod file;
+mod keys;
 mod rows;
 pub(crate) mod share;
 mod tls;
 pub(crate) mod writer;
+use keys::SessionKeys;
 pub use rows::{EventRow, PageQuery, SessionRow, StoreError};
-use rows::{RowSnapshot, Write, row_of};
+use rows::{Key, RowSnapshot, Write, row_of};
 
 use bytes::Bytes;
 use ext_methods::{Direction, EndReason};
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+use sqlx::pool::PoolConnection;
 use sqlx::{AnyPool, Connection as _, Row};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -36,9 +41,11 @@ pub const DEFAULT_SQLITE_FILE: &str = "sessions.db";
 pub const RUNTIME_ID_FILE: &str = "runtime-id";
 /// Longest a connection attempt may take at start-up and on each retry.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Rows per multi-row `INSERT` of events (7 parameters each: 1792, within
+/// Rows per multi-row `INSERT` of events (5 parameters each: 1280, within
 /// SQLite's 32766 and PostgreSQL's 65535 bound parameters).
 const EVENTS_PER_INSERT: usize = 256;
+/// Parameters per event row: session key, offset, time, direction, message.
+const EVENT_COLUMNS: usize = 5;
 
 /// Where sessions are kept (`--store`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,6 +241,11 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
         "first prompt and id index",
         include_str!("../../migrations/sqlite/0003_first_prompt_and_id_index.sql"),
     ),
+    (
+        4,
+        "integer session keys",
+        include_str!("../../migrations/sqlite/0004_integer_session_keys.sql"),
+    ),
 ]);
 
 const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
@@ -251,6 +263,11 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
         3,
         "first prompt and id index",
         include_str!("../../migrations/postgres/0003_first_prompt_and_id_index.sql"),
+    ),
+    (
+        4,
+        "integer session keys",
+        include_str!("../../migrations/postgres/0004_integer_session_keys.sql"),
     ),
 ]);
 
@@ -742,7 +759,8 @@ impl Store {
         const STEP: usize = 64;
         let sql = self.sql(
             "SELECT event_offset, at_ns, direction, message FROM events \
-             WHERE runtime_id = $1 AND agent = $2 AND session_id = $3 AND event_offset >= $4 \
+             WHERE session_key = (SELECT session_key FROM session_keys \
+             WHERE runtime_id = $1 AND agent = $2 AND session_id = $3) AND event_offset >= $4 \
              ORDER BY event_offset LIMIT $5",
         );
         let mut events = Vec::new();
@@ -794,12 +812,42 @@ impl Store {
     /// each session reached in it (for pruning). An entry change is written
     /// with its row in `rows` (the newest, see [`writer`]), or skipped when
     /// `rows` has none of its sequence number (removed or superseded).
+    /// `keys` holds the sessions' integer keys the writer knows; the ones
+    /// this batch makes are known once it commits.
+    ///
+    /// `connection` is the writer's own connection, taken from the pool on
+    /// first use and kept: SQLite's page cache is per connection and is
+    /// dropped when another connection has written, so a batch on whichever
+    /// connection the pool hands out re-reads the pages the last batch
+    /// wrote. It is given back (and a new one taken) after a failure.
     async fn apply(
         &self,
+        connection: &mut Option<PoolConnection<sqlx::Any>>,
         batch: &[Write],
         rows: &RowSnapshot,
+        keys: &mut SessionKeys,
     ) -> Result<Vec<(Arc<str>, Arc<str>, u64)>, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
+        let held = match connection {
+            Some(held) => held,
+            None => connection.insert(self.pool.acquire().await?),
+        };
+        let written = self.write_batch(held, batch, rows, keys).await;
+        if written.is_err() {
+            *connection = None;
+        }
+        written
+    }
+
+    /// [`Self::apply`] on `connection`.
+    async fn write_batch(
+        &self,
+        connection: &mut sqlx::AnyConnection,
+        batch: &[Write],
+        rows: &RowSnapshot,
+        keys: &mut SessionKeys,
+    ) -> Result<Vec<(Arc<str>, Arc<str>, u64)>, sqlx::Error> {
+        keys.begin();
+        let mut tx = connection.begin().await?;
         let mut counts: Vec<(Arc<str>, Arc<str>, u64, i64)> = Vec::new();
         let mut events: Vec<&Write> = Vec::new();
         for write in batch {
@@ -807,7 +855,7 @@ impl Store {
                 events.push(write);
                 continue;
             }
-            self.insert_events(&mut tx, &mut events, &mut counts)
+            self.insert_events(&mut tx, &mut events, &mut counts, keys)
                 .await?;
             match write {
                 Write::Session {
@@ -821,11 +869,14 @@ impl Store {
                 }
                 Write::Remove { agent, session } => {
                     counts.retain(|(a, s, _, _)| !(a == agent && s == session));
-                    for table in ["events", "sessions"] {
-                        let sql = self.sql(&format!(
-                            "DELETE FROM {table} WHERE runtime_id = $1 AND agent = $2 AND session_id = $3"
-                        )).into_owned();
-                        sqlx::query(&sql)
+                    keys.forget(&(agent.clone(), session.clone()));
+                    for sql in [
+                        "DELETE FROM events WHERE session_key = (SELECT session_key \
+                         FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3)",
+                        "DELETE FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3",
+                        "DELETE FROM sessions WHERE runtime_id = $1 AND agent = $2 AND session_id = $3",
+                    ] {
+                        sqlx::query(&self.sql(sql))
                             .bind(&*self.runtime_id)
                             .bind(&**agent)
                             .bind(&**session)
@@ -836,7 +887,7 @@ impl Store {
                 Write::Event { .. } | Write::Flush(_) | Write::Barrier(_) => {}
             }
         }
-        self.insert_events(&mut tx, &mut events, &mut counts)
+        self.insert_events(&mut tx, &mut events, &mut counts, keys)
             .await?;
         let sql = self.sql(
             "UPDATE sessions SET event_count = $1, updated_ns = $2 \
@@ -853,10 +904,48 @@ impl Store {
                 .await?;
         }
         tx.commit().await?;
+        keys.committed();
         Ok(counts
             .into_iter()
             .map(|(agent, session, count, _)| (agent, session, count))
             .collect())
+    }
+
+    /// The integer key of (`agent`, `session`)'s events: known to the
+    /// writer, else read from `session_keys`, else made there.
+    async fn session_key(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        keys: &mut SessionKeys,
+        agent: &Arc<str>,
+        session: &Arc<str>,
+    ) -> Result<i64, sqlx::Error> {
+        let id: Key = (agent.clone(), session.clone());
+        if let Some(key) = keys.get(&id) {
+            return Ok(key);
+        }
+        let insert = self.sql(
+            "INSERT INTO session_keys (runtime_id, agent, session_id) VALUES ($1, $2, $3) \
+             ON CONFLICT (runtime_id, agent, session_id) DO NOTHING",
+        );
+        sqlx::query(&insert)
+            .bind(&*self.runtime_id)
+            .bind(&**agent)
+            .bind(&**session)
+            .execute(&mut **tx)
+            .await?;
+        let select = self.sql(
+            "SELECT session_key FROM session_keys \
+             WHERE runtime_id = $1 AND agent = $2 AND session_id = $3",
+        );
+        let key: i64 = sqlx::query_scalar(&select)
+            .bind(&*self.runtime_id)
+            .bind(&**agent)
+            .bind(&**session)
+            .fetch_one(&mut **tx)
+            .await?;
+        keys.add(id, key);
+        Ok(key)
     }
 
     /// Inserts the gathered events (multi-row `INSERT`s) and notes each
@@ -866,70 +955,81 @@ impl Store {
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         events: &mut Vec<&Write>,
         counts: &mut Vec<(Arc<str>, Arc<str>, u64, i64)>,
+        keys: &mut SessionKeys,
     ) -> Result<(), sqlx::Error> {
+        let mut rows = Vec::with_capacity(events.len().min(EVENTS_PER_INSERT));
         for chunk in events.chunks(EVENTS_PER_INSERT) {
-            let mut sql = String::from(
-                "INSERT INTO events (runtime_id, agent, session_id, event_offset, at_ns, direction, message) VALUES ",
-            );
-            // SQLite: bare `?`s. A numbered parameter costs a linear scan
-            // of the statement's parameter names at every bind (SQLite's
-            // `sqlite3_bind_parameter_name`), quadratic in a 1792-parameter
-            // statement: it was a third of the server's CPU under load.
-            let numbered = self.backend == Backend::Postgres;
-            for row in 0..chunk.len() {
-                if row > 0 {
-                    sql.push(',');
-                }
-                sql.push('(');
-                for column in 0..7 {
-                    if column > 0 {
-                        sql.push(',');
-                    }
-                    if numbered {
-                        sql.push('$');
-                        sql.push_str(itoa::Buffer::new().format(row * 7 + column + 1));
-                    } else {
-                        sql.push('?');
-                    }
-                }
-                sql.push(')');
-            }
-            sql.push_str(" ON CONFLICT DO NOTHING");
-            let mut query = sqlx::query(&sql);
+            rows.clear();
             for write in chunk {
-                let Write::Event {
+                if let Write::Event {
                     agent,
                     session,
                     event,
                     ..
                 } = write
-                else {
-                    continue;
-                };
+                {
+                    let key = self.session_key(tx, keys, agent, session).await?;
+                    rows.push((key, event));
+                    let count = event.offset + 1;
+                    match counts
+                        .iter_mut()
+                        .find(|(a, s, _, _)| a == agent && s == session)
+                    {
+                        Some(entry) => {
+                            entry.2 = entry.2.max(count);
+                            entry.3 = entry.3.max(event.at_ns);
+                        }
+                        None => counts.push((agent.clone(), session.clone(), count, event.at_ns)),
+                    }
+                }
+            }
+            let sql = self.insert_sql(rows.len());
+            let mut query = sqlx::query(&sql);
+            for (key, event) in &rows {
                 query = query
-                    .bind(&*self.runtime_id)
-                    .bind(&**agent)
-                    .bind(&**session)
+                    .bind(*key)
                     .bind(i64::try_from(event.offset).unwrap_or(i64::MAX))
                     .bind(event.at_ns)
                     .bind(direction_text(event.direction))
                     .bind(&*event.message);
-                let count = event.offset + 1;
-                match counts
-                    .iter_mut()
-                    .find(|(a, s, _, _)| a == agent && s == session)
-                {
-                    Some(entry) => {
-                        entry.2 = entry.2.max(count);
-                        entry.3 = entry.3.max(event.at_ns);
-                    }
-                    None => counts.push((agent.clone(), session.clone(), count, event.at_ns)),
-                }
             }
             query.execute(&mut **tx).await?;
         }
         events.clear();
         Ok(())
+    }
+
+    /// `INSERT INTO events … VALUES` for `rows` rows; an event already
+    /// stored at its key and offset is left as it is.
+    fn insert_sql(&self, rows: usize) -> String {
+        let mut sql = String::from(
+            "INSERT INTO events (session_key, event_offset, at_ns, direction, message) VALUES ",
+        );
+        // SQLite: bare `?`s. A numbered parameter costs a linear scan
+        // of the statement's parameter names at every bind (SQLite's
+        // `sqlite3_bind_parameter_name`), quadratic in a 1280-parameter
+        // statement: it was a third of the server's CPU under load.
+        let numbered = self.backend == Backend::Postgres;
+        for row in 0..rows {
+            if row > 0 {
+                sql.push(',');
+            }
+            sql.push('(');
+            for column in 0..EVENT_COLUMNS {
+                if column > 0 {
+                    sql.push(',');
+                }
+                if numbered {
+                    sql.push('$');
+                    sql.push_str(itoa::Buffer::new().format(row * EVENT_COLUMNS + column + 1));
+                } else {
+                    sql.push('?');
+                }
+            }
+            sql.push(')');
+        }
+        sql.push_str(" ON CONFLICT DO NOTHING");
+        sql
     }
 
     async fn upsert(
@@ -976,8 +1076,8 @@ impl Store {
     /// event cap, `--event-log-events`).
     async fn prune(&self, agent: &str, session: &str, below: u64) -> Result<(), sqlx::Error> {
         let sql = self.sql(
-            "DELETE FROM events WHERE runtime_id = $1 AND agent = $2 AND session_id = $3 \
-             AND event_offset < $4",
+            "DELETE FROM events WHERE session_key = (SELECT session_key FROM session_keys \
+             WHERE runtime_id = $1 AND agent = $2 AND session_id = $3) AND event_offset < $4",
         );
         sqlx::query(&sql)
             .bind(&*self.runtime_id)

@@ -32,6 +32,7 @@
 
 use super::Store;
 use super::file::Problem;
+use super::keys::SessionKeys;
 use super::rows::{EventRow, Key, RowSnapshot, SessionRow, Write};
 use super::share::Share;
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
@@ -476,6 +477,9 @@ async fn run(
     let mut queue: VecDeque<Write> = VecDeque::new();
     let mut retry = RETRY_FIRST;
     let mut pruned: HashMap<Key, u64> = HashMap::new();
+    let mut keys = SessionKeys::default();
+    // The writer's own connection (see `Store::apply`).
+    let mut connection = None;
     // Writes left to retry one at a time after the database refused a batch.
     let mut isolate = 0_usize;
     let failure_warning = LogLimit::new(WARN_INTERVAL, |count, interval| {
@@ -483,12 +487,19 @@ async fn run(
     });
     loop {
         if queue.is_empty() {
+            if persist.is_shutting_down() {
+                // `Store::close` waits for every connection to come back.
+                connection = None;
+            }
             tokio::select! {
                 write = rx.recv() => match write {
                     Some(write) => queue.push_back(write),
                     None => return,
                 },
                 () = tokio::time::sleep(FILE_CHECK_INTERVAL) => {
+                    // Idle: back to the pool, which tests a connection
+                    // before handing it out (one a server closed is replaced).
+                    connection = None;
                     file_ready(&store, &persist);
                     continue;
                 }
@@ -514,7 +525,11 @@ async fn run(
         };
         let batch = &queue.make_contiguous()[..take];
         let rows = persist.snapshot(batch);
-        let outcome = tokio::time::timeout(WRITE_TIMEOUT, store.apply(batch, &rows)).await;
+        let outcome = tokio::time::timeout(
+            WRITE_TIMEOUT,
+            store.apply(&mut connection, batch, &rows, &mut keys),
+        )
+        .await;
         let error = match outcome {
             Ok(Ok(counts)) => {
                 written(&mut queue, take, &persist, &mut pruned);
@@ -530,7 +545,11 @@ async fn run(
                 continue;
             }
             Ok(Err(error)) => error,
-            Err(_) => sqlx::Error::PoolTimedOut,
+            Err(_) => {
+                // Cut off mid-transaction: a new connection next time.
+                connection = None;
+                sqlx::Error::PoolTimedOut
+            }
         };
         if refused(&error, store.is_postgres()) {
             if take > 1 {

@@ -13,12 +13,15 @@
 //! - [`control_plane`]: the control-plane routes (plain HTTP; no
 //!   connection needed), event pages.
 //! - [`fs`]: the host file system.
+//! - [`processes`]: the process API: run, start (a [`ProcessHandle`] with
+//!   its resumable output), list, get.
 
 mod acp;
 mod control_plane;
 mod extensions;
 mod fs;
 mod lifecycle;
+mod processes;
 
 use crate::connection::Live;
 use crate::control::ControlPlane;
@@ -39,6 +42,7 @@ use tokio::sync::mpsc;
 pub use acp::{SessionList, SetSessionModelRequest, SetSessionModelResponse};
 pub use control_plane::{EventPage, SessionEntryPage, SessionEntryQuery, SessionState};
 pub use fs::{FS_RESUME_ATTEMPTS, FsDownload, FsPath};
+pub use processes::{OUTPUT_RECONNECT, OutputEvent, ProcessHandle, ProcessOutput};
 
 /// A client of one sandbox-agent server, bound to one agent.
 ///

@@ -5,6 +5,7 @@
 
 use acp_runtime::config::default_data_dir;
 use acp_runtime::install::{AgentSpec, catalog};
+use acp_runtime::protocol::PROBLEM_TYPE_PREFIX;
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -87,4 +88,101 @@ pub struct RemoteArgs {
         hide_env_values = true
     )]
     pub token: Option<String>,
+}
+
+/// A running server's HTTP API, for the client commands that speak plain
+/// HTTP (`exec`, `ps`): its base URL and the bearer token on every request.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    /// One connection pool for every request.
+    pub http: reqwest::Client,
+    /// `http://host:port`, without a trailing slash.
+    pub base: String,
+    /// The bearer token, when the server has one.
+    pub token: Option<String>,
+}
+
+/// A failed request: the problem type's last part (`program-not-found`;
+/// empty when the server sent no problem document) and a message for the
+/// user.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The problem type without its prefix.
+    pub kind: String,
+    /// The server's `detail`, or what went wrong on the way.
+    pub message: String,
+}
+
+impl From<reqwest::Error> for Failure {
+    fn from(error: reqwest::Error) -> Self {
+        Self {
+            kind: String::new(),
+            message: error.to_string(),
+        }
+    }
+}
+
+impl RemoteArgs {
+    /// The server `--url` names, with `--token`.
+    ///
+    /// # Errors
+    /// No `--url` (nor `$SANDBOX_AGENT_URL`), or one that is not an http(s) URL.
+    pub fn remote(&self) -> Result<Remote, String> {
+        let url = self
+            .url
+            .as_deref()
+            .ok_or("--url is required (the server to talk to, e.g. http://127.0.0.1:2468)")?;
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("--url {url}: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(format!("--url {url}: an http:// or https:// URL"));
+        }
+        Ok(Remote {
+            http: reqwest::Client::new(),
+            base: url.trim_end_matches('/').to_owned(),
+            token: self.token.clone(),
+        })
+    }
+}
+
+impl Remote {
+    /// A request to `path` (absolute, from `/v2/…`), with the token.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let builder = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => builder.bearer_auth(token),
+            None => builder,
+        }
+    }
+
+    /// Sends `builder`: the response when its status is a success.
+    ///
+    /// # Errors
+    /// The server's problem document as a [`Failure`], or the transport's
+    /// error.
+    pub async fn send(builder: reqwest::RequestBuilder) -> Result<reqwest::Response, Failure> {
+        let response = builder.send().await?;
+        if response.status().is_success() || response.status().is_informational() {
+            return Ok(response);
+        }
+        let status = response.status();
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        Err(Failure::of_problem(status, &body))
+    }
+}
+
+impl Failure {
+    /// The failure a problem document `body` (RFC 9457) answered with
+    /// `status` describes.
+    pub fn of_problem(status: http::StatusCode, body: &serde_json::Value) -> Self {
+        let kind = body["type"]
+            .as_str()
+            .and_then(|kind| kind.strip_prefix(PROBLEM_TYPE_PREFIX))
+            .unwrap_or("")
+            .to_owned();
+        let message = match body["detail"].as_str() {
+            Some(detail) => format!("{detail} ({status})"),
+            None => format!("the server answered {status}"),
+        };
+        Self { kind, message }
+    }
 }

@@ -38,12 +38,36 @@ pub const FS_MKDIR: &str = "_sandboxagent/fs/mkdir";
 pub const FS_MOVE: &str = "_sandboxagent/fs/move";
 /// `_sandboxagent/fs/delete_entry`.
 pub const FS_DELETE_ENTRY: &str = "_sandboxagent/fs/delete_entry";
+/// `_sandboxagent/process/run`.
+pub const PROCESS_RUN: &str = "_sandboxagent/process/run";
+/// `_sandboxagent/process/start`.
+pub const PROCESS_START: &str = "_sandboxagent/process/start";
+/// `_sandboxagent/process/list`.
+pub const PROCESS_LIST: &str = "_sandboxagent/process/list";
+/// `_sandboxagent/process/get`.
+pub const PROCESS_GET: &str = "_sandboxagent/process/get";
+/// `_sandboxagent/process/signal`.
+pub const PROCESS_SIGNAL: &str = "_sandboxagent/process/signal";
+/// `_sandboxagent/process/input`.
+pub const PROCESS_INPUT: &str = "_sandboxagent/process/input";
+/// `_sandboxagent/process/resize`.
+pub const PROCESS_RESIZE: &str = "_sandboxagent/process/resize";
+/// The process methods, sorted (absent with `--no-processes`).
+pub const PROCESS_METHODS: [&str; 7] = [
+    PROCESS_GET,
+    PROCESS_INPUT,
+    PROCESS_LIST,
+    PROCESS_RESIZE,
+    PROCESS_RUN,
+    PROCESS_SIGNAL,
+    PROCESS_START,
+];
 /// `_sandboxagent/session/ended` (notification).
 pub const SESSION_ENDED: &str = "_sandboxagent/session/ended";
 
 /// Every extension method research/contract.md defines, sorted
 /// ("Extension methods and control plane").
-pub const ALL_METHODS: [&str; 14] = [
+pub const ALL_METHODS: [&str; 21] = [
     AGENT_INSTALL,
     AGENT_LIST,
     FS_DELETE_ENTRY,
@@ -51,6 +75,13 @@ pub const ALL_METHODS: [&str; 14] = [
     FS_MKDIR,
     FS_MOVE,
     FS_STAT,
+    PROCESS_GET,
+    PROCESS_INPUT,
+    PROCESS_LIST,
+    PROCESS_RESIZE,
+    PROCESS_RUN,
+    PROCESS_SIGNAL,
+    PROCESS_START,
     ATTACH,
     DETACH,
     SESSION_GET,

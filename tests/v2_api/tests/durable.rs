@@ -80,6 +80,7 @@ on_both_backends!(
     sigterm_loses_nothing_and_live_sessions_come_back_dormant,
     runtime_ids_see_only_their_own_sessions,
     a_store_at_schema_version_1_is_migrated_at_start,
+    a_store_at_schema_version_3_keeps_every_session_and_event,
 );
 
 async fn new_session_with_metadata(server: &TestServer, conn: &str, title: &str) -> String {
@@ -395,24 +396,59 @@ async fn runtime_ids_see_only_their_own_sessions(backend: Backend) {
     drop(b);
 }
 
-/// The SQL of schema version 1, as an older binary applied it.
+/// The SQL of the first schema versions, as an older binary applied them:
+/// `(version, description, sql)`.
 #[derive(Debug)]
-struct Version1(&'static str);
+struct OlderSchema(Vec<(i64, &'static str, &'static str)>);
 
-impl<'s> MigrationSource<'s> for Version1 {
+impl<'s> MigrationSource<'s> for OlderSchema {
     fn resolve(
         self,
     ) -> futures::future::BoxFuture<'s, Result<Vec<Migration>, sqlx::error::BoxDynError>> {
         Box::pin(async move {
-            Ok(vec![Migration::new(
-                1,
-                Cow::Borrowed("sessions and events"),
-                MigrationType::Simple,
-                Cow::Borrowed(self.0),
-                false,
-            )])
+            Ok(self
+                .0
+                .into_iter()
+                .map(|(version, description, sql)| {
+                    Migration::new(
+                        version,
+                        Cow::Borrowed(description),
+                        MigrationType::Simple,
+                        Cow::Borrowed(sql),
+                        false,
+                    )
+                })
+                .collect())
         })
     }
+}
+
+/// The migrations of schema versions 1 to 3 of `backend` (`"sqlite"` or
+/// `"postgres"`), as the binaries before integer session keys had them.
+fn schema_3(backend: &str) -> OlderSchema {
+    let sql = match backend {
+        "postgres" => [
+            include_str!("../../../acp-runtime/migrations/postgres/0001_sessions_and_events.sql"),
+            include_str!(
+                "../../../acp-runtime/migrations/postgres/0002_hints_and_listing_index.sql"
+            ),
+            include_str!(
+                "../../../acp-runtime/migrations/postgres/0003_first_prompt_and_id_index.sql"
+            ),
+        ],
+        _ => [
+            include_str!("../../../acp-runtime/migrations/sqlite/0001_sessions_and_events.sql"),
+            include_str!("../../../acp-runtime/migrations/sqlite/0002_hints_and_listing_index.sql"),
+            include_str!(
+                "../../../acp-runtime/migrations/sqlite/0003_first_prompt_and_id_index.sql"
+            ),
+        ],
+    };
+    OlderSchema(vec![
+        (1, "sessions and events", sql[0]),
+        (2, "hints and listing index", sql[1]),
+        (3, "first prompt and id index", sql[2]),
+    ])
 }
 
 async fn a_store_at_schema_version_1_is_migrated_at_start(backend: Backend) {
@@ -432,7 +468,7 @@ async fn a_store_at_schema_version_1_is_migrated_at_start(backend: Backend) {
     };
     sqlx::any::install_default_drivers();
     let pool = sqlx::AnyPool::connect(&url).await.expect("open the store");
-    Migrator::new(Version1(sql))
+    Migrator::new(OlderSchema(vec![(1, "sessions and events", sql)]))
         .await
         .expect("version 1 migrator")
         .run(&pool)
@@ -517,6 +553,178 @@ async fn a_store_at_schema_version_1_is_migrated_at_start(backend: Backend) {
     let conn = server.initialize(MOCK).await;
     let fresh = new_session_with_metadata(&server, &conn, "v2").await;
     assert_eq!(entry(&server, &fresh).await["title"], "v2");
+}
+
+/// The text of event `offset` of `session` in the schema 3 store below.
+fn old_text(runtime: &str, session: &str, offset: i64) -> String {
+    format!("{runtime}/{session} #{offset}")
+}
+
+/// Schema version 4 keys events by an integer per session: a version 3
+/// store (several sessions, two runtime ids sharing a session id, a pruned
+/// log, an entry without events, a log longer than a page) opens, and every
+/// session and event is there with its offset, time, direction and bytes.
+async fn a_store_at_schema_version_3_keeps_every_session_and_event(backend: Backend) {
+    let data = TempDir::new("migrate-3");
+    let (url, kind) = match &backend.store {
+        Some(url) => (url.clone(), "postgres"),
+        None => (
+            format!(
+                "sqlite://{}?mode=rwc",
+                data.path().join("sessions.db").display()
+            ),
+            "sqlite",
+        ),
+    };
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url).await.expect("open the store");
+    Migrator::new(schema_3(kind))
+        .await
+        .expect("version 3 migrator")
+        .run(&pool)
+        .await
+        .expect("schema version 3");
+    let mark = if kind == "postgres" { "$" } else { "?" };
+    let placeholders = |n: usize| -> String {
+        (1..=n)
+            .map(|i| format!("{mark}{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let created: i64 = 1_700_000_000_000_000_000;
+    // (runtime id, session id, end reason, stored offsets, event count)
+    let sessions: [(&str, &str, Option<&str>, std::ops::Range<i64>, i64); 4] = [
+        ("old-runtime", "long", Some("completed"), 0..1200, 1200),
+        ("old-runtime", "pruned", None, 40..60, 60),
+        ("old-runtime", "quiet", Some("error"), 0..0, 0),
+        ("other-runtime", "long", Some("completed"), 0..3, 3),
+    ];
+    let mut tx = pool.begin().await.expect("a transaction");
+    for (at, (runtime, session, end, offsets, count)) in sessions.iter().enumerate() {
+        sqlx::query(&format!(
+            "INSERT INTO sessions (runtime_id, agent, session_id, cwd, created_ns, updated_ns, \
+             end_reason, metadata, event_count, title) VALUES ({})",
+            placeholders(10)
+        ))
+        .bind(*runtime)
+        .bind(MOCK)
+        .bind(*session)
+        .bind("/srv")
+        .bind(created + i64::try_from(at).expect("small") * 1_000_000_000)
+        .bind(created + 5_000_000_000)
+        .bind(*end)
+        .bind("{}")
+        .bind(*count)
+        .bind(format!("{runtime} {session}"))
+        .execute(&mut *tx)
+        .await
+        .expect("a version 3 session");
+        for offset in offsets.clone() {
+            let direction = if offset % 3 == 0 {
+                "client_to_agent"
+            } else {
+                "agent_to_client"
+            };
+            let message = json!({
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {"sessionId": session, "update": {
+                    "sessionUpdate": "agent_message_chunk",
+                    "content": {"type": "text", "text": old_text(runtime, session, offset)}
+                }}
+            });
+            sqlx::query(&format!(
+                "INSERT INTO events (runtime_id, agent, session_id, event_offset, at_ns, \
+                 direction, message) VALUES ({})",
+                placeholders(7)
+            ))
+            .bind(*runtime)
+            .bind(MOCK)
+            .bind(*session)
+            .bind(offset)
+            .bind(created + offset * 1_000_000)
+            .bind(direction)
+            .bind(message.to_string().into_bytes())
+            .execute(&mut *tx)
+            .await
+            .expect("a version 3 event");
+        }
+    }
+    tx.commit().await.expect("commit the version 3 rows");
+    pool.close().await;
+
+    for runtime in ["old-runtime", "other-runtime"] {
+        let server = backend.start(data.path(), Some(runtime)).await;
+        let listing = server.get_json("/v2/sessions?limit=100").await;
+        let mut listed: Vec<&str> = listing["sessions"]
+            .as_array()
+            .expect("sessions")
+            .iter()
+            .filter_map(|entry| entry["sessionId"].as_str())
+            .collect();
+        listed.sort_unstable();
+        let mut expected: Vec<&str> = sessions
+            .iter()
+            .filter(|(r, ..)| *r == runtime)
+            .map(|(_, session, ..)| *session)
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(listed, expected, "{runtime}: {listing}");
+        for (_, session, end, stored, count) in sessions.iter().filter(|(r, ..)| *r == runtime) {
+            let restored = entry(&server, session).await;
+            let meta = &restored["_meta"]["sandboxagent.dev"];
+            assert_eq!(meta["eventCount"], *count, "{restored}");
+            assert_eq!(
+                meta["ended"].as_bool().unwrap_or(false),
+                end.is_some(),
+                "{restored}"
+            );
+            assert_eq!(restored["title"], format!("{runtime} {session}"));
+            let events = server.all_events(session).await;
+            let want: Vec<u64> = stored
+                .clone()
+                .map(|o| u64::try_from(o).expect("offset"))
+                .collect();
+            assert_eq!(offsets(&events), want, "{runtime}/{session}");
+            for event in &events {
+                let offset = event["offset"].as_i64().expect("offset");
+                assert_eq!(
+                    event["message"]["params"]["update"]["content"]["text"],
+                    old_text(runtime, session, offset),
+                    "{event}"
+                );
+                let direction = if offset % 3 == 0 {
+                    "client_to_agent"
+                } else {
+                    "agent_to_client"
+                };
+                assert_eq!(event["direction"], direction, "{event}");
+                // created_ns is 2023-11-14T22:13:20Z; event n is n ms later.
+                let at = format!(
+                    "2023-11-14T22:13:{:02}.{:03}Z",
+                    20 + offset / 1000,
+                    offset % 1000
+                );
+                assert_eq!(event["at"], at, "{event}");
+            }
+        }
+    }
+    // The upgraded store takes new sessions and events, and keeps them.
+    let mut server = backend.start(data.path(), Some("old-runtime")).await;
+    let conn = server.initialize(MOCK).await;
+    let fresh = new_session_with_metadata(&server, &conn, "after the upgrade").await;
+    let answer = server
+        .prompt(&conn, &fresh, json!(2), "written under schema 4")
+        .await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    server.store_caught_up(TIMEOUT).await;
+    let before = server.all_events(&fresh).await;
+    server.kill_now(TIMEOUT).await.expect("SIGKILL");
+    drop(server);
+    let server = backend.start(data.path(), Some("old-runtime")).await;
+    assert_eq!(server.all_events(&fresh).await, before);
+    assert!(agent_text(&before).contains("written under schema 4"));
+    assert_eq!(offsets(&server.all_events("long").await).len(), 1200);
 }
 
 #[tokio::test]

@@ -132,10 +132,14 @@ async fn one_unreadable_event_row_does_not_hide_the_rest_of_the_log() {
             "INSERT INTO sessions (runtime_id, agent, session_id, cwd, created_ns, updated_ns, \
              end_reason, metadata, event_count) VALUES (?1, 'mock', 's', '/tmp', 1, 2, \
              'completed', '{}', 3)",
-            "INSERT INTO events VALUES (?1, 'mock', 's', 0, 10, 'client_to_agent', \
-             CAST('{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\"}' AS BLOB))",
-            "INSERT INTO events VALUES (?1, 'mock', 's', 1, 11, 'sideways', CAST('{}' AS BLOB))",
-            "INSERT INTO events VALUES (?1, 'mock', 's', 2, 12, 'agent_to_client', 'text')",
+            "INSERT INTO session_keys (runtime_id, agent, session_id) VALUES (?1, 'mock', 's')",
+            "INSERT INTO events SELECT session_key, 0, 10, 'client_to_agent', \
+             CAST('{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\"}' AS BLOB) \
+             FROM session_keys WHERE runtime_id = ?1 AND session_id = 's'",
+            "INSERT INTO events SELECT session_key, 1, 11, 'sideways', CAST('{}' AS BLOB) \
+             FROM session_keys WHERE runtime_id = ?1 AND session_id = 's'",
+            "INSERT INTO events SELECT session_key, 2, 12, 'agent_to_client', 'text' \
+             FROM session_keys WHERE runtime_id = ?1 AND session_id = 's'",
         ],
     )
     .await;

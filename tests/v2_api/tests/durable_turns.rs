@@ -222,13 +222,15 @@ async fn a_flood_while_the_store_is_slow_waits_and_stores_every_event() {
         let count = entry["_meta"]["sandboxagent.dev"]["eventCount"]
             .as_u64()
             .expect("eventCount");
-        let stored: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM events WHERE agent = $1 AND session_id = $2")
-                .bind(MOCK)
-                .bind(session.as_str())
-                .fetch_one(&pool)
-                .await
-                .expect("count the stored events");
+        let stored: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM events JOIN session_keys USING (session_key) \
+                 WHERE agent = $1 AND session_id = $2",
+        )
+        .bind(MOCK)
+        .bind(session.as_str())
+        .fetch_one(&pool)
+        .await
+        .expect("count the stored events");
         assert_eq!(
             u64::try_from(stored).ok(),
             Some(count),

@@ -11,9 +11,10 @@ use serde_json::{Value, json};
 use v2_api_tests::acp::{self, stop_reason};
 use v2_api_tests::ext::{
     self, AGENT_INSTALL, AGENT_LIST, ALL_METHODS, ATTACH, DETACH, FS_DELETE_ENTRY, FS_LIST_ENTRIES,
-    FS_MKDIR, FS_MOVE, FS_STAT, INVALID_PARAMS, LIST_MODELS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND,
-    SESSION_ENDED, SESSION_GET, SESSION_LIST, SET_METADATA, TERMINATE, expect_error, expect_result,
-    namespace, session_ids, session_ref,
+    FS_MKDIR, FS_MOVE, FS_STAT, INVALID_PARAMS, LIST_MODELS, METHOD_NOT_FOUND, PROCESS_GET,
+    PROCESS_INPUT, PROCESS_LIST, PROCESS_RESIZE, PROCESS_RUN, PROCESS_SIGNAL, PROCESS_START,
+    RESOURCE_NOT_FOUND, SESSION_ENDED, SESSION_GET, SESSION_LIST, SET_METADATA, TERMINATE,
+    expect_error, expect_result, namespace, session_ids, session_ref,
 };
 use v2_api_tests::{
     EVENT_TIMEOUT, MOCK, REQUEST_TIMEOUT, SseEvent, SseStream, TestServer, join_within,
@@ -139,6 +140,13 @@ fn check_advertisement(result: &Value) -> Vec<String> {
         "fsMkdir",
         "fsMove",
         "fsDeleteEntry",
+        "processRun",
+        "processStart",
+        "processList",
+        "processGet",
+        "processSignal",
+        "processInput",
+        "processResize",
         "sessionEndedNotification",
         "sessionAgentMeta",
         "sessionAttach",
@@ -183,6 +191,17 @@ async fn every_advertised_method_answers() {
     let file = |name: &str| files.path().join(name).to_string_lossy().into_owned();
     files.write("moved", b"x");
     files.write("deleted", b"x");
+    // A process on a terminal for the methods that name one (resize needs
+    // the terminal).
+    let started = server
+        .rpc(
+            &conn,
+            "start",
+            PROCESS_START,
+            json!({"command": "cat", "tty": true}),
+        )
+        .await;
+    let process = expect_result(&started)["id"].clone();
     for (i, method) in methods.iter().enumerate() {
         let params = match method.as_str() {
             ATTACH | DETACH | SESSION_GET | LIST_MODELS => session_ref(&session),
@@ -194,6 +213,12 @@ async fn every_advertised_method_answers() {
             FS_MKDIR => json!({"path": file("made")}),
             FS_MOVE => json!({"from": file("moved"), "to": file("moved-to")}),
             FS_DELETE_ENTRY => json!({"path": file("deleted")}),
+            PROCESS_GET => json!({"processId": process}),
+            PROCESS_INPUT => json!({"processId": process, "data": "x"}),
+            PROCESS_LIST => json!({}),
+            PROCESS_RESIZE => json!({"processId": process, "cols": 90, "rows": 30}),
+            PROCESS_RUN | PROCESS_START => json!({"command": "true"}),
+            PROCESS_SIGNAL => json!({"processId": process, "signal": "SIGWINCH"}),
             other => panic!("advertised method {other} has no test params"),
         };
         let response = server.rpc(&conn, i, method, params).await;

@@ -308,6 +308,17 @@ async fn run_commands_runs_as_written() {
         "{report}"
     );
     assert!(stdout.contains("\"title\":\"reader\""), "{report}");
+    assert!(
+        stdout.contains("hi\nexit status 5\n"),
+        "exec relays stdin and keeps the exit status: {report}"
+    );
     let left = server.get_json("/v2/processes").await;
-    assert_eq!(left["processes"], serde_json::json!([]), "DELETE forgot it");
+    let titles: Vec<&serde_json::Value> = left["processes"]
+        .as_array()
+        .map(|all| all.iter().map(|p| &p["title"]).collect())
+        .unwrap_or_default();
+    assert!(
+        !titles.contains(&&serde_json::json!("reader")),
+        "DELETE forgot it: {left}"
+    );
 }

@@ -256,7 +256,7 @@ impl Terminals {
 }
 
 /// ACP's exit status of a process's exit.
-fn exit_status(exit: crate::process::Exit) -> TerminalExitStatus {
+fn exit_status(exit: ext_methods::Exit) -> TerminalExitStatus {
     TerminalExitStatus::new()
         .exit_code(exit.exit_code.and_then(|code| u32::try_from(code).ok()))
         .signal(exit.signal)

@@ -128,6 +128,81 @@ impl HttpClient {
         Ok((parts.status, body.collect().await?.to_bytes()))
     }
 
+    /// `POST path` with a JSON `body` (a control-plane route); returns
+    /// status and the whole body.
+    ///
+    /// # Errors
+    /// Transport failures.
+    pub async fn post_json(
+        &mut self,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(StatusCode, Bytes), BenchError> {
+        let mut builder = Request::builder()
+            .method(http::Method::POST)
+            .uri(path)
+            .header(http::header::HOST, &self.host)
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(token) = &self.token {
+            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = builder
+            .body(Full::new(body))
+            .map_err(|e| BenchError::Unexpected(e.to_string()))?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let (parts, body) = response.into_parts();
+        Ok((parts.status, body.collect().await?.to_bytes()))
+    }
+
+    /// `DELETE path` (a control-plane route); returns the status.
+    ///
+    /// # Errors
+    /// Transport failures.
+    pub async fn delete_path(&mut self, path: &str) -> Result<StatusCode, BenchError> {
+        let mut builder = Request::builder()
+            .method(http::Method::DELETE)
+            .uri(path)
+            .header(http::header::HOST, &self.host);
+        if let Some(token) = &self.token {
+            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = builder
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| BenchError::Unexpected(e.to_string()))?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let status = response.status();
+        response.into_body().collect().await?;
+        Ok(status)
+    }
+
+    /// `GET path` with `Accept: text/event-stream`: the streamed body.
+    ///
+    /// # Errors
+    /// Transport failures or a non-200 status.
+    pub async fn get_event_stream(&mut self, path: &str) -> Result<Incoming, BenchError> {
+        let mut builder = Request::builder()
+            .uri(path)
+            .header(http::header::HOST, &self.host)
+            .header(http::header::ACCEPT, "text/event-stream");
+        if let Some(token) = &self.token {
+            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = builder
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| BenchError::Unexpected(e.to_string()))?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        if response.status() != StatusCode::OK {
+            return Err(BenchError::Unexpected(format!(
+                "GET {path} answered {}",
+                response.status()
+            )));
+        }
+        Ok(response.into_body())
+    }
+
     /// Opens the SSE stream (optionally resuming after `last_event_id`).
     ///
     /// # Errors

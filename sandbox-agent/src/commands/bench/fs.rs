@@ -198,14 +198,14 @@ fn bytes_result(name: &str, elapsed: Duration, count: u64) -> ScenarioResult {
 }
 
 /// Samples the server's RSS every 20 ms until finished.
-struct RssSampler {
+pub(super) struct RssSampler {
     before: Option<u64>,
     peak: Arc<AtomicU64>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl RssSampler {
-    fn start(target: &Target) -> Self {
+    pub(super) fn start(target: &Target) -> Self {
         let before = target.rss();
         let peak = Arc::new(AtomicU64::new(before.unwrap_or(0)));
         let task = target.pid.map(|pid| {
@@ -222,7 +222,7 @@ impl RssSampler {
         Self { before, peak, task }
     }
 
-    fn finish(self, result: &mut ScenarioResult) {
+    pub(super) fn finish(self, result: &mut ScenarioResult) {
         if let Some(task) = self.task {
             task.abort();
         }

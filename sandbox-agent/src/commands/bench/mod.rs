@@ -12,6 +12,7 @@
 pub mod client;
 pub mod fs;
 pub mod inventory;
+pub mod processes;
 pub mod report;
 pub mod scenarios;
 pub mod store;
@@ -59,6 +60,11 @@ pub enum Scenario {
     /// at 100,000 stored sessions (seeds 100,000 sessions through a server;
     /// minutes; not in the default run).
     Sessions,
+    /// The process API: `run` of `/bin/true` against a local spawn and
+    /// wait, `--process-bytes` of output followed over SSE against
+    /// `yes | head -c N | cat`, the server's RSS meanwhile (not in the
+    /// default run).
+    Processes,
 }
 
 impl Scenario {
@@ -99,6 +105,8 @@ pub struct BenchOptions {
     pub idle_connections: usize,
     /// Server starts measured by the startup scenario.
     pub startup_runs: usize,
+    /// Bytes of output the processes scenario's writer prints.
+    pub process_bytes: u64,
     /// The `sandbox-agent` executable (for the embedded server, stdio, startup).
     pub program: PathBuf,
 }
@@ -140,6 +148,10 @@ pub struct BenchArgs {
     /// Server starts measured by the startup scenario.
     #[arg(long, default_value_t = 10)]
     pub startup_runs: usize,
+    /// Bytes of output the processes scenario's writer prints (`yes | head
+    /// -c N`; 1 GiB by default, less for CI).
+    #[arg(long, default_value_t = 1 << 30)]
+    pub process_bytes: u64,
     /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,
@@ -183,6 +195,7 @@ impl BenchArgs {
             replay_events: self.replay_events.max(1),
             idle_connections: self.idle_connections.max(1),
             startup_runs: self.startup_runs.max(1),
+            process_bytes: self.process_bytes.max(1),
             program: std::env::current_exe()
                 .map_err(|e| format!("cannot locate this executable: {e}"))?,
         })
@@ -332,6 +345,7 @@ pub async fn measure(options: BenchOptions) -> Result<report::Report, BenchError
             Scenario::Fs => fs::fs(&target, &options).await,
             Scenario::Store => store::store(&options).await,
             Scenario::Sessions => inventory::sessions(&options).await,
+            Scenario::Processes => processes::processes(&target, &options).await,
         };
         match outcome {
             Ok(results) => report.results.extend(results),

@@ -322,6 +322,40 @@ impl Report {
                 ));
             }
         }
+        // The process API (research/benchmarks.md, "Issue 24").
+        if let (Some(run), Some(local)) = (
+            self.find("processes: run /bin/true").and_then(p50),
+            self.find("processes: spawn+wait").and_then(p50),
+        ) {
+            checks.push(Check::at_most(
+                "processes: run /bin/true p50 / local spawn+wait p50",
+                run / local,
+                10.0,
+            ));
+        }
+        if let Some(local) = self.find("processes: yes | head | cat").and_then(eps) {
+            for follower in ["processes: follow (SSE)", "processes: follow (SDK)"] {
+                if let Some(follow) = self.find(follower).and_then(eps) {
+                    checks.push(Check::at_least(
+                        &format!("{follower} bytes/s / local pipeline"),
+                        follow / local,
+                        0.2,
+                    ));
+                }
+            }
+        }
+        for follower in ["processes: follow (SSE)", "processes: follow (SDK)"] {
+            if let Some((before, peak)) = self
+                .find(follower)
+                .and_then(|r| Some((r.rss_before?, r.rss_after?)))
+            {
+                checks.push(Check::at_most(
+                    &format!("{follower} server RSS growth (MiB)"),
+                    peak.saturating_sub(before) as f64 / 1048576.0,
+                    8.0,
+                ));
+            }
+        }
         if let Some(startup) = self.find("startup").and_then(|r| r.latency) {
             checks.push(Check::at_most(
                 "startup p50 (ms)",
