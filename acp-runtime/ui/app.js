@@ -6,6 +6,11 @@
 // permission requests), with a fetch-based SSE stream per connection,
 // resumed with Last-Event-ID after a drop or a reload.
 //
+// Processes (GET /v2/processes…) are listed and their output followed over
+// the same fetch-based SSE, by byte offset; the Terminal view is a shell on
+// the process API's WebSocket, drawn by xterm.js (ui/vendor/, imported
+// when the view opens).
+//
 // A session's timeline is drawn from its event log
 // (GET /v2/sessions/{id}/events), read from the next offset whenever the
 // stream says something happened: the log is the one ordered record, so
@@ -122,8 +127,9 @@ function askToken(refused) {
   return asking;
 }
 
-/** fetch() with the token; a 401 asks for one and tries again. */
-async function http(path, { method = "GET", body, headers = {} } = {}) {
+/** fetch() with the token; a 401 asks for one and tries again. `signal`
+ * aborts the request (and the reading of its body). */
+async function http(path, { method = "GET", body, headers = {}, signal } = {}) {
   for (;;) {
     const all = { ...headers };
     if (token) all.authorization = `Bearer ${token}`;
@@ -132,6 +138,7 @@ async function http(path, { method = "GET", body, headers = {} } = {}) {
       method,
       headers: all,
       body: body === undefined ? undefined : JSON.stringify(body),
+      signal,
     });
     if (response.status !== 401) return response;
     await askToken(Boolean(token));
@@ -150,6 +157,47 @@ async function getJson(path) {
   const response = await http(path);
   if (!response.ok) throw await problemOf(response);
   return response.json();
+}
+
+// ---------------------------------------------------------------------------
+// Server-Sent Events read with fetch (an EventSource cannot send the token)
+// ---------------------------------------------------------------------------
+
+/** One SSE event of a frame's lines: `{event, id, data}` (`event` is
+ * "message" unless named, `id` a string or null); null for a frame without
+ * data, such as a heartbeat comment. */
+function parseSseFrame(frame) {
+  let event = "message";
+  let id = null;
+  const data = [];
+  for (const line of frame.split(/\r?\n/)) {
+    if (line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "event") event = value;
+    else if (field === "id") id = value;
+    else if (field === "data") data.push(value);
+  }
+  return data.length ? { event, id, data: data.join("\n") } : null;
+}
+
+/** Reads an SSE body to its end, calling `onEvent` with each event. */
+async function readSse(body, onEvent) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let end;
+    while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
+      const frame = buffer.slice(0, end);
+      buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
+      const event = parseSseFrame(frame);
+      if (event) onEvent(event);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -286,7 +334,7 @@ class Connection {
         if (!response.ok || !response.body) throw await problemOf(response);
         setStatus(`connected to ${this.agent}`);
         delay = 250;
-        await this.readEvents(response.body);
+        await readSse(response.body, (event) => this.onEvent(event));
       } catch (error) {
         if (error instanceof ProblemError && error.status === 401) continue;
       }
@@ -296,42 +344,16 @@ class Connection {
     }
   }
 
-  async readEvents(body) {
-    const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buffer += value;
-      let end;
-      while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
-        const frame = buffer.slice(0, end);
-        buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
-        this.onFrame(frame);
-      }
-    }
-  }
-
-  onFrame(frame) {
-    let id = null;
-    const data = [];
-    for (const line of frame.split(/\r?\n/)) {
-      if (line.startsWith(":")) continue;
-      const colon = line.indexOf(":");
-      const field = colon < 0 ? line : line.slice(0, colon);
-      const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
-      if (field === "id") id = Number(value);
-      else if (field === "data") data.push(value);
-    }
-    if (data.length === 0) return;
+  onEvent({ id, data }) {
     let message;
     try {
-      message = JSON.parse(data.join("\n"));
+      message = JSON.parse(data);
     } catch {
       return;
     }
-    if (Number.isInteger(id) && id > this.lastEventId) {
-      this.lastEventId = id;
+    const eventId = id === null ? null : Number(id);
+    if (Number.isInteger(eventId) && eventId > this.lastEventId) {
+      this.lastEventId = eventId;
       this.persist();
     }
     for (const listener of this.listeners) listener({ message });
@@ -372,6 +394,9 @@ function route() {
   }
   if (!parts) show(new NotFoundView(hash));
   else if (parts[0] === "agents") show(new AgentsView());
+  else if (parts[0] === "processes") show(new ProcessesView());
+  else if (parts[0] === "process" && parts.length === 2) show(new ProcessView(parts[1]));
+  else if (parts[0] === "terminal") show(new TerminalView(parts[1] || null));
   else if (parts[0] === "files" && parts.length >= 3) show(new FilesView(parts[1], parts.slice(2).join("/")));
   else if (parts[0] === "session" && parts.length >= 3) show(new SessionView(parts[1], parts.slice(2).join("/")));
   else show(new SessionsView());
@@ -472,20 +497,64 @@ class AgentsView {
   }
 }
 
+// --- Paging ------------------------------------------------------------------
+
+/** Cursor paging of a listing (GET /v2/sessions, GET /v2/processes;
+ * research/contract.md, "Inspector"): `cursor` names the page shown,
+ * `earlier` holds the cursors of the pages before it (for "Previous").
+ * `load` reads the page `cursor` names; `nav` is the Previous / "Page N" /
+ * Next bar, its ids prefixed with `name`. */
+class Pager {
+  constructor(name, load) {
+    this.cursor = null;
+    this.earlier = [];
+    this.nextCursor = null;
+    this.load = load;
+    this.previous = el("button", { type: "button", class: "secondary", id: `${name}-previous`, disabled: true }, "Previous");
+    this.next = el("button", { type: "button", class: "secondary", id: `${name}-next`, disabled: true }, "Next");
+    this.label = el("span", { id: `${name}-page`, class: "muted" });
+    this.previous.addEventListener("click", () => this.turn(this.earlier.at(-1) ?? null, -1));
+    this.next.addEventListener("click", () => this.nextCursor && this.turn(this.nextCursor, +1));
+    this.nav = el("nav", { class: "toolbar pager", "aria-label": `Pages of ${name}` }, this.previous, this.label, this.next);
+  }
+
+  /** Back to the first page (the filters changed). */
+  firstPage() {
+    this.cursor = null;
+    this.earlier = [];
+    this.load();
+  }
+
+  /** Shows the page `cursor` names: one forward (+1) or back (-1). */
+  turn(cursor, step) {
+    // Until the page is drawn, another click would page from the old one.
+    this.previous.disabled = this.next.disabled = true;
+    if (step > 0) this.earlier.push(this.cursor);
+    else this.earlier.pop();
+    this.cursor = cursor;
+    this.load();
+  }
+
+  /** Sets the controls for the page drawn, whose answer named `nextCursor`. */
+  drawn(nextCursor) {
+    this.nextCursor = nextCursor || null;
+    this.previous.disabled = this.earlier.length === 0;
+    this.next.disabled = !this.nextCursor;
+    this.label.textContent = `Page ${this.earlier.length + 1}`;
+  }
+}
+
 // --- Sessions ----------------------------------------------------------------
 
 /** Sessions per page of the table (GET /v2/sessions `limit`). */
 const SESSIONS_PAGE = 100;
 
-/** One page of the inventory at a time (research/contract.md, "Inspector"):
- * `cursor` names the page shown, `earlier` holds the cursors of the pages
- * before it (for "Previous"); the filters are the server's, so a change
- * starts again at the first page. The 2 s poll reloads the page shown. */
+/** One page of the inventory at a time (a Pager); the filters are the
+ * server's, so a change starts again at the first page. The 2 s poll
+ * reloads the page shown. */
 class SessionsView {
   constructor() {
-    this.cursor = null;
-    this.earlier = [];
-    this.nextCursor = null;
+    this.pager = new Pager("sessions", () => this.load().catch((error) => setStatus(`Could not list sessions: ${error.message}`)));
     this.loads = 0;
   }
 
@@ -503,7 +572,7 @@ class SessionsView {
       el("option", { value: "dormant" }, "dormant"),
       el("option", { value: "ended" }, "ended"),
     );
-    for (const filter of [this.agentFilter, this.stateFilter]) filter.addEventListener("change", () => this.firstPage());
+    for (const filter of [this.agentFilter, this.stateFilter]) filter.addEventListener("change", () => this.pager.firstPage());
     const newAgent = el("select", { id: "new-agent", name: "agent" }, agents.map((a) => el("option", { value: a.id }, a.id)));
     const installed = agents.find((a) => a.installed);
     if (installed) newAgent.value = installed.id;
@@ -542,7 +611,7 @@ class SessionsView {
     this.search = el("input", { id: "filter-title", type: "search", placeholder: "words in the title", size: 24 });
     this.search.addEventListener("input", () => {
       clearTimeout(this.typing);
-      this.typing = setTimeout(() => this.firstPage(), 300);
+      this.typing = setTimeout(() => this.pager.firstPage(), 300);
     });
     root.append(
       form,
@@ -556,15 +625,7 @@ class SessionsView {
       ),
     );
     this.table = el("table", { "aria-label": "Sessions" });
-    this.previous = el("button", { type: "button", class: "secondary", id: "sessions-previous", disabled: true }, "Previous");
-    this.next = el("button", { type: "button", class: "secondary", id: "sessions-next", disabled: true }, "Next");
-    this.pageLabel = el("span", { id: "sessions-page", class: "muted" });
-    this.previous.addEventListener("click", () => this.turn(this.earlier.at(-1) ?? null, -1));
-    this.next.addEventListener("click", () => this.nextCursor && this.turn(this.nextCursor, +1));
-    root.append(
-      this.table,
-      el("nav", { class: "toolbar pager", "aria-label": "Pages of sessions" }, this.previous, this.pageLabel, this.next),
-    );
+    root.append(this.table, this.pager.nav);
     await this.load();
     this.timer = setInterval(() => this.load().catch(() => {}), 2000);
   }
@@ -574,29 +635,12 @@ class SessionsView {
     clearTimeout(this.typing);
   }
 
-  /** Back to the first page (the filters changed). */
-  firstPage() {
-    this.cursor = null;
-    this.earlier = [];
-    this.load().catch((error) => setStatus(`Could not list sessions: ${error.message}`));
-  }
-
-  /** Shows the page `cursor` names: one forward (+1) or back (-1). */
-  turn(cursor, step) {
-    // Until the page is drawn, another click would page from the old one.
-    this.previous.disabled = this.next.disabled = true;
-    if (step > 0) this.earlier.push(this.cursor);
-    else this.earlier.pop();
-    this.cursor = cursor;
-    this.load().catch((error) => setStatus(`Could not list sessions: ${error.message}`));
-  }
-
   /** Reads the page shown (with the filters) and draws it; an answer that
    * a later load overtook is dropped, so a poll never draws a page the
    * user has left. */
   async load() {
     const query = new URLSearchParams({ limit: String(SESSIONS_PAGE) });
-    if (this.cursor) query.set("cursor", this.cursor);
+    if (this.pager.cursor) query.set("cursor", this.pager.cursor);
     if (this.agentFilter.value) query.set("agent", this.agentFilter.value);
     if (this.stateFilter.value) query.set("state", this.stateFilter.value);
     const text = this.search.value.trim();
@@ -605,8 +649,8 @@ class SessionsView {
     const page = await getJson(`/v2/sessions?${query}`);
     if (load !== this.loads) return;
     this.sessions = page.sessions;
-    this.nextCursor = page.nextCursor || null;
     this.render();
+    this.pager.drawn(page.nextCursor);
   }
 
   render() {
@@ -637,12 +681,9 @@ class SessionsView {
       el("th", { scope: "col" }, "Events"),
     );
     const filtered = this.agentFilter.value || this.stateFilter.value || this.search.value.trim();
-    const empty = this.cursor ? "No sessions on this page." : filtered ? "No sessions match." : "No sessions yet.";
+    const empty = this.pager.cursor ? "No sessions on this page." : filtered ? "No sessions match." : "No sessions yet.";
     const body = rows.length ? rows : [el("tr", {}, el("td", { colspan: 7, class: "muted" }, empty))];
     this.table.replaceChildren(el("thead", {}, head), el("tbody", {}, body));
-    this.previous.disabled = this.earlier.length === 0;
-    this.next.disabled = !this.nextCursor;
-    this.pageLabel.textContent = `Page ${this.earlier.length + 1}`;
   }
 }
 
@@ -694,6 +735,7 @@ class SessionView {
     this.permissions = new Map(); // agent request id → card
     this.resolved = new Set(); // agent request ids another client answered (or the runtime cancelled)
     this.tools = new Map(); // toolCallId → item
+    this.terminals = new Map(); // terminal id (a process id) → its OutputPane in a tool call
     this.lastKind = null;
     this.current = null; // the agent message (or thought) item being streamed into
   }
@@ -749,6 +791,7 @@ class SessionView {
 
   unmount() {
     if (this.unlisten) this.unlisten();
+    for (const pane of this.terminals.values()) pane.stop();
   }
 
   async refreshEntry() {
@@ -956,6 +999,9 @@ class SessionView {
         item.status.className = `badge ${status}`;
         item.node.dataset.status = status;
       }
+      for (const content of update.content || []) {
+        if (content.type === "terminal") this.showTerminal(item, content.terminalId);
+      }
     } else if (kind === "plan") {
       this.current = null;
       const entries = (update.entries || []).map((entry) => el("li", {}, `${entry.content}${entry.status ? ` (${entry.status})` : ""}`));
@@ -967,6 +1013,21 @@ class SessionView {
     } else if (kind === "session_info_update" && update.title) {
       this.title.textContent = update.title;
     }
+  }
+
+  /** An agent's terminal named by a tool call (ACP
+   * `ToolCallContent::Terminal`): the runtime runs it as a process of the
+   * process API, so its output is followed live, below the tool call. */
+  showTerminal(item, terminalId) {
+    if (this.terminals.has(terminalId)) return;
+    const ended = el("span", { class: "sub", "data-terminal-exit": "" });
+    const pane = new OutputPane(terminalId, { "data-terminal": terminalId, "aria-label": "Terminal output" }, (exit) => {
+      ended.textContent = exitText(exit);
+      ended.dataset.terminalExit = exitText(exit);
+    });
+    this.terminals.set(terminalId, pane);
+    item.node.append(pane.node, ended);
+    pane.start();
   }
 
   /**
@@ -1061,7 +1122,11 @@ class SessionView {
     if (!text.trim() || this.ended) return;
     this.input.value = "";
     await this.attach();
-    this.call("session/prompt", { sessionId: this.id, prompt: [{ type: "text", text }] });
+    // The answer comes in this POST's response, not on the stream: the
+    // stream's last event of the turn (its final chunk) may have led to a
+    // read of the log before the answer was in it, so read it again once
+    // the answer is here (it is logged before it is sent).
+    this.call("session/prompt", { sessionId: this.id, prompt: [{ type: "text", text }] }).then(() => this.schedule());
   }
 
   async cancel() {
@@ -1223,6 +1288,525 @@ function parent(path) {
   const trimmed = path.replace(/\/+$/, "");
   const index = trimmed.lastIndexOf("/");
   return index <= 0 ? "/" : trimmed.slice(0, index);
+}
+
+// --- Processes -------------------------------------------------------------
+
+/** Processes per page of the table (GET /v2/processes `limit`). */
+const PROCESSES_PAGE = 100;
+
+/** The signals the Process view offers (any name the server knows works). */
+const SIGNALS = ["SIGINT", "SIGTERM", "SIGKILL"];
+
+function processHref(id) {
+  return `#/process/${encodeURIComponent(id)}`;
+}
+
+function processPath(id, rest = "") {
+  return `/v2/processes/${encodeURIComponent(id)}${rest}`;
+}
+
+/** Splits a command line into argv as a shell splits words, expanding
+ * nothing (the server runs an argv, never a shell line): blanks separate,
+ * '…' keeps every character, "…" keeps every character but \" and \\, and
+ * outside quotes \ keeps the next character. Throws on an open quote. */
+function splitArgv(line) {
+  const words = [];
+  let word = null; // null between words; "" is an empty quoted word
+  let quote = null;
+  for (let i = 0; i < line.length; i += 1) {
+    const c = line[i];
+    if (quote === "'") {
+      if (c === "'") quote = null;
+      else word += c;
+    } else if (quote === '"') {
+      if (c === '"') quote = null;
+      else if (c === "\\" && (line[i + 1] === '"' || line[i + 1] === "\\")) {
+        i += 1;
+        word += line[i];
+      } else word += c;
+    } else if (c === "'" || c === '"') {
+      quote = c;
+      word = word ?? "";
+    } else if (c === "\\") {
+      i += 1;
+      if (i < line.length) word = (word ?? "") + line[i];
+    } else if (/\s/.test(c)) {
+      if (word !== null) words.push(word);
+      word = null;
+    } else {
+      word = (word ?? "") + c;
+    }
+  }
+  if (quote) throw new Error(`a ${quote} quote is not closed`);
+  if (word !== null) words.push(word);
+  return words;
+}
+
+/** A process's argv as one line a shell (and splitArgv) reads back. */
+function commandLine(process) {
+  const quoted = (word) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`);
+  return [process.command, ...(process.args || [])].map(quoted).join(" ");
+}
+
+/** How a process ended: `exit code N`, `ended by SIGNAL`, or "" while it runs. */
+function exitText({ exitCode, signal }) {
+  if (signal) return `ended by ${signal}`;
+  return exitCode === null || exitCode === undefined ? "" : `exit code ${exitCode}`;
+}
+
+/** A chunk's bytes as text: `data` itself, or its base64 decoded (bytes
+ * that are not UTF-8 shown as U+FFFD). */
+function chunkText(chunk) {
+  if (chunk.encoding !== "base64") return chunk.data;
+  return new TextDecoder().decode(Uint8Array.from(atob(chunk.data), (c) => c.charCodeAt(0)));
+}
+
+/** Terminal escape sequences (CSI, OSC, character set designations and
+ * two-byte ones), removed from output shown as plain text; the Terminal
+ * view renders them instead. */
+const ESCAPES = /\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[()*+][ -~]|[@-Z\\-_78=>])/g;
+
+function plainText(text) {
+  return text.replace(ESCAPES, "").replace(/\r\n/g, "\n");
+}
+
+/**
+ * Follows one process's output: GET /v2/processes/{id}/output as SSE,
+ * read with fetch so the token goes in a header. Each event's id is the
+ * byte offset after its chunk, sent back as Last-Event-ID when the stream
+ * drops, so every byte is shown once (research/contract.md, "Output:
+ * chunks, pages, following"). `handlers`: onText(text), onDropped(bytes),
+ * onExit({exitCode, signal}) after the last chunk, onGone() when the
+ * process is not (or no longer) kept.
+ */
+class OutputFollower {
+  constructor(processId, handlers) {
+    this.processId = processId;
+    this.handlers = handlers;
+    this.offset = 0;
+    this.abort = new AbortController();
+  }
+
+  stop() {
+    this.abort.abort();
+  }
+
+  async run() {
+    let delay = 250;
+    while (!this.abort.signal.aborted) {
+      let exited = false;
+      try {
+        const response = await http(processPath(this.processId, "/output"), {
+          headers: { accept: "text/event-stream", "last-event-id": String(this.offset) },
+          signal: this.abort.signal,
+        });
+        if (response.status === 404) {
+          this.handlers.onGone();
+          return;
+        }
+        if (!response.ok || !response.body) throw await problemOf(response);
+        delay = 250;
+        await readSse(response.body, (event) => {
+          exited = this.take(event) || exited;
+        });
+      } catch {
+        // Dropped or refused: asked again below, from the last offset seen.
+      }
+      if (exited || this.abort.signal.aborted) return;
+      await sleep(delay);
+      delay = Math.min(delay * 2, 5000);
+    }
+  }
+
+  /** Takes one event; true for the process's exit (the stream ends). */
+  take({ event, id, data }) {
+    let body;
+    try {
+      body = JSON.parse(data);
+    } catch {
+      return false;
+    }
+    if (event === "exit") {
+      this.handlers.onExit(body);
+      return true;
+    }
+    if (event === "dropped") this.handlers.onDropped(body.dropped);
+    else if (event === "message") this.handlers.onText(chunkText(body));
+    const offset = Number(id);
+    if (id !== null && Number.isInteger(offset)) this.offset = offset;
+    return false;
+  }
+}
+
+/** A process's output followed live into a <pre>, as plain text. `onExit`
+ * is told how it ended. */
+class OutputPane {
+  constructor(processId, attrs, onExit = () => {}) {
+    this.node = el("pre", { class: "output", ...attrs });
+    this.follower = new OutputFollower(processId, {
+      onText: (text) => this.append(plainText(text)),
+      onDropped: (bytes) => this.append(el("span", { class: "muted", "data-dropped": bytes }, `[${bytes} earlier bytes are no longer kept]\n`)),
+      onExit,
+      onGone: () => this.append(el("span", { class: "muted", "data-gone": "" }, "[this process is no longer kept]\n")),
+    });
+  }
+
+  start() {
+    this.follower.run();
+    return this;
+  }
+
+  stop() {
+    this.follower.stop();
+  }
+
+  /** Appends text or a node, keeping the end in view if it was. */
+  append(part) {
+    const pre = this.node;
+    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
+    pre.append(part);
+    if (atEnd) pre.scrollTop = pre.scrollHeight;
+  }
+}
+
+/** The processes of the sandbox, newest first, a page at a time, and a
+ * form to start one. The 2 s poll reloads the page shown. */
+class ProcessesView {
+  constructor() {
+    this.pager = new Pager("processes", () => this.load().catch((error) => setStatus(`Could not list processes: ${error.message}`)));
+    this.loads = 0;
+  }
+
+  async mount(root) {
+    this.commandInput = el("input", { id: "process-command", type: "text", size: 40, placeholder: "sh -c 'npm test'", autocomplete: "off" });
+    this.titleInput = el("input", { id: "process-title", type: "text", size: 16, autocomplete: "off" });
+    this.ttyInput = el("input", { id: "process-tty", type: "checkbox" });
+    this.startButton = el("button", { type: "submit", id: "process-start" }, "Start");
+    this.error = el("p", { class: "error", role: "alert", id: "process-error" });
+    const form = el(
+      "form",
+      { class: "toolbar", "aria-label": "Start a process" },
+      el("label", { for: "process-command" }, "Command and arguments (an argv, quoted like a shell's words)", this.commandInput),
+      el("label", { for: "process-title" }, "Title", this.titleInput),
+      el("label", { for: "process-tty", class: "check" }, this.ttyInput, "On a terminal"),
+      this.startButton,
+    );
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.start();
+    });
+    this.stateFilter = el(
+      "select",
+      { id: "process-state-filter" },
+      el("option", { value: "" }, "any state"),
+      el("option", { value: "running" }, "running"),
+      el("option", { value: "exited" }, "exited"),
+    );
+    this.stateFilter.addEventListener("change", () => this.pager.firstPage());
+    this.table = el("table", { "aria-label": "Processes" });
+    root.append(
+      el("h1", {}, "Processes"),
+      form,
+      this.error,
+      el("div", { class: "toolbar" }, el("label", { for: "process-state-filter" }, "Filter by state", this.stateFilter)),
+      this.table,
+      this.pager.nav,
+    );
+    await this.load();
+    this.timer = setInterval(() => this.load().catch(() => {}), 2000);
+  }
+
+  unmount() {
+    clearInterval(this.timer);
+  }
+
+  async start() {
+    this.error.textContent = "";
+    let argv;
+    try {
+      argv = splitArgv(this.commandInput.value);
+    } catch (error) {
+      this.error.textContent = `Could not read the command: ${error.message}`;
+      return;
+    }
+    if (argv.length === 0) {
+      this.error.textContent = "Type a command to start.";
+      return;
+    }
+    const body = { command: argv[0], args: argv.slice(1) };
+    if (this.titleInput.value.trim()) body.title = this.titleInput.value.trim();
+    if (this.ttyInput.checked) body.tty = true;
+    this.startButton.disabled = true;
+    try {
+      const response = await http("/v2/processes", { method: "POST", body });
+      if (!response.ok) throw await problemOf(response);
+      const process = await response.json();
+      window.location.hash = processHref(process.id);
+    } catch (error) {
+      this.error.textContent = `Could not start it: ${error.message}`;
+    } finally {
+      this.startButton.disabled = false;
+    }
+  }
+
+  /** Reads the page shown and draws it; an answer a later load overtook is
+   * dropped. */
+  async load() {
+    const query = new URLSearchParams({ limit: String(PROCESSES_PAGE) });
+    if (this.pager.cursor) query.set("cursor", this.pager.cursor);
+    if (this.stateFilter.value) query.set("state", this.stateFilter.value);
+    const load = ++this.loads;
+    const page = await getJson(`/v2/processes?${query}`);
+    if (load !== this.loads) return;
+    this.render(page.processes);
+    this.pager.drawn(page.nextCursor);
+  }
+
+  render(processes) {
+    const rows = processes.map((p) =>
+      el(
+        "tr",
+        { "data-process-id": p.id, "data-state": p.state },
+        el("td", {}, el("a", { href: processHref(p.id), title: p.id }, p.id.slice(0, 8))),
+        el("td", {}, p.pid ?? ""),
+        el("td", { class: "command" }, el("code", {}, commandLine(p))),
+        el("td", {}, el("span", { class: `badge ${p.state}` }, p.state), p.tty ? el("span", { class: "sub" }, "terminal") : null),
+        el("td", { class: "exit" }, exitText(p)),
+        el("td", { class: "title", title: p.title || "" }, p.title || ""),
+        el("td", { class: "hide-narrow" }, p.sessionId ? el("code", { title: p.sessionId }, p.sessionId.slice(0, 8)) : ""),
+        el("td", { class: "hide-narrow" }, when(p.startedAt)),
+      ),
+    );
+    const head = el(
+      "tr",
+      {},
+      ["Process", "PID", "Command", "State", "Exit", "Title"].map((name) => el("th", { scope: "col" }, name)),
+      ["Session", "Started"].map((name) => el("th", { scope: "col", class: "hide-narrow" }, name)),
+    );
+    const empty = this.pager.cursor ? "No processes on this page." : this.stateFilter.value ? "No processes match." : "No processes yet.";
+    const body = rows.length ? rows : [el("tr", {}, el("td", { colspan: 8, class: "muted" }, empty))];
+    this.table.replaceChildren(el("thead", {}, head), el("tbody", {}, body));
+  }
+}
+
+/** One process: what it runs, its output live, signals and forget. */
+class ProcessView {
+  constructor(id) {
+    this.id = id;
+  }
+
+  async mount(root) {
+    this.heading = el("h1", { class: "command" }, el("code", {}, "…"));
+    this.state = el("span", { class: "badge", id: "process-state" });
+    this.exit = el("span", { id: "process-exit" });
+    this.facts = el("p", { class: "muted", id: "process-facts" });
+    this.error = el("p", { class: "error", role: "alert", id: "process-error" });
+    this.terminalLink = el("a", { href: `#/terminal/${encodeURIComponent(this.id)}`, id: "process-terminal", hidden: true }, "Open in the terminal");
+    this.signalButtons = SIGNALS.map((name) =>
+      el("button", { type: "button", class: name === "SIGKILL" ? "danger" : "secondary", "data-signal": name, onclick: () => this.signal(name) }, name),
+    );
+    this.forgetButton = el("button", { type: "button", class: "danger", id: "process-forget", onclick: () => this.forget() }, "Forget");
+    this.pane = new OutputPane(this.id, { id: "process-output", "aria-label": "Output" }, () => this.refresh().catch(() => {}));
+    root.append(
+      el("p", {}, el("a", { href: "#/processes" }, "← all processes")),
+      this.heading,
+      el("div", { class: "toolbar process-head" }, this.state, this.exit, this.signalButtons, this.forgetButton, this.terminalLink),
+      this.facts,
+      this.error,
+      this.pane.node,
+    );
+    await this.refresh();
+    this.pane.start();
+  }
+
+  unmount() {
+    this.pane.stop();
+  }
+
+  async refresh() {
+    const process = await getJson(processPath(this.id));
+    document.title = `${process.title || process.command} · sandbox-agent`;
+    this.heading.firstChild.textContent = commandLine(process);
+    this.state.textContent = process.state;
+    this.state.className = `badge ${process.state}`;
+    this.exit.textContent = exitText(process);
+    const running = process.state === "running";
+    for (const button of this.signalButtons) button.disabled = !running;
+    this.terminalLink.hidden = !(running && process.tty);
+    const facts = [
+      process.title,
+      process.pid ? `pid ${process.pid}` : null,
+      `in ${process.cwd}`,
+      process.tty ? "on a terminal" : null,
+      process.sessionId ? `session ${process.sessionId}` : null,
+      `started ${when(process.startedAt)}`,
+      process.endedAt ? `ended ${when(process.endedAt)}` : null,
+      `${process.outputBytes} bytes written`,
+    ];
+    this.facts.textContent = facts.filter(Boolean).join(" · ");
+  }
+
+  async signal(name) {
+    this.error.textContent = "";
+    const response = await http(processPath(this.id, "/signal"), { method: "POST", body: { signal: name } });
+    if (!response.ok) this.error.textContent = `${name}: ${(await problemOf(response)).message}`;
+  }
+
+  async forget() {
+    this.error.textContent = "";
+    const response = await http(processPath(this.id), { method: "DELETE" });
+    if (response.ok) window.location.hash = "#/processes";
+    else this.error.textContent = `Could not forget it: ${(await problemOf(response)).message}`;
+  }
+}
+
+// --- Terminal --------------------------------------------------------------
+
+/** A new shell's size in character cells; an attached process is resized
+ * to it. */
+const TERMINAL_COLS = 100;
+const TERMINAL_ROWS = 30;
+
+/**
+ * A shell over the process API's WebSocket (GET /v2/processes/{id}/terminal):
+ * binary frames are the terminal's bytes both ways, text frames are JSON
+ * (`resize` from here; `exit` and `dropped` from the server). A browser
+ * cannot put a header on a WebSocket, so the token goes as `access_token`
+ * in the query. A dropped socket reconnects from the byte offset shown, so
+ * nothing is drawn twice. xterm.js draws colours and full-screen programs.
+ * Without a process id, the view offers to start a shell (`sh`, which
+ * reads no rc file).
+ */
+class TerminalView {
+  constructor(processId) {
+    this.processId = processId;
+    this.offset = 0;
+    this.exited = false;
+    this.closed = false;
+    this.retryDelay = 250;
+  }
+
+  async mount(root) {
+    root.append(el("h1", {}, "Terminal"));
+    if (!this.processId) {
+      this.offerShell(root);
+      return;
+    }
+    const process = await getJson(processPath(this.processId));
+    if (!process.tty) {
+      root.append(el("p", {}, "This process is not on a terminal: ", el("a", { href: processHref(this.processId) }, "see its output"), "."));
+      return;
+    }
+    const { Terminal } = await import("/ui/vendor/xterm.mjs");
+    if (this.closed) return; // the user left while it loaded
+    this.status = el("p", { role: "status", id: "terminal-status", class: "muted" });
+    const screen = el("div", { class: "terminal", id: "terminal" });
+    root.append(el("p", {}, el("a", { href: processHref(this.processId) }, commandLine(process)), ` (${process.id.slice(0, 8)})`), this.status, screen);
+    this.terminal = new Terminal({ cols: TERMINAL_COLS, rows: TERMINAL_ROWS, fontFamily: 'ui-monospace, "SF Mono", Menlo, Consolas, monospace' });
+    this.terminal.open(screen);
+    const encoder = new TextEncoder();
+    this.terminal.onData((text) => this.send(encoder.encode(text)));
+    this.terminal.onBinary((text) => this.send(Uint8Array.from(text, (c) => c.charCodeAt(0))));
+    this.connect();
+    this.terminal.focus();
+  }
+
+  unmount() {
+    this.closed = true;
+    if (this.socket) this.socket.close();
+    if (this.terminal) this.terminal.dispose();
+  }
+
+  offerShell(root) {
+    const start = el("button", { type: "button", id: "terminal-start" }, "Start a shell");
+    const error = el("p", { class: "error", role: "alert" });
+    start.addEventListener("click", async () => {
+      start.disabled = true;
+      error.textContent = "";
+      try {
+        const body = { command: "sh", tty: true, cols: TERMINAL_COLS, rows: TERMINAL_ROWS, title: "inspector shell" };
+        const response = await http("/v2/processes", { method: "POST", body });
+        if (!response.ok) throw await problemOf(response);
+        const process = await response.json();
+        window.location.hash = `#/terminal/${encodeURIComponent(process.id)}`;
+      } catch (failure) {
+        error.textContent = `Could not start a shell: ${failure.message}`;
+        start.disabled = false;
+      }
+    });
+    root.append(
+      el("p", { class: "muted" }, "A shell (sh) in the sandbox, as the server's user, listed with the other processes. To reattach to one, open it from the Processes view."),
+      start,
+      error,
+    );
+  }
+
+  connect() {
+    const query = new URLSearchParams({ offset: String(this.offset) });
+    if (token) query.set("access_token", token);
+    const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
+    const socket = new WebSocket(`${scheme}//${window.location.host}${processPath(this.processId, "/terminal")}?${query}`);
+    socket.binaryType = "arraybuffer";
+    socket.addEventListener("open", () => {
+      this.retryDelay = 250;
+      this.setStatus("connected", "");
+      socket.send(JSON.stringify({ type: "resize", cols: this.terminal.cols, rows: this.terminal.rows }));
+    });
+    socket.addEventListener("message", ({ data }) => this.receive(data));
+    socket.addEventListener("close", () => this.closedSocket());
+    this.socket = socket;
+  }
+
+  receive(data) {
+    if (typeof data !== "string") {
+      const bytes = new Uint8Array(data);
+      this.offset += bytes.length;
+      this.terminal.write(bytes);
+      return;
+    }
+    let frame;
+    try {
+      frame = JSON.parse(data);
+    } catch {
+      return;
+    }
+    if (frame.type === "exit") {
+      this.exited = true;
+      this.setStatus("exited", `The process ended (${exitText(frame)}).`);
+    } else if (frame.type === "dropped") {
+      this.offset = frame.nextOffset;
+      this.setStatus("connected", `${frame.dropped} bytes of earlier output are no longer kept.`);
+    } else if (frame.type === "error") {
+      this.setStatus("connected", (frame.problem && (frame.problem.detail || frame.problem.title)) || "The server refused a request.");
+    }
+  }
+
+  /** The socket closed: done after an exit, else reconnect from the offset
+   * shown while the process runs (a refused token asks for another). */
+  async closedSocket() {
+    if (this.closed || this.exited) return;
+    this.setStatus("reconnecting", "Reconnecting…");
+    await sleep(this.retryDelay);
+    this.retryDelay = Math.min(this.retryDelay * 2, 5000);
+    try {
+      const process = await getJson(processPath(this.processId));
+      if (this.closed) return;
+      if (process.state === "running") this.connect();
+      else this.setStatus("exited", `The process ended (${exitText(process)}).`);
+    } catch (error) {
+      this.setStatus("gone", `The process is gone: ${error.message}`);
+    }
+  }
+
+  send(bytes) {
+    if (this.socket && this.socket.readyState === WebSocket.OPEN) this.socket.send(bytes);
+  }
+
+  setStatus(state, text) {
+    this.status.dataset.state = state;
+    this.status.textContent = text;
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -11,11 +11,13 @@
 use std::path::Path;
 use std::time::Duration;
 
+use reqwest::Method;
+use serde_json::Value;
 use tokio::process::Command;
-use v2_api_tests::TestServer;
 use v2_api_tests::browser::{chromium, puppeteer};
 use v2_api_tests::ext::{SET_METADATA, TERMINATE, expect_result, session_ref};
 use v2_api_tests::server::workspace_root;
+use v2_api_tests::{Api, TestServer};
 
 /// Upper bound on one flow (browser start, a few turns, bounded waits).
 const FLOW_TIMEOUT: Duration = Duration::from_secs(240);
@@ -248,6 +250,53 @@ async fn a_malformed_link_shows_the_not_found_view() {
     flow(&server, "bad-link", None).await;
 }
 
+/// The Processes view (research/contract.md, "Inspector"): lists a process
+/// started over HTTP, follows the output of one started from its form live,
+/// a SIGTERM ends it, Forget removes it (the server forgets it too).
+#[tokio::test]
+async fn the_processes_view_follows_output_and_signals() {
+    let server = TestServer::start(&[]).await;
+    let api = server.api();
+    let started = Api::send(api.request(Method::POST, "/v2/processes").json(
+        &serde_json::json!({"command": "sleep", "args": ["600"], "title": "listed by the test"}),
+    ))
+    .await;
+    started.assert_status(201);
+    let listed = started.json()["id"].as_str().expect("id").to_owned();
+    flow_with(
+        &server,
+        "processes",
+        None,
+        &[("LISTED", Path::new(&listed))],
+    )
+    .await;
+    let processes = api.get_json("/v2/processes").await;
+    let titles: Vec<&Value> = processes["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|process| &process["title"])
+        .collect();
+    assert_eq!(titles, ["listed by the test"], "{processes}");
+}
+
+/// The Terminal view on a server with a token: a shell over the terminal
+/// WebSocket (`?access_token=`), a typed command's red output drawn red,
+/// `exit 7` shown as the shell's end.
+#[tokio::test]
+async fn the_terminal_view_runs_a_shell_with_colours() {
+    let server = TestServer::start(&["--token", "terminal-secret"]).await;
+    flow(&server, "terminal", Some("terminal-secret")).await;
+}
+
+/// The mock agent's `use terminal` turn: the terminal its tool call names
+/// (a process of the process API) is followed live inside the tool call.
+#[tokio::test]
+async fn an_agent_terminal_is_followed_live_in_its_tool_call() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "tool-terminal", None).await;
+}
+
 #[tokio::test]
 async fn the_assets_are_served_from_the_binary() {
     let server = TestServer::start(&["--token", "t"]).await;
@@ -268,6 +317,8 @@ async fn the_assets_are_served_from_the_binary() {
         ("/ui/", "text/html"),
         ("/ui/app.js", "text/javascript"),
         ("/ui/style.css", "text/css"),
+        ("/ui/vendor/xterm.mjs", "text/javascript"),
+        ("/ui/vendor/xterm.css", "text/css"),
     ] {
         // No token needed for the assets: they hold no data.
         let response = http
