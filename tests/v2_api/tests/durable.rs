@@ -593,7 +593,8 @@ async fn a_store_at_schema_version_3_keeps_every_session_and_event(backend: Back
     };
     let created: i64 = 1_700_000_000_000_000_000;
     // (runtime id, session id, end reason, stored offsets, event count)
-    let sessions: [(&str, &str, Option<&str>, std::ops::Range<i64>, i64); 4] = [
+    type OldSession<'a> = (&'a str, &'a str, Option<&'a str>, std::ops::Range<i64>, i64);
+    let sessions: [OldSession; 4] = [
         ("old-runtime", "long", Some("completed"), 0..1200, 1200),
         ("old-runtime", "pruned", None, 40..60, 60),
         ("old-runtime", "quiet", Some("error"), 0..0, 0),
