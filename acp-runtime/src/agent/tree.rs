@@ -263,11 +263,14 @@ impl Supervisor {
     }
 
     /// Reaps every child that exited (orphans reparented to us included),
-    /// keeping the program's status when it is among them.
-    fn reap(&mut self) {
+    /// keeping the program's status when it is among them. Whether a child
+    /// is left (`false`: none, and so no descendant either: as a subreaper
+    /// we are the parent of every orphan of our tree).
+    fn reap(&mut self) -> bool {
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
+                Ok(WaitStatus::StillAlive) => return true,
+                Err(Errno::ECHILD) => return false,
                 Ok(status) => {
                     if status.pid() == Some(self.program)
                         && matches!(status, WaitStatus::Exited(..) | WaitStatus::Signaled(..))
@@ -276,7 +279,7 @@ impl Supervisor {
                     }
                 }
                 Err(Errno::EINTR) => {}
-                Err(_) => return,
+                Err(_) => return true,
             }
         }
     }
@@ -286,9 +289,13 @@ impl Supervisor {
     /// as it goes. Bounded by [`KILL_ROUNDS`].
     fn kill_descendants_until_gone(&mut self) {
         for _ in 0..KILL_ROUNDS {
-            let left = signal_descendants(Signal::SIGKILL);
-            self.reap();
-            if left == 0 {
+            // No child, no descendant: the walk over `/proc` (the slow
+            // part of a short program's supervision) is not needed.
+            if !self.reap() {
+                return;
+            }
+            if signal_descendants(Signal::SIGKILL) == 0 {
+                self.reap();
                 return;
             }
             std::thread::sleep(KILL_ROUND_PAUSE);
