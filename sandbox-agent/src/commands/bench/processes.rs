@@ -13,15 +13,16 @@
 //!    same output followed through the SDK's `ProcessOutput` is measured
 //!    too, for what a Rust client sees.
 //!
-//! The terminal echo over `GET /v2/processes/{id}/terminal` is not
-//! measured here yet.
+//! 3. The terminal echo: one byte sent over the terminal WebSocket
+//!    (`GET /v2/processes/{id}/terminal`) of a shell on a pseudo-terminal,
+//!    until its echo comes back, one at a time: p50 against 1 ms.
 
 use super::client::{BenchError, HttpClient};
 use super::fs::RssSampler;
 use super::report::ScenarioResult;
 use super::{BenchOptions, Target};
 use bytes::BytesMut;
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
 use sandbox_agent_sdk::{ClientOptions, OutputEvent, ProcessRequest, SandboxAgentClient};
 use std::time::{Duration, Instant};
@@ -46,6 +47,7 @@ pub async fn processes(
     results.push(local_pipeline(bytes).await?);
     results.push(follow_sse(target, bytes).await?);
     results.push(follow_sdk(target, bytes).await?);
+    results.push(terminal_echo(target).await?);
     Ok(results)
 }
 
@@ -74,6 +76,81 @@ async fn run_true(target: &Target) -> Result<ScenarioResult, BenchError> {
         errors,
     );
     result.note("POST /v2/processes/run, one at a time, one connection".to_owned());
+    Ok(result)
+}
+
+/// Bytes typed into the terminal, one at a time.
+const ECHOES: usize = 300;
+
+/// [`ECHOES`] × a byte over the terminal WebSocket of `sh` until the
+/// terminal's echo of it comes back (the line discipline echoes it, so the
+/// shell's own speed is not in it).
+async fn terminal_echo(target: &Target) -> Result<ScenarioResult, BenchError> {
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut client = HttpClient::connect(target.address, target.token.as_deref()).await?;
+    let body = serde_json::json!({"command": "sh", "tty": true});
+    let (status, answer) = client
+        .post_json("/v2/processes", body.to_string().into())
+        .await?;
+    let info: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
+    let Some(id) = info["id"]
+        .as_str()
+        .filter(|_| status == http::StatusCode::CREATED)
+    else {
+        return Err(BenchError::Unexpected(format!(
+            "POST /v2/processes answered {status}: {}",
+            String::from_utf8_lossy(&answer)
+        )));
+    };
+    let url = format!("ws://{}/v2/processes/{id}/terminal", target.address);
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| BenchError::Unexpected(format!("terminal URL: {e}")))?;
+    if let Some(token) = &target.token
+        && let Ok(value) = http::HeaderValue::from_str(&format!("Bearer {token}"))
+    {
+        request
+            .headers_mut()
+            .insert(http::header::AUTHORIZATION, value);
+    }
+    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .map_err(|e| BenchError::Unexpected(format!("terminal WebSocket: {e}")))?;
+    // The shell's prompt first: the terminal is then quiet.
+    let _ = tokio::time::timeout(Duration::from_secs(5), socket.next()).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut latencies = Vec::with_capacity(ECHOES);
+    let mut errors = 0;
+    let started = Instant::now();
+    for at in 0..ECHOES {
+        let byte = b'a' + u8::try_from(at % 26).unwrap_or(0);
+        let sent = Instant::now();
+        socket
+            .send(Message::Binary(vec![byte].into()))
+            .await
+            .map_err(|e| BenchError::Unexpected(format!("terminal send: {e}")))?;
+        let echoed = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(Ok(message)) = socket.next().await {
+                if let Message::Binary(bytes) = message
+                    && bytes.contains(&byte)
+                {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        latencies.push(sent.elapsed());
+        errors += u64::from(!matches!(echoed, Ok(true)));
+    }
+    let elapsed = started.elapsed();
+    let _ = socket.close(None).await;
+    forget(&mut client, id).await;
+    let mut result = ScenarioResult::timed("processes: terminal echo", elapsed, latencies, errors);
+    result.note(
+        "a byte over GET /v2/processes/{id}/terminal (sh on a pty) until its echo".to_owned(),
+    );
     Ok(result)
 }
 

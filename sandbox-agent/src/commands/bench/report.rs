@@ -333,6 +333,13 @@ impl Report {
                 10.0,
             ));
         }
+        if let Some(echo) = self.find("processes: terminal echo").and_then(p50) {
+            checks.push(Check::at_most(
+                "processes: terminal echo p50 (ms)",
+                echo / 1e3,
+                1.0,
+            ));
+        }
         if let Some(local) = self.find("processes: yes | head | cat").and_then(eps) {
             for follower in ["processes: follow (SSE)", "processes: follow (SDK)"] {
                 if let Some(follow) = self.find(follower).and_then(eps) {
