@@ -17,6 +17,31 @@ async fn post_json(api: &Api, path: &str, body: &Value) -> Reply {
     Api::send(api.request(Method::POST, path).json(body)).await
 }
 
+/// `POST /v2/processes/{id}/signal` `{signal}`.
+async fn signal(api: &Api, id: &str, name: &str) -> Reply {
+    post_json(
+        api,
+        &format!("/v2/processes/{id}/signal"),
+        &json!({"signal": name}),
+    )
+    .await
+}
+
+/// `POST /v2/processes/{id}/input`, raw `body` (`query`: `?eof=true` or
+/// empty).
+async fn input(api: &Api, id: &str, query: &str, body: impl Into<reqwest::Body>) -> Reply {
+    Api::send(
+        api.request(Method::POST, &format!("/v2/processes/{id}/input{query}"))
+            .body(body),
+    )
+    .await
+}
+
+/// `DELETE /v2/processes/{id}`.
+async fn forget(api: &Api, id: &str) -> Reply {
+    Api::send(api.request(Method::DELETE, &format!("/v2/processes/{id}"))).await
+}
+
 /// Starts a process and returns its description (201 checked).
 async fn start(api: &Api, body: &Value) -> Value {
     let reply = post_json(api, "/v2/processes", body).await;
@@ -350,7 +375,7 @@ async fn bad_starts_are_clear_problems() {
     assert_eq!(result["stdout"], format!("{}\n", real.display()));
     let reply = server.get("/v2/processes/nope").await;
     assert_problem(&reply, 404, "unknown-process");
-    let reply = Api::send(server.request(Method::DELETE, "/v2/processes/nope")).await;
+    let reply = forget(&server, "nope").await;
     assert_problem(&reply, 404, "unknown-process");
 }
 
@@ -497,46 +522,21 @@ async fn stdin_signals_and_resize() {
         procfs::cmdline(u32::try_from(cat["pid"].as_i64().unwrap_or(0)).unwrap_or(0)),
         "cat"
     );
-    let reply = Api::send(
-        server
-            .request(Method::POST, &format!("/v2/processes/{id}/input"))
-            .body("line one\n"),
-    )
-    .await;
+    let reply = input(&server, &id, "", "line one\n").await;
     reply.assert_status(204);
-    let reply = Api::send(
-        server
-            .request(Method::POST, &format!("/v2/processes/{id}/input?eof=true"))
-            .body("line two\n"),
-    )
-    .await;
+    let reply = input(&server, &id, "?eof=true", "line two\n").await;
     reply.assert_status(204);
     let info = exited(&server, &id).await;
     assert_eq!(info["exitCode"], 0);
     assert_eq!(all_output(&server, &id).await, b"line one\nline two\n");
-    let reply = Api::send(
-        server
-            .request(Method::POST, &format!("/v2/processes/{id}/input"))
-            .body("late"),
-    )
-    .await;
+    let reply = input(&server, &id, "", "late").await;
     assert_problem(&reply, 409, "process-exited");
-    let reply = post_json(
-        &server,
-        &format!("/v2/processes/{id}/signal"),
-        &json!({"signal": "SIGTERM"}),
-    )
-    .await;
+    let reply = signal(&server, &id, "SIGTERM").await;
     assert_problem(&reply, 409, "process-exited");
 
     let sleeper = start(&server, &json!({"command": "sleep", "args": ["300"]})).await;
     let id = sleeper["id"].as_str().expect("id").to_owned();
-    let reply = post_json(
-        &server,
-        &format!("/v2/processes/{id}/signal"),
-        &json!({"signal": "SIGNOPE"}),
-    )
-    .await;
+    let reply = signal(&server, &id, "SIGNOPE").await;
     assert_problem(&reply, 400, "invalid-request");
     let reply = post_json(
         &server,
@@ -545,12 +545,7 @@ async fn stdin_signals_and_resize() {
     )
     .await;
     assert_problem(&reply, 409, "not-a-tty");
-    let reply = post_json(
-        &server,
-        &format!("/v2/processes/{id}/signal"),
-        &json!({"signal": "TERM"}),
-    )
-    .await;
+    let reply = signal(&server, &id, "TERM").await;
     reply.assert_status(204);
     let info = exited(&server, &id).await;
     assert_eq!(info["signal"], "SIGTERM");
@@ -569,14 +564,9 @@ async fn a_terminal_runs_a_shell_at_its_size() {
     assert_eq!(shell["tty"], true);
     assert_eq!(shell["title"], "a shell");
     let id = shell["id"].as_str().expect("id").to_owned();
-    let input = |text: &'static str| {
-        Api::send(
-            server
-                .request(Method::POST, &format!("/v2/processes/{id}/input"))
-                .body(text),
-        )
-    };
-    input("stty size; tty\n").await.assert_status(204);
+    input(&server, &id, "", "stty size; tty\n")
+        .await
+        .assert_status(204);
     // The shell answers before the terminal changes size.
     let deadline = Instant::now() + WAIT;
     while !String::from_utf8_lossy(&all_output(&server, &id).await).contains("/dev/pts/") {
@@ -590,7 +580,9 @@ async fn a_terminal_runs_a_shell_at_its_size() {
     )
     .await;
     reply.assert_status(204);
-    input("stty size; exit 7\n").await.assert_status(204);
+    input(&server, &id, "", "stty size; exit 7\n")
+        .await
+        .assert_status(204);
     let info = exited(&server, &id).await;
     assert_eq!(info["exitCode"], 7);
     let text = String::from_utf8_lossy(&all_output(&server, &id).await).into_owned();
@@ -617,8 +609,7 @@ async fn a_tree_dies_on_delete_and_on_sigkill() {
         let id = process["id"].as_str().expect("id").to_owned();
         until_sleeper(&marker).await;
         if how == "delete" {
-            let reply =
-                Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}"))).await;
+            let reply = forget(&server, &id).await;
             reply.assert_status(204);
             assert_problem(
                 &server.get(&format!("/v2/processes/{id}")).await,
@@ -626,12 +617,7 @@ async fn a_tree_dies_on_delete_and_on_sigkill() {
                 "unknown-process",
             );
         } else {
-            let reply = post_json(
-                &server,
-                &format!("/v2/processes/{id}/signal"),
-                &json!({"signal": "SIGKILL"}),
-            )
-            .await;
+            let reply = signal(&server, &id, "SIGKILL").await;
             reply.assert_status(204);
             let info = exited(&server, &id).await;
             assert_eq!(info["signal"], "SIGKILL");
@@ -721,9 +707,7 @@ async fn max_processes_is_a_429_and_exited_ones_free_the_slot() {
     let reply = post_json(&server, "/v2/processes/run", &json!({"command": "true"})).await;
     assert_problem(&reply, 429, "too-many-processes");
     let id = first["id"].as_str().expect("id");
-    Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}")))
-        .await
-        .assert_status(204);
+    forget(&server, id).await.assert_status(204);
     let deadline = Instant::now() + WAIT;
     loop {
         let reply = post_json(&server, "/v2/processes/run", &json!({"command": "true"})).await;
@@ -874,8 +858,7 @@ async fn a_kill_right_after_the_start_still_takes_the_whole_tree() {
             body["tty"] = json!(tty);
             let process = start(&server, &body).await;
             let id = process["id"].as_str().expect("id");
-            let reply =
-                Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}"))).await;
+            let reply = forget(&server, id).await;
             reply.assert_status(204);
         }
     }
@@ -927,9 +910,7 @@ async fn stdin_bodies_stream_and_exited_processes_hold_no_pipes() {
         during < before + 48 * 1024 * 1024,
         "20 unread stdin bodies took RSS from {before} to {during}"
     );
-    Api::send(server.request(Method::DELETE, &format!("/v2/processes/{id}")))
-        .await
-        .assert_status(204);
+    forget(&server, &id).await.assert_status(204);
     for writer in writers {
         let reply = writer.await.expect("writer");
         assert!(
@@ -961,20 +942,11 @@ async fn a_signal_to_a_terminal_reaches_its_foreground_job() {
     )
     .await;
     let id = shell["id"].as_str().expect("id").to_owned();
-    Api::send(
-        server
-            .request(Method::POST, &format!("/v2/processes/{id}/input"))
-            .body(format!("sleep {marker}\n")),
-    )
-    .await
-    .assert_status(204);
+    input(&server, &id, "", format!("sleep {marker}\n"))
+        .await
+        .assert_status(204);
     until_sleeper(&marker).await;
-    let reply = post_json(
-        &server,
-        &format!("/v2/processes/{id}/signal"),
-        &json!({"signal": "int"}),
-    )
-    .await;
+    let reply = signal(&server, &id, "int").await;
     reply.assert_status(204);
     until_no_sleepers(&marker, "SIGINT to the terminal").await;
     assert_eq!(

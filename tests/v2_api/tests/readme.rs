@@ -45,6 +45,16 @@ fn bin_dir() -> TempDir {
     dir
 }
 
+/// The port `server` listens on, as README's examples name it.
+fn port_of(server: &TestServer) -> String {
+    server
+        .base_url()
+        .rsplit(':')
+        .next()
+        .expect("a port")
+        .to_owned()
+}
+
 /// A loopback port that was free a moment ago.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -168,12 +178,7 @@ async fn the_restart_example_runs_as_written() {
 #[tokio::test]
 async fn files_in_and_out_runs_from_an_empty_directory() {
     let server = TestServer::start(&[]).await;
-    let port = server
-        .base_url()
-        .rsplit(':')
-        .next()
-        .expect("a port")
-        .to_owned();
+    let port = port_of(&server);
     let block = block_after(&readme(), "## Files in and out", "sh");
     let scratch = TempDir::new("readme-files");
     let work = scratch.path().join("work");
@@ -276,12 +281,7 @@ test result: ok. 7 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; fini
 #[tokio::test]
 async fn run_commands_runs_as_written() {
     let server = TestServer::start(&[]).await;
-    let port = server
-        .base_url()
-        .rsplit(':')
-        .next()
-        .expect("a port")
-        .to_owned();
+    let port = port_of(&server);
     let block = block_after(&readme(), "## Run commands", "sh");
     let script = format!("set -euo pipefail\n{}", block.replace("2468", &port));
     let scratch = TempDir::new("readme-processes");
