@@ -226,21 +226,19 @@ async fn start_escaping(server: &TestServer, marker: &str) -> Vec<ProcessRef> {
     server.initialize(STUBBORN).await;
     let deadline = Instant::now() + GONE_TIMEOUT;
     loop {
+        // `setsid sleep …` matches before `setsid` made its own session
+        // (and process group): wait for that, not only for the name.
         let escaped = running_with(&format!("sleep {marker}"));
-        if !escaped.is_empty() {
-            for process in &escaped {
-                let pid = nix::unistd::Pid::from_raw(process.pid as i32);
-                assert_eq!(
-                    nix::unistd::getpgid(Some(pid)),
-                    Ok(pid),
-                    "setsid made a process group of its own"
-                );
-            }
+        let on_its_own = |process: &ProcessRef| {
+            let pid = nix::unistd::Pid::from_raw(process.pid as i32);
+            nix::unistd::getpgid(Some(pid)) == Ok(pid)
+        };
+        if !escaped.is_empty() && escaped.iter().all(on_its_own) {
             return escaped;
         }
         assert!(
             Instant::now() < deadline,
-            "the escaping grandchild never ran"
+            "the escaping grandchild never ran in a process group of its own: {escaped:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
