@@ -61,12 +61,15 @@ async fn flow_with(server: &TestServer, name: &str, token: Option<&str>, env: &[
             .await
             .unwrap_or_else(|_| panic!("flow {name} did not finish within {FLOW_TIMEOUT:?}"))
             .expect("run node");
+        // puppeteer says "Waiting failed" for a wait on a function and
+        // "Waiting for selector `…` failed" for one on a selector.
+        let stderr = String::from_utf8_lossy(&run.stderr);
         let timed_out = !run.status.success()
-            && String::from_utf8_lossy(&run.stderr).contains("Waiting failed");
+            && (stderr.contains("Waiting failed") || stderr.contains("Waiting for selector"));
         if attempt == 1 && timed_out {
             eprintln!(
                 "flow {name} timed out waiting on the page; trying once more. First run:\n{}",
-                String::from_utf8_lossy(&run.stderr)
+                stderr
             );
             continue;
         }
