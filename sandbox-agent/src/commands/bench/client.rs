@@ -189,6 +189,19 @@ impl HttpClient {
         if let Some(token) = &self.token {
             builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
         }
+        self.open_stream(builder, path).await
+    }
+
+    /// Sends the GET `builder` made (for `shown` in errors) and returns its
+    /// streamed body.
+    ///
+    /// # Errors
+    /// Transport failures or a non-200 status.
+    async fn open_stream(
+        &mut self,
+        builder: http::request::Builder,
+        shown: &str,
+    ) -> Result<Incoming, BenchError> {
         let request = builder
             .body(Full::new(Bytes::new()))
             .map_err(|e| BenchError::Unexpected(e.to_string()))?;
@@ -196,7 +209,7 @@ impl HttpClient {
         let response = self.sender.send_request(request).await?;
         if response.status() != StatusCode::OK {
             return Err(BenchError::Unexpected(format!(
-                "GET {path} answered {}",
+                "GET {shown} answered {}",
                 response.status()
             )));
         }
@@ -218,18 +231,7 @@ impl HttpClient {
         if let Some(id) = last_event_id {
             builder = builder.header("last-event-id", id.to_string());
         }
-        let request = builder
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| BenchError::Unexpected(e.to_string()))?;
-        self.sender.ready().await?;
-        let response = self.sender.send_request(request).await?;
-        if response.status() != StatusCode::OK {
-            return Err(BenchError::Unexpected(format!(
-                "GET /v2/rpc answered {}",
-                response.status()
-            )));
-        }
-        Ok(response.into_body())
+        self.open_stream(builder, "/v2/rpc").await
     }
 
     /// `initialize` for `agent`; returns the new connection id.
