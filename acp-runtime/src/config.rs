@@ -206,6 +206,11 @@ pub struct ServerConfig {
     /// terminals"); `None`: the API is off (`--no-processes`, 404 on every
     /// route).
     pub processes: Option<ProcessLimits>,
+    /// The user agents and processes run as when the server runs as root
+    /// (`--agent-user`, research/contract.md, "Agents under an unprivileged
+    /// user"); the tree supervisor switches to it. `None`: the server's own
+    /// user.
+    pub agent_user: Option<crate::agent::user::AgentUser>,
 }
 
 impl ServerConfig {
@@ -255,6 +260,7 @@ impl ServerConfig {
             max_upload_entries: DEFAULT_MAX_UPLOAD_ENTRIES,
             default_agent: None,
             processes: Some(ProcessLimits::default()),
+            agent_user: None,
         }
     }
 }

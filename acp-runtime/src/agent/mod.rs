@@ -21,6 +21,8 @@
 //! - [`framing`]: stdout line framing with a maximum line length.
 //! - `router`: the routing table: id rewriting, pending requests both ways,
 //!   held messages, delivery to sessions and connections.
+//! - [`user`]: the unprivileged user agents and processes run as when the
+//!   server runs as root (`--agent-user`).
 //! - [`client_side`]: the agent's `fs/*` and `terminal/*` requests answered
 //!   in the sandbox, and the client capabilities declared for them.
 
@@ -33,5 +35,6 @@ pub(crate) mod router;
 pub(crate) mod stdio;
 pub mod supervisor;
 pub mod tree;
+pub mod user;
 
 pub use supervisor::{Agents, StartError};

@@ -84,12 +84,7 @@ pub fn spawn(
     let mut command = match tree_supervisor {
         Some(supervisor) => {
             let mut command = Command::new(&supervisor.binary);
-            command.args(tree::command_args(
-                supervisor.grace,
-                false,
-                launch.program.as_os_str(),
-                &launch.args,
-            ));
+            command.args(supervisor.command_args(false, launch.program.as_os_str(), &launch.args));
             command
         }
         None => {

@@ -34,6 +34,8 @@ use nix::sys::signal::{SigSet, Signal, kill, raise};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpid, getppid};
+
+use super::user::AgentUser;
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsFd;
@@ -52,6 +54,9 @@ pub struct TreeSupervisor {
     /// own grace, so the supervisor reaches a tree's `setsid` escapees
     /// before the server's SIGKILL to the group ends the supervisor.
     pub grace: Duration,
+    /// The user the supervisor switches to before it starts the program
+    /// (`--agent-user`); `None`: the server's own.
+    pub user: Option<super::user::AgentUser>,
 }
 
 /// The hidden subcommand that runs [`run`] (the binary's, after its name).
@@ -78,38 +83,71 @@ pub const SECRET_ENV: [&str; 2] = ["SANDBOX_AGENT_TOKEN", "SANDBOX_AGENT_STORE"]
 /// Exit status when the program cannot be started (as a shell's 127).
 const CANNOT_RUN: i32 = 127;
 
-/// The arguments that make a supervisor of `program args…`, for the
-/// binary at hand: `supervise --grace-ms N [--tty] -- program args…`
-/// (`tty`: the supervisor leads a terminal's session, module doc).
-pub fn command_args(grace: Duration, tty: bool, program: &OsStr, args: &[String]) -> Vec<OsString> {
-    let mut all = vec![
-        OsString::from(SUBCOMMAND),
-        OsString::from("--grace-ms"),
-        OsString::from(grace.as_millis().to_string()),
-    ];
-    if tty {
-        all.push(OsString::from("--tty"));
+impl TreeSupervisor {
+    /// The arguments that make a supervisor of `program args…` for this
+    /// binary: `supervise --grace-ms N [--tty] [--user NAME:UID:GID] --
+    /// program args…` (`tty`: the supervisor leads a terminal's session,
+    /// module doc; `--user`: [`TreeSupervisor::user`]).
+    pub fn command_args(&self, tty: bool, program: &OsStr, args: &[String]) -> Vec<OsString> {
+        let mut all = vec![
+            OsString::from(SUBCOMMAND),
+            OsString::from("--grace-ms"),
+            OsString::from(self.grace.as_millis().to_string()),
+        ];
+        if tty {
+            all.push(OsString::from("--tty"));
+        }
+        if let Some(user) = &self.user {
+            all.push(OsString::from("--user"));
+            all.push(OsString::from(user.to_arg()));
+        }
+        all.push(OsString::from("--"));
+        all.push(program.to_owned());
+        all.extend(args.iter().map(OsString::from));
+        all
     }
-    all.push(OsString::from("--"));
-    all.push(program.to_owned());
-    all.extend(args.iter().map(OsString::from));
-    all
 }
 
 /// Runs the supervisor of `program args…` (module doc) and returns the exit
 /// status to leave with; when the program died of a signal, the supervisor
 /// dies of the same signal before returning. `tty`: stdin is the terminal
 /// of the supervisor's session, and the program becomes its foreground
-/// process group. Call it before any other thread exists: it blocks
-/// signals for the process.
-pub fn run(grace: Duration, tty: bool, program: &OsStr, args: &[OsString]) -> i32 {
-    match Supervisor::start(grace, tty, program, args) {
+/// process group. `user`: the supervisor becomes that user (supplementary
+/// groups, group, user, in that order) before it starts the program. Call
+/// it before any other thread exists: it blocks signals for the process.
+pub fn run(
+    grace: Duration,
+    tty: bool,
+    user: Option<&AgentUser>,
+    program: &OsStr,
+    args: &[OsString],
+) -> i32 {
+    match Supervisor::start(grace, tty, user, program, args) {
         Ok(supervisor) => supervisor.serve(),
         Err((status, message)) => {
             eprintln!("sandbox-agent {SUBCOMMAND}: {message}");
             status
         }
     }
+}
+
+/// Becomes `user`: its supplementary groups (`initgroups`, never root's),
+/// its primary group, then its uid (real, effective and saved, so there is
+/// no way back). The supervisor is then the user too: it can still signal
+/// and reap its tree, and the server (root) can still signal it.
+fn become_user(user: &AgentUser) -> Result<(), (i32, String)> {
+    let failed = |what: &str, errno: Errno| {
+        (
+            1,
+            format!("cannot become user {} ({what}): {errno}", user.name),
+        )
+    };
+    let name = std::ffi::CString::new(user.name.as_str())
+        .map_err(|_| (1, format!("user name {:?} holds a NUL byte", user.name)))?;
+    nix::unistd::initgroups(&name, user.gid()).map_err(|e| failed("initgroups", e))?;
+    nix::unistd::setgid(user.gid()).map_err(|e| failed("setgid", e))?;
+    nix::unistd::setuid(user.uid()).map_err(|e| failed("setuid", e))?;
+    Ok(())
 }
 
 /// One supervised tree.
@@ -134,6 +172,7 @@ impl Supervisor {
     fn start(
         grace: Duration,
         tty: bool,
+        user: Option<&AgentUser>,
         program: &OsStr,
         args: &[OsString],
     ) -> Result<Self, (i32, String)> {
@@ -154,6 +193,11 @@ impl Supervisor {
         }
         signal_hook::flag::register(KILL_NOW as i32, early_kill.clone())
             .map_err(|e| (1, format!("cannot catch {KILL_NOW}: {e}")))?;
+        // Before the program starts, and before the parent-death signal is
+        // asked for (a change of credentials clears it).
+        if let Some(user) = user {
+            become_user(user)?;
+        }
         let mut command = std::process::Command::new(program);
         command.args(args);
         if tty {
@@ -371,8 +415,12 @@ mod tests {
 
     #[test]
     fn the_command_line_names_the_grace_and_the_program() {
-        let args = command_args(
-            Duration::from_millis(2500),
+        let supervisor = |grace: u64, user: Option<AgentUser>| TreeSupervisor {
+            binary: "/bin/sandbox-agent".into(),
+            grace: Duration::from_millis(grace),
+            user,
+        };
+        let args = supervisor(2500, None).command_args(
             false,
             OsStr::new("/bin/agent"),
             &["--acp".to_owned()],
@@ -390,12 +438,27 @@ mod tests {
             .map(OsString::from)
             .to_vec()
         );
-        let tty = command_args(Duration::from_millis(10), true, OsStr::new("sh"), &[]);
+        let user = AgentUser {
+            name: "agent".to_owned(),
+            uid: 1000,
+            gid: 1001,
+            home: "/home/agent".into(),
+        };
+        let tty = supervisor(10, Some(user)).command_args(true, OsStr::new("sh"), &[]);
         assert_eq!(
             tty,
-            ["supervise", "--grace-ms", "10", "--tty", "--", "sh"]
-                .map(OsString::from)
-                .to_vec()
+            [
+                "supervise",
+                "--grace-ms",
+                "10",
+                "--tty",
+                "--user",
+                "agent:1000:1001",
+                "--",
+                "sh"
+            ]
+            .map(OsString::from)
+            .to_vec()
         );
     }
 }

@@ -68,8 +68,7 @@ pub(super) fn spawn(
     let mut command = match supervisor {
         Some(supervisor) => {
             let mut command = Command::new(&supervisor.binary);
-            command.args(tree::command_args(
-                supervisor.grace,
+            command.args(supervisor.command_args(
                 launch.tty.is_some(),
                 launch.program.as_os_str(),
                 launch.args,

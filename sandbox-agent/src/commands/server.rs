@@ -263,6 +263,13 @@ pub struct ServerArgs {
         default_value_t = ProcessLimits::default().kept_exited
     )]
     pub kept_processes: usize,
+    /// Run agents and processes as this user (a name or a uid) when the
+    /// server runs as root: its uid, primary group and supplementary
+    /// groups, HOME the agent's home in the data dir (owned by the user),
+    /// and no access to the data dir's store or runtime id. Claude Code
+    /// refuses to start a session as root without it.
+    #[arg(long, env = "SANDBOX_AGENT_AGENT_USER", value_name = "USER")]
+    pub agent_user: Option<String>,
 }
 
 impl ServerArgs {
@@ -347,9 +354,24 @@ impl ServerArgs {
         } else {
             std::env::current_exe().ok()
         };
+        if let Some(spec) = &self.agent_user {
+            if !nix::unistd::geteuid().is_root() {
+                return Err(format!(
+                    "--agent-user {spec}: the server must run as root to start agents as another user"
+                ));
+            }
+            config.agent_user = Some(acp_runtime::agent::user::AgentUser::resolve(spec)?);
+        }
+        if config.agent_user.is_some() && binary.is_none() {
+            return Err(
+                "--agent-user needs the tree supervisor (this binary re-run), and the binary's path is unknown"
+                    .to_owned(),
+            );
+        }
         config.tree_supervisor = binary.map(|binary| acp_runtime::agent::tree::TreeSupervisor {
             binary,
             grace: config.shutdown_grace / 2,
+            user: config.agent_user.clone(),
         });
         config.event_log_events = self.event_log_events.max(1);
         config.event_log_bytes = self.event_log_bytes;
@@ -381,6 +403,13 @@ impl ServerArgs {
 /// Invalid settings, or a server that cannot bind or fails while serving.
 pub async fn run(args: ServerArgs) -> Result<(), String> {
     let config = args.into_config()?;
+    if nix::unistd::geteuid().is_root() && config.agent_user.is_none() {
+        // Said once, at start (research/contract.md, "Agents under an
+        // unprivileged user").
+        tracing::warn!(
+            "running as root without --agent-user: agents and processes run as root, and Claude Code refuses to open a session as root; pass --agent-user USER"
+        );
+    }
     if config.fs_root.is_none() {
         // Said once, at start (research/contract.md, "Host file system").
         tracing::warn!(
