@@ -198,6 +198,24 @@ pub enum Error {
     /// No file or directory at the path.
     #[error("no such file or directory: {0}")]
     FileNotFound(String),
+    /// A session's `cwd` the agents' user (`--agent-user`) cannot write
+    /// (research/contract.md, "Agents under an unprivileged user").
+    #[error(
+        "the agents run as user {user:?} (--agent-user), which cannot write the cwd {cwd}: {}",
+        if *missing {
+            "it does not exist; create it and give it to the user".to_owned()
+        } else {
+            format!("give it to the user (chown -R {user} {cwd}) or choose another")
+        }
+    )]
+    CwdNotWritable {
+        /// The user's name.
+        user: String,
+        /// The `cwd` as the request gave it.
+        cwd: String,
+        /// Whether it does not exist at all.
+        missing: bool,
+    },
     /// The entry's kind conflicts with the operation.
     #[error("{detail}")]
     FsConflict {
@@ -354,6 +372,7 @@ impl Error {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::OutsideRoot { .. }
             | Self::PermissionDenied(_)
+            | Self::CwdNotWritable { .. }
             | Self::ForbiddenOrigin(_)
             | Self::ForbiddenHost(_) => StatusCode::FORBIDDEN,
             Self::FileNotFound(_)
@@ -432,6 +451,7 @@ impl Error {
             Self::InvalidPath(_) => "invalid-path",
             Self::OutsideRoot { .. } => "outside-root",
             Self::PermissionDenied(_) => "permission-denied",
+            Self::CwdNotWritable { .. } => "cwd-not-writable",
             Self::FileNotFound(_) => "file-not-found",
             Self::FsConflict { conflict, .. } => conflict.kind(),
             Self::RangeNotSatisfiable { .. } => "range-not-satisfiable",

@@ -56,6 +56,10 @@ pub async fn run(config: ServerConfig) -> std::io::Result<()> {
     // Before any agent can start: never two trees of one agent
     // (research/contract.md, "Agent process trees and a server that dies").
     crate::agent::orphans::reap_leftovers(&config.data_dir).await;
+    if let Some(user) = &config.agent_user {
+        crate::agent::user::confine_data_dir(&config.data_dir, user)
+            .map_err(std::io::Error::other)?;
+    }
     let durable = open_store(&config).await?;
     let listener = TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;

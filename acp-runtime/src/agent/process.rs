@@ -45,6 +45,8 @@ pub struct LaunchCommand {
     /// Variables set on top of the server's own environment, which the agent
     /// inherits (so credentials such as `OPENAI_API_KEY` pass through).
     pub env: Vec<(String, String)>,
+    /// The working directory; `None`: the server's.
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 /// A started agent process: its pid (and process group) and its stdio.
@@ -95,6 +97,9 @@ pub fn spawn(
     };
     for secret in tree::SECRET_ENV {
         command.env_remove(secret);
+    }
+    if let Some(cwd) = &launch.cwd {
+        command.current_dir(cwd);
     }
     command
         .envs(launch.env.iter().map(|(k, v)| (k, v)))

@@ -9,6 +9,7 @@
 use super::process::{self, AgentProcess, LaunchCommand};
 use super::router::{ReportedHints, RouteTargets};
 use super::tree::TreeSupervisor;
+use super::user;
 use crate::error::Error;
 use crate::install::{AgentSpec, Launch};
 use crate::install::{InstallError, InstallOptions, Installer, LogProgress, Progress};
@@ -297,15 +298,36 @@ impl Agents {
                 (installation.program, installation.args, installation.env)
             }
         };
-        let mut env = spec.env.clone();
-        env.extend(extra_env);
-        let env = self.installer.expand_env(&spec.id, &env).map_err(|error| {
+        let mut env = Vec::new();
+        let mut cwd = None;
+        let home = self.installer.agent_home(&spec.id);
+        let cannot_make_home = |error: std::io::Error| {
             StartError::Failed(format!(
                 "cannot create the agent home {}: {error}",
-                self.installer.agent_home(&spec.id).display()
+                home.display()
             ))
-        })?;
-        Ok(LaunchCommand { program, args, env })
+        };
+        // An agent run as another user lives in its home in the data dir,
+        // owned by that user (research/contract.md, "Agents under an
+        // unprivileged user"); the agent's own variables may still name
+        // another HOME.
+        if let Some(user) = self.tree_supervisor.as_ref().and_then(|s| s.user.as_ref()) {
+            user::prepare_home(user, &home).map_err(cannot_make_home)?;
+            env.extend(user::login_env(user, &home));
+            cwd = Some(home.clone());
+        }
+        env.extend(spec.env.iter().cloned());
+        env.extend(extra_env);
+        let env = self
+            .installer
+            .expand_env(&spec.id, &env)
+            .map_err(cannot_make_home)?;
+        Ok(LaunchCommand {
+            program,
+            args,
+            env,
+            cwd,
+        })
     }
 
     /// Installs `agent` (`POST /v2/agents/{agent}/install`). A command agent

@@ -443,6 +443,7 @@ mod tests {
             uid: 1000,
             gid: 1001,
             home: "/home/agent".into(),
+            groups: Vec::new(),
         };
         let tty = supervisor(10, Some(user)).command_args(true, OsStr::new("sh"), &[]);
         assert_eq!(

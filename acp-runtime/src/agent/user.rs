@@ -3,6 +3,8 @@
 //! user"): who it is, resolved once at start from the user database.
 
 use nix::unistd::{Gid, Uid, User};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 /// A user from the user database (`/etc/passwd` or NSS): what the tree
 /// supervisor switches to before it starts a program
@@ -17,7 +19,11 @@ pub struct AgentUser {
     pub gid: u32,
     /// The home directory of the user database entry (the process API's
     /// `HOME` for this user; agents get their own home in the data dir).
-    pub home: std::path::PathBuf,
+    pub home: PathBuf,
+    /// Every group of the user (primary and supplementary), for the
+    /// permission checks the server makes on the user's behalf. Empty when
+    /// read back from [`AgentUser::from_arg`].
+    pub groups: Vec<u32>,
 }
 
 impl AgentUser {
@@ -44,11 +50,19 @@ impl AgentUser {
                 "--agent-user {spec} is root: name an unprivileged user for the agents"
             ));
         }
+        let name = std::ffi::CString::new(found.name.as_str())
+            .map_err(|_| format!("--agent-user {spec}: the name holds a NUL byte"))?;
+        let groups = nix::unistd::getgrouplist(&name, found.gid)
+            .map_err(|errno| format!("--agent-user {spec}: cannot read its groups: {errno}"))?
+            .into_iter()
+            .map(Gid::as_raw)
+            .collect();
         Ok(Self {
             name: found.name,
             uid: found.uid.as_raw(),
             gid: found.gid.as_raw(),
             home: found.dir,
+            groups,
         })
     }
 
@@ -73,7 +87,8 @@ impl AgentUser {
             name: name.to_owned(),
             uid,
             gid,
-            home: std::path::PathBuf::new(),
+            home: PathBuf::new(),
+            groups: Vec::new(),
         })
     }
 
@@ -86,6 +101,119 @@ impl AgentUser {
     pub fn gid(&self) -> Gid {
         Gid::from_raw(self.gid)
     }
+}
+
+/// What the user may do to a file: the permission bits of `meta` for the
+/// user (owner, a group of the user, others). ACLs are not read.
+pub(crate) fn allowed(user: &AgentUser, meta: &std::fs::Metadata) -> u32 {
+    let mode = meta.mode();
+    if meta.uid() == user.uid {
+        (mode >> 6) & 0o7
+    } else if meta.gid() == user.gid || user.groups.contains(&meta.gid()) {
+        (mode >> 3) & 0o7
+    } else {
+        mode & 0o7
+    }
+}
+
+/// The first directory on the way to `path` (its ancestors and itself,
+/// when it is a directory) that `user` may not search, if any.
+pub fn unreachable_step(user: &AgentUser, path: &Path) -> Option<PathBuf> {
+    let mut dirs: Vec<&Path> = path.ancestors().collect();
+    dirs.reverse();
+    for dir in dirs {
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() && allowed(user, &meta) & 0o1 == 0 => {
+                return Some(dir.to_owned());
+            }
+            Ok(_) => {}
+            Err(_) => return Some(dir.to_owned()),
+        }
+    }
+    None
+}
+
+/// Whether `user` may create files in directory `dir`: every directory on
+/// the way searchable and `dir` itself writable and searchable (permission
+/// bits; ACLs and read-only mounts are not seen).
+pub fn may_write(user: &AgentUser, dir: &Path) -> bool {
+    unreachable_step(user, dir).is_none()
+        && std::fs::metadata(dir).is_ok_and(|meta| allowed(user, &meta) & 0o3 == 0o3)
+}
+
+/// The variables that make a program at home as `user` in `home`: `HOME`,
+/// `USER` and `LOGNAME` (what `login` and `su -` set).
+pub fn login_env(user: &AgentUser, home: &Path) -> [(String, String); 3] {
+    [
+        ("HOME".to_owned(), home.to_string_lossy().into_owned()),
+        ("USER".to_owned(), user.name.clone()),
+        ("LOGNAME".to_owned(), user.name.clone()),
+    ]
+}
+
+/// Makes `home` the user's: created when missing, owned by the user (every
+/// entry of it, when the folder itself is not yet: a home made while the
+/// server ran agents as root), mode 0700.
+///
+/// # Errors
+/// When the folder cannot be created, handed over or restricted.
+pub fn prepare_home(user: &AgentUser, home: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(home)?;
+    let meta = std::fs::symlink_metadata(home)?;
+    if meta.uid() != user.uid || meta.gid() != user.gid {
+        chown_tree(home, user)?;
+    }
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
+}
+
+/// `lchown` of `root` and everything under it (symlinks themselves, never
+/// their targets).
+fn chown_tree(root: &Path, user: &AgentUser) -> std::io::Result<()> {
+    let mut pending = vec![root.to_owned()];
+    while let Some(path) = pending.pop() {
+        std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid))?;
+        let meta = std::fs::symlink_metadata(&path)?;
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path)? {
+                pending.push(entry?.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Readies the data dir for agents run as `user` (research/contract.md,
+/// "Agents under an unprivileged user"): the data dir `0711` (the user may
+/// pass through to `agents/` and its own home, never list it or open the
+/// store or the runtime id), `homes/` `0711`, `agents/` searchable.
+///
+/// # Errors
+/// A message for the user when the data dir cannot be made so, or when a
+/// directory above it keeps the user out (a data dir under `/root`).
+pub fn confine_data_dir(data_dir: &Path, user: &AgentUser) -> Result<(), String> {
+    let failed = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
+    let data_dir = &std::path::absolute(data_dir).map_err(|e| failed(data_dir, e))?;
+    for (dir, mode) in [
+        (data_dir.to_owned(), 0o711),
+        (data_dir.join("homes"), 0o711),
+        (data_dir.join("agents"), 0o755),
+    ] {
+        std::fs::create_dir_all(&dir).map_err(|e| failed(&dir, e))?;
+        let meta = std::fs::metadata(&dir).map_err(|e| failed(&dir, e))?;
+        if meta.mode() & 0o777 != mode {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| failed(&dir, e))?;
+        }
+    }
+    if let Some(step) = unreachable_step(user, &data_dir.join("agents")) {
+        return Err(format!(
+            "--agent-user {}: the user cannot reach the data dir {} ({} is closed to it); pass --data-dir in a directory the user can pass through, e.g. /var/lib/sandbox-agent",
+            user.name,
+            data_dir.display(),
+            step.display()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -101,6 +229,37 @@ mod tests {
         let unknown = AgentUser::resolve("no-such-user-sandbox-agent").expect_err("unknown");
         assert!(unknown.contains("no such user"), "{unknown}");
         assert!(AgentUser::resolve(" ").is_err());
+    }
+
+    fn user(uid: u32, gid: u32, groups: &[u32]) -> AgentUser {
+        AgentUser {
+            name: "agent".to_owned(),
+            uid,
+            gid,
+            home: PathBuf::new(),
+            groups: groups.to_vec(),
+        }
+    }
+
+    #[test]
+    fn permission_bits_are_read_as_owner_group_or_other() {
+        let dir = std::env::temp_dir().join(format!("user-bits-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let me = std::fs::metadata(&dir).expect("meta");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o710)).expect("chmod");
+        let owner = user(me.uid(), 4242, &[]);
+        let in_group = user(4243, 4244, &[me.gid()]);
+        let other = user(4245, 4246, &[]);
+        assert!(may_write(&owner, &dir));
+        assert!(!may_write(&in_group, &dir), "group has x only");
+        assert!(
+            unreachable_step(&in_group, &dir).is_none(),
+            "group may pass"
+        );
+        assert_eq!(unreachable_step(&other, &dir.join("x")), Some(dir.clone()));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        assert!(may_write(&other, &dir));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

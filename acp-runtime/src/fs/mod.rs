@@ -54,7 +54,9 @@ use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+use crate::agent::user::AgentUser;
 
 /// Where one request's paths start and how far they may reach.
 #[derive(Debug, Clone)]
@@ -72,6 +74,36 @@ pub(crate) struct Scope {
     /// `fs/*` and `terminal/*` requests ([`Scope::excluding`]). Empty for
     /// the host file system API.
     excluded: Vec<PathBuf>,
+    /// The user whose file permissions bind this scope's opens, creates
+    /// and renames (an agent's `fs/*` requests under `--agent-user`,
+    /// [`Scope::acting_as`]); `None`: the server's own.
+    user: Option<Arc<AgentUser>>,
+}
+
+/// While alive, the calling thread's file system uid and gid are a user's
+/// (`setfsuid`/`setfsgid` are per thread on Linux, and moving the
+/// file system uid off 0 drops the capabilities that override file
+/// permissions): the kernel checks that user's permissions on every path
+/// the thread opens. Restored to the server's own when dropped. Blocking
+/// threads only: a future may move between threads.
+pub(crate) struct ActingAs {
+    uid: nix::unistd::Uid,
+    gid: nix::unistd::Gid,
+}
+
+impl ActingAs {
+    fn begin(user: &AgentUser) -> Self {
+        let gid = nix::unistd::setfsgid(user.gid());
+        let uid = nix::unistd::setfsuid(user.uid());
+        Self { uid, gid }
+    }
+}
+
+impl Drop for ActingAs {
+    fn drop(&mut self) {
+        nix::unistd::setfsuid(self.uid);
+        nix::unistd::setfsgid(self.gid);
+    }
 }
 
 impl Scope {
@@ -100,6 +132,7 @@ impl Scope {
             root_alias,
             base,
             excluded: Vec::new(),
+            user: None,
         })
     }
 
@@ -111,6 +144,29 @@ impl Scope {
     pub(crate) fn excluding(mut self, excluded: Vec<PathBuf>) -> Self {
         self.excluded = excluded;
         self
+    }
+
+    /// This scope bound by `user`'s file permissions (research/contract.md,
+    /// "Agents under an unprivileged user"): see [`Scope::act`].
+    pub(crate) fn acting_as(mut self, user: Option<Arc<AgentUser>>) -> Self {
+        self.user = user;
+        self
+    }
+
+    /// Takes on the scope's user for the calling (blocking) thread until
+    /// the guard is dropped ([`ActingAs`]); `None` without one.
+    pub(crate) fn act(&self) -> Option<ActingAs> {
+        self.user.as_deref().map(ActingAs::begin)
+    }
+
+    /// Whether the scope's user (if any) may do `want` (permission bits:
+    /// 4 read, 2 write, 1 search) to the file `meta` describes, by that
+    /// user's own groups. The kernel's check under [`Scope::act`] also
+    /// counts the server's supplementary groups, which this one does not.
+    pub(crate) fn user_may(&self, meta: &std::fs::Metadata, want: u32) -> bool {
+        self.user
+            .as_deref()
+            .is_none_or(|user| crate::agent::user::allowed(user, meta) & want == want)
     }
 
     /// `raw` as an absolute path, by the path rules (module doc).
@@ -786,6 +842,7 @@ mod tests {
             root: root.map(Path::to_owned),
             root_alias: None,
             base: PathBuf::from("/work/session"),
+            user: None,
         }
     }
 

@@ -45,6 +45,7 @@ impl OpenFile {
 /// # Errors
 /// 400, 403, 404, 409 `is-a-directory`.
 pub(crate) fn open(scope: &Scope, path: &str) -> Result<OpenFile, Error> {
+    let acting = scope.act();
     let located = scope.locate(path, true)?;
     let real = located.real();
     let file = located
@@ -66,6 +67,10 @@ pub(crate) fn open(scope: &Scope, path: &str) -> Result<OpenFile, Error> {
     let meta = file
         .metadata()
         .map_err(|error| Error::from_io(&error, &real))?;
+    drop(acting);
+    if !scope.user_may(&meta, 4) {
+        return Err(Error::PermissionDenied(real.display().to_string()));
+    }
     if meta.is_dir() {
         return Err(is_a_directory(&real));
     }
@@ -85,6 +90,8 @@ struct TempFile {
     located: Located,
     name: std::ffi::OsString,
     committed: bool,
+    /// The scope, whose user (if any) the rename is made as.
+    scope: Scope,
 }
 
 impl Drop for TempFile {
@@ -146,6 +153,7 @@ where
 
 /// Creates the temp file beside the target.
 fn begin(scope: &Scope, path: &str) -> Result<(TempFile, File), Error> {
+    let _acting = scope.act();
     let absolute = scope.absolute(path)?;
     if let Some(parent) = absolute.parent() {
         scope.make_dirs(&shown(parent))?;
@@ -158,6 +166,14 @@ fn begin(scope: &Scope, path: &str) -> Result<(TempFile, File), Error> {
         .is_ok_and(|meta| meta.is_dir())
     {
         return Err(is_a_directory(&real));
+    }
+    let dir_meta = located
+        .dir
+        .file()
+        .metadata()
+        .map_err(|error| Error::from_io(&error, &real))?;
+    if !scope.user_may(&dir_meta, 0o3) {
+        return Err(Error::PermissionDenied(real.display().to_string()));
     }
     let mut name = std::ffi::OsString::from(".");
     name.push(&located.name);
@@ -178,6 +194,7 @@ fn begin(scope: &Scope, path: &str) -> Result<(TempFile, File), Error> {
             located,
             name,
             committed: false,
+            scope: scope.clone(),
         },
         file,
     ))
@@ -188,6 +205,7 @@ fn commit(mut temp: TempFile, file: &File) -> Result<(), Error> {
     let real = temp.located.real();
     let io = |error: std::io::Error| Error::from_io(&error, &real);
     file.sync_all().map_err(io)?;
+    let acting = temp.scope.act();
     nix::fcntl::renameat2(
         temp.located.dir.file(),
         temp.name.as_os_str(),
@@ -196,6 +214,7 @@ fn commit(mut temp: TempFile, file: &File) -> Result<(), Error> {
         nix::fcntl::RenameFlags::empty(),
     )
     .map_err(|errno| io(errno.into()))?;
+    drop(acting);
     temp.committed = true;
     temp.located.dir.file().sync_all().map_err(io)?;
     Ok(())

@@ -85,6 +85,12 @@ pub(super) fn spawn(
     for secret in tree::SECRET_ENV {
         command.env_remove(secret);
     }
+    // Run as another user, a process gets that user's home from the user
+    // database, as `docker exec -u` gives (research/contract.md, "Agents
+    // under an unprivileged user"); the request's variables still win.
+    if let Some(user) = supervisor.and_then(|s| s.user.as_ref()) {
+        command.envs(crate::agent::user::login_env(user, &user.home));
+    }
     if launch.tty.is_some() && !launch.env.iter().any(|(key, _)| key == "TERM") {
         command.env("TERM", DEFAULT_TERM);
     }
@@ -114,6 +120,12 @@ pub(super) fn spawn(
             let (pty, pts) = pty_process::open().map_err(std::io::Error::other)?;
             pty.resize(pty_process::Size::new(size.rows, size.cols))
                 .map_err(std::io::Error::other)?;
+            // The terminal is the user's, as `login` makes it: a program
+            // that opens it again by name (`/dev/pts/N`, `tty`) may.
+            if let Some(user) = supervisor.and_then(|s| s.user.as_ref()) {
+                nix::unistd::fchown(&pts, Some(user.uid()), Some(user.gid()))
+                    .map_err(std::io::Error::from)?;
+            }
             // The child leads a new session with the terminal as its
             // controlling terminal (a supervisor then hands the terminal's
             // foreground to the program, `tree`).

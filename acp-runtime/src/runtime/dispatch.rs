@@ -152,6 +152,9 @@ impl Runtime {
             });
         }
         let effect = self.effect_of(connection, envelope, body)?;
+        if let Some(error) = self.cwd_refused(method, envelope.params) {
+            return Ok(Reply::error(client_id, &error.to_rpc_error()));
+        }
         let process = match self.ready_agent(&connection.agent, client_id).await? {
             Ok(process) => process,
             Err(rejected) => return Ok(rejected),
@@ -289,6 +292,33 @@ impl Runtime {
                 Ok(Reply::error(client_id, &error))
             }
         }
+    }
+
+    /// A session's `cwd` the agents' user cannot write (`--agent-user`),
+    /// checked before the agent sees the request: the agent's own failure
+    /// would not name the user (research/contract.md, "Agents under an
+    /// unprivileged user"). Relative or absent: the agent's to judge.
+    fn cwd_refused(&self, method: &str, params: Option<&RawValue>) -> Option<Error> {
+        let user = self.config.agent_user.as_ref()?;
+        if !matches!(
+            method,
+            method::SESSION_NEW
+                | method::SESSION_FORK
+                | method::SESSION_LOAD
+                | method::SESSION_RESUME
+        ) {
+            return None;
+        }
+        let cwd = cwd_of(params)?;
+        let path = std::path::Path::new(&cwd);
+        if !path.is_absolute() || crate::agent::user::may_write(user, path) {
+            return None;
+        }
+        Some(Error::CwdNotWritable {
+            user: user.name.clone(),
+            missing: !path.exists(),
+            cwd,
+        })
     }
 
     /// Checks `_meta` rules and picks what the runtime does with the answer.

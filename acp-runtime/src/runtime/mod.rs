@@ -166,7 +166,8 @@ impl Runtime {
                     },
                     config.max_upload_bytes,
                 )
-                .with_processes(processes.clone()),
+                .with_processes(processes.clone())
+                .acting_as(config.agent_user.clone()),
             )),
         };
         Arc::new(Self {

@@ -223,6 +223,33 @@ impl SqliteFile {
     }
 }
 
+/// Makes the SQLite store readable by its owner only (mode 0600): the
+/// file and its `-wal`, `-shm` and `.lock` companions, when more open
+/// than that. SQLite gives the companions it creates later the file's
+/// mode. Sessions hold prompts, file contents and tool output; an agent
+/// run as another user (`--agent-user`) must not read them
+/// (research/contract.md, "Agents under an unprivileged user").
+///
+/// # Errors
+/// When a mode cannot be read or changed.
+pub(crate) fn owner_only(file: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    for suffix in ["", "-wal", "-shm", ".lock"] {
+        let path = with_suffix(file, suffix);
+        let io = |e: std::io::Error| StoreError::Io(format!("{}: {e}", path.display()));
+        let mode = match std::fs::metadata(&path) {
+            Ok(meta) => meta.permissions().mode(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(e)),
+        };
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o700))
+                .map_err(io)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

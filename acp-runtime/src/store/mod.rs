@@ -329,7 +329,20 @@ pub fn default_runtime_id(data_dir: &Path) -> Result<String, StoreError> {
     std::fs::create_dir_all(data_dir).map_err(io)?;
     let id = uuid::Uuid::new_v4().to_string();
     let temporary = data_dir.join(format!(".{RUNTIME_ID_FILE}.{}", std::process::id()));
-    std::fs::write(&temporary, format!("{id}\n")).map_err(io)?;
+    // Readable by the server's user alone, like the store: an agent run as
+    // another user (`--agent-user`) has no business with it.
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temporary)
+            .map_err(io)?;
+        file.write_all(format!("{id}\n").as_bytes()).map_err(io)?;
+    }
     // A hard link, not a rename: of servers started at once on a new data
     // dir, the first one's id stays and the others read it.
     let linked = std::fs::hard_link(&temporary, &path);
@@ -430,6 +443,9 @@ impl Store {
                 .await
                 .map_err(open_error)?;
             let _ = sqlx::Connection::close(probe).await;
+            if let StoreUrl::Sqlite(path) = url {
+                file::owner_only(path)?;
+            }
         }
         let mut options = AnyPoolOptions::new()
             .max_connections(pool_size)

@@ -51,6 +51,7 @@ pub mod procfs;
 pub mod proxy;
 pub mod server;
 pub mod sse;
+pub mod users;
 
 use std::time::Duration;
 

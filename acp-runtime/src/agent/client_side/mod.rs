@@ -23,6 +23,7 @@ mod fs;
 mod reply;
 mod terminal;
 
+use crate::agent::user::AgentUser;
 use crate::fs::Scope;
 use crate::process::Processes;
 use crate::protocol::method::{
@@ -59,6 +60,9 @@ pub struct ClientSide {
     processes: Option<Arc<Processes>>,
     /// Which session owns which terminal.
     terminals: terminal::Terminals,
+    /// The user agents run as (`--agent-user`): its file permissions bind
+    /// the agents' `fs/*` requests, as they bind its terminals.
+    user: Option<Arc<AgentUser>>,
 }
 
 impl ClientSide {
@@ -90,6 +94,7 @@ impl ClientSide {
             max_write_bytes,
             processes: None,
             terminals: terminal::Terminals::default(),
+            user: None,
         }
     }
 
@@ -97,6 +102,13 @@ impl ClientSide {
     /// no terminals).
     pub fn with_processes(mut self, processes: Option<Arc<Processes>>) -> Self {
         self.processes = processes;
+        self
+    }
+
+    /// The service with agents' file requests made as `user`
+    /// (research/contract.md, "Agents under an unprivileged user").
+    pub fn acting_as(mut self, user: Option<AgentUser>) -> Self {
+        self.user = user.map(Arc::new);
         self
     }
 
@@ -245,7 +257,11 @@ impl ClientSide {
             self.fs_root_as_given.clone(),
             session.cwd(),
         )
-        .map(|scope| scope.excluding(self.excluded.clone()))
+        .map(|scope| {
+            scope
+                .excluding(self.excluded.clone())
+                .acting_as(self.user.clone())
+        })
         .map_err(|error| fs_error(&error))
     }
 }
