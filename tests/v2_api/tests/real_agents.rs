@@ -9,14 +9,20 @@
 //! - Gemini CLI: without `GEMINI_API_KEY`, `session/new` is the agent's
 //!   "authentication required" naming the key; with a dummy one (the runtime
 //!   authenticates the process), a session;
-//! - Claude Code: installed on the first `initialize`, which it answers.
+//! - Claude Code: installed on the first `initialize`; as root it refuses
+//!   `session/new` and the error carries its stderr line saying so; under
+//!   `--agent-user` it opens a session. Both need root (CI runs as root);
+//!   otherwise they say why and check nothing.
 //!
 //! Installs go to `<target dir>/agent-cache` (passed as `--data-dir`), so
-//! later runs reuse them. Nothing depends on an earlier run.
+//! later runs reuse them; the `--agent-user` case has a data dir of its own
+//! beside it (a Claude Code run as root writes root-owned files into its
+//! home, which the user could not open). Nothing depends on an earlier run.
 //! No prompt is ever sent: there is no network to the model providers here,
 //! and none is needed to prove the wiring. Needs `npm` (Node.js) on `PATH`
 //! and the npm registry.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -24,6 +30,7 @@ use serde_json::{Value, json};
 use v2_api_tests::agents::{INSTALL_TIMEOUT, TempDir, agent_entry, install_within};
 use v2_api_tests::ext::{expect_error, expect_result, namespace};
 use v2_api_tests::server::binary_path;
+use v2_api_tests::users::{AGENT_USER, Ids, agent_user, is_root};
 use v2_api_tests::{Api, META_KEY, TestServer, acp};
 
 /// How long a real agent may take to answer a request (its start-up included).
@@ -357,8 +364,127 @@ async fn claude_code_installs_on_first_initialize_and_answers_it() {
         result["agentCapabilities"]["_meta"][META_KEY]["extensions"].is_object(),
         "{body}"
     );
+    // Its only auth method is an interactive login (`claude /login`).
+    assert_eq!(auth_method_ids(result), ["claude-login"], "{body}");
     let entry = agent_entry(&server, "claude").await;
     assert_eq!(entry["installed"], true, "{entry}");
     assert_eq!(entry["source"], "registry", "{entry}");
     assert_eq!(entry["version"], info["version"], "{entry}");
+}
+
+/// The line Claude Code writes to stderr when it is started as root (its
+/// ACP adapter always passes `--dangerously-skip-permissions`).
+const CLAUDE_ROOT_REFUSAL: &str =
+    "--dangerously-skip-permissions cannot be used with root/sudo privileges";
+
+#[tokio::test]
+async fn claude_code_as_root_refuses_a_session_and_the_error_carries_why() {
+    if !is_root() {
+        eprintln!(
+            "claude as root: not run: Claude Code refuses sessions only as root, and this test runs as uid {}",
+            nix::unistd::geteuid()
+        );
+        return;
+    }
+    let server = server_with_env(&[]).await;
+    let reply = initialize_within(&server, "claude", INSTALL_TIMEOUT).await;
+    reply.assert_status(200);
+    let conn = reply
+        .connection_id()
+        .unwrap_or_else(|| panic!("no connection: {reply:?}"));
+    let workdir = TempDir::new("claude-root-cwd");
+    let answer = new_session(&server, &conn, "claude", workdir.path()).await;
+    // The adapter's own error says nothing useful ("Query closed before
+    // response received"); the runtime adds the agent's stderr lines
+    // (research/contract.md, "Agent errors carry the agent's stderr").
+    let error = expect_error(&answer, -32603);
+    let added = &error["data"][META_KEY];
+    let stderr: Vec<&str> = added["stderr"]
+        .as_array()
+        .map(|lines| lines.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert!(
+        stderr.iter().any(|line| line.contains(CLAUDE_ROOT_REFUSAL)),
+        "the error carries Claude Code's refusal: {answer}"
+    );
+    assert!(
+        added["hint"]
+            .as_str()
+            .is_some_and(|hint| hint.contains("--agent-user")),
+        "and the hint to run agents as another user: {answer}"
+    );
+    server.delete(Some(&conn)).await;
+}
+
+#[tokio::test]
+async fn claude_code_opens_a_session_under_the_agent_user() {
+    let Some(user) = agent_user() else {
+        eprintln!(
+            "claude under --agent-user: not run: only root may create {AGENT_USER} and start agents as another user, and this test runs as uid {}",
+            nix::unistd::geteuid()
+        );
+        return;
+    };
+    // A data dir of its own (root's, like the agent cache): the root-run
+    // Claude Code above writes root-owned files into the cache's home.
+    let data_dir = target_dir("agent-cache-agent-user");
+    let server =
+        TestServer::start_with_env(&["--data-dir", &data_dir, "--agent-user", AGENT_USER], &[])
+            .await;
+    let started = Instant::now();
+    let reply = initialize_within(&server, "claude", INSTALL_TIMEOUT).await;
+    eprintln!(
+        "claude initialize under --agent-user (install included when not cached): {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    reply.assert_status(200);
+    let conn = reply
+        .connection_id()
+        .unwrap_or_else(|| panic!("no connection: {reply:?}"));
+
+    let mut stream = server.open_stream(&conn, None).await;
+    let workdir = owned_dir("claude-user-cwd", user);
+    let answer = new_session(&server, &conn, "claude", workdir.path()).await;
+    let session = session_id(&answer, "claude");
+    assert!(is_uuid(&session), "{answer}");
+    let result = expect_result(&answer);
+    assert!(
+        result["modes"]["availableModes"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty()),
+        "Claude Code's modes: {answer}"
+    );
+    let update = stream
+        .next_event_matching(
+            |e| {
+                e.method() == Some("session/update")
+                    && e.session_id() == Some(session.as_str())
+                    && e.update_kind() == Some("available_commands_update")
+            },
+            AGENT_TIMEOUT,
+        )
+        .await;
+    assert!(
+        update
+            .update()
+            .and_then(|u| u["availableCommands"].as_array())
+            .is_some_and(|c| !c.is_empty()),
+        "Claude Code lists its commands: {update:?}"
+    );
+    // Its home (CLAUDE_CONFIG_DIR) is the user's.
+    let home = std::fs::metadata(Path::new(&data_dir).join("homes/claude")).expect("the home");
+    assert_eq!(
+        (home.uid(), home.gid()),
+        (user.uid, user.gid),
+        "<data>/homes/claude belongs to {AGENT_USER}"
+    );
+    server.delete(Some(&conn)).await;
+}
+
+/// A directory `user` owns (a session's `cwd` must be writable by the
+/// agent user: research/contract.md, "Agents under an unprivileged user").
+fn owned_dir(label: &str, user: Ids) -> TempDir {
+    let dir = TempDir::new(label);
+    std::os::unix::fs::chown(dir.path(), Some(user.uid), Some(user.gid)).expect("chown");
+    dir
 }
