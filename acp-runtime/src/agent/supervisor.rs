@@ -312,6 +312,20 @@ impl Agents {
         // unprivileged user"); the agent's own variables may still name
         // another HOME.
         if let Some(user) = self.tree_supervisor.as_ref().and_then(|s| s.user.as_ref()) {
+            // An installed agent under a closed folder (installed with a
+            // umask of 077) would fail as "permission denied" from node:
+            // say which folder instead.
+            if program.is_absolute()
+                && let Some(step) = user::unreachable_step(user, &program)
+            {
+                return Err(StartError::Failed(format!(
+                    "agent {}'s program {} is closed to user {} (--agent-user) at {}: make the folder searchable by it (chmod o+rx), or reinstall with umask 022",
+                    spec.id,
+                    program.display(),
+                    user.name,
+                    step.display()
+                )));
+            }
             user::prepare_home(user, &home).map_err(cannot_make_home)?;
             env.extend(user::login_env(user, &home));
             cwd = Some(home.clone());

@@ -402,3 +402,32 @@ async fn root_without_an_agent_user_is_warned_once_at_start() {
         .await;
     assert!(!log.contains("without --agent-user"), "{log}");
 }
+
+#[tokio::test]
+async fn an_agent_program_closed_to_the_user_fails_to_start_naming_the_folder() {
+    if user_or_skip("closed agent program").is_none() {
+        return;
+    }
+    // What an install made with umask 077 looks like to the user.
+    let closed = v2_api_tests::agents::TempDir::new("agent-user-closed-program");
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let program = closed.write("agent", &v2_api_tests::agents::mock_agent_script());
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let command = format!("closed={}", program.display());
+    let server =
+        TestServer::start(&["--agent-user", AGENT_USER, "--agent-command", &command]).await;
+    let reply = v2_api_tests::agents::initialize_within(
+        &server.api(),
+        "closed",
+        std::time::Duration::from_secs(30),
+    )
+    .await;
+    let problem = v2_api_tests::assert_problem(&reply, 502, "agent-start-failed");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("closed to user")
+            && detail.contains(AGENT_USER)
+            && detail.contains(closed.utf8()),
+        "{problem}"
+    );
+}
