@@ -170,6 +170,18 @@ impl Agents {
         self
     }
 
+    /// Whether agents start as root: the server runs as root and no
+    /// `--agent-user` is set (a tree supervisor without a user). Their
+    /// failed `session/new` and `session/load` then carry a hint
+    /// (research/contract.md, "Agent errors: stderr and hint").
+    fn root_hint(&self) -> bool {
+        nix::unistd::geteuid().is_root()
+            && self
+                .tree_supervisor
+                .as_ref()
+                .is_none_or(|supervisor| supervisor.user.is_none())
+    }
+
     /// The installer (and so the data dir) these agents use.
     pub fn installer(&self) -> &Arc<Installer> {
         &self.installer
@@ -464,6 +476,7 @@ impl Agents {
                 slot.reported.clone(),
             )
             .serving(served)
+            .with_root_hint(self.root_hint())
             .with_group_record(spawned.group_record)
             .with_supervisor(spawned.supervised),
         );
@@ -480,7 +493,7 @@ impl Agents {
             "clientInfo": { "name": "sandbox-agent", "version": env!("CARGO_PKG_VERSION") },
         });
         let failed = |reason: String| {
-            let stderr = process.stderr.lock().summary();
+            let stderr = process.stderr.summary();
             let mut reason = reason;
             if let Some(head) = stderr.head {
                 reason.push_str("; stderr: ");
