@@ -124,4 +124,5 @@ pub use protocol::{
     ACP_CONNECTION_ID_HEADER, ACP_PATH, ACP_SESSION_ID_HEADER, DEFAULT_CONNECTION_ID_HEADER,
     DEFAULT_PATH, LAST_EVENT_ID_HEADER,
 };
+pub use sse::whole_lines;
 pub use transport::{HttpTransport, TransportHandle, http_failure};

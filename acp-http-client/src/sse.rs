@@ -138,7 +138,7 @@ async fn open(
 /// Reads events until the stream ends, breaks, or the connection closes.
 async fn read(shared: &Shared, response: reqwest::Response, ids: &mut EventIds) -> StreamEnd {
     let bytes = idle_limited(response.bytes_stream(), shared.stream_idle_timeout);
-    let mut events = whole_lines(bytes, shared.max_message_bytes)
+    let mut events = whole_lines(bytes, shared.max_message_bytes, line_too_long)
         .eventsource()
         .boxed();
     loop {
@@ -203,46 +203,56 @@ fn idle_limited(
 /// The SSE parser re-reads its buffered partial event on every chunk, so a
 /// long line arriving in small pieces costs time quadratic in its length;
 /// with whole lines each byte is parsed once. A line over `max_line` bytes
-/// ends the stream with [`Error::EventStream`] instead of growing memory
-/// (the stream is then reopened with `Last-Event-ID`).
-fn whole_lines(
-    bytes: impl Stream<Item = Result<Bytes, Error>> + Send + 'static,
+/// ends the stream with `too_long(max_line)` instead of growing memory
+/// (the caller then reopens it with `Last-Event-ID`). Public for the other
+/// SSE readers of this workspace (the SDK's process output).
+pub fn whole_lines<E: Send + 'static>(
+    bytes: impl Stream<Item = Result<Bytes, E>> + Send + 'static,
     max_line: usize,
-) -> impl Stream<Item = Result<Bytes, Error>> + Send + 'static {
+    too_long: impl Fn(usize) -> E + Send + Sync + 'static,
+) -> impl Stream<Item = Result<Bytes, E>> + Send + 'static {
+    let too_long = Arc::new(too_long);
     let state = (bytes.boxed(), bytes::BytesMut::new(), false);
-    futures::stream::unfold(state, move |(mut bytes, mut pending, done)| async move {
-        if done {
-            return None;
-        }
-        loop {
-            let chunk = match bytes.next().await {
-                Some(Ok(chunk)) => chunk,
-                Some(Err(error)) => return Some((Err(error), (bytes, pending, true))),
-                None if pending.is_empty() => return None,
-                None => {
-                    let rest = pending.split().freeze();
-                    return Some((Ok(rest), (bytes, pending, true)));
-                }
-            };
-            // Only the new bytes (and a held-back `\r`) can hold a line end.
-            let from = pending.len().saturating_sub(1);
-            pending.extend_from_slice(&chunk);
-            let searchable = pending.len() - usize::from(pending.last() == Some(&b'\r'));
-            if let Some(end) = pending
-                .get(from..searchable)
-                .and_then(|new| memchr::memrchr2(b'\n', b'\r', new))
-            {
-                let lines = pending.split_to(from + end + 1).freeze();
-                return Some((Ok(lines), (bytes, pending, false)));
+    futures::stream::unfold(state, move |(mut bytes, mut pending, done)| {
+        let too_long = too_long.clone();
+        async move {
+            if done {
+                return None;
             }
-            if pending.len() > max_line {
-                let error = Error::EventStream(format!(
-                    "a line of the event stream is over {max_line} bytes"
-                ));
-                return Some((Err(error), (bytes, pending, true)));
+            loop {
+                let chunk = match bytes.next().await {
+                    Some(Ok(chunk)) => chunk,
+                    Some(Err(error)) => return Some((Err(error), (bytes, pending, true))),
+                    None if pending.is_empty() => return None,
+                    None => {
+                        let rest = pending.split().freeze();
+                        return Some((Ok(rest), (bytes, pending, true)));
+                    }
+                };
+                // Only the new bytes (and a held-back `\r`) can hold a line end.
+                let from = pending.len().saturating_sub(1);
+                pending.extend_from_slice(&chunk);
+                let searchable = pending.len() - usize::from(pending.last() == Some(&b'\r'));
+                if let Some(end) = pending
+                    .get(from..searchable)
+                    .and_then(|new| memchr::memrchr2(b'\n', b'\r', new))
+                {
+                    let lines = pending.split_to(from + end + 1).freeze();
+                    return Some((Ok(lines), (bytes, pending, false)));
+                }
+                if pending.len() > max_line {
+                    return Some((Err(too_long(max_line)), (bytes, pending, true)));
+                }
             }
         }
     })
+}
+
+/// The error of a line over `max_line` bytes on this crate's streams.
+fn line_too_long(max_line: usize) -> Error {
+    Error::EventStream(format!(
+        "a line of the event stream is over {max_line} bytes"
+    ))
 }
 
 fn event_error(error: EventStreamError<Error>) -> Error {
@@ -263,7 +273,7 @@ mod tests {
             .iter()
             .map(|c| Ok(Bytes::copy_from_slice(c.as_bytes())))
             .collect();
-        whole_lines(futures::stream::iter(input), max_line)
+        whole_lines(futures::stream::iter(input), max_line, line_too_long)
             .map(|item| {
                 item.map(|b| String::from_utf8_lossy(&b).into_owned())
                     .map_err(|e| e.to_string())
@@ -328,11 +338,12 @@ mod tests {
             .iter()
             .map(|c| Ok(Bytes::copy_from_slice(c.as_bytes())))
             .collect();
-        let events: Vec<(String, String)> = whole_lines(futures::stream::iter(input), 1024)
-            .eventsource()
-            .map(|e| e.map(|e| (e.id, e.data)).expect("event"))
-            .collect()
-            .await;
+        let events: Vec<(String, String)> =
+            whole_lines(futures::stream::iter(input), 1024, line_too_long)
+                .eventsource()
+                .map(|e| e.map(|e| (e.id, e.data)).expect("event"))
+                .collect()
+                .await;
         assert_eq!(
             events,
             [

@@ -26,6 +26,26 @@ const store = window.sessionStorage;
 // Small helpers
 // ---------------------------------------------------------------------------
 
+/**
+ * What the runtime added to an agent's JSON-RPC error (research/contract.md,
+ * "Agent errors: stderr and hint"): the agent's stderr lines since the
+ * request, pre-formatted, and the hint; none when it added nothing.
+ */
+function errorDetails(error) {
+  const added = (error && error.data && typeof error.data === "object" && error.data[META]) || {};
+  const parts = [];
+  if (Array.isArray(added.stderr) && added.stderr.length) {
+    parts.push(el("pre", { class: "agent-stderr", "aria-label": "agent stderr" }, added.stderr.join("\n")));
+  }
+  if (typeof added.hint === "string") parts.push(el("p", { class: "hint" }, added.hint));
+  return parts;
+}
+
+/** Shows `text` in the error area `target`, with the details of the JSON-RPC `error` under it. */
+function showError(target, text, error) {
+  target.replaceChildren(el("p", {}, text), ...errorDetails(error));
+}
+
 /** Creates an element: el("p", {class: "x"}, "text", child…). */
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -578,7 +598,7 @@ class SessionsView {
     if (installed) newAgent.value = installed.id;
     const cwd = el("input", { id: "new-cwd", name: "cwd", type: "text", value: "/tmp", size: 24 });
     const create = el("button", { type: "submit", id: "new-session" }, "New session");
-    const error = el("p", { class: "error", role: "alert" });
+    const error = el("div", { class: "error", role: "alert", id: "new-session-error" });
     const form = el(
       "form",
       { class: "toolbar", "aria-label": "New session" },
@@ -598,7 +618,10 @@ class SessionsView {
           mcpServers: [],
           _meta: { [META]: { agent } },
         });
-        if (answer.error) throw new Error(answer.error.message);
+        if (answer.error) {
+          showError(error, `Could not create the session: ${answer.error.message}`, answer.error);
+          return;
+        }
         connection.attached.add(answer.result.sessionId);
         connection.persist();
         window.location.hash = sessionHref(agent, answer.result.sessionId);
@@ -765,7 +788,7 @@ class SessionView {
     this.sendButton.addEventListener("click", () => this.send());
     this.cancelButton = el("button", { type: "button", class: "secondary", id: "cancel" }, "Cancel turn");
     this.cancelButton.addEventListener("click", () => this.cancel());
-    this.error = el("p", { class: "error", role: "alert" });
+    this.error = el("div", { class: "error", role: "alert", id: "session-error" });
     root.append(
       el(
         "div",
@@ -822,7 +845,7 @@ class SessionView {
       mcpServers: [],
     });
     if (answer.error) {
-      this.error.textContent = `Watching the log only: the agent could not load the session (${answer.error.message}).`;
+      showError(this.error, `Watching the log only: the agent could not load the session (${answer.error.message}).`, answer.error);
       return;
     }
     this.connection.attached.add(this.id);
@@ -938,7 +961,7 @@ class SessionView {
     if (result.modes || result.configOptions) this.takeOptions(result);
     if (this.prompts.has(key)) {
       this.current = null;
-      if (message.error) this.add(el("div", { class: "item notice error" }, `turn failed: ${message.error.message}`));
+      if (message.error) this.add(el("div", { class: "item notice error", "data-turn-failed": "" }, el("p", {}, `turn failed: ${message.error.message}`), errorDetails(message.error)));
       else this.add(el("div", { class: "item notice muted", "data-stop-reason": result.stopReason }, `turn ended: ${result.stopReason}`));
     }
   }
@@ -1105,11 +1128,12 @@ class SessionView {
     }
   }
 
-  async call(method, params) {
+  /** Sends `method`; its error shows above the timeline, with its details unless `details` is false (a turn's failure shows them in the timeline). */
+  async call(method, params, { details = true } = {}) {
     this.error.textContent = "";
     try {
       const answer = await this.connection.request(method, params);
-      if (answer.error) this.error.textContent = `${method}: ${answer.error.message}`;
+      if (answer.error) showError(this.error, `${method}: ${answer.error.message}`, details ? answer.error : null);
       return answer;
     } catch (error) {
       this.error.textContent = `${method}: ${error.message}`;
@@ -1126,7 +1150,7 @@ class SessionView {
     // stream's last event of the turn (its final chunk) may have led to a
     // read of the log before the answer was in it, so read it again once
     // the answer is here (it is logged before it is sent).
-    this.call("session/prompt", { sessionId: this.id, prompt: [{ type: "text", text }] }).then(() => this.schedule());
+    this.call("session/prompt", { sessionId: this.id, prompt: [{ type: "text", text }] }, { details: false }).then(() => this.schedule());
   }
 
   async cancel() {

@@ -12,12 +12,16 @@
 //! - [`fs`]: params and results of the host file system operations.
 //! - [`process`]: params and results of the process API (run, start,
 //!   list, get, signal, input, resize) and its output chunks.
+//! - [`agent_error`]: what the runtime adds to an agent's JSON-RPC error
+//!   (its stderr since the request, a hint) and how the agent's `data` is
+//!   kept.
 //! - [`attach`]: several clients on one session: attach params and result,
 //!   roles, the observer error, `request/resolved`.
 //! - [`meta`]: read, merge and inject `_meta["sandboxagent.dev"]`; the typed
 //!   [`SessionMeta`].
 //! - [`advertisement`]: the capability block in every `initialize` result.
 
+pub mod agent_error;
 pub mod attach;
 pub mod fs;
 pub mod meta;
@@ -25,6 +29,7 @@ pub mod names;
 pub mod process;
 pub mod types;
 
+pub use agent_error::AgentErrorDetails;
 pub use attach::{
     AttachParams, AttachResult, HistoryGap, HistoryPolicy, OBSERVER_FORBIDDEN, RequestResolved,
     Role,

@@ -2,6 +2,7 @@
 //! call can fail with.
 
 use acp_http_client::{HttpFailure, Problem};
+use ext_methods::AgentErrorDetails;
 use reqwest::StatusCode;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -90,7 +91,11 @@ pub enum Error {
         source: Option<BoxError>,
     },
     /// The agent (or the server on its behalf) answered with a JSON-RPC
-    /// error: code, message and data as sent.
+    /// error: code, message and data as sent. The text names the agent's
+    /// stderr lines and the hint the server added to `data`
+    /// (`JSON-RPC error -32603: <message> (agent stderr: line 1 | line 2)
+    /// (hint: …)`; [`agent_stderr`](Error::agent_stderr),
+    /// [`agent_hint`](Error::agent_hint)).
     #[error("{}", rpc_text(.0))]
     Rpc(agent_client_protocol::Error),
     /// An answer did not have the shape this crate expects.
@@ -152,6 +157,34 @@ impl Error {
     pub fn rpc_code(&self) -> Option<i32> {
         match self {
             Error::Rpc(error) => Some(i32::from(error.code)),
+            _ => None,
+        }
+    }
+
+    /// For an agent's JSON-RPC error ([`Error::Rpc`]): the lines the agent
+    /// wrote to stderr after the request was sent to it, oldest first, as
+    /// the server added them to the error's `data` (research/contract.md,
+    /// "Agent errors: stderr and hint": at most the last 20 lines and 4 KiB,
+    /// secrets masked as `***`, a first entry `… N earlier lines dropped`
+    /// when lines were left out). Empty when there are none, and for every
+    /// other error.
+    pub fn agent_stderr(&self) -> Vec<String> {
+        self.agent_details()
+            .map(|details| details.stderr)
+            .unwrap_or_default()
+    }
+
+    /// For an agent's JSON-RPC error ([`Error::Rpc`]): the server's hint on
+    /// what may fix it, when it gave one (a server running as root without
+    /// `--agent-user`, whose agent failed `session/new` or `session/load`).
+    pub fn agent_hint(&self) -> Option<String> {
+        self.agent_details().and_then(|details| details.hint)
+    }
+
+    /// `data["sandboxagent.dev"]` of an [`Error::Rpc`].
+    fn agent_details(&self) -> Option<AgentErrorDetails> {
+        match self {
+            Error::Rpc(error) => error.data.as_ref().and_then(AgentErrorDetails::from_data),
             _ => None,
         }
     }
@@ -289,14 +322,32 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// `JSON-RPC error CODE: MESSAGE`, then the agent's own `data`, its stderr
+/// lines and the server's hint, each in parentheses.
 fn rpc_text(error: &agent_client_protocol::Error) -> String {
     let mut text = format!(
         "JSON-RPC error {}: {}",
         i32::from(error.code),
         error.message
     );
-    if let Some(data) = &error.data {
+    let details = error.data.as_ref().and_then(AgentErrorDetails::from_data);
+    let own = match &details {
+        Some(_) => error
+            .data
+            .as_ref()
+            .and_then(ext_methods::agent_error::agent_data),
+        None => error.data.clone(),
+    };
+    if let Some(data) = own {
         text.push_str(&format!(" ({data})"));
+    }
+    if let Some(details) = details {
+        if !details.stderr.is_empty() {
+            text.push_str(&format!(" (agent stderr: {})", details.stderr.join(" | ")));
+        }
+        if let Some(hint) = details.hint {
+            text.push_str(&format!(" (hint: {hint})"));
+        }
     }
     text
 }
@@ -340,6 +391,27 @@ mod tests {
             Some("no agent nope")
         );
         assert!(error.to_string().contains("no agent nope"), "{error}");
+    }
+
+    #[test]
+    fn agent_stderr_and_hint_are_read_from_data() {
+        let error = Error::from_rpc(
+            agent_client_protocol::Error::new(-32603, "failed".to_owned()).data(
+                serde_json::json!({
+                    "reason": "x",
+                    "sandboxagent.dev": {"stderr": ["one", "two"], "hint": "use --agent-user"},
+                }),
+            ),
+        );
+        assert_eq!(error.agent_stderr(), ["one", "two"]);
+        assert_eq!(error.agent_hint().as_deref(), Some("use --agent-user"));
+        assert_eq!(
+            error.to_string(),
+            r#"JSON-RPC error -32603: failed ({"reason":"x"}) (agent stderr: one | two) (hint: use --agent-user)"#
+        );
+        let plain = Error::from_rpc(agent_client_protocol::Error::new(-32002, "gone".to_owned()));
+        assert!(plain.agent_stderr().is_empty() && plain.agent_hint().is_none());
+        assert_eq!(plain.to_string(), "JSON-RPC error -32002: gone");
     }
 
     #[test]

@@ -596,6 +596,56 @@ async fn an_agent_crash_fails_the_turn_and_ends_the_session() -> TestResult {
     Ok(())
 }
 
+/// An agent's error names the stderr lines the agent wrote for that
+/// request, in its text and through `agent_stderr`; a refused
+/// `session/new` of a server running as root without `--agent-user`
+/// carries the hint (research/contract.md, "Agent errors: stderr and
+/// hint").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_error_carries_its_stderr_and_hint() -> TestResult {
+    let server = TestServer::start(&[]).await;
+    let (client, mut events, session) = mock_session(&server).await?;
+    let (result, _) = run_turn(&client, &mut events, &session.session_id, "!fail 1", |_| {}).await;
+    let error = result.err().ok_or("a failing turn succeeded")?;
+    assert_eq!(
+        error.agent_stderr(),
+        ["fail line 1", "mock agent: failing on request"]
+    );
+    assert_eq!(error.agent_hint(), None);
+    assert_eq!(
+        error.to_string(),
+        r#"JSON-RPC error -32603: mock agent: failed on request ({"directive":"!fail"}) (agent stderr: fail line 1 | mock agent: failing on request)"#
+    );
+
+    let dir = v2_api_tests::TempDir::new("sdk-refused");
+    let cwd = dir.path().join("refuse-session");
+    std::fs::create_dir_all(&cwd)?;
+    let error = client
+        .new_session(NewSessionRequest::new(cwd.clone()))
+        .await
+        .err()
+        .ok_or("a refused session/new succeeded")?;
+    let line = format!("mock agent: refusing session/new in {}", cwd.display());
+    assert_eq!(error.agent_stderr(), std::slice::from_ref(&line));
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("(agent stderr: {line})")),
+        "{error}"
+    );
+    let root = nix::unistd::geteuid().is_root();
+    assert_eq!(error.agent_hint().is_some(), root, "{error}");
+    if root {
+        assert!(
+            error
+                .to_string()
+                .contains("(hint: sandbox-agent runs as root"),
+            "{error}"
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_methods_under_their_names() -> TestResult {
     let server = TestServer::start(&[]).await;

@@ -21,12 +21,15 @@
 //! - [`framing`]: stdout line framing with a maximum line length.
 //! - `router`: the routing table: id rewriting, pending requests both ways,
 //!   held messages, delivery to sessions and connections.
+//! - `error_data`: what an agent's error answer gets added (its stderr
+//!   since the request, masked and bounded; the root hint).
 //! - [`user`]: the unprivileged user agents and processes run as when the
 //!   server runs as root (`--agent-user`).
 //! - [`client_side`]: the agent's `fs/*` and `terminal/*` requests answered
 //!   in the sandbox, and the client capabilities declared for them.
 
 pub mod client_side;
+pub(crate) mod error_data;
 pub(crate) mod exit;
 pub mod framing;
 pub(crate) mod orphans;

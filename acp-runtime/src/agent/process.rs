@@ -59,7 +59,7 @@ pub struct Spawned {
     /// The agent's stdout, split into lines (read by [`read_stdout`]).
     pub stdout: FramedRead<ChildStdout, LineDecoder>,
     /// Captured stderr, filled by [`stdio::read_stderr`].
-    pub stderr: Arc<Mutex<StderrCapture>>,
+    pub stderr: Arc<StderrCapture>,
     /// The record of the process group in the data dir, if it could be
     /// written; [`AgentProcess::finish`] removes it.
     pub(crate) group_record: Option<GroupRecordFile>,
@@ -83,10 +83,16 @@ pub fn spawn(
     data_dir: &Path,
     tree_supervisor: Option<&TreeSupervisor>,
 ) -> std::io::Result<Spawned> {
+    let switching = tree_supervisor.is_some_and(|s| s.user.is_some());
     let mut command = match tree_supervisor {
         Some(supervisor) => {
             let mut command = Command::new(&supervisor.binary);
-            command.args(supervisor.command_args(false, launch.program.as_os_str(), &launch.args));
+            command.args(supervisor.command_args(
+                false,
+                launch.cwd.as_deref(),
+                launch.program.as_os_str(),
+                &launch.args,
+            ));
             command
         }
         None => {
@@ -95,14 +101,22 @@ pub fn spawn(
             command
         }
     };
-    for secret in tree::SECRET_ENV {
-        command.env_remove(secret);
-    }
-    if let Some(cwd) = &launch.cwd {
-        command.current_dir(cwd);
+    if switching {
+        // The supervisor, root until it switches, gets none of the agent's
+        // variables; the agent gets them all, and enters its working
+        // directory as the user (`tree::seal_env`).
+        let env = tree::program_env(launch.env.iter().cloned());
+        command.env_clear().envs(tree::seal_env(&env));
+    } else {
+        for secret in tree::SECRET_ENV {
+            command.env_remove(secret);
+        }
+        if let Some(cwd) = &launch.cwd {
+            command.current_dir(cwd);
+        }
+        command.envs(launch.env.iter().map(|(k, v)| (k, v)));
     }
     command
-        .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -125,7 +139,7 @@ pub fn spawn(
     };
     let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
     tokio::spawn(stdio::write_stdin(stdin, stdin_rx));
-    let capture = Arc::new(Mutex::new(StderrCapture::default()));
+    let capture = Arc::new(StderrCapture::default());
     tokio::spawn(stdio::read_stderr(
         agent.to_owned(),
         stderr,
@@ -153,8 +167,8 @@ pub struct AgentProcess {
     pub pid: u32,
     /// Where its messages go and where answers come back.
     pub(crate) router: Router,
-    /// The process's stderr excerpt.
-    pub(crate) stderr: Arc<Mutex<StderrCapture>>,
+    /// The process's stderr (also the router's, for its error answers).
+    pub(crate) stderr: Arc<StderrCapture>,
     /// Cancelled once the process is gone and its pending requests failed.
     pub(crate) exited: CancellationToken,
     /// The agent's answer to the runtime's `initialize`.
@@ -186,20 +200,22 @@ impl AgentProcess {
         generation: u64,
         pid: u32,
         stdin: mpsc::Sender<Bytes>,
-        stderr: Arc<Mutex<StderrCapture>>,
+        stderr: Arc<StderrCapture>,
         targets: RouteTargets,
         reported: Arc<Mutex<ReportedHints>>,
     ) -> Self {
         let exited = CancellationToken::new();
+        let mut router = Router::new(
+            agent.clone(),
+            generation,
+            stdin,
+            targets,
+            reported,
+            exited.clone(),
+        );
+        router.set_stderr(stderr.clone());
         Self {
-            router: Router::new(
-                agent.clone(),
-                generation,
-                stdin,
-                targets,
-                reported,
-                exited.clone(),
-            ),
+            router,
             agent,
             generation,
             pid,
@@ -216,6 +232,14 @@ impl AgentProcess {
     /// runtime answers ([`Router::set_served`]).
     pub(crate) fn serving(mut self, served: ClientCapabilities) -> Self {
         self.router.set_served(served);
+        self
+    }
+
+    /// The same process, whose failed `session/new` and `session/load`
+    /// carry the hint that the server runs as root without `--agent-user`
+    /// when `root_hint` ([`Router::set_root_hint`]).
+    pub(crate) fn with_root_hint(mut self, root_hint: bool) -> Self {
+        self.router.set_root_hint(root_hint);
         self
     }
 
@@ -269,7 +293,7 @@ impl AgentProcess {
         drop(self.group_record.lock().take());
         *self.exit.lock() = Some(exit);
         self.exited.cancel();
-        let stderr = self.stderr.lock().summary();
+        let stderr = self.stderr.summary();
         self.router.finish(exit, stderr).await;
     }
 }
@@ -315,7 +339,7 @@ pub async fn read_stdout(
                 Some(Ok(Line::Message(bytes))) => {
                     if let Some(answer) = process.router.dispatch(bytes) {
                         // Before the next line, so nothing overtakes it.
-                        answer.deliver().await;
+                        answer.deliver(&process.router).await;
                     }
                 }
                 Some(Ok(Line::TooLong { prefix, length })) => {

@@ -10,15 +10,21 @@
 //! POST, or to the connection's SSE stream when the POST is gone. Because
 //! lines are handled strictly in the order the agent wrote them, every
 //! notification written before a response is in the connection's ring before
-//! the response is released.
+//! the response is released. An error answer to a client's request is
+//! held a moment for the agent's stderr ([`Deferred::AgentError`]) and
+//! relayed with the lines written since the request and, where it applies,
+//! a hint ([`super::error_data`]; research/contract.md, "Agent errors:
+//! stderr and hint").
 //!
 //! A router reaches the rest of the server only through [`RouteTargets`]
 //! (the session inventory and the open connections) and its agent's
 //! [`ReportedHints`], so it can be built, and tested, without a server.
 
 use super::client_side::ClientSide;
+use super::error_data;
 use super::exit::ExitInfo;
 use super::framing::PREFIX_BYTES;
+use super::stdio::StderrCapture;
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use crate::protocol::{self, AgentMessage, Kind, RpcError, code, method};
 use crate::state::connection::{ClientCapabilities, Connection};
@@ -132,6 +138,12 @@ struct ClientRequest {
     session: Option<Arc<str>>,
     /// A `session/prompt`, which terminate may answer on the agent's behalf.
     prompt: bool,
+    /// Stderr lines the process had written when the request was forwarded:
+    /// an error answer carries only the lines after it.
+    stderr_mark: u64,
+    /// An error answer gets the root hint ([`Router::root_hint`] and a
+    /// `session/new` or `session/load`).
+    hint_on_error: bool,
 }
 
 /// A request waiting for the agent's answer.
@@ -249,6 +261,13 @@ pub struct Router {
     /// answers itself ([`ClientSide::declare`]) unless a connection takes
     /// them.
     served: ClientCapabilities,
+    /// The process's stderr, whose lines since a request its error answer
+    /// carries (`None`: none are added; routers without a process).
+    stderr: Option<Arc<StderrCapture>>,
+    /// The server runs as root without `--agent-user`: a failed
+    /// `session/new` or `session/load` carries the hint that this may be
+    /// why (research/contract.md, "Agent errors: stderr and hint").
+    root_hint: bool,
 }
 
 /// A client's answer held until every event before it is committed to the
@@ -275,6 +294,47 @@ impl DurableAnswer {
 impl std::fmt::Debug for DurableAnswer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DurableAnswer").finish_non_exhaustive()
+    }
+}
+
+/// An agent's error answer to a client's request, held until the stderr
+/// reader caught up (see [`error_data::settle`]): what [`Router::dispatch`]
+/// returns for one when the process's stderr is captured.
+#[must_use = "the answer reaches the client only through `deliver`"]
+pub struct AgentErrorAnswer {
+    request: ClientRequest,
+    /// The agent's error object, as written.
+    error: Box<RawValue>,
+}
+
+impl std::fmt::Debug for AgentErrorAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentErrorAnswer").finish_non_exhaustive()
+    }
+}
+
+/// An answer [`Router::dispatch`] could not release at once. Deliver it
+/// before reading the agent's next line, so nothing overtakes it.
+#[derive(Debug)]
+#[must_use = "the answer reaches the client only through `deliver`"]
+pub enum Deferred {
+    /// A `session/prompt` answer waiting for the store.
+    Durable(DurableAnswer),
+    /// An error answer waiting for the agent's stderr.
+    AgentError(AgentErrorAnswer),
+}
+
+impl Deferred {
+    /// Completes the answer (its stderr, the store's commit) and sends it
+    /// to the client; `router` is the one that returned it.
+    pub async fn deliver(self, router: &Router) {
+        let durable = match self {
+            Deferred::Durable(answer) => Some(answer),
+            Deferred::AgentError(answer) => router.complete_error(answer).await,
+        };
+        if let Some(answer) = durable {
+            answer.deliver().await;
+        }
     }
 }
 
@@ -332,7 +392,22 @@ impl Router {
             warnings,
             store,
             served: ClientCapabilities::default(),
+            stderr: None,
+            root_hint: false,
         }
+    }
+
+    /// Makes this process's error answers carry its stderr lines written
+    /// since each request was forwarded (research/contract.md, "Agent
+    /// errors: stderr and hint").
+    pub fn set_stderr(&mut self, stderr: Arc<StderrCapture>) {
+        self.stderr = Some(stderr);
+    }
+
+    /// Makes a failed `session/new` or `session/load` carry the hint that
+    /// the server runs as root without `--agent-user`.
+    pub fn set_root_hint(&mut self, root_hint: bool) {
+        self.root_hint = root_hint;
     }
 
     /// Makes the runtime answer this process's file and terminal requests
@@ -396,6 +471,9 @@ impl Router {
             effect,
             session,
             prompt: method == method::SESSION_PROMPT,
+            stderr_mark: self.stderr.as_ref().map_or(0, |stderr| stderr.count()),
+            hint_on_error: self.root_hint
+                && (method == method::SESSION_NEW || method == method::SESSION_LOAD),
         };
         self.submit(method, params, Pending::Client(request))
             .await?;
@@ -593,8 +671,8 @@ impl Router {
     /// Handles one line the agent wrote to stdout. The line itself (shared,
     /// not copied) is what the session log and the connections' rings keep.
     /// Returns the answer to deliver before the next line when it waits
-    /// for the store ([`DurableAnswer`]).
-    pub fn dispatch(&self, line: Bytes) -> Option<DurableAnswer> {
+    /// for the store or the agent's stderr ([`Deferred`]).
+    pub fn dispatch(&self, line: Bytes) -> Option<Deferred> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
@@ -655,7 +733,7 @@ impl Router {
         }
     }
 
-    fn on_response(&self, envelope: &AgentMessage<'_>) -> Option<DurableAnswer> {
+    fn on_response(&self, envelope: &AgentMessage<'_>) -> Option<Deferred> {
         let id = envelope.id.and_then(|id| id.get().parse::<i64>().ok());
         let Some(pending) = id.and_then(|id| self.pending.lock().remove(&id)) else {
             if self.warnings.unknown_id.admit() {
@@ -676,52 +754,99 @@ impl Router {
                 let _ = reply.send(outcome);
                 None
             }
-            Pending::Client(request) => self.answer_client(request, envelope),
+            Pending::Client(request) => match (envelope.result, envelope.error) {
+                (Some(result), _) => self.answer_client(request, result).map(Deferred::Durable),
+                (None, Some(error)) => self.answer_error(request, error),
+                // A response has one of the two (`AgentMessage::parse`).
+                (None, None) => None,
+            },
         }
     }
 
-    /// Relays the agent's answer to a client's request, after applying what
-    /// a successful answer implies (a new or attached session, hints).
+    /// Relays the agent's error answer to a client's request with the
+    /// details the runtime adds ([`error_data`]): at once when it has no
+    /// stderr to wait for, else as a [`Deferred::AgentError`].
+    fn answer_error(&self, request: ClientRequest, error: &RawValue) -> Option<Deferred> {
+        if self.stderr.is_some() {
+            return Some(Deferred::AgentError(AgentErrorAnswer {
+                request,
+                error: error.to_owned(),
+            }));
+        }
+        let details = error_data::details(&self.agent, None, 0, request.hint_on_error);
+        let error = error_data::with_details(error, &details);
+        self.relay_error(request, &error).map(Deferred::Durable)
+    }
+
+    /// Completes a held error answer once the stderr reader caught up:
+    /// the lines since the request and the hint, then the relay.
+    async fn complete_error(&self, answer: AgentErrorAnswer) -> Option<DurableAnswer> {
+        let AgentErrorAnswer { request, error } = answer;
+        if let Some(stderr) = &self.stderr {
+            error_data::settle(stderr).await;
+        }
+        let details = error_data::details(
+            &self.agent,
+            self.stderr.as_deref(),
+            request.stderr_mark,
+            request.hint_on_error,
+        );
+        let error = error_data::with_details(&error, &details);
+        self.relay_error(request, &error)
+    }
+
+    /// Relays the agent's successful answer `result` to a client's request,
+    /// after applying what it implies (a new or attached session, hints).
     fn answer_client(
         &self,
         mut request: ClientRequest,
-        envelope: &AgentMessage<'_>,
+        result: &RawValue,
     ) -> Option<DurableAnswer> {
         let effect = std::mem::replace(&mut request.effect, Effect::None);
         let session_id = request.session.take();
-        let mut result = envelope.result.map(Cow::Borrowed);
-        let session = match (envelope.result, effect) {
-            (Some(raw), effect @ (Effect::None | Effect::SetHints(_))) => {
+        let mut result = Cow::Borrowed(result);
+        let session = match effect {
+            effect @ (Effect::None | Effect::SetHints(_)) => {
                 let session = session_id.and_then(|id| self.live_session(&id));
                 if let Some(session) = &session {
                     let mut hints = match effect {
                         Effect::SetHints(implied) => implied,
                         _ => Hints::default(),
                     };
-                    if let Some(reported) = hints::from_result(raw) {
+                    if let Some(reported) = hints::from_result(&result) {
                         hints.merge(reported);
                     }
                     self.take_hints(session, &hints);
                 }
                 session
             }
-            (Some(raw), effect) => {
-                let created = self.apply_effect(&request.connection, effect, raw);
+            effect => {
+                let created = self.apply_effect(&request.connection, effect, &result);
                 if let Some(session) = &created {
-                    result = Some(Cow::Owned(with_session_meta(raw, session)));
+                    result = Cow::Owned(with_session_meta(&result, session));
                 }
                 created
             }
-            (None, Effect::AttachSession { session, .. }) => {
+        };
+        let line = protocol::response_line(&request.client_id, Some(&result), None);
+        self.settle(request, line, session.as_deref())
+    }
+
+    /// Relays `error`, the answer to `request`: a failed load undoes its
+    /// early attach first.
+    fn relay_error(&self, mut request: ClientRequest, error: &RawValue) -> Option<DurableAnswer> {
+        let effect = std::mem::replace(&mut request.effect, Effect::None);
+        let session = match effect {
+            Effect::AttachSession { session, .. } => {
                 // The load failed: undo the early attach (see `prepare_attach`).
                 if let Some(session) = self.targets.sessions.get(&self.agent, &session) {
                     session.detach(&request.connection);
                 }
                 None
             }
-            (None, _) => session_id.and_then(|id| self.live_session(&id)),
+            _ => request.session.take().and_then(|id| self.live_session(&id)),
         };
-        let line = protocol::response_line(&request.client_id, result.as_deref(), envelope.error);
+        let line = protocol::response_line(&request.client_id, None, Some(error));
         self.settle(request, line, session.as_deref())
     }
 

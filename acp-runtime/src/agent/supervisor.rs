@@ -170,6 +170,18 @@ impl Agents {
         self
     }
 
+    /// Whether agents start as root: the server runs as root and no
+    /// `--agent-user` is set (a tree supervisor without a user). Their
+    /// failed `session/new` and `session/load` then carry a hint
+    /// (research/contract.md, "Agent errors: stderr and hint").
+    fn root_hint(&self) -> bool {
+        nix::unistd::geteuid().is_root()
+            && self
+                .tree_supervisor
+                .as_ref()
+                .is_none_or(|supervisor| supervisor.user.is_none())
+    }
+
     /// The installer (and so the data dir) these agents use.
     pub fn installer(&self) -> &Arc<Installer> {
         &self.installer
@@ -312,6 +324,20 @@ impl Agents {
         // unprivileged user"); the agent's own variables may still name
         // another HOME.
         if let Some(user) = self.tree_supervisor.as_ref().and_then(|s| s.user.as_ref()) {
+            // An installed agent under a closed folder (installed with a
+            // umask of 077) would fail as "permission denied" from node:
+            // say which folder instead.
+            if program.is_absolute()
+                && let Some(step) = user::unreachable_step(user, &program)
+            {
+                return Err(StartError::Failed(format!(
+                    "agent {}'s program {} is closed to user {} (--agent-user) at {}: make the folder searchable by it (chmod o+rx), or reinstall with umask 022",
+                    spec.id,
+                    program.display(),
+                    user.name,
+                    step.display()
+                )));
+            }
             user::prepare_home(user, &home).map_err(cannot_make_home)?;
             env.extend(user::login_env(user, &home));
             cwd = Some(home.clone());
@@ -450,6 +476,7 @@ impl Agents {
                 slot.reported.clone(),
             )
             .serving(served)
+            .with_root_hint(self.root_hint())
             .with_group_record(spawned.group_record)
             .with_supervisor(spawned.supervised),
         );
@@ -466,7 +493,7 @@ impl Agents {
             "clientInfo": { "name": "sandbox-agent", "version": env!("CARGO_PKG_VERSION") },
         });
         let failed = |reason: String| {
-            let stderr = process.stderr.lock().summary();
+            let stderr = process.stderr.summary();
             let mut reason = reason;
             if let Some(head) = stderr.head {
                 reason.push_str("; stderr: ");

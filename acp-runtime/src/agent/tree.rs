@@ -80,15 +80,30 @@ pub const KILL_NOW: Signal = Signal::SIGUSR2;
 /// processes of the process API alike): the bearer token and the store URL
 /// (it may hold a database password).
 pub const SECRET_ENV: [&str; 2] = ["SANDBOX_AGENT_TOKEN", "SANDBOX_AGENT_STORE"];
+/// Names of the variables that carry a sealed program environment
+/// ([`seal_env`]), numbered from 0.
+pub const SEALED_ENV_PREFIX: &str = "SANDBOX_AGENT_SUPERVISED_ENV_";
+/// Base64 characters per sealed variable.
+const SEALED_ENV_CHUNK: usize = 120 * 1024;
 /// Exit status when the program cannot be started (as a shell's 127).
 const CANNOT_RUN: i32 = 127;
 
 impl TreeSupervisor {
     /// The arguments that make a supervisor of `program args…` for this
-    /// binary: `supervise --grace-ms N [--tty] [--user NAME:UID:GID] --
-    /// program args…` (`tty`: the supervisor leads a terminal's session,
-    /// module doc; `--user`: [`TreeSupervisor::user`]).
-    pub fn command_args(&self, tty: bool, program: &OsStr, args: &[String]) -> Vec<OsString> {
+    /// binary: `supervise --grace-ms N [--tty] [--user NAME:UID:GID --cwd
+    /// DIR] -- program args…` (`tty`: the supervisor leads a terminal's
+    /// session, module doc; `--user`: [`TreeSupervisor::user`]). With a
+    /// user, the program's working directory `cwd` is entered by the
+    /// program as that user, never by the supervisor as root (which could
+    /// enter where the user may not); without one the caller sets the
+    /// supervisor's own.
+    pub fn command_args(
+        &self,
+        tty: bool,
+        cwd: Option<&std::path::Path>,
+        program: &OsStr,
+        args: &[String],
+    ) -> Vec<OsString> {
         let mut all = vec![
             OsString::from(SUBCOMMAND),
             OsString::from("--grace-ms"),
@@ -100,6 +115,10 @@ impl TreeSupervisor {
         if let Some(user) = &self.user {
             all.push(OsString::from("--user"));
             all.push(OsString::from(user.to_arg()));
+            if let Some(cwd) = cwd {
+                all.push(OsString::from("--cwd"));
+                all.push(cwd.as_os_str().to_owned());
+            }
         }
         all.push(OsString::from("--"));
         all.push(program.to_owned());
@@ -108,17 +127,97 @@ impl TreeSupervisor {
     }
 }
 
+/// The environment a program gets: the server's own minus
+/// [`SECRET_ENV`], with `extra` set on top (a later entry wins).
+pub fn program_env(extra: impl IntoIterator<Item = (String, String)>) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(key, _)| !SECRET_ENV.iter().any(|secret| key == OsStr::new(secret)))
+        .collect();
+    for (key, value) in extra {
+        env.retain(|(k, _)| k != OsStr::new(&key));
+        env.push((key.into(), value.into()));
+    }
+    env
+}
+
+/// `env` packed into the variables [`SEALED_ENV_PREFIX`]`0`, `…1`, …: the
+/// whole environment of a supervisor that switches users. The supervisor
+/// itself, still root, then sees none of the program's variables (an
+/// `LD_PRELOAD` for the program must not load into a root process); it
+/// gives them to the program ([`unseal_env`]). Each pair is `KEY=VALUE`
+/// and a NUL (neither may hold one), base64, cut below the kernel's 128
+/// KiB bound on one variable.
+pub fn seal_env(env: &[(OsString, OsString)]) -> Vec<(String, String)> {
+    use base64::Engine as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut packed = Vec::new();
+    for (key, value) in env {
+        packed.extend_from_slice(key.as_bytes());
+        packed.push(b'=');
+        packed.extend_from_slice(value.as_bytes());
+        packed.push(0);
+    }
+    let text = base64::engine::general_purpose::STANDARD.encode(packed);
+    text.as_bytes()
+        .chunks(SEALED_ENV_CHUNK)
+        .enumerate()
+        .map(|(index, chunk)| {
+            (
+                format!("{SEALED_ENV_PREFIX}{index}"),
+                String::from_utf8_lossy(chunk).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The environment [`seal_env`] packed into this process's own, if any.
+fn unseal_env() -> Option<Vec<(OsString, OsString)>> {
+    unseal_from(|name| std::env::var(name).ok())
+}
+
+/// [`unseal_env`] from the variables `lookup` finds.
+fn unseal_from(lookup: impl Fn(&str) -> Option<String>) -> Option<Vec<(OsString, OsString)>> {
+    use base64::Engine as _;
+    use std::os::unix::ffi::OsStringExt as _;
+    let mut text = String::new();
+    for index in 0.. {
+        match lookup(&format!("{SEALED_ENV_PREFIX}{index}")) {
+            Some(chunk) => text.push_str(&chunk),
+            None if index == 0 => return None,
+            None => break,
+        }
+    }
+    let packed = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .ok()?;
+    Some(
+        packed
+            .split(|byte| *byte == 0)
+            .filter(|pair| !pair.is_empty())
+            .filter_map(|pair| {
+                let equals = pair.iter().position(|byte| *byte == b'=')?;
+                Some((
+                    OsString::from_vec(pair[..equals].to_vec()),
+                    OsString::from_vec(pair[equals + 1..].to_vec()),
+                ))
+            })
+            .collect(),
+    )
+}
+
 /// Runs the supervisor of `program args…` (module doc) and returns the exit
 /// status to leave with; when the program died of a signal, the supervisor
 /// dies of the same signal before returning. `tty`: stdin is the terminal
 /// of the supervisor's session, and the program becomes its foreground
 /// process group. `user`: the supervisor becomes that user (supplementary
-/// groups, group, user, in that order) before it starts the program. Call
+/// groups, group, user, in that order) before it starts the program, which
+/// then enters its working directory (the `Path`) and gets the sealed
+/// environment ([`seal_env`]). Call
 /// it before any other thread exists: it blocks signals for the process.
 pub fn run(
     grace: Duration,
     tty: bool,
-    user: Option<&AgentUser>,
+    user: Option<(&AgentUser, Option<&std::path::Path>)>,
     program: &OsStr,
     args: &[OsString],
 ) -> i32 {
@@ -172,7 +271,7 @@ impl Supervisor {
     fn start(
         grace: Duration,
         tty: bool,
-        user: Option<&AgentUser>,
+        user: Option<(&AgentUser, Option<&std::path::Path>)>,
         program: &OsStr,
         args: &[OsString],
     ) -> Result<Self, (i32, String)> {
@@ -195,11 +294,18 @@ impl Supervisor {
             .map_err(|e| (1, format!("cannot catch {KILL_NOW}: {e}")))?;
         // Before the program starts, and before the parent-death signal is
         // asked for (a change of credentials clears it).
-        if let Some(user) = user {
+        let sealed = unseal_env();
+        if let Some((user, _)) = user {
             become_user(user)?;
         }
         let mut command = std::process::Command::new(program);
         command.args(args);
+        if let Some(env) = sealed {
+            command.env_clear().envs(env);
+        }
+        if let Some((_, Some(cwd))) = user {
+            command.current_dir(cwd);
+        }
         if tty {
             command.process_group(0);
         }
@@ -414,6 +520,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_sealed_environment_opens_to_the_same_pairs() {
+        let env: Vec<(OsString, OsString)> = vec![
+            ("LD_PRELOAD".into(), "/tmp/x.so".into()),
+            ("EMPTY".into(), "".into()),
+            ("WITH_EQUALS".into(), "a=b=c".into()),
+            ("BIG".into(), "x".repeat(300 * 1024).into()),
+        ];
+        let sealed = seal_env(&env);
+        assert!(sealed.len() >= 3, "cut into several variables");
+        assert!(
+            sealed
+                .iter()
+                .all(|(key, value)| key.starts_with(SEALED_ENV_PREFIX)
+                    && value.len() <= SEALED_ENV_CHUNK)
+        );
+        assert!(!sealed.iter().any(|(key, _)| key == "LD_PRELOAD"));
+        let found: HashMap<String, String> = sealed.into_iter().collect();
+        let opened = unseal_from(|name| found.get(name).cloned()).expect("sealed");
+        assert_eq!(opened, env);
+        assert_eq!(unseal_from(|_| None), None, "nothing sealed");
+    }
+
+    #[test]
     fn the_command_line_names_the_grace_and_the_program() {
         let supervisor = |grace: u64, user: Option<AgentUser>| TreeSupervisor {
             binary: "/bin/sandbox-agent".into(),
@@ -422,6 +551,7 @@ mod tests {
         };
         let args = supervisor(2500, None).command_args(
             false,
+            Some(std::path::Path::new("/work")),
             OsStr::new("/bin/agent"),
             &["--acp".to_owned()],
         );
@@ -445,7 +575,12 @@ mod tests {
             home: "/home/agent".into(),
             groups: Vec::new(),
         };
-        let tty = supervisor(10, Some(user)).command_args(true, OsStr::new("sh"), &[]);
+        let tty = supervisor(10, Some(user)).command_args(
+            true,
+            Some(std::path::Path::new("/work")),
+            OsStr::new("sh"),
+            &[],
+        );
         assert_eq!(
             tty,
             [
@@ -455,6 +590,8 @@ mod tests {
                 "--tty",
                 "--user",
                 "agent:1000:1001",
+                "--cwd",
+                "/work",
                 "--",
                 "sh"
             ]

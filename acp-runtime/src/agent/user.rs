@@ -56,7 +56,12 @@ impl AgentUser {
             .map_err(|errno| format!("--agent-user {spec}: cannot read its groups: {errno}"))?
             .into_iter()
             .map(Gid::as_raw)
-            .collect();
+            .collect::<Vec<u32>>();
+        if found.gid.as_raw() == 0 || groups.contains(&0) {
+            return Err(format!(
+                "--agent-user {spec} is in group root (gid 0): name a user outside it"
+            ));
+        }
         Ok(Self {
             name: found.name,
             uid: found.uid.as_raw(),
@@ -171,8 +176,14 @@ pub fn prepare_home(user: &AgentUser, home: &Path) -> std::io::Result<()> {
 fn chown_tree(root: &Path, user: &AgentUser) -> std::io::Result<()> {
     let mut pending = vec![root.to_owned()];
     while let Some(path) = pending.pop() {
-        std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid))?;
         let meta = std::fs::symlink_metadata(&path)?;
+        if !meta.is_dir() && meta.nlink() > 1 {
+            // A hard link: the same file is elsewhere too (it could be a
+            // link to any root file), so it is not handed over.
+            tracing::warn!(path = %path.display(), "a hard link in an agent home stays root's");
+            continue;
+        }
+        std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid))?;
         if meta.is_dir() {
             for entry in std::fs::read_dir(&path)? {
                 pending.push(entry?.path());
@@ -193,6 +204,8 @@ fn chown_tree(root: &Path, user: &AgentUser) -> std::io::Result<()> {
 pub fn confine_data_dir(data_dir: &Path, user: &AgentUser) -> Result<(), String> {
     let failed = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
     let data_dir = &std::path::absolute(data_dir).map_err(|e| failed(data_dir, e))?;
+    std::fs::create_dir_all(data_dir).map_err(|e| failed(data_dir, e))?;
+    check_data_dir_owner(data_dir, user)?;
     for (dir, mode) in [
         (data_dir.to_owned(), 0o711),
         (data_dir.join("homes"), 0o711),
@@ -212,6 +225,54 @@ pub fn confine_data_dir(data_dir: &Path, user: &AgentUser) -> Result<(), String>
             data_dir.display(),
             step.display()
         ));
+    }
+    Ok(())
+}
+
+/// Refuses a data dir the user could have planted files in or could swap:
+/// one that is (or is reached by) a symlink or folder not the server's,
+/// one writable by others, or one under a folder the user may write that
+/// is not sticky (the user could rename the data dir away and put its own
+/// in its place). Root follows what is in the data dir: group records it
+/// kills, a store file it creates and chmods.
+fn check_data_dir_owner(data_dir: &Path, user: &AgentUser) -> Result<(), String> {
+    let own = nix::unistd::geteuid().as_raw();
+    let refuse = |why: String| {
+        Err(format!(
+            "--agent-user {}: the data dir {} {why}; the user could plant files in it that the server (root) acts on. Use a data dir only the server's user can change, e.g. /var/lib/sandbox-agent",
+            user.name,
+            data_dir.display()
+        ))
+    };
+    let read = |path: &Path| {
+        std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let link = read(data_dir)?;
+    if link.file_type().is_symlink() && link.uid() != own {
+        return refuse(format!("is a symlink of uid {}", link.uid()));
+    }
+    let real = data_dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    let meta = read(&real)?;
+    if meta.uid() != own {
+        return refuse(format!("belongs to uid {}", meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return refuse(format!(
+            "is writable by others (mode {:o})",
+            meta.mode() & 0o7777
+        ));
+    }
+    for parent in real.ancestors().skip(1) {
+        let meta = read(parent)?;
+        let sticky = meta.mode() & 0o1000 != 0;
+        if !sticky && (meta.uid() == user.uid || allowed(user, &meta) & 0o3 == 0o3) {
+            return refuse(format!(
+                "is in {}, which the user may change",
+                parent.display()
+            ));
+        }
     }
     Ok(())
 }

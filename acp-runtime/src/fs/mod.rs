@@ -80,22 +80,39 @@ pub(crate) struct Scope {
     user: Option<Arc<AgentUser>>,
 }
 
-/// While alive, the calling thread's file system uid and gid are a user's
-/// (`setfsuid`/`setfsgid` are per thread on Linux, and moving the
-/// file system uid off 0 drops the capabilities that override file
-/// permissions): the kernel checks that user's permissions on every path
-/// the thread opens. Restored to the server's own when dropped. Blocking
-/// threads only: a future may move between threads.
+/// While alive, the calling thread's file system uid and gid and its
+/// supplementary groups are a user's: the kernel checks that user's
+/// permissions, and only theirs, on every path the thread opens. Linux
+/// keeps credentials per thread (`setfsuid`, `setfsgid` and the raw
+/// `setgroups` change the calling thread alone; glibc's `setgroups` would
+/// change every thread), and moving the file system uid off 0 drops the
+/// capabilities that override file permissions. Restored to the server's
+/// own when dropped. Blocking threads only: a future may move between
+/// threads.
 pub(crate) struct ActingAs {
     uid: nix::unistd::Uid,
     gid: nix::unistd::Gid,
+    groups: Vec<rustix::process::Gid>,
 }
 
 impl ActingAs {
-    fn begin(user: &AgentUser) -> Self {
+    fn begin(user: &AgentUser) -> Result<Self, Error> {
+        let failed = |e: rustix::io::Errno| {
+            Error::FsIo(format!(
+                "cannot take on user {}'s groups for this request: {e}",
+                user.name
+            ))
+        };
+        let groups = rustix::process::getgroups().map_err(failed)?;
+        let theirs: Vec<rustix::process::Gid> = user
+            .groups
+            .iter()
+            .map(|&gid| rustix::process::Gid::from_raw(gid))
+            .collect();
+        rustix::thread::set_thread_groups(&theirs).map_err(failed)?;
         let gid = nix::unistd::setfsgid(user.gid());
         let uid = nix::unistd::setfsuid(user.uid());
-        Self { uid, gid }
+        Ok(Self { uid, gid, groups })
     }
 }
 
@@ -103,6 +120,9 @@ impl Drop for ActingAs {
     fn drop(&mut self) {
         nix::unistd::setfsuid(self.uid);
         nix::unistd::setfsgid(self.gid);
+        if let Err(error) = rustix::thread::set_thread_groups(&self.groups) {
+            tracing::error!(%error, "cannot give a blocking thread its supplementary groups back");
+        }
     }
 }
 
@@ -155,14 +175,17 @@ impl Scope {
 
     /// Takes on the scope's user for the calling (blocking) thread until
     /// the guard is dropped ([`ActingAs`]); `None` without one.
-    pub(crate) fn act(&self) -> Option<ActingAs> {
-        self.user.as_deref().map(ActingAs::begin)
+    ///
+    /// # Errors
+    /// 500 when the thread's groups cannot be changed.
+    pub(crate) fn act(&self) -> Result<Option<ActingAs>, Error> {
+        self.user.as_deref().map(ActingAs::begin).transpose()
     }
 
     /// Whether the scope's user (if any) may do `want` (permission bits:
-    /// 4 read, 2 write, 1 search) to the file `meta` describes, by that
-    /// user's own groups. The kernel's check under [`Scope::act`] also
-    /// counts the server's supplementary groups, which this one does not.
+    /// 4 read, 2 write, 1 search) to the file `meta` describes, by its
+    /// permission bits: a second check of the opened file, after the
+    /// kernel's under [`Scope::act`].
     pub(crate) fn user_may(&self, meta: &std::fs::Metadata, want: u32) -> bool {
         self.user
             .as_deref()

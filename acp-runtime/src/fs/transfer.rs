@@ -45,7 +45,7 @@ impl OpenFile {
 /// # Errors
 /// 400, 403, 404, 409 `is-a-directory`.
 pub(crate) fn open(scope: &Scope, path: &str) -> Result<OpenFile, Error> {
-    let acting = scope.act();
+    let acting = scope.act()?;
     let located = scope.locate(path, true)?;
     let real = located.real();
     let file = located
@@ -153,7 +153,7 @@ where
 
 /// Creates the temp file beside the target.
 fn begin(scope: &Scope, path: &str) -> Result<(TempFile, File), Error> {
-    let _acting = scope.act();
+    let _acting = scope.act()?;
     let absolute = scope.absolute(path)?;
     if let Some(parent) = absolute.parent() {
         scope.make_dirs(&shown(parent))?;
@@ -205,7 +205,7 @@ fn commit(mut temp: TempFile, file: &File) -> Result<(), Error> {
     let real = temp.located.real();
     let io = |error: std::io::Error| Error::from_io(&error, &real);
     file.sync_all().map_err(io)?;
-    let acting = temp.scope.act();
+    let acting = temp.scope.act()?;
     nix::fcntl::renameat2(
         temp.located.dir.file(),
         temp.name.as_os_str(),

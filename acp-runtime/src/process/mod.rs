@@ -274,6 +274,18 @@ impl Processes {
         // Checked here for a clear error; started by its name, so the
         // program sees the `argv[0]` it was asked by (as `execvp` gives).
         spawn::find_program(&request.command, &request.cwd, &request.env)?;
+        // The program enters `cwd` as the agents' user; a folder closed to
+        // it is said here, naming the user, not as an exit status 127.
+        if let Some(user) = self.supervisor.as_ref().and_then(|s| s.user.as_ref())
+            && let Some(step) = crate::agent::user::unreachable_step(user, &request.cwd)
+        {
+            return Err(Error::PermissionDenied(format!(
+                "{} is closed to user {} (--agent-user), which runs processes: {} may not be entered",
+                request.cwd.display(),
+                user.name,
+                step.display()
+            )));
+        }
         let program = PathBuf::from(&request.command);
         {
             let mut table = self.table.lock();

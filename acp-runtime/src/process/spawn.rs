@@ -65,11 +65,13 @@ pub(super) fn spawn(
     supervisor: Option<&TreeSupervisor>,
     launch: &Launch<'_>,
 ) -> std::io::Result<Started> {
+    let user = supervisor.and_then(|s| s.user.as_ref());
     let mut command = match supervisor {
         Some(supervisor) => {
             let mut command = Command::new(&supervisor.binary);
             command.args(supervisor.command_args(
                 launch.tty.is_some(),
+                Some(launch.cwd),
                 launch.program.as_os_str(),
                 launch.args,
             ));
@@ -81,20 +83,30 @@ pub(super) fn spawn(
             command
         }
     };
-    command.current_dir(launch.cwd);
-    for secret in tree::SECRET_ENV {
-        command.env_remove(secret);
-    }
+    let mut env: Vec<(String, String)> = Vec::new();
     // Run as another user, a process gets that user's home from the user
     // database, as `docker exec -u` gives (research/contract.md, "Agents
     // under an unprivileged user"); the request's variables still win.
-    if let Some(user) = supervisor.and_then(|s| s.user.as_ref()) {
-        command.envs(crate::agent::user::login_env(user, &user.home));
+    if let Some(user) = user {
+        env.extend(crate::agent::user::login_env(user, &user.home));
     }
     if launch.tty.is_some() && !launch.env.iter().any(|(key, _)| key == "TERM") {
-        command.env("TERM", DEFAULT_TERM);
+        env.push(("TERM".to_owned(), DEFAULT_TERM.to_owned()));
     }
-    command.envs(launch.env.iter().map(|(key, value)| (key, value)));
+    env.extend(launch.env.iter().cloned());
+    if user.is_some() {
+        // The supervisor, root until it switches, gets none of the
+        // process's variables and does not enter its `cwd`: the program
+        // does both, as the user (`tree::seal_env`).
+        let env = tree::program_env(env);
+        command.env_clear().envs(tree::seal_env(&env));
+    } else {
+        command.current_dir(launch.cwd);
+        for secret in tree::SECRET_ENV {
+            command.env_remove(secret);
+        }
+        command.envs(env);
+    }
     // The tree outlives nothing it should: the waiter kills it when the
     // process is forgotten, the supervisor when the server is gone.
     command.kill_on_drop(false);

@@ -458,13 +458,17 @@ impl SandboxAgentClient {
     }
 }
 
+/// Longest line of an output stream: a chunk event's `data:` line (a
+/// chunk of at most 64 KiB, JSON-escaped or base64) fits many times over.
+const MAX_OUTPUT_LINE: usize = 4 << 20;
+
 /// The parsed SSE events of one open output stream.
 type SseEvents = Pin<
     Box<
         dyn Stream<
                 Item = Result<
                     eventsource_stream::Event,
-                    eventsource_stream::EventStreamError<reqwest::Error>,
+                    eventsource_stream::EventStreamError<std::io::Error>,
                 >,
             > + Send,
     >,
@@ -598,5 +602,13 @@ async fn open(client: &SandboxAgentClient, id: &str, offset: u64) -> Result<SseE
             })??,
             None => exchange.await?,
         };
-    Ok(Box::pin(response.bytes_stream().eventsource()))
+    // Whole lines to the SSE parser: a chunk event arriving in many TCP
+    // reads is then parsed once, not once per read (`whole_lines`).
+    let bytes = response
+        .bytes_stream()
+        .map(|item| item.map_err(std::io::Error::other));
+    let lines = acp_http_client::whole_lines(bytes, MAX_OUTPUT_LINE, |max| {
+        std::io::Error::other(format!("a line of the output stream is over {max} bytes"))
+    });
+    Ok(Box::pin(lines.eventsource()))
 }

@@ -20,7 +20,9 @@
 //!   message says why.
 //! - Exit status 0 when the turn ends with `end_turn`; otherwise 1 with a
 //!   message naming the stop reason (`cancelled`, `max_tokens`, …) or the
-//!   error (an agent that crashed, a server that cannot be reached). Ctrl-C
+//!   error (an agent that crashed, a server that cannot be reached). An
+//!   agent's error is followed by the stderr lines the agent wrote for
+//!   that request (`agent stderr: …`) and the server's hint (`hint: …`). Ctrl-C
 //!   cancels the turn (`session/cancel`); a second Ctrl-C gives up at once.
 //! - `--auth-method ID` sends ACP `authenticate` before the session. An
 //!   agent's "Authentication required" (`-32000`) names what would satisfy
@@ -194,8 +196,9 @@ async fn one_turn(
                     String::new()
                 };
                 return Err(format!(
-                    "cannot start a session with agent {:?}: {error}{advice}",
-                    args.agent
+                    "cannot start a session with agent {:?}: {}{advice}",
+                    args.agent,
+                    describe_error(&error)
                 ));
             }
         },
@@ -298,8 +301,9 @@ async fn load(
                 String::new()
             };
             Err(format!(
-                "cannot continue session {id:?} of agent {:?}: {error}{advice}",
-                args.agent
+                "cannot continue session {id:?} of agent {:?}: {}{advice}",
+                args.agent,
+                describe_error(&error)
             ))
         }
     }
@@ -643,6 +647,7 @@ impl TurnView {
             ),
             other => format!("the turn failed: {other}"),
         };
+        message.push_str(&agent_lines(error));
         if let Some(ended) = &self.ended {
             if let Some(text) = &ended.message
                 && !message.contains(text.as_str())
@@ -663,6 +668,36 @@ impl TurnView {
         }
         message
     }
+}
+
+/// `error` for the user. An agent's error that carries its stderr or a
+/// hint (research/contract.md, "Agent errors: stderr and hint") reads as
+/// its message, with those lines under it ([`agent_lines`]); any other as
+/// the SDK words it.
+fn describe_error(error: &Error) -> String {
+    let lines = agent_lines(error);
+    match error {
+        Error::Rpc(rpc) if !lines.is_empty() => format!(
+            "{} (JSON-RPC error {}){lines}",
+            rpc.message,
+            i32::from(rpc.code)
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// The agent's stderr lines the server added to its error, one
+/// `agent stderr: …` line each, and the server's hint as `hint: …`, each
+/// line led by a line feed; empty when there are none.
+fn agent_lines(error: &Error) -> String {
+    let mut text = String::new();
+    for line in error.agent_stderr() {
+        text.push_str(&format!("\nagent stderr: {line}"));
+    }
+    if let Some(hint) = error.agent_hint() {
+        text.push_str(&format!("\nhint: {hint}"));
+    }
+    text
 }
 
 /// What the user's answer `line` means, for `options` as `(id, name)`.

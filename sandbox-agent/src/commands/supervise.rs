@@ -4,7 +4,7 @@
 use clap::Args;
 use std::process::ExitCode;
 
-/// `sandbox-agent supervise --grace-ms N [--tty] [--user NAME:UID:GID] -- PROGRAM ARGS…`: what the server
+/// `sandbox-agent supervise --grace-ms N [--tty] [--user NAME:UID:GID [--cwd DIR]] -- PROGRAM ARGS…`: what the server
 /// runs each agent process under (`acp_runtime::agent::tree`).
 #[derive(Debug, Clone, Args)]
 pub struct SuperviseArgs {
@@ -18,6 +18,9 @@ pub struct SuperviseArgs {
     /// Become this user (`NAME:UID:GID`) before starting the program.
     #[arg(long, value_name = "NAME:UID:GID", value_parser = acp_runtime::agent::user::AgentUser::from_arg)]
     pub user: Option<acp_runtime::agent::user::AgentUser>,
+    /// With `--user`: the program's working directory, entered as the user.
+    #[arg(long, value_name = "DIR", requires = "user")]
+    pub cwd: Option<std::path::PathBuf>,
     /// The program to run.
     pub program: std::ffi::OsString,
     /// Its arguments.
@@ -32,7 +35,7 @@ pub fn run(args: &SuperviseArgs) -> ExitCode {
     let status = acp_runtime::agent::tree::run(
         std::time::Duration::from_millis(args.grace_ms),
         args.tty,
-        args.user.as_ref(),
+        args.user.as_ref().map(|user| (user, args.cwd.as_deref())),
         &args.program,
         &args.args,
     );

@@ -163,6 +163,17 @@ impl TestServer {
     /// Like [`TestServer::start`], with extra environment variables. A
     /// `SANDBOX_AGENT_TOKEN` entry counts as choosing auth (no `--no-token`).
     pub async fn start_with_env(extra_args: &[&str], env: &[(&str, &str)]) -> TestServer {
+        Self::start_via(&[], extra_args, env).await
+    }
+
+    /// Like [`TestServer::start_with_env`], with the binary started through
+    /// `prefix` (a program that then execs it, such as `setpriv --groups
+    /// 4,6 --`): the server's pid is the prefix's.
+    pub async fn start_via(
+        prefix: &[&str],
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> TestServer {
         let env_token = env
             .iter()
             .find(|(key, _)| *key == "SANDBOX_AGENT_TOKEN")
@@ -181,6 +192,18 @@ impl TestServer {
         std::fs::create_dir_all(&data_dir).expect("create the server's data dir");
 
         let mut command = sandbox_agent_command();
+        if let Some((program, rest)) = prefix.split_first() {
+            let bin = command.get_program().to_owned();
+            let mut via = Command::new(program);
+            via.args(rest).arg(bin);
+            for (key, value) in command.get_envs() {
+                match value {
+                    Some(value) => via.env(key, value),
+                    None => via.env_remove(key),
+                };
+            }
+            command = via;
+        }
         command.args(["server", "--host", "127.0.0.1", "--port", "0"]);
         if !chooses_auth {
             command.arg("--no-token");

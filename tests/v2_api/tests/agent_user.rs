@@ -402,3 +402,249 @@ async fn root_without_an_agent_user_is_warned_once_at_start() {
         .await;
     assert!(!log.contains("without --agent-user"), "{log}");
 }
+
+#[tokio::test]
+async fn an_agent_program_closed_to_the_user_fails_to_start_naming_the_folder() {
+    if user_or_skip("closed agent program").is_none() {
+        return;
+    }
+    // What an install made with umask 077 looks like to the user.
+    let closed = v2_api_tests::agents::TempDir::new("agent-user-closed-program");
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let program = closed.write("agent", &v2_api_tests::agents::mock_agent_script());
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let command = format!("closed={}", program.display());
+    let server =
+        TestServer::start(&["--agent-user", AGENT_USER, "--agent-command", &command]).await;
+    let reply = v2_api_tests::agents::initialize_within(
+        &server.api(),
+        "closed",
+        std::time::Duration::from_secs(30),
+    )
+    .await;
+    let problem = v2_api_tests::assert_problem(&reply, 502, "agent-start-failed");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("closed to user")
+            && detail.contains(AGENT_USER)
+            && detail.contains(closed.utf8()),
+        "{problem}"
+    );
+}
+
+/// `POST /v2/processes` of `body`; the new process's id (201 checked).
+async fn start_process(server: &TestServer, body: &Value) -> String {
+    let reply = v2_api_tests::Api::send(
+        server
+            .api()
+            .request(reqwest::Method::POST, "/v2/processes")
+            .json(body),
+    )
+    .await;
+    reply.assert_status(201);
+    reply.json()["id"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn the_supervisor_gets_none_of_the_programs_variables_while_it_is_root() {
+    let Some(user) = user_or_skip("sealed environment") else {
+        return;
+    };
+    let server = TestServer::start(&["--agent-user", AGENT_USER]).await;
+    let work = owned_dir("agent-user-env", user);
+    // LD_PRELOAD naming a missing file: the loader of a root process that
+    // saw it would print an error on stderr; the program sees it as a
+    // plain variable.
+    let id = start_process(
+        &server,
+        &json!({
+            "command": "sleep",
+            "args": ["30"],
+            "cwd": work.path(),
+            "env": {"PROBE": "for-the-program", "LD_PRELOAD": "/nonexistent/x.so"},
+        }),
+    )
+    .await;
+    let descendants = server.descendants();
+    let supervisor = descendants
+        .iter()
+        .find(|p| procfs::cmdline(p.pid).contains(" supervise "))
+        .expect("the supervisor");
+    let program = descendants
+        .iter()
+        .find(|p| procfs::cmdline(p.pid).starts_with("sleep"))
+        .expect("the program");
+    let names = |pid: u32| -> Vec<String> {
+        procfs::environ(pid)
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect()
+    };
+    let supervisor_env = names(supervisor.pid);
+    assert!(
+        supervisor_env
+            .iter()
+            .all(|key| key.starts_with("SANDBOX_AGENT_SUPERVISED_ENV_")),
+        "the supervisor's own environment is the sealed one alone: {supervisor_env:?}"
+    );
+    let program_env = procfs::environ(program.pid);
+    let value = |name: &str| {
+        program_env
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    };
+    assert_eq!(value("PROBE"), Some("for-the-program"));
+    assert_eq!(value("LD_PRELOAD"), Some("/nonexistent/x.so"));
+    assert!(
+        !program_env.iter().any(|(key, _)| {
+            key.starts_with("SANDBOX_AGENT_SUPERVISED_ENV_") || key == "SANDBOX_AGENT_TOKEN"
+        }),
+        "{program_env:?}"
+    );
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{}/cwd", program.pid)).expect("cwd"),
+        work.path()
+    );
+    let forget = server
+        .api()
+        .request(reqwest::Method::DELETE, &format!("/v2/processes/{id}"));
+    v2_api_tests::Api::send(forget).await.assert_status(204);
+}
+
+#[tokio::test]
+async fn a_cwd_behind_a_closed_folder_is_entered_as_the_user_or_not_at_all() {
+    let Some(user) = user_or_skip("process cwd") else {
+        return;
+    };
+    let server = TestServer::start(&["--agent-user", AGENT_USER]).await;
+    // root-only/open: an open folder behind a closed one.
+    let closed = TempDir::new("agent-user-closed-cwd");
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let open = closed.path().join("open");
+    std::fs::create_dir(&open).expect("mkdir");
+    std::fs::write(open.join("secret"), "behind a closed folder").expect("write");
+    let reply = v2_api_tests::Api::send(
+        server
+            .api()
+            .request(reqwest::Method::POST, "/v2/processes/run")
+            .json(&json!({"command": "cat", "args": ["secret"], "cwd": open})),
+    )
+    .await;
+    let problem = v2_api_tests::assert_problem(&reply, 403, "permission-denied");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains(AGENT_USER), "{problem}");
+
+    // The same folder through the user's own symlink: the real path is
+    // checked. (Swapped in after the check, the program would still enter
+    // it as the user, and could not.)
+    let work = owned_dir("agent-user-link", user);
+    let link = work.path().join("link");
+    std::os::unix::fs::symlink(&open, &link).expect("symlink");
+    std::os::unix::fs::lchown(&link, Some(user.uid), Some(user.gid)).expect("lchown");
+    let reply = v2_api_tests::Api::send(
+        server
+            .api()
+            .request(reqwest::Method::POST, "/v2/processes/run")
+            .json(&json!({"command": "cat", "args": ["secret"], "cwd": link})),
+    )
+    .await;
+    v2_api_tests::assert_problem(&reply, 403, "permission-denied");
+}
+
+#[tokio::test]
+async fn the_servers_own_groups_lend_the_agents_file_requests_nothing() {
+    let Some(user) = user_or_skip("server groups") else {
+        return;
+    };
+    // Docker gives root supplementary groups (adm, disk, …): here adm (4).
+    let server = TestServer::start_via(
+        &["setpriv", "--groups", "4", "--"],
+        &["--agent-user", AGENT_USER],
+        &[],
+    )
+    .await;
+    let conn = server.initialize(MOCK).await;
+    let work = owned_dir("agent-user-groups", user);
+    let answer = new_session(&server, &conn, work.path()).await;
+    let session = answer["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned();
+    // A folder only root and group adm may enter, with a readable file in
+    // it, and a folder group adm may write.
+    let adm = TempDir::new("agent-user-adm");
+    std::os::unix::fs::chown(adm.path(), Some(0), Some(4)).expect("chown");
+    std::fs::set_permissions(adm.path(), std::fs::Permissions::from_mode(0o770)).expect("chmod");
+    std::fs::write(adm.path().join("public.txt"), "adm only").expect("write");
+    let mut turn_id = 10;
+    let mut turn = async |text: String| {
+        turn_id += 1;
+        let reply = server.prompt(&conn, &session, json!(turn_id), &text).await;
+        assert_eq!(stop_reason(&reply), Some("end_turn"), "{text}: {reply}");
+        last_chunk(&server, &session).await
+    };
+    let reply = turn(format!("read file {}/public.txt", adm.path().display())).await;
+    assert!(reply.starts_with("fs error"), "{reply}");
+    let reply = turn(format!(
+        "write file {}/new/x.txt planted",
+        adm.path().display()
+    ))
+    .await;
+    assert!(reply.starts_with("fs error"), "{reply}");
+    assert!(!adm.path().join("new").exists(), "no folder was made");
+    // /proc is the server's own: closed to the agent's requests.
+    let reply = turn("read file /proc/self/maps".to_owned()).await;
+    assert!(reply.starts_with("fs error"), "{reply}");
+}
+
+#[tokio::test]
+async fn a_data_dir_the_user_could_change_is_refused_at_start() {
+    let Some(user) = user_or_skip("data dir owner") else {
+        return;
+    };
+    let within = std::time::Duration::from_secs(20);
+    // Made by the user (as under /tmp): its files would be the user's.
+    let planted = owned_dir("agent-user-planted-data", user);
+    let (status, stderr) = start_up_outcome(
+        &["--agent-user", AGENT_USER, "--data-dir", planted.utf8()],
+        within,
+    )
+    .await
+    .expect("the server exits");
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&format!("belongs to uid {}", user.uid)),
+        "{stderr}"
+    );
+
+    // A root folder, but in one the user may change (not sticky).
+    let shared = owned_dir("agent-user-shared-parent", user);
+    let data = shared.path().join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    let (status, stderr) = start_up_outcome(
+        &[
+            "--agent-user",
+            AGENT_USER,
+            "--data-dir",
+            &data.to_string_lossy(),
+        ],
+        within,
+    )
+    .await
+    .expect("the server exits");
+    assert!(!status.success());
+    assert!(stderr.contains("which the user may change"), "{stderr}");
+
+    // Writable by others.
+    let open = TempDir::new("agent-user-open-data");
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (status, stderr) = start_up_outcome(
+        &["--agent-user", AGENT_USER, "--data-dir", open.utf8()],
+        within,
+    )
+    .await
+    .expect("the server exits");
+    assert!(!status.success());
+    assert!(stderr.contains("writable by others"), "{stderr}");
+}

@@ -244,6 +244,48 @@ async fn a_crashing_agent_exits_non_zero_with_a_clear_message() {
     assert_nothing_left(&marker).await;
 }
 
+/// An agent's error is followed by the stderr lines the agent wrote for
+/// that request (research/contract.md, "Agent errors: stderr and hint").
+#[tokio::test]
+async fn an_agent_error_prints_the_agents_stderr_under_it() {
+    let marker = marker("fail");
+    let run = prompt(&["!fail 2"], None, &marker).await;
+    assert!(!run.status.success(), "{run:?}");
+    let want = "sandbox-agent: the turn failed: mock agent: failed on request (JSON-RPC error -32603)\n\
+         agent stderr: fail line 1\n\
+         agent stderr: fail line 2\n\
+         agent stderr: mock agent: failing on request\n";
+    assert!(run.stderr.ends_with(want), "{run:?}");
+    assert_nothing_left(&marker).await;
+}
+
+/// A refused `session/new` prints the agent's line and, with the
+/// (embedded) server running as root without `--agent-user`, the hint.
+#[tokio::test]
+async fn a_refused_session_prints_the_line_and_the_root_hint() {
+    let marker = marker("refused");
+    let dir = v2_api_tests::TempDir::new("prompt-refused");
+    let cwd = dir.path().join("refuse-session");
+    std::fs::create_dir_all(&cwd).expect("create the cwd");
+    let cwd = cwd.to_str().expect("a UTF-8 path");
+    let run = prompt(&["--cwd", cwd, "hello"], None, &marker).await;
+    assert!(!run.status.success(), "{run:?}");
+    assert!(
+        run.stderr.contains(&format!(
+            "cannot start a session with agent \"mock\": mock agent: refused to open a session in {cwd} (JSON-RPC error -32603)\n\
+             agent stderr: mock agent: refusing session/new in {cwd}\n"
+        )),
+        "{run:?}"
+    );
+    let hint = "\nhint: sandbox-agent runs as root and starts agents as root";
+    assert_eq!(
+        run.stderr.contains(hint),
+        nix::unistd::geteuid().is_root(),
+        "{run:?}"
+    );
+    assert_nothing_left(&marker).await;
+}
+
 #[tokio::test]
 async fn ctrl_c_cancels_the_turn_and_exits_non_zero() {
     let marker = marker("interrupt");

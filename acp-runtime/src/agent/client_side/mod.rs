@@ -108,6 +108,12 @@ impl ClientSide {
     /// The service with agents' file requests made as `user`
     /// (research/contract.md, "Agents under an unprivileged user").
     pub fn acting_as(mut self, user: Option<AgentUser>) -> Self {
+        if user.is_some() {
+            // `/proc/self` here is the server's (root's) own: its memory
+            // map, its open files. The user reads `/proc` itself, from a
+            // terminal, where the kernel judges it as the user.
+            self.excluded.push(PathBuf::from("/proc"));
+        }
         self.user = user.map(Arc::new);
         self
     }

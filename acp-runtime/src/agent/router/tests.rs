@@ -944,6 +944,52 @@ async fn a_failed_load_undoes_the_early_attach() {
     assert!(b.attached_sessions().is_empty());
 }
 
+/// Contract, "Agent errors: stderr and hint": an error answer waits for
+/// the stderr reader, then carries only the lines written after its
+/// request was forwarded (the agent's `data` kept, wrapped) and, for a
+/// failed `session/new` of a root server, the hint. A success is relayed
+/// at once, untouched.
+#[tokio::test]
+async fn an_error_answer_carries_the_stderr_since_its_request() {
+    let mut f = Fixture::new();
+    let capture = Arc::new(StderrCapture::default());
+    f.router.set_stderr(capture.clone());
+    f.router.set_root_hint(true);
+    let a = f.open(json!({}));
+    capture.push("before the request".to_owned());
+    let (mut receiver, agent_id) = f.start_session_new(&a, "1").await;
+    capture.push("after it".to_owned());
+    let deferred = f.router.dispatch(Bytes::from(format!(
+        r#"{{"jsonrpc":"2.0","id":{agent_id},"error":{{"code":-32603,"message":"no","data":"why"}}}}"#
+    )));
+    assert_unanswered(&mut receiver);
+    deferred
+        .expect("an error answer is deferred")
+        .deliver(&f.router)
+        .await;
+    let reply = answer(&mut receiver);
+    let data = &reply["error"]["data"];
+    assert_eq!(data["agent"], "why", "{reply}");
+    assert_eq!(
+        data["sandboxagent.dev"]["stderr"],
+        json!(["after it"]),
+        "{reply}"
+    );
+    let hint = data["sandboxagent.dev"]["hint"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(hint.contains("--agent-user USER"), "{reply}");
+
+    let (mut receiver, agent_id) = f.start_session_new(&a, "2").await;
+    capture.push("during a success".to_owned());
+    let deferred = f.router.dispatch(Bytes::from(format!(
+        r#"{{"jsonrpc":"2.0","id":{agent_id},"result":{{"sessionId":"s-2"}}}}"#
+    )));
+    assert!(deferred.is_none(), "a success is not held");
+    let reply = answer(&mut receiver);
+    assert_eq!(reply["result"]["sessionId"], "s-2");
+}
+
 /// Contract: "with nobody attached they wait, and the next connection that
 /// attaches gets them" and "When no target declared it, the runtime answers
 /// the agent -32601". A connection without the capability that attaches

@@ -21,7 +21,7 @@ use agent_client_protocol::v1::schema::{
     SessionResumeCapabilities, SessionUpdate, SetSessionConfigOptionRequest,
     SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse,
 };
-use agent_client_protocol::{Client, Error};
+use agent_client_protocol::{Client, Error, ErrorCode};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -40,6 +40,10 @@ const MODES: [(&str, &str); 2] = [("default", "Default"), ("plan", "Plan")];
 const MODEL_CONFIG_ID: &str = "model";
 /// The models: (id, name). The first is the current model of a new session.
 const MODELS: [(&str, &str); 2] = [("mock-fast", "Mock fast"), ("mock-smart", "Mock smart")];
+/// `session/new` refuses a `cwd` whose last component starts with this
+/// (research/contract.md, "The mock agent"): a failing `session/new` on
+/// demand.
+const REFUSED_CWD_PREFIX: &str = "refuse-session";
 
 /// The agent: its sessions and what prompt turns need to reach the outside.
 pub(super) struct MockAgent {
@@ -194,6 +198,19 @@ impl MockAgent {
         cx: &ConnectionTo<Client>,
     ) -> Result<NewSessionResponse, Error> {
         self.check_authenticated()?;
+        let refused = request
+            .cwd
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| name.starts_with(REFUSED_CWD_PREFIX));
+        if refused {
+            let cwd = request.cwd.display();
+            eprintln!("mock agent: refusing session/new in {cwd}");
+            return Err(Error::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("mock agent: refused to open a session in {cwd}"),
+            ));
+        }
         let session = Session::new(request.cwd);
         let (state, updated_at) = (session.state(), session.updated_at);
         let session_id = self.add_session(session);

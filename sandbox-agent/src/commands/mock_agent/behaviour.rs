@@ -37,6 +37,9 @@ pub(super) enum Behaviour {
     Fs { path: PathBuf },
     /// `!stderr N`: N lines on stderr, then the plain reply.
     Stderr { lines: usize },
+    /// `!fail [N [BYTES]]`: N filler lines of BYTES bytes and two known
+    /// lines on stderr, then a JSON-RPC error answer.
+    Fail { lines: usize, bytes: usize },
     /// `read file PATH` and `read lines LINE LIMIT PATH`:
     /// `fs/read_text_file`, then what it read or the error.
     ReadFile {
@@ -85,6 +88,7 @@ impl Behaviour {
             "huge" => "!huge BYTES",
             "fs" => "!fs PATH",
             "stderr" => "!stderr N",
+            "fail" => "!fail [N [BYTES]]",
             _ => return Ok(Self::Reply),
         };
         let wrong = || Error::invalid_params().data(format!("usage: {usage} (got `{text}`)"));
@@ -115,6 +119,15 @@ impl Behaviour {
             },
             ("stderr", [lines]) => Self::Stderr {
                 lines: parse_arg(lines, wrong)?,
+            },
+            ("fail", []) => Self::Fail { lines: 0, bytes: 0 },
+            ("fail", [lines]) => Self::Fail {
+                lines: parse_arg(lines, wrong)?,
+                bytes: 0,
+            },
+            ("fail", [lines, bytes]) => Self::Fail {
+                lines: parse_arg(lines, wrong)?,
+                bytes: parse_arg(bytes, wrong)?,
             },
             _ => return Err(wrong()),
         })
@@ -248,6 +261,17 @@ mod tests {
             })
         );
         assert_eq!(
+            Behaviour::from_prompt("!fail").ok(),
+            Some(Behaviour::Fail { lines: 0, bytes: 0 })
+        );
+        assert_eq!(
+            Behaviour::from_prompt("!fail 30 1000").ok(),
+            Some(Behaviour::Fail {
+                lines: 30,
+                bytes: 1000
+            })
+        );
+        assert_eq!(
             Behaviour::from_prompt("!fs /tmp/a file.txt").ok(),
             Some(Behaviour::Fs {
                 path: PathBuf::from("/tmp/a file.txt")
@@ -317,6 +341,8 @@ mod tests {
             "!fs",
             "!stall now",
             "!huge -1",
+            "!fail x",
+            "!fail 1 2 3",
         ] {
             let error = Behaviour::from_prompt(text).err();
             assert_eq!(

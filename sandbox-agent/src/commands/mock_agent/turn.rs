@@ -22,6 +22,10 @@ use tokio_util::sync::CancellationToken;
 use super::agent::{Message, MockAgent, RunningTurn, Speaker, notify, session_not_found};
 use super::behaviour::{Behaviour, prompt_text};
 
+/// The variable whose value `!fail` writes to stderr: a secret the
+/// runtime masks in the error (research/contract.md, "Agent errors: stderr
+/// and hint").
+const TEST_SECRET_ENV: &str = "SANDBOX_AGENT_TEST_SECRET_KEY";
 /// The tool call id used by the `tool` and `permission` turns.
 const TOOL_CALL_ID: &str = "mock-tool-1";
 /// The tool call id of the `use terminal` turn's tool call.
@@ -144,6 +148,31 @@ impl MockAgent {
     }
 }
 
+/// `!fail [N [BYTES]]`: writes N lines `fail line <i>` (padded with a space
+/// and `x`s to BYTES bytes when shorter), then `mock agent: failing on request` and,
+/// when [`TEST_SECRET_ENV`] is set, `mock agent: using key <its value>`, to
+/// stderr; returns the prompt's error: `-32603` "mock agent: failed on
+/// request" with data `{"directive": "!fail"}`.
+fn fail_with_stderr(lines: usize, bytes: usize) -> Error {
+    use std::io::Write;
+    let mut stderr = std::io::stderr().lock();
+    for index in 1..=lines {
+        let mut line = format!("fail line {index}");
+        if bytes > line.len() {
+            line.push(' ');
+            line.push_str(&"x".repeat(bytes.saturating_sub(line.len())));
+        }
+        let _ = writeln!(stderr, "{line}");
+    }
+    let _ = writeln!(stderr, "mock agent: failing on request");
+    if let Ok(secret) = std::env::var(TEST_SECRET_ENV) {
+        let _ = writeln!(stderr, "mock agent: using key {secret}");
+    }
+    let _ = stderr.flush();
+    Error::new(ErrorCode::INTERNAL_ERROR, "mock agent: failed on request")
+        .data(serde_json::json!({ "directive": "!fail" }))
+}
+
 /// One prompt turn in its spawned task. Dropping it at any `.await` (on
 /// `session/cancel`) is safe: requests to the client are awaited in their own
 /// tasks (see [`Turn::ask_client`]).
@@ -192,6 +221,7 @@ impl Turn {
                 }
                 self.reply(text)
             }
+            Behaviour::Fail { lines, bytes } => Err(fail_with_stderr(lines, bytes)),
         }
     }
 
