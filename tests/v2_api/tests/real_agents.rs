@@ -396,7 +396,7 @@ async fn claude_code_as_root_refuses_a_session_and_the_error_carries_why() {
     let answer = new_session(&server, &conn, "claude", workdir.path()).await;
     // The adapter's own error says nothing useful ("Query closed before
     // response received"); the runtime adds the agent's stderr lines
-    // (research/contract.md, "Agent errors carry the agent's stderr").
+    // (research/contract.md, "Agent errors: stderr and hint").
     let error = expect_error(&answer, -32603);
     let added = &error["data"][META_KEY];
     let stderr: Vec<&str> = added["stderr"]
