@@ -16,8 +16,12 @@
 //!
 //! Installs go to `<target dir>/agent-cache` (passed as `--data-dir`), so
 //! later runs reuse them; the `--agent-user` case has a data dir of its own
-//! beside it (a Claude Code run as root writes root-owned files into its
-//! home, which the user could not open). Nothing depends on an earlier run.
+//! beside it: Claude Code run as root by the tests beside it, at the same
+//! time, creates root-owned folders in its home (`debug/`, mode 0755),
+//! where Claude Code under the user then cannot write and exits (EACCES);
+//! the server hands a home over only when the folder itself is root's
+//! (research/contract.md, "Agents under an unprivileged user"). Nothing
+//! depends on an earlier run.
 //! No prompt is ever sent: there is no network to the model providers here,
 //! and none is needed to prove the wiring. Needs `npm` (Node.js) on `PATH`
 //! and the npm registry.
@@ -425,8 +429,8 @@ async fn claude_code_opens_a_session_under_the_agent_user() {
         );
         return;
     };
-    // A data dir of its own (root's, like the agent cache): the root-run
-    // Claude Code above writes root-owned files into the cache's home.
+    // A data dir of its own (root's, like the agent cache): see the module
+    // doc.
     let data_dir = target_dir("agent-cache-agent-user");
     let server =
         TestServer::start_with_env(&["--data-dir", &data_dir, "--agent-user", AGENT_USER], &[])
