@@ -170,7 +170,7 @@ fn root_hint(agent: &str, stderr: &[String]) -> String {
         "some agents refuse to run as root (Claude Code does)"
     };
     format!(
-        "sandbox-agent runs as root and starts agents as root; {refusal}. Restart it with --agent-user USER to run agents as that unprivileged user."
+        "sandbox-agent runs as root and starts agents as root; {refusal}. Restart it with --agent-user USER (or SANDBOX_AGENT_AGENT_USER=USER, which `sandbox-agent prompt` passes to its own server) to run agents as that unprivileged user."
     )
 }
 
