@@ -287,6 +287,18 @@ async fn no_hint_with_an_agent_user() {
     let dir = TempDir::new("refused-as-nobody");
     let mut params = refused_session_params(&dir, "refuse-session");
     params["_meta"] = acp::agent_meta("unprivileged");
+    // The user must be able to write the cwd (else the runtime refuses it
+    // before the agent sees it).
+    let nobody = nix::unistd::User::from_name("nobody")
+        .ok()
+        .flatten()
+        .expect("user nobody");
+    std::os::unix::fs::chown(
+        dir.path().join("refuse-session"),
+        Some(nobody.uid.as_raw()),
+        Some(nobody.gid.as_raw()),
+    )
+    .expect("chown");
     let answer = server.rpc(&conn, 1, "session/new", params).await;
     assert_eq!(stderr_lines(&answer).len(), 1, "{answer}");
     assert!(added(&answer).get("hint").is_none(), "{answer}");
