@@ -156,23 +156,21 @@ pub fn login_env(user: &AgentUser, home: &Path) -> [(String, String); 3] {
     ]
 }
 
-/// Makes `home` the user's: created when missing, owned by the user (every
-/// entry of it, when the folder itself is not yet: a home made while the
-/// server ran agents as root), mode 0700.
+/// Makes `home` the user's: created when missing, every entry owned by
+/// the user (a home used while a server ran agents as root holds root's
+/// files, the agent would fail on them), mode 0700. Walked at every start
+/// of the agent: entries already the user's are only looked at.
 ///
 /// # Errors
 /// When the folder cannot be created, handed over or restricted.
 pub fn prepare_home(user: &AgentUser, home: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(home)?;
-    let meta = std::fs::symlink_metadata(home)?;
-    if meta.uid() != user.uid || meta.gid() != user.gid {
-        chown_tree(home, user)?;
-    }
+    chown_tree(home, user)?;
     std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
 }
 
-/// `lchown` of `root` and everything under it (symlinks themselves, never
-/// their targets).
+/// `lchown` of `root` and everything under it that is not the user's yet
+/// (symlinks themselves, never their targets; hard links left alone).
 fn chown_tree(root: &Path, user: &AgentUser) -> std::io::Result<()> {
     let mut pending = vec![root.to_owned()];
     while let Some(path) = pending.pop() {
@@ -183,7 +181,9 @@ fn chown_tree(root: &Path, user: &AgentUser) -> std::io::Result<()> {
             tracing::warn!(path = %path.display(), "a hard link in an agent home stays root's");
             continue;
         }
-        std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid))?;
+        if meta.uid() != user.uid || meta.gid() != user.gid {
+            std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid))?;
+        }
         if meta.is_dir() {
             for entry in std::fs::read_dir(&path)? {
                 pending.push(entry?.path());

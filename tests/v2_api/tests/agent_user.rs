@@ -648,3 +648,43 @@ async fn a_data_dir_the_user_could_change_is_refused_at_start() {
     assert!(!status.success());
     assert!(stderr.contains("writable by others"), "{stderr}");
 }
+
+#[tokio::test]
+async fn files_a_root_run_left_in_an_agent_home_are_handed_to_the_user_at_the_next_start() {
+    let Some(user) = user_or_skip("home handover") else {
+        return;
+    };
+    let data = TempDir::new("agent-user-handover");
+    let work = owned_dir("agent-user-handover-cwd", user);
+    // With the option, without it (the mock writes its session state into
+    // its home as root), with it again.
+    for with_user in [true, false, true] {
+        let mut args = vec!["--data-dir", data.utf8()];
+        if with_user {
+            args.extend(["--agent-user", AGENT_USER]);
+        }
+        let server = TestServer::start(&args).await;
+        let conn = server.initialize(MOCK).await;
+        let answer = new_session(&server, &conn, work.path()).await;
+        assert!(answer["result"]["sessionId"].is_string(), "{answer}");
+    }
+    let home = data.path().join("homes").join(MOCK);
+    let mut pending = vec![home.clone()];
+    let mut seen = 0;
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&path).expect("entry");
+        assert_eq!(meta.uid(), user.uid, "{} is not the user's", path.display());
+        seen += 1;
+        if meta.is_dir() {
+            pending.extend(
+                std::fs::read_dir(&path)
+                    .expect("dir")
+                    .map(|e| e.expect("entry").path()),
+            );
+        }
+    }
+    assert!(
+        seen > 3,
+        "the mock kept its sessions in its home ({seen} entries)"
+    );
+}
