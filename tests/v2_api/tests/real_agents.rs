@@ -16,12 +16,13 @@
 //!
 //! Installs go to `<target dir>/agent-cache` (passed as `--data-dir`), so
 //! later runs reuse them; the `--agent-user` case has a data dir of its own
-//! beside it: Claude Code run as root by the tests beside it, at the same
+//! beside it: Claude Code run as root by the test beside it, at the same
 //! time, creates root-owned folders in its home (`debug/`, mode 0755),
-//! where Claude Code under the user then cannot write and exits (EACCES);
-//! the server hands a home over only when the folder itself is root's
-//! (research/contract.md, "Agents under an unprivileged user"). Nothing
-//! depends on an earlier run.
+//! where Claude Code under the user then cannot write and exits (EACCES).
+//! The server hands every root entry of a home over at each start of the
+//! agent (research/contract.md, "Agents under an unprivileged user"), but
+//! not while another server writes into it. Nothing depends on an earlier
+//! run.
 //! No prompt is ever sent: there is no network to the model providers here,
 //! and none is needed to prove the wiring. Needs `npm` (Node.js) on `PATH`
 //! and the npm registry.
