@@ -52,14 +52,23 @@ const MAX_HTTP2_HEADER_BYTES: u32 = 64 * 1024;
 /// When the session store cannot be opened (the message names the file or
 /// the redacted URL), the address cannot be bound or the signal handlers
 /// cannot be installed.
-pub async fn run(config: ServerConfig) -> std::io::Result<()> {
+pub async fn run(mut config: ServerConfig) -> std::io::Result<()> {
+    // Before anything in the data dir is read or acted on (research/
+    // contract.md, "Agents under an unprivileged user"); its real path from
+    // here on.
+    if let Some(user) = &config.agent_user {
+        config.data_dir = crate::agent::user::confine_data_dir(&config.data_dir, user)
+            .map_err(std::io::Error::other)?;
+        if let Some(StoreUrl::Sqlite(file)) = &config.store {
+            config.store = Some(StoreUrl::Sqlite(
+                crate::agent::user::trusted_store_file(file, user)
+                    .map_err(std::io::Error::other)?,
+            ));
+        }
+    }
     // Before any agent can start: never two trees of one agent
     // (research/contract.md, "Agent process trees and a server that dies").
     crate::agent::orphans::reap_leftovers(&config.data_dir).await;
-    if let Some(user) = &config.agent_user {
-        crate::agent::user::confine_data_dir(&config.data_dir, user)
-            .map_err(std::io::Error::other)?;
-    }
     let durable = open_store(&config).await?;
     let listener = TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;

@@ -168,10 +168,14 @@ impl StderrCapture {
     pub fn summary(&self) -> StderrExcerpt {
         let kept = self.kept.lock();
         let held = (kept.head.len() + kept.tail.len()) as u64;
+        // Secrets masked as in agent errors (research/contract.md, "Agent
+        // errors: stderr and hint"): this excerpt reaches every client of
+        // the process and the store.
+        let mask = super::error_data::mask_secrets;
         StderrExcerpt {
-            head: (!kept.head.is_empty()).then(|| kept.head.join("\n")),
+            head: (!kept.head.is_empty()).then(|| mask(kept.head.join("\n"))),
             tail: (!kept.tail.is_empty())
-                .then(|| kept.tail.iter().cloned().collect::<Vec<_>>().join("\n")),
+                .then(|| mask(kept.tail.iter().cloned().collect::<Vec<_>>().join("\n"))),
             truncated: kept.total > held,
             total_lines: Some(kept.total),
         }

@@ -164,96 +164,240 @@ pub fn login_env(user: &AgentUser, home: &Path) -> [(String, String); 3] {
 /// # Errors
 /// When the folder cannot be created, handed over or restricted.
 pub fn prepare_home(user: &AgentUser, home: &Path) -> std::io::Result<()> {
+    use nix::fcntl::{OFlag, open};
+    use nix::sys::stat::{Mode, fchmod};
     std::fs::create_dir_all(home)?;
-    chown_tree(home, user)?;
-    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))
-}
-
-/// `lchown` of `root` and everything under it that is not the user's yet
-/// (symlinks themselves, never their targets; hard links left alone).
-fn chown_tree(root: &Path, user: &AgentUser) -> std::io::Result<()> {
-    let mut pending = vec![root.to_owned()];
-    while let Some(path) = pending.pop() {
-        let meta = std::fs::symlink_metadata(&path)?;
-        if !meta.is_dir() && meta.nlink() > 1 {
-            // A hard link: the same file is elsewhere too (it could be a
-            // link to any root file), so it is not handed over.
-            tracing::warn!(path = %path.display(), "a hard link in an agent home stays root's");
-            continue;
-        }
-        if meta.uid() != user.uid || meta.gid() != user.gid {
-            std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid))?;
-        }
-        if meta.is_dir() {
-            for entry in std::fs::read_dir(&path)? {
-                pending.push(entry?.path());
-            }
-        }
+    // By file descriptor from here on: the user may rename, swap and
+    // replace entries inside its home while the walk runs, and a path
+    // would follow what it swapped in (a symlink to /etc).
+    let top = open(
+        home,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut budget = MAX_HOME_ENTRIES;
+    hand_over_dir(&top, user, 0, &mut budget);
+    if budget == 0 {
+        tracing::warn!(home = %home.display(), "more than {MAX_HOME_ENTRIES} entries in an agent home: the rest were not looked at");
     }
+    fchmod(&top, Mode::from_bits_truncate(0o700))?;
     Ok(())
 }
 
+/// Most entries of an agent home looked at per start.
+const MAX_HOME_ENTRIES: usize = 200_000;
+/// Deepest folder of an agent home looked into.
+const MAX_HOME_DEPTH: usize = 64;
+
+/// Hands `dir` (an open folder) and everything under it that is not the
+/// user's yet to the user: each entry opened relative to its folder
+/// without following a symlink, and changed through that descriptor, so a
+/// swap during the walk changes nothing outside (a symlink is handed over
+/// itself; a hard link is left alone: it could be a link to any root
+/// file). Best effort: an entry that fails is skipped.
+fn hand_over_dir(dir: &std::os::fd::OwnedFd, user: &AgentUser, depth: usize, budget: &mut usize) {
+    use nix::fcntl::{AtFlags, OFlag, openat};
+    use nix::sys::stat::{Mode, SFlag, fstat};
+    use std::os::fd::AsRawFd;
+    let give = |fd: &std::os::fd::OwnedFd| {
+        let _ = nix::unistd::fchownat(
+            fd,
+            "",
+            Some(user.uid()),
+            Some(user.gid()),
+            AtFlags::AT_EMPTY_PATH,
+        );
+    };
+    if let Ok(stat) = fstat(dir)
+        && (stat.st_uid != user.uid || stat.st_gid != user.gid)
+    {
+        give(dir);
+    }
+    // The folder the descriptor is, listed through its `/proc` link: the
+    // same folder even if it was moved meanwhile.
+    let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        let name = entry.file_name();
+        let folder = openat(
+            dir,
+            name.as_os_str(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        );
+        if let Ok(folder) = folder {
+            if depth < MAX_HOME_DEPTH {
+                hand_over_dir(&folder, user, depth + 1, budget);
+            }
+            continue;
+        }
+        let Ok(fd) = openat(
+            dir,
+            name.as_os_str(),
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let Ok(stat) = fstat(&fd) else {
+            continue;
+        };
+        let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+        if kind != SFlag::S_IFDIR && stat.st_nlink > 1 {
+            tracing::warn!(entry = ?name, "a hard link in an agent home stays root's");
+            continue;
+        }
+        if stat.st_uid != user.uid || stat.st_gid != user.gid {
+            give(&fd);
+        }
+    }
+}
+
 /// Readies the data dir for agents run as `user` (research/contract.md,
-/// "Agents under an unprivileged user"): the data dir `0711` (the user may
-/// pass through to `agents/` and its own home, never list it or open the
-/// store or the runtime id), `homes/` `0711`, `agents/` searchable.
+/// "Agents under an unprivileged user") and returns its real path, which
+/// the server uses from then on (a path through a symlink would be
+/// resolved again at every use): the data dir `0711` (the user may pass
+/// through to `agents/` and its own home, never list it or open the store
+/// or the runtime id), `homes/` `0711`, `agents/` searchable.
 ///
 /// # Errors
-/// A message for the user when the data dir cannot be made so, or when a
+/// A message for the user when the data dir cannot be made so, when the
+/// user could have made or could swap it ([`trusted_dir`]), or when a
 /// directory above it keeps the user out (a data dir under `/root`).
-pub fn confine_data_dir(data_dir: &Path, user: &AgentUser) -> Result<(), String> {
+pub fn confine_data_dir(data_dir: &Path, user: &AgentUser) -> Result<PathBuf, String> {
     let failed = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
     let data_dir = &std::path::absolute(data_dir).map_err(|e| failed(data_dir, e))?;
     std::fs::create_dir_all(data_dir).map_err(|e| failed(data_dir, e))?;
-    check_data_dir_owner(data_dir, user)?;
+    let data_dir = &trusted_dir(data_dir, user, "data dir")?;
+    let closed_to_user = |step: PathBuf| {
+        format!(
+            "--agent-user {}: the user cannot reach the data dir {} ({} is closed to it); pass --data-dir in a directory the user can pass through, e.g. /var/lib/sandbox-agent",
+            user.name,
+            data_dir.display(),
+            step.display()
+        )
+    };
+    // Before anything is changed: a data dir the user cannot reach stays
+    // as it was.
+    let closed = data_dir
+        .parent()
+        .and_then(|parent| unreachable_step(user, parent));
+    if let Some(step) = closed {
+        return Err(closed_to_user(step));
+    }
     for (dir, mode) in [
         (data_dir.to_owned(), 0o711),
         (data_dir.join("homes"), 0o711),
         (data_dir.join("agents"), 0o755),
     ] {
         std::fs::create_dir_all(&dir).map_err(|e| failed(&dir, e))?;
-        let meta = std::fs::metadata(&dir).map_err(|e| failed(&dir, e))?;
+        let meta = std::fs::symlink_metadata(&dir).map_err(|e| failed(&dir, e))?;
+        if !meta.is_dir() {
+            return Err(format!("{} is not a directory", dir.display()));
+        }
         if meta.mode() & 0o777 != mode {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
                 .map_err(|e| failed(&dir, e))?;
         }
     }
     if let Some(step) = unreachable_step(user, &data_dir.join("agents")) {
-        return Err(format!(
-            "--agent-user {}: the user cannot reach the data dir {} ({} is closed to it); pass --data-dir in a directory the user can pass through, e.g. /var/lib/sandbox-agent",
-            user.name,
-            data_dir.display(),
-            step.display()
-        ));
+        return Err(closed_to_user(step));
     }
-    Ok(())
+    Ok(data_dir.to_owned())
 }
 
-/// Refuses a data dir the user could have planted files in or could swap:
-/// one that is (or is reached by) a symlink or folder not the server's,
-/// one writable by others, or one under a folder the user may write that
-/// is not sticky (the user could rename the data dir away and put its own
-/// in its place). Root follows what is in the data dir: group records it
-/// kills, a store file it creates and chmods.
-fn check_data_dir_owner(data_dir: &Path, user: &AgentUser) -> Result<(), String> {
+/// The SQLite store file `file` of `--store`, by the rules of
+/// [`trusted_dir`] for its folder: the real folder joined with the file's
+/// name, which must not be a symlink of another user.
+///
+/// # Errors
+/// A message naming what the user could change.
+pub fn trusted_store_file(file: &Path, user: &AgentUser) -> Result<PathBuf, String> {
+    let own = nix::unistd::geteuid().as_raw();
+    let absolute = std::path::absolute(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let (Some(folder), Some(name)) = (absolute.parent(), absolute.file_name()) else {
+        return Err(format!("--store {}: not a file path", file.display()));
+    };
+    std::fs::create_dir_all(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
+    let folder = trusted_dir(folder, user, "store's folder")?;
+    let real = folder.join(name);
+    if let Ok(meta) = std::fs::symlink_metadata(&real)
+        && meta.uid() != own
+    {
+        return Err(format!(
+            "--agent-user {}: the store file {} belongs to uid {}; the user could have made it",
+            user.name,
+            real.display(),
+            meta.uid()
+        ));
+    }
+    Ok(real)
+}
+
+/// The real path of directory `dir` (`what` names it in errors), refused
+/// when the user could have made it or could swap it: a step of the path,
+/// as given or as resolved, that is a symlink of another user, or a
+/// folder the user may write that is not sticky (the user could rename
+/// the next step away and put its own in its place); or the directory
+/// itself not the server's, or writable by group or others. Root acts on
+/// what is in such a directory: group records it kills, a store file it
+/// creates and chmods, a runtime id it reads.
+///
+/// # Errors
+/// A message naming the step and what to do.
+pub fn trusted_dir(dir: &Path, user: &AgentUser, what: &str) -> Result<PathBuf, String> {
     let own = nix::unistd::geteuid().as_raw();
     let refuse = |why: String| {
         Err(format!(
-            "--agent-user {}: the data dir {} {why}; the user could plant files in it that the server (root) acts on. Use a data dir only the server's user can change, e.g. /var/lib/sandbox-agent",
+            "--agent-user {}: the {what} {} {why}; the user could plant files in it that the server (root) acts on. Use a directory only the server's user can change, e.g. /var/lib/sandbox-agent",
             user.name,
-            data_dir.display()
+            dir.display()
         ))
     };
     let read = |path: &Path| {
         std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))
     };
-    let link = read(data_dir)?;
-    if link.file_type().is_symlink() && link.uid() != own {
-        return refuse(format!("is a symlink of uid {}", link.uid()));
-    }
-    let real = data_dir
+    let open_to_user = |meta: &std::fs::Metadata| {
+        meta.mode() & 0o1000 == 0 && (meta.uid() == user.uid || allowed(user, meta) & 0o3 == 0o3)
+    };
+    // Rebuilt from its components: a trailing `/` would make the last
+    // step's metadata follow a symlink.
+    let given: PathBuf = std::path::absolute(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .components()
+        .collect();
+    let real = given
         .canonicalize()
-        .map_err(|e| format!("{}: {e}", data_dir.display()))?;
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    for path in [&given, &real] {
+        let steps: Vec<&Path> = path.ancestors().collect();
+        for (index, step) in steps.iter().enumerate() {
+            let meta = read(step)?;
+            if meta.file_type().is_symlink() {
+                if meta.uid() != own && meta.uid() != 0 {
+                    return refuse(format!(
+                        "is reached through {}, a symlink of uid {}",
+                        step.display(),
+                        meta.uid()
+                    ));
+                }
+                continue;
+            }
+            // The folders above the directory: nobody but root may
+            // replace what is in them.
+            if index > 0 && meta.is_dir() && open_to_user(&meta) {
+                return refuse(format!(
+                    "is in {}, which the user may change",
+                    step.display()
+                ));
+            }
+        }
+    }
     let meta = read(&real)?;
     if meta.uid() != own {
         return refuse(format!("belongs to uid {}", meta.uid()));
@@ -264,17 +408,7 @@ fn check_data_dir_owner(data_dir: &Path, user: &AgentUser) -> Result<(), String>
             meta.mode() & 0o7777
         ));
     }
-    for parent in real.ancestors().skip(1) {
-        let meta = read(parent)?;
-        let sticky = meta.mode() & 0o1000 != 0;
-        if !sticky && (meta.uid() == user.uid || allowed(user, &meta) & 0o3 == 0o3) {
-            return refuse(format!(
-                "is in {}, which the user may change",
-                parent.display()
-            ));
-        }
-    }
-    Ok(())
+    Ok(real)
 }
 
 #[cfg(test)]

@@ -1127,6 +1127,20 @@ impl Store {
             );
             return;
         };
+        // Made empty first, readable by the server's user alone (VACUUM
+        // INTO takes an empty file): the copy holds every session.
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            if let Err(error) = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(copy)
+            {
+                tracing::warn!(store = self.describe(), copy = target, %error, "no copy saved");
+                return;
+            }
+        }
         match sqlx::query("VACUUM INTO ?1")
             .bind(target)
             .execute(&self.pool)

@@ -360,6 +360,11 @@ impl ServerArgs {
                     "--agent-user {spec}: the server must run as root to start agents as another user"
                 ));
             }
+            if config.token.is_none() {
+                return Err(format!(
+                    "--agent-user {spec} needs a token (--token or SANDBOX_AGENT_TOKEN): without one the agents' user could drive this root server's API (its file API reads and writes as root)"
+                ));
+            }
             config.agent_user = Some(acp_runtime::agent::user::AgentUser::resolve(spec)?);
         }
         if config.agent_user.is_some() && binary.is_none() {

@@ -76,13 +76,19 @@ pub fn sandbox_agent_command() -> Command {
     command
 }
 
-/// Runs `sandbox-agent server --no-token` on a free loopback port with
-/// `args` until it exits (a start-up error): its exit status and stderr.
+/// Runs `sandbox-agent server --no-token` (unless `args` give `--token`) on
+/// a free loopback port with `args` until it exits (a start-up error): its exit status and stderr.
 /// `None` when it still runs after `within` (it started; it is killed).
 pub async fn start_up_outcome(args: &[&str], within: Duration) -> Option<(ExitStatus, String)> {
     let mut command = sandbox_agent_command();
+    command.args(["server", "--host", "127.0.0.1", "--port", "0"]);
+    if !args
+        .iter()
+        .any(|a| *a == "--token" || a.starts_with("--token="))
+    {
+        command.arg("--no-token");
+    }
     command
-        .args(["server", "--no-token", "--host", "127.0.0.1", "--port", "0"])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

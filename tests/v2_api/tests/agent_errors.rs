@@ -138,6 +138,48 @@ async fn secrets_of_the_servers_environment_are_masked() {
     );
 }
 
+/// The stderr excerpt of an agent that exited (`_sandboxagent/session/ended`
+/// in every session's log) is masked the same way.
+#[tokio::test]
+async fn the_exit_excerpt_is_masked_too() {
+    let server = TestServer::start_with_env(&[], &[(SECRET_ENV, SECRET)]).await;
+    let conn = server.initialize(MOCK).await;
+    let session = server.new_session(&conn).await;
+    for (id, text) in [(2, "!fail"), (3, "!crash")] {
+        server
+            .post(
+                Some(&conn),
+                &acp::request(id, "session/prompt", acp::prompt_params(&session, text)),
+            )
+            .await
+            .assert_status(200);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let ended = loop {
+        let page = server
+            .get_json(&format!(
+                "/v2/sessions/{session}/events?agent={MOCK}&limit=1000"
+            ))
+            .await;
+        let found = page["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["message"]["method"] == "_sandboxagent/session/ended");
+        if let Some(event) = found {
+            break event.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no session/ended: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let text = ended.to_string();
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(text.contains("using key ***"), "{text}");
+}
+
 /// Over `/acp` (Streamable HTTP: answers on the connection's stream) the
 /// same rule holds: only the lines since the request.
 #[tokio::test]
@@ -282,7 +324,12 @@ async fn no_hint_with_an_agent_user() {
     }
     // An `--agent-command` mock: no state dir in the root-owned data dir.
     let command = mock_agent_command("unprivileged", "");
-    let server = TestServer::start(&["--agent-user", "nobody", "--agent-command", &command]).await;
+    // `--agent-user` needs a token.
+    let server = TestServer::start_with_env(
+        &["--agent-user", "nobody", "--agent-command", &command],
+        &[("SANDBOX_AGENT_TOKEN", "agent-errors-token")],
+    )
+    .await;
     let conn = server.initialize("unprivileged").await;
     let dir = TempDir::new("refused-as-nobody");
     let mut params = refused_session_params(&dir, "refuse-session");

@@ -26,6 +26,16 @@ fn user_or_skip(test: &str) -> Option<Ids> {
     user
 }
 
+/// The bearer token of the servers here: `--agent-user` needs one.
+const TOKEN_ENV: (&str, &str) = ("SANDBOX_AGENT_TOKEN", "agent-user-test-token");
+
+/// A server with `--agent-user` [`AGENT_USER`] (and a token) and `extra`.
+async fn as_user(extra: &[&str]) -> TestServer {
+    let mut args = vec!["--agent-user", AGENT_USER];
+    args.extend_from_slice(extra);
+    TestServer::start_with_env(&args, &[TOKEN_ENV]).await
+}
+
 /// A directory the agent user owns (a session's `cwd`).
 fn owned_dir(label: &str, user: Ids) -> TempDir {
     let dir = TempDir::new(label);
@@ -159,7 +169,7 @@ async fn the_users_processes_cannot_read_the_store_or_list_the_data_dir() {
     let Some(user) = user_or_skip("data dir confinement") else {
         return;
     };
-    let server = TestServer::start(&["--agent-user", AGENT_USER]).await;
+    let server = as_user(&[]).await;
     let data = server.data_dir().to_owned();
     let work = owned_dir("agent-user-proc", user);
     let store = data.join("sessions.db");
@@ -217,7 +227,7 @@ async fn a_terminal_process_owns_its_terminal() {
     let Some(user) = user_or_skip("terminal owner") else {
         return;
     };
-    let server = TestServer::start(&["--agent-user", AGENT_USER]).await;
+    let server = as_user(&[]).await;
     let work = owned_dir("agent-user-tty", user);
     let api = server.api();
     let reply = v2_api_tests::Api::send(api.request(reqwest::Method::POST, "/v2/processes").json(
@@ -260,7 +270,7 @@ async fn a_cwd_the_user_cannot_write_is_refused_naming_the_user_and_the_path() {
     let Some(user) = user_or_skip("cwd check") else {
         return;
     };
-    let server = TestServer::start(&["--agent-user", AGENT_USER]).await;
+    let server = as_user(&[]).await;
     let conn = server.initialize(MOCK).await;
     let closed = TempDir::new("agent-user-closed");
     std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -293,7 +303,7 @@ async fn the_agents_file_requests_have_the_users_permissions() {
     let Some(user) = user_or_skip("agent fs requests") else {
         return;
     };
-    let server = TestServer::start(&["--agent-user", AGENT_USER]).await;
+    let server = as_user(&[]).await;
     let conn = server.initialize(MOCK).await;
     let work = owned_dir("agent-user-fs", user);
     let answer = new_session(&server, &conn, work.path()).await;
@@ -346,13 +356,15 @@ async fn a_bad_agent_user_stops_the_server_at_start_with_the_reason() {
         return;
     }
     let within = std::time::Duration::from_secs(20);
-    let (status, stderr) =
-        start_up_outcome(&["--agent-user", "no-such-user-sandbox-agent"], within)
-            .await
-            .expect("the server exits");
+    let (status, stderr) = start_up_outcome(
+        &["--token", "t", "--agent-user", "no-such-user-sandbox-agent"],
+        within,
+    )
+    .await
+    .expect("the server exits");
     assert!(!status.success());
     assert!(stderr.contains("no such user"), "{stderr}");
-    let (status, stderr) = start_up_outcome(&["--agent-user", "root"], within)
+    let (status, stderr) = start_up_outcome(&["--token", "t", "--agent-user", "root"], within)
         .await
         .expect("the server exits");
     assert!(!status.success());
@@ -364,7 +376,14 @@ async fn a_bad_agent_user_stops_the_server_at_start_with_the_reason() {
     let data = closed.path().join("data");
     let data_arg = data.to_string_lossy().into_owned();
     let (status, stderr) = start_up_outcome(
-        &["--agent-user", AGENT_USER, "--data-dir", &data_arg],
+        &[
+            "--token",
+            "t",
+            "--agent-user",
+            AGENT_USER,
+            "--data-dir",
+            &data_arg,
+        ],
         within,
     )
     .await
@@ -393,7 +412,7 @@ async fn root_without_an_agent_user_is_warned_once_at_start() {
         1,
         "{log}"
     );
-    let server = TestServer::start(&["--agent-user", AGENT_USER]).await;
+    let server = as_user(&[]).await;
     let log = server
         .log_when(
             |log| log.contains("listening"),
@@ -414,8 +433,7 @@ async fn an_agent_program_closed_to_the_user_fails_to_start_naming_the_folder() 
     let program = closed.write("agent", &v2_api_tests::agents::mock_agent_script());
     std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let command = format!("closed={}", program.display());
-    let server =
-        TestServer::start(&["--agent-user", AGENT_USER, "--agent-command", &command]).await;
+    let server = as_user(&["--agent-command", &command]).await;
     let reply = v2_api_tests::agents::initialize_within(
         &server.api(),
         "closed",
@@ -450,7 +468,7 @@ async fn the_supervisor_gets_none_of_the_programs_variables_while_it_is_root() {
     let Some(user) = user_or_skip("sealed environment") else {
         return;
     };
-    let server = TestServer::start(&["--agent-user", AGENT_USER]).await;
+    let server = as_user(&[]).await;
     let work = owned_dir("agent-user-env", user);
     // LD_PRELOAD naming a missing file: the loader of a root process that
     // saw it would print an error on stderr; the program sees it as a
@@ -517,7 +535,7 @@ async fn a_cwd_behind_a_closed_folder_is_entered_as_the_user_or_not_at_all() {
     let Some(user) = user_or_skip("process cwd") else {
         return;
     };
-    let server = TestServer::start(&["--agent-user", AGENT_USER]).await;
+    let server = as_user(&[]).await;
     // root-only/open: an open folder behind a closed one.
     let closed = TempDir::new("agent-user-closed-cwd");
     std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
@@ -561,7 +579,7 @@ async fn the_servers_own_groups_lend_the_agents_file_requests_nothing() {
     let server = TestServer::start_via(
         &["setpriv", "--groups", "4", "--"],
         &["--agent-user", AGENT_USER],
-        &[],
+        &[TOKEN_ENV],
     )
     .await;
     let conn = server.initialize(MOCK).await;
@@ -607,7 +625,14 @@ async fn a_data_dir_the_user_could_change_is_refused_at_start() {
     // Made by the user (as under /tmp): its files would be the user's.
     let planted = owned_dir("agent-user-planted-data", user);
     let (status, stderr) = start_up_outcome(
-        &["--agent-user", AGENT_USER, "--data-dir", planted.utf8()],
+        &[
+            "--token",
+            "t",
+            "--agent-user",
+            AGENT_USER,
+            "--data-dir",
+            planted.utf8(),
+        ],
         within,
     )
     .await
@@ -624,6 +649,8 @@ async fn a_data_dir_the_user_could_change_is_refused_at_start() {
     std::fs::create_dir(&data).expect("mkdir");
     let (status, stderr) = start_up_outcome(
         &[
+            "--token",
+            "t",
             "--agent-user",
             AGENT_USER,
             "--data-dir",
@@ -640,7 +667,14 @@ async fn a_data_dir_the_user_could_change_is_refused_at_start() {
     let open = TempDir::new("agent-user-open-data");
     std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let (status, stderr) = start_up_outcome(
-        &["--agent-user", AGENT_USER, "--data-dir", open.utf8()],
+        &[
+            "--token",
+            "t",
+            "--agent-user",
+            AGENT_USER,
+            "--data-dir",
+            open.utf8(),
+        ],
         within,
     )
     .await
@@ -659,11 +693,11 @@ async fn files_a_root_run_left_in_an_agent_home_are_handed_to_the_user_at_the_ne
     // With the option, without it (the mock writes its session state into
     // its home as root), with it again.
     for with_user in [true, false, true] {
-        let mut args = vec!["--data-dir", data.utf8()];
-        if with_user {
-            args.extend(["--agent-user", AGENT_USER]);
-        }
-        let server = TestServer::start(&args).await;
+        let server = if with_user {
+            as_user(&["--data-dir", data.utf8()]).await
+        } else {
+            TestServer::start(&["--data-dir", data.utf8()]).await
+        };
         let conn = server.initialize(MOCK).await;
         let answer = new_session(&server, &conn, work.path()).await;
         assert!(answer["result"]["sessionId"].is_string(), "{answer}");
@@ -687,4 +721,94 @@ async fn files_a_root_run_left_in_an_agent_home_are_handed_to_the_user_at_the_ne
         seen > 3,
         "the mock kept its sessions in its home ({seen} entries)"
     );
+}
+
+#[tokio::test]
+async fn without_a_token_or_through_the_users_symlinks_the_server_does_not_start() {
+    let Some(user) = user_or_skip("start-up refusals") else {
+        return;
+    };
+    let within = std::time::Duration::from_secs(20);
+    // No token: the user could drive this root server's API.
+    let (status, stderr) = start_up_outcome(&["--agent-user", AGENT_USER], within)
+        .await
+        .expect("the server exits");
+    assert!(!status.success());
+    assert!(stderr.contains("needs a token"), "{stderr}");
+
+    // A root data dir reached through the user's symlink (the user could
+    // point it anywhere, at start or later).
+    let root_dir = TempDir::new("agent-user-real-data");
+    let links = TempDir::new("agent-user-links");
+    let link = links.path().join("data");
+    std::os::unix::fs::symlink(root_dir.path(), &link).expect("symlink");
+    std::os::unix::fs::lchown(&link, Some(user.uid), Some(user.gid)).expect("lchown");
+    for given in [
+        link.to_string_lossy().into_owned(),
+        format!("{}/", link.display()),
+    ] {
+        let (status, stderr) = start_up_outcome(
+            &[
+                "--token",
+                "t",
+                "--agent-user",
+                AGENT_USER,
+                "--data-dir",
+                &given,
+            ],
+            within,
+        )
+        .await
+        .expect("the server exits");
+        assert!(!status.success(), "{given}");
+        assert!(stderr.contains("a symlink of uid"), "{given}: {stderr}");
+    }
+
+    // A store file in a folder the user owns.
+    let folder = owned_dir("agent-user-store-folder", user);
+    let store = format!("sqlite:{}/s.db", folder.path().display());
+    let (status, stderr) = start_up_outcome(
+        &[
+            "--token",
+            "t",
+            "--agent-user",
+            AGENT_USER,
+            "--data-dir",
+            root_dir.utf8(),
+            "--store",
+            &store,
+        ],
+        within,
+    )
+    .await
+    .expect("the server exits");
+    assert!(!status.success());
+    assert!(stderr.contains("store's folder"), "{stderr}");
+    assert!(
+        !folder.path().join("s.db").exists(),
+        "nothing was created there"
+    );
+}
+
+#[tokio::test]
+async fn a_symlink_in_an_agent_home_is_handed_over_itself_never_its_target() {
+    let Some(user) = user_or_skip("home symlinks") else {
+        return;
+    };
+    let data = TempDir::new("agent-user-home-links");
+    let home = data.path().join("homes").join(MOCK);
+    std::fs::create_dir_all(&home).expect("home");
+    // What root's files outside look like; a symlink and a folder in the
+    // home pointing there, as an agent could leave them.
+    let outside = TempDir::new("agent-user-outside");
+    std::fs::write(outside.path().join("root.txt"), "root's").expect("write");
+    std::os::unix::fs::symlink(outside.path(), home.join("link")).expect("symlink");
+    let server = as_user(&["--data-dir", data.utf8()]).await;
+    server.initialize(MOCK).await;
+    let link = std::fs::symlink_metadata(home.join("link")).expect("link");
+    assert_eq!(link.uid(), user.uid, "the symlink itself is handed over");
+    for path in [outside.path().to_owned(), outside.path().join("root.txt")] {
+        let meta = std::fs::metadata(&path).expect("outside");
+        assert_eq!(meta.uid(), 0, "{} stays root's", path.display());
+    }
 }

@@ -402,6 +402,14 @@ async fn a_store_file_deleted_while_running_is_back_after_a_sigterm_restart() {
         log.contains(&copy.display().to_string()),
         "the log names the copy: {log}"
     );
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(copy).expect("copy").permissions().mode() & 0o777;
+        assert_eq!(
+            mode, 0o600,
+            "the copy holds every session: the owner's alone"
+        );
+    }
     let again = TestServer::start(&["--data-dir", data.utf8()]).await;
     for session in [before, after] {
         again

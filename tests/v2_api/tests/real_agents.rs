@@ -433,9 +433,11 @@ async fn claude_code_opens_a_session_under_the_agent_user() {
     // A data dir of its own (root's, like the agent cache): see the module
     // doc.
     let data_dir = target_dir("agent-cache-agent-user");
-    let server =
-        TestServer::start_with_env(&["--data-dir", &data_dir, "--agent-user", AGENT_USER], &[])
-            .await;
+    let server = TestServer::start_with_env(
+        &["--data-dir", &data_dir, "--agent-user", AGENT_USER],
+        &[("SANDBOX_AGENT_TOKEN", "real-agents-token")],
+    )
+    .await;
     let started = Instant::now();
     let reply = initialize_within(&server, "claude", INSTALL_TIMEOUT).await;
     eprintln!(
