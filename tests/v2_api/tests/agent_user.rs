@@ -36,6 +36,23 @@ async fn as_user(extra: &[&str]) -> TestServer {
     TestServer::start_with_env(&args, &[TOKEN_ENV]).await
 }
 
+/// The stderr of a server started with `args` that refused to start.
+async fn refused(args: &[&str]) -> String {
+    let (status, stderr) = start_up_outcome(args, std::time::Duration::from_secs(20))
+        .await
+        .expect("the server exits");
+    assert!(!status.success(), "{args:?}: {stderr}");
+    stderr
+}
+
+/// [`refused`] with a token and `--agent-user` [`AGENT_USER`] before
+/// `extra`.
+async fn refused_as_user(extra: &[&str]) -> String {
+    let mut args = vec!["--token", "t", "--agent-user", AGENT_USER];
+    args.extend_from_slice(extra);
+    refused(&args).await
+}
+
 /// A directory the agent user owns (a session's `cwd`).
 fn owned_dir(label: &str, user: Ids) -> TempDir {
     let dir = TempDir::new(label);
@@ -355,19 +372,9 @@ async fn a_bad_agent_user_stops_the_server_at_start_with_the_reason() {
     if user_or_skip("start-up errors").is_none() {
         return;
     }
-    let within = std::time::Duration::from_secs(20);
-    let (status, stderr) = start_up_outcome(
-        &["--token", "t", "--agent-user", "no-such-user-sandbox-agent"],
-        within,
-    )
-    .await
-    .expect("the server exits");
-    assert!(!status.success());
+    let stderr = refused(&["--token", "t", "--agent-user", "no-such-user-sandbox-agent"]).await;
     assert!(stderr.contains("no such user"), "{stderr}");
-    let (status, stderr) = start_up_outcome(&["--token", "t", "--agent-user", "root"], within)
-        .await
-        .expect("the server exits");
-    assert!(!status.success());
+    let stderr = refused(&["--token", "t", "--agent-user", "root"]).await;
     assert!(stderr.contains("is root"), "{stderr}");
 
     // A data dir the user cannot pass through to.
@@ -375,20 +382,7 @@ async fn a_bad_agent_user_stops_the_server_at_start_with_the_reason() {
     std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
     let data = closed.path().join("data");
     let data_arg = data.to_string_lossy().into_owned();
-    let (status, stderr) = start_up_outcome(
-        &[
-            "--token",
-            "t",
-            "--agent-user",
-            AGENT_USER,
-            "--data-dir",
-            &data_arg,
-        ],
-        within,
-    )
-    .await
-    .expect("the server exits");
-    assert!(!status.success());
+    let stderr = refused_as_user(&["--data-dir", &data_arg]).await;
     assert!(
         stderr.contains("cannot reach the data dir") && stderr.contains(closed.utf8()),
         "{stderr}"
@@ -621,23 +615,9 @@ async fn a_data_dir_the_user_could_change_is_refused_at_start() {
     let Some(user) = user_or_skip("data dir owner") else {
         return;
     };
-    let within = std::time::Duration::from_secs(20);
     // Made by the user (as under /tmp): its files would be the user's.
     let planted = owned_dir("agent-user-planted-data", user);
-    let (status, stderr) = start_up_outcome(
-        &[
-            "--token",
-            "t",
-            "--agent-user",
-            AGENT_USER,
-            "--data-dir",
-            planted.utf8(),
-        ],
-        within,
-    )
-    .await
-    .expect("the server exits");
-    assert!(!status.success());
+    let stderr = refused_as_user(&["--data-dir", planted.utf8()]).await;
     assert!(
         stderr.contains(&format!("belongs to uid {}", user.uid)),
         "{stderr}"
@@ -647,39 +627,13 @@ async fn a_data_dir_the_user_could_change_is_refused_at_start() {
     let shared = owned_dir("agent-user-shared-parent", user);
     let data = shared.path().join("data");
     std::fs::create_dir(&data).expect("mkdir");
-    let (status, stderr) = start_up_outcome(
-        &[
-            "--token",
-            "t",
-            "--agent-user",
-            AGENT_USER,
-            "--data-dir",
-            &data.to_string_lossy(),
-        ],
-        within,
-    )
-    .await
-    .expect("the server exits");
-    assert!(!status.success());
+    let stderr = refused_as_user(&["--data-dir", &data.to_string_lossy()]).await;
     assert!(stderr.contains("which the user may change"), "{stderr}");
 
     // Writable by others.
     let open = TempDir::new("agent-user-open-data");
     std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    let (status, stderr) = start_up_outcome(
-        &[
-            "--token",
-            "t",
-            "--agent-user",
-            AGENT_USER,
-            "--data-dir",
-            open.utf8(),
-        ],
-        within,
-    )
-    .await
-    .expect("the server exits");
-    assert!(!status.success());
+    let stderr = refused_as_user(&["--data-dir", open.utf8()]).await;
     assert!(stderr.contains("writable by others"), "{stderr}");
 }
 
@@ -728,12 +682,8 @@ async fn without_a_token_or_through_the_users_symlinks_the_server_does_not_start
     let Some(user) = user_or_skip("start-up refusals") else {
         return;
     };
-    let within = std::time::Duration::from_secs(20);
     // No token: the user could drive this root server's API.
-    let (status, stderr) = start_up_outcome(&["--agent-user", AGENT_USER], within)
-        .await
-        .expect("the server exits");
-    assert!(!status.success());
+    let stderr = refused(&["--agent-user", AGENT_USER]).await;
     assert!(stderr.contains("needs a token"), "{stderr}");
 
     // A root data dir reached through the user's symlink (the user could
@@ -747,42 +697,14 @@ async fn without_a_token_or_through_the_users_symlinks_the_server_does_not_start
         link.to_string_lossy().into_owned(),
         format!("{}/", link.display()),
     ] {
-        let (status, stderr) = start_up_outcome(
-            &[
-                "--token",
-                "t",
-                "--agent-user",
-                AGENT_USER,
-                "--data-dir",
-                &given,
-            ],
-            within,
-        )
-        .await
-        .expect("the server exits");
-        assert!(!status.success(), "{given}");
+        let stderr = refused_as_user(&["--data-dir", &given]).await;
         assert!(stderr.contains("a symlink of uid"), "{given}: {stderr}");
     }
 
     // A store file in a folder the user owns.
     let folder = owned_dir("agent-user-store-folder", user);
     let store = format!("sqlite:{}/s.db", folder.path().display());
-    let (status, stderr) = start_up_outcome(
-        &[
-            "--token",
-            "t",
-            "--agent-user",
-            AGENT_USER,
-            "--data-dir",
-            root_dir.utf8(),
-            "--store",
-            &store,
-        ],
-        within,
-    )
-    .await
-    .expect("the server exits");
-    assert!(!status.success());
+    let stderr = refused_as_user(&["--data-dir", root_dir.utf8(), "--store", &store]).await;
     assert!(stderr.contains("store's folder"), "{stderr}");
     assert!(
         !folder.path().join("s.db").exists(),
