@@ -31,7 +31,8 @@ impl AgentUser {
     ///
     /// # Errors
     /// A message for the user when no such user exists, the lookup fails,
-    /// or `spec` names root (uid 0): agents must not run as root this way.
+    /// or `spec` names root (uid 0) or a member of group 0 (primary or
+    /// supplementary): agents must not run as root this way.
     pub fn resolve(spec: &str) -> Result<Self, String> {
         let spec = spec.trim();
         if spec.is_empty() {
