@@ -56,10 +56,17 @@ impl HttpClient {
         })
     }
 
-    fn request(&self, method: http::Method, connection_id: Option<&str>) -> http::request::Builder {
+    /// A request builder for `method path` with the host and the bearer
+    /// token (when there is one), and `x-acp-connection-id` when given.
+    fn request_to(
+        &self,
+        method: http::Method,
+        path: &str,
+        connection_id: Option<&str>,
+    ) -> http::request::Builder {
         let mut builder = Request::builder()
             .method(method)
-            .uri("/v2/rpc")
+            .uri(path)
             .header(http::header::HOST, &self.host);
         if let Some(id) = connection_id {
             builder = builder.header(CONNECTION_ID_HEADER, id);
@@ -68,6 +75,27 @@ impl HttpClient {
             builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
         }
         builder
+    }
+
+    fn request(&self, method: http::Method, connection_id: Option<&str>) -> http::request::Builder {
+        self.request_to(method, "/v2/rpc", connection_id)
+    }
+
+    /// Sends `body` with `builder`; returns status, headers and the whole
+    /// body.
+    async fn exchange(
+        &mut self,
+        builder: http::request::Builder,
+        body: Bytes,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), BenchError> {
+        let request = builder
+            .body(Full::new(body))
+            .map_err(|e| BenchError::Unexpected(e.to_string()))?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok((parts.status, parts.headers, body))
     }
 
     /// POSTs one JSON-RPC message; returns status, headers and the whole body.
@@ -79,16 +107,10 @@ impl HttpClient {
         connection_id: Option<&str>,
         body: Bytes,
     ) -> Result<(StatusCode, HeaderMap, Bytes), BenchError> {
-        let request = self
+        let builder = self
             .request(http::Method::POST, connection_id)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(body))
-            .map_err(|e| BenchError::Unexpected(e.to_string()))?;
-        self.sender.ready().await?;
-        let response = self.sender.send_request(request).await?;
-        let (parts, body) = response.into_parts();
-        let body = body.collect().await?.to_bytes();
-        Ok((parts.status, parts.headers, body))
+            .header(http::header::CONTENT_TYPE, "application/json");
+        self.exchange(builder, body).await
     }
 
     /// `GET /v2/health`; returns the status.
@@ -113,19 +135,9 @@ impl HttpClient {
     /// # Errors
     /// Transport failures.
     pub async fn get(&mut self, path: &str) -> Result<(StatusCode, Bytes), BenchError> {
-        let mut builder = Request::builder()
-            .uri(path)
-            .header(http::header::HOST, &self.host);
-        if let Some(token) = &self.token {
-            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let request = builder
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| BenchError::Unexpected(e.to_string()))?;
-        self.sender.ready().await?;
-        let response = self.sender.send_request(request).await?;
-        let (parts, body) = response.into_parts();
-        Ok((parts.status, body.collect().await?.to_bytes()))
+        let builder = self.request_to(http::Method::GET, path, None);
+        let (status, _, body) = self.exchange(builder, Bytes::new()).await?;
+        Ok((status, body))
     }
 
     /// `POST path` with a JSON `body` (a control-plane route); returns
@@ -138,21 +150,11 @@ impl HttpClient {
         path: &str,
         body: Bytes,
     ) -> Result<(StatusCode, Bytes), BenchError> {
-        let mut builder = Request::builder()
-            .method(http::Method::POST)
-            .uri(path)
-            .header(http::header::HOST, &self.host)
+        let builder = self
+            .request_to(http::Method::POST, path, None)
             .header(http::header::CONTENT_TYPE, "application/json");
-        if let Some(token) = &self.token {
-            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let request = builder
-            .body(Full::new(body))
-            .map_err(|e| BenchError::Unexpected(e.to_string()))?;
-        self.sender.ready().await?;
-        let response = self.sender.send_request(request).await?;
-        let (parts, body) = response.into_parts();
-        Ok((parts.status, body.collect().await?.to_bytes()))
+        let (status, _, body) = self.exchange(builder, body).await?;
+        Ok((status, body))
     }
 
     /// `DELETE path` (a control-plane route); returns the status.
@@ -160,20 +162,8 @@ impl HttpClient {
     /// # Errors
     /// Transport failures.
     pub async fn delete_path(&mut self, path: &str) -> Result<StatusCode, BenchError> {
-        let mut builder = Request::builder()
-            .method(http::Method::DELETE)
-            .uri(path)
-            .header(http::header::HOST, &self.host);
-        if let Some(token) = &self.token {
-            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let request = builder
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| BenchError::Unexpected(e.to_string()))?;
-        self.sender.ready().await?;
-        let response = self.sender.send_request(request).await?;
-        let status = response.status();
-        response.into_body().collect().await?;
+        let builder = self.request_to(http::Method::DELETE, path, None);
+        let (status, _, _) = self.exchange(builder, Bytes::new()).await?;
         Ok(status)
     }
 
@@ -182,13 +172,9 @@ impl HttpClient {
     /// # Errors
     /// Transport failures or a non-200 status.
     pub async fn get_event_stream(&mut self, path: &str) -> Result<Incoming, BenchError> {
-        let mut builder = Request::builder()
-            .uri(path)
-            .header(http::header::HOST, &self.host)
+        let builder = self
+            .request_to(http::Method::GET, path, None)
             .header(http::header::ACCEPT, "text/event-stream");
-        if let Some(token) = &self.token {
-            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
         self.open_stream(builder, path).await
     }
 
