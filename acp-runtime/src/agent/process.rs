@@ -23,7 +23,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStdout};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
@@ -83,39 +83,14 @@ pub fn spawn(
     data_dir: &Path,
     tree_supervisor: Option<&TreeSupervisor>,
 ) -> std::io::Result<Spawned> {
-    let switching = tree_supervisor.is_some_and(|s| s.user.is_some());
-    let mut command = match tree_supervisor {
-        Some(supervisor) => {
-            let mut command = Command::new(&supervisor.binary);
-            command.args(supervisor.command_args(
-                false,
-                launch.cwd.as_deref(),
-                launch.program.as_os_str(),
-                &launch.args,
-            ));
-            command
-        }
-        None => {
-            let mut command = Command::new(&launch.program);
-            command.args(&launch.args);
-            command
-        }
-    };
-    if switching {
-        // The supervisor, root until it switches, gets none of the agent's
-        // variables; the agent gets them all, and enters its working
-        // directory as the user (`tree::seal_env`).
-        let env = tree::program_env(launch.env.iter().cloned());
-        command.env_clear().envs(tree::seal_env(&env));
-    } else {
-        for secret in tree::SECRET_ENV {
-            command.env_remove(secret);
-        }
-        if let Some(cwd) = &launch.cwd {
-            command.current_dir(cwd);
-        }
-        command.envs(launch.env.iter().map(|(k, v)| (k, v)));
-    }
+    let mut command = tree::command(
+        tree_supervisor,
+        false,
+        &launch.program,
+        &launch.args,
+        launch.cwd.as_deref(),
+        &launch.env,
+    );
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

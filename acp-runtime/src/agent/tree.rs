@@ -127,6 +127,53 @@ impl TreeSupervisor {
     }
 }
 
+/// The command that starts `program args…` in `cwd` with `env` on top of
+/// the server's environment (minus [`SECRET_ENV`]): under `supervisor`
+/// when there is one, else the program alone. With a user to switch to,
+/// the supervisor (root until it switches) gets none of the program's
+/// variables and does not enter its `cwd`: the program does both, as the
+/// user ([`seal_env`], [`TreeSupervisor::command_args`]). Stdio, process
+/// group and the rest are the caller's.
+pub fn command(
+    supervisor: Option<&TreeSupervisor>,
+    tty: bool,
+    program: &std::path::Path,
+    args: &[String],
+    cwd: Option<&std::path::Path>,
+    env: &[(String, String)],
+) -> tokio::process::Command {
+    let Some(supervisor) = supervisor else {
+        let mut command = tokio::process::Command::new(program);
+        command.args(args);
+        plain_env(&mut command, cwd, env);
+        return command;
+    };
+    let mut command = tokio::process::Command::new(&supervisor.binary);
+    command.args(supervisor.command_args(tty, cwd, program.as_os_str(), args));
+    if supervisor.user.is_some() {
+        let env = program_env(env.iter().cloned());
+        command.env_clear().envs(seal_env(&env));
+    } else {
+        plain_env(&mut command, cwd, env);
+    }
+    command
+}
+
+/// `env` and `cwd` set on `command` as they are, the secrets removed.
+fn plain_env(
+    command: &mut tokio::process::Command,
+    cwd: Option<&std::path::Path>,
+    env: &[(String, String)],
+) {
+    for secret in SECRET_ENV {
+        command.env_remove(secret);
+    }
+    if let Some(cwd) = cwd {
+        command.current_dir(cwd);
+    }
+    command.envs(env.iter().map(|(key, value)| (key, value)));
+}
+
 /// The environment a program gets: the server's own minus
 /// [`SECRET_ENV`], with `extra` set on top (a later entry wins).
 pub fn program_env(extra: impl IntoIterator<Item = (String, String)>) -> Vec<(OsString, OsString)> {

@@ -9,7 +9,7 @@ use nix::unistd::{AccessFlags, Pid, access};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 
 /// `PATH` when neither the request nor the server has one.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -66,23 +66,6 @@ pub(super) fn spawn(
     launch: &Launch<'_>,
 ) -> std::io::Result<Started> {
     let user = supervisor.and_then(|s| s.user.as_ref());
-    let mut command = match supervisor {
-        Some(supervisor) => {
-            let mut command = Command::new(&supervisor.binary);
-            command.args(supervisor.command_args(
-                launch.tty.is_some(),
-                Some(launch.cwd),
-                launch.program.as_os_str(),
-                launch.args,
-            ));
-            command
-        }
-        None => {
-            let mut command = Command::new(launch.program);
-            command.args(launch.args);
-            command
-        }
-    };
     let mut env: Vec<(String, String)> = Vec::new();
     // Run as another user, a process gets that user's home from the user
     // database, as `docker exec -u` gives (research/contract.md, "Agents
@@ -94,19 +77,14 @@ pub(super) fn spawn(
         env.push(("TERM".to_owned(), DEFAULT_TERM.to_owned()));
     }
     env.extend(launch.env.iter().cloned());
-    if user.is_some() {
-        // The supervisor, root until it switches, gets none of the
-        // process's variables and does not enter its `cwd`: the program
-        // does both, as the user (`tree::seal_env`).
-        let env = tree::program_env(env);
-        command.env_clear().envs(tree::seal_env(&env));
-    } else {
-        command.current_dir(launch.cwd);
-        for secret in tree::SECRET_ENV {
-            command.env_remove(secret);
-        }
-        command.envs(env);
-    }
+    let mut command = tree::command(
+        supervisor,
+        launch.tty.is_some(),
+        launch.program,
+        launch.args,
+        Some(launch.cwd),
+        &env,
+    );
     // The tree outlives nothing it should: the waiter kills it when the
     // process is forgotten, the supervisor when the server is gone.
     command.kill_on_drop(false);
