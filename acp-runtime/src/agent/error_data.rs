@@ -12,11 +12,11 @@
 //! Success answers cost nothing: a forwarded request keeps the stderr line
 //! count (an atomic read), and only an error answer reads lines.
 
+use super::secrets::{SECRETS, mask};
 use super::stdio::StderrCapture;
 use ext_methods::AgentErrorDetails;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use std::sync::LazyLock;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -32,35 +32,8 @@ const SETTLE_QUIET: Duration = Duration::from_millis(5);
 /// … and never longer than this in all (research/decisions.md, "Agent
 /// stderr in agent errors: the wait").
 const SETTLE_MAX: Duration = Duration::from_millis(50);
-/// What a masked secret reads as.
-const MASK: &str = "***";
-/// Shortest environment value masked: shorter ones (`1`, `true`) would mask
-/// ordinary words.
-const MIN_SECRET_CHARS: usize = 8;
-/// Words that make an environment variable's value a secret (its name
-/// contains one, in any case).
-const SECRET_NAME_WORDS: [&str; 4] = ["KEY", "TOKEN", "SECRET", "PASSWORD"];
 /// The agent id of Claude Code in the built-in manifest.
 const CLAUDE_AGENT: &str = "claude";
-
-/// Secret values of the server's environment, longest first (so a secret
-/// that contains another is masked whole). Read once.
-static SECRETS: LazyLock<Vec<String>> = LazyLock::new(|| secrets(std::env::vars()));
-
-/// The values among `vars` that [`SECRETS`] masks.
-fn secrets(vars: impl Iterator<Item = (String, String)>) -> Vec<String> {
-    let mut values: Vec<String> = vars
-        .filter(|(name, value)| {
-            let name = name.to_ascii_uppercase();
-            SECRET_NAME_WORDS.iter().any(|word| name.contains(word))
-                && value.chars().count() >= MIN_SECRET_CHARS
-        })
-        .map(|(_, value)| value)
-        .collect();
-    values.sort_by_key(|value| std::cmp::Reverse(value.len()));
-    values.dedup();
-    values
-}
 
 /// Waits until the stderr reader has caught up with what the agent wrote
 /// before its answer, as far as that can be seen: until no line came for
@@ -136,24 +109,6 @@ fn dropped_entry(count: u64) -> String {
     format!("… {count} earlier line{s} dropped")
 }
 
-/// `text` with every secret of the server's environment replaced by
-/// [`MASK`]: for every stderr excerpt the runtime hands out (the
-/// `session/ended` excerpt and the exit error too).
-pub(crate) fn mask_secrets(text: String) -> String {
-    mask(text, &SECRETS)
-}
-
-/// `line` with every secret replaced by [`MASK`].
-fn mask(line: String, secrets: &[String]) -> String {
-    let mut line = line;
-    for secret in secrets {
-        if line.contains(secret.as_str()) {
-            line = line.replace(secret.as_str(), MASK);
-        }
-    }
-    line
-}
-
 /// The start of `line` in at most `max` bytes, ending in `…`.
 fn cut(line: &str, max: usize) -> String {
     let mut end = max.saturating_sub('…'.len_utf8());
@@ -218,31 +173,6 @@ mod tests {
         (1..=count)
             .map(|n| format!("{n:04}{}", "x".repeat(bytes.saturating_sub(4))))
             .collect()
-    }
-
-    #[test]
-    fn secrets_are_named_values_of_eight_chars_or_more() {
-        let vars = [
-            ("OPENAI_API_KEY", "sk-abcdefgh"),
-            ("github_token", "ghp_12345678"),
-            ("MY_SECRET", "short"),
-            ("DB_PASSWORD", "hunter2hunter2"),
-            ("HOME", "/root/longer/than/eight"),
-            ("X_KEY", "sk-abcdefgh-longer"),
-        ]
-        .map(|(n, v)| (n.to_owned(), v.to_owned()));
-        let found = secrets(vars.into_iter());
-        assert_eq!(
-            found,
-            [
-                "sk-abcdefgh-longer",
-                "hunter2hunter2",
-                "ghp_12345678",
-                "sk-abcdefgh"
-            ]
-        );
-        let masked = mask("key sk-abcdefgh-longer and sk-abcdefgh".into(), &found);
-        assert_eq!(masked, "key *** and ***");
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //! - [`tree`]: the tree supervisor the server re-runs its binary as, one per
 //!   agent process: a child subreaper that kills every descendant, `setsid`
 //!   ones included, on a stop, when the agent exits or when the server dies.
+//! - `secrets`: the server's secret environment values, masked in what
+//!   leaves of an agent's stderr.
 //! - `stdio`: the stdin writer and the stderr capture (the stdout loop,
 //!   lines in order to the router and then the reaping, is the process's
 //!   own: `process::read_stdout`).
@@ -35,6 +37,7 @@ pub mod framing;
 pub(crate) mod orphans;
 pub(crate) mod process;
 pub(crate) mod router;
+pub(crate) mod secrets;
 pub(crate) mod stdio;
 pub mod supervisor;
 pub mod tree;

@@ -171,7 +171,7 @@ impl StderrCapture {
         // Secrets masked as in agent errors (research/contract.md, "Agent
         // errors: stderr and hint"): this excerpt reaches every client of
         // the process and the store.
-        let mask = super::error_data::mask_secrets;
+        let mask = super::secrets::mask_secrets;
         StderrExcerpt {
             head: (!kept.head.is_empty()).then(|| mask(kept.head.join("\n"))),
             tail: (!kept.tail.is_empty())
