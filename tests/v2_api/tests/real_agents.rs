@@ -181,6 +181,23 @@ fn is_uuid(text: &str) -> bool {
             .all(|g| g.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
+/// The agent's `available_commands_update` for `session` on `stream`.
+async fn commands_update(
+    stream: &mut v2_api_tests::SseStream,
+    session: &str,
+) -> v2_api_tests::SseEvent {
+    stream
+        .next_event_matching(
+            |e| {
+                e.method() == Some("session/update")
+                    && e.session_id() == Some(session)
+                    && e.update_kind() == Some("available_commands_update")
+            },
+            AGENT_TIMEOUT,
+        )
+        .await
+}
+
 #[tokio::test]
 async fn codex_installs_from_npm_and_speaks_acp_through_the_runtime() {
     let server = server().await;
@@ -211,16 +228,7 @@ async fn codex_installs_from_npm_and_speaks_acp_through_the_runtime() {
     let answer = new_session(&server, &conn, "codex", workdir.path()).await;
     let session = session_id(&answer, "codex");
     assert!(is_uuid(&session), "{answer}");
-    let update = stream
-        .next_event_matching(
-            |e| {
-                e.method() == Some("session/update")
-                    && e.session_id() == Some(session.as_str())
-                    && e.update_kind() == Some("available_commands_update")
-            },
-            AGENT_TIMEOUT,
-        )
-        .await;
+    let update = commands_update(&mut stream, &session).await;
     let commands = update.update().map(|u| u["availableCommands"].clone());
     assert!(
         commands
@@ -461,16 +469,7 @@ async fn claude_code_opens_a_session_under_the_agent_user() {
             .is_some_and(|m| !m.is_empty()),
         "Claude Code's modes: {answer}"
     );
-    let update = stream
-        .next_event_matching(
-            |e| {
-                e.method() == Some("session/update")
-                    && e.session_id() == Some(session.as_str())
-                    && e.update_kind() == Some("available_commands_update")
-            },
-            AGENT_TIMEOUT,
-        )
-        .await;
+    let update = commands_update(&mut stream, &session).await;
     assert!(
         update
             .update()
