@@ -4,23 +4,26 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use agent_client_protocol::schema::ProtocolVersion;
-use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AuthMethod, AuthMethodAgent, AuthenticateRequest, AuthenticateResponse,
-    ContentBlock, ContentChunk, CurrentModeUpdate, ForkSessionRequest, ForkSessionResponse,
-    Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest,
-    ListSessionsResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
-    NewSessionResponse, ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities,
-    SessionConfigOption, SessionConfigOptionCategory, SessionConfigSelectOption,
-    SessionConfigValueId, SessionForkCapabilities, SessionId, SessionInfo, SessionInfoUpdate,
-    SessionListCapabilities, SessionMode, SessionModeId, SessionModeState, SessionNotification,
-    SessionResumeCapabilities, SessionUpdate, SetSessionConfigOptionRequest,
-    SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse,
+    ContentBlock, ContentChunk, CreateElicitationRequest, CurrentModeUpdate, ElicitationAction,
+    ElicitationFormMode, ElicitationMode, ElicitationRequestScope, ElicitationSchema,
+    ForkSessionRequest, ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse,
+    ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
+    NewSessionRequest, NewSessionResponse, ResumeSessionRequest, ResumeSessionResponse,
+    SessionCapabilities, SessionConfigOption, SessionConfigOptionCategory,
+    SessionConfigSelectOption, SessionConfigValueId, SessionForkCapabilities, SessionId,
+    SessionInfo, SessionInfoUpdate, SessionListCapabilities, SessionMode, SessionModeId,
+    SessionModeState, SessionNotification, SessionResumeCapabilities, SessionUpdate,
+    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, SetSessionModeRequest,
+    SetSessionModeResponse, StringPropertySchema,
 };
+use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Error, ErrorCode};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -40,6 +43,9 @@ const MODES: [(&str, &str); 2] = [("default", "Default"), ("plan", "Plan")];
 const MODEL_CONFIG_ID: &str = "model";
 /// The models: (id, name). The first is the current model of a new session.
 const MODELS: [(&str, &str); 2] = [("mock-fast", "Mock fast"), ("mock-smart", "Mock smart")];
+/// The `authenticate` method id that asks a question scoped to the
+/// `authenticate` request (research/contract.md, "The mock agent").
+pub(super) const ASK_AUTH_METHOD: &str = "mock-ask";
 /// `session/new` refuses a `cwd` whose last component starts with this
 /// (research/contract.md, "The mock agent"): a failing `session/new` on
 /// demand.
@@ -181,6 +187,40 @@ impl MockAgent {
         }
         self.authenticated.store(true, Ordering::Release);
         Ok(AuthenticateResponse::new())
+    }
+
+    /// `authenticate` with method [`ASK_AUTH_METHOD`]: a form elicitation
+    /// scoped to the `authenticate` request itself (`requestId`), one
+    /// required string `token`. An accept authenticates; a decline or a
+    /// cancel is `-32602` "mock sign-in declined" / "… cancelled".
+    pub(super) async fn ask_sign_in(
+        self: Arc<Self>,
+        responder: Responder<AuthenticateResponse>,
+        cx: ConnectionTo<Client>,
+    ) -> Result<(), Error> {
+        let schema = ElicitationSchema::new().property(
+            "token",
+            StringPropertySchema::new().title("Mock token".to_owned()),
+            true,
+        );
+        let mode = ElicitationMode::Form(ElicitationFormMode::new(
+            ElicitationRequestScope::new(responder.id().clone()),
+            schema,
+        ));
+        let request = CreateElicitationRequest::new(mode, "Sign in to the mock agent");
+        let answer = cx.send_request(request).block_task().await;
+        let result = match answer.map(|answer| answer.action) {
+            Ok(ElicitationAction::Accept(_)) => {
+                self.authenticated.store(true, Ordering::Release);
+                Ok(AuthenticateResponse::new())
+            }
+            Ok(ElicitationAction::Decline) => {
+                Err(Error::invalid_params().data("mock sign-in declined"))
+            }
+            Ok(_) => Err(Error::invalid_params().data("mock sign-in cancelled")),
+            Err(error) => Err(error),
+        };
+        responder.respond_with_result(result)
     }
 
     /// `-32000` "Authentication required" while `--require-auth` waits for

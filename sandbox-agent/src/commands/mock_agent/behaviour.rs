@@ -1,6 +1,7 @@
 //! What a prompt turn does, from the prompt's text: the plain reply, the
 //! `tool` and `permission` turns, the client-side file and terminal turns
-//! (`read file`, `read lines`, `write file`, `use terminal`), and the `!`
+//! (`read file`, `read lines`, `write file`, `use terminal`), the questions
+//! (`ask question`, `ask url`), and the `!`
 //! directives (research/contract.md, "The mock agent").
 
 use std::path::PathBuf;
@@ -53,6 +54,12 @@ pub(super) enum Behaviour {
     /// tool call, waited for, read and released; then its output and exit.
     /// `kill terminal LINE`: the same, killed once it wrote something.
     Terminal { line: String, kill: bool },
+    /// `ask question`: a form `elicitation/create` (name, color, confirm),
+    /// then a reply naming the answer.
+    AskQuestion,
+    /// `ask url`: a URL-mode `elicitation/create`; after an accept,
+    /// `elicitation/complete`, then a reply.
+    AskUrl,
 }
 
 impl Behaviour {
@@ -193,7 +200,11 @@ impl Behaviour {
                 });
             }
         }
-        None
+        match text.trim() {
+            "ask question" => Some(Ok(Self::AskQuestion)),
+            "ask url" => Some(Ok(Self::AskUrl)),
+            _ => None,
+        }
     }
 }
 

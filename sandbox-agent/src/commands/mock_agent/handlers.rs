@@ -15,7 +15,7 @@ use agent_client_protocol::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::agent::{AGENT_NAME, MockAgent};
+use super::agent::{AGENT_NAME, ASK_AUTH_METHOD, MockAgent};
 
 /// Every request and notification handler of the agent, in dispatch order;
 /// each body is one call into [`MockAgent`].
@@ -49,7 +49,13 @@ pub(super) fn handlers(
         .on_receive_request(
             {
                 let agent = agent.clone();
-                async move |request: AuthenticateRequest, responder: Responder<_>, _cx| {
+                async move |request: AuthenticateRequest, responder: Responder<_>, cx| {
+                    if *request.method_id.0 == *ASK_AUTH_METHOD {
+                        // Answered once the client answers the question: in a
+                        // task of its own, so the dispatch loop stays free.
+                        let task = agent.clone().ask_sign_in(responder, cx.clone());
+                        return cx.spawn(task);
+                    }
                     responder.respond_with_result(agent.authenticate(&request))
                 }
             },

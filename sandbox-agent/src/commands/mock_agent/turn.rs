@@ -7,12 +7,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, CreateTerminalRequest, KillTerminalRequest, PermissionOption,
-    PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
-    ReleaseTerminalRequest, RequestPermissionOutcome, RequestPermissionRequest, SessionId,
-    SessionUpdate, StopReason, Terminal, TerminalExitStatus, TerminalId, TerminalOutputRequest,
-    ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
-    WaitForTerminalExitRequest, WriteTextFileRequest,
+    BooleanPropertySchema, CompleteElicitationNotification, ContentBlock, ContentChunk,
+    CreateElicitationRequest, CreateTerminalRequest, ElicitationAction, ElicitationContentValue,
+    ElicitationFormMode, ElicitationMode, ElicitationSchema, ElicitationSessionScope,
+    ElicitationUrlMode, KillTerminalRequest, PermissionOption, PermissionOptionKind, PromptRequest,
+    PromptResponse, ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, SessionId, SessionUpdate, StopReason, StringPropertySchema, Terminal,
+    TerminalExitStatus, TerminalId, TerminalOutputRequest, ToolCall, ToolCallContent,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, WaitForTerminalExitRequest,
+    WriteTextFileRequest,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Error, ErrorCode, JsonRpcRequest, JsonRpcResponse};
@@ -39,6 +42,12 @@ const KILL_POLL_INTERVAL: Duration = Duration::from_millis(20);
 const ALLOW_OPTION_ID: &str = "allow-once";
 /// What `!garbage` writes to stdout: plain text, ANSI escapes, a bare number.
 const GARBAGE_LINES: [&str; 3] = ["this is not json", "\x1b[31mred\x1b[0m", "42"];
+/// The id of the `ask url` turn's URL-mode elicitation (per session, the
+/// turn number appended).
+const URL_ELICITATION_PREFIX: &str = "mock-elicitation-";
+/// Where the `ask url` turn sends the person: a reserved name, so nothing
+/// is ever fetched from it.
+const URL_ELICITATION_TARGET: &str = "https://example.invalid/sandbox-agent/mock/authorize";
 /// `!emit` lets the connection write what it has queued every this many
 /// chunks. Short queues are faster: 16 to 256 measure alike, 4096 is 3x slower.
 const EMIT_YIELD_EVERY: usize = 32;
@@ -66,6 +75,7 @@ impl MockAgent {
             agent: self.clone(),
             cx: cx.clone(),
             session_id: request.session_id,
+            turn_id: running.id,
         };
         let request_cancelled = responder.cancellation();
         let task = self.turns.track_future(async move {
@@ -180,6 +190,8 @@ struct Turn {
     agent: Arc<MockAgent>,
     cx: ConnectionTo<Client>,
     session_id: SessionId,
+    /// The turn's number in this process (1 for its first turn).
+    turn_id: u64,
 }
 
 impl Turn {
@@ -222,6 +234,8 @@ impl Turn {
                 self.reply(text)
             }
             Behaviour::Fail { lines, bytes } => Err(fail_with_stderr(lines, bytes)),
+            Behaviour::AskQuestion => self.ask_question().await,
+            Behaviour::AskUrl => self.ask_url().await,
         }
     }
 
@@ -317,6 +331,83 @@ impl Turn {
             self.tool_call_status(ToolCallStatus::Failed)?;
             self.say("Permission denied.")?;
         }
+        Ok(StopReason::EndTurn)
+    }
+
+    /// `ask question`: a form elicitation with `name` (string, required),
+    /// `color` (red, green or blue) and `confirm` (boolean); the reply names
+    /// the answer (`-` for a field left out), or says it was declined or
+    /// cancelled.
+    async fn ask_question(&self) -> Result<StopReason, Error> {
+        let schema = ElicitationSchema::new()
+            .title("About you".to_owned())
+            .property(
+                "name",
+                StringPropertySchema::new()
+                    .title("Name".to_owned())
+                    .min_length(1)
+                    .max_length(64),
+                true,
+            )
+            .property(
+                "color",
+                StringPropertySchema::new()
+                    .title("Favourite colour".to_owned())
+                    .enum_values(vec!["red".into(), "green".into(), "blue".into()]),
+                false,
+            )
+            .property(
+                "confirm",
+                BooleanPropertySchema::new().title("Confirm".to_owned()),
+                false,
+            );
+        let mode = ElicitationMode::Form(ElicitationFormMode::new(
+            ElicitationSessionScope::new(self.session_id.clone()),
+            schema,
+        ));
+        let request = CreateElicitationRequest::new(mode, "The mock agent has a question");
+        let answer = self.ask_client(request).await?.action;
+        let reply = match answer {
+            ElicitationAction::Accept(accepted) => {
+                let content = accepted.content.unwrap_or_default();
+                let field = |name: &str| content.get(name).map_or_else(|| "-".to_owned(), shown);
+                format!(
+                    "You answered: name={} color={} confirm={}",
+                    field("name"),
+                    field("color"),
+                    field("confirm")
+                )
+            }
+            ElicitationAction::Decline => "You declined the question.".to_owned(),
+            ElicitationAction::Cancel => "You cancelled the question.".to_owned(),
+            _ => "The answer was not one the mock knows.".to_owned(),
+        };
+        self.say(&reply)?;
+        Ok(StopReason::EndTurn)
+    }
+
+    /// `ask url`: a URL-mode elicitation (id `mock-elicitation-<turn>`);
+    /// after an accept, `elicitation/complete` for it, then the reply.
+    async fn ask_url(&self) -> Result<StopReason, Error> {
+        let id = format!("{URL_ELICITATION_PREFIX}{}", self.turn_id);
+        let url = format!("{URL_ELICITATION_TARGET}?elicitation={id}");
+        let mode = ElicitationMode::Url(ElicitationUrlMode::new(
+            ElicitationSessionScope::new(self.session_id.clone()),
+            id.clone(),
+            url,
+        ));
+        let request = CreateElicitationRequest::new(mode, "Sign in to the mock service");
+        let reply = match self.ask_client(request).await?.action {
+            ElicitationAction::Accept(_) => {
+                self.cx
+                    .send_notification(CompleteElicitationNotification::new(id))?;
+                "You completed the sign-in."
+            }
+            ElicitationAction::Decline => "You declined the sign-in.",
+            ElicitationAction::Cancel => "You cancelled the sign-in.",
+            _ => "The answer was not one the mock knows.",
+        };
+        self.say(reply)?;
         Ok(StopReason::EndTurn)
     }
 
@@ -524,6 +615,18 @@ impl Turn {
         answer_rx
             .await
             .map_err(|_| Error::internal_error().data("the connection closed"))?
+    }
+}
+
+/// An answered field as the `ask question` reply shows it.
+fn shown(value: &ElicitationContentValue) -> String {
+    match value {
+        ElicitationContentValue::String(text) => text.clone(),
+        ElicitationContentValue::Integer(number) => number.to_string(),
+        ElicitationContentValue::Number(number) => number.to_string(),
+        ElicitationContentValue::Boolean(flag) => flag.to_string(),
+        ElicitationContentValue::StringArray(items) => items.join(","),
+        _ => "?".to_owned(),
     }
 }
 
