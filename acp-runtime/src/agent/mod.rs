@@ -27,10 +27,13 @@
 //!   since the request, masked and bounded; the root hint).
 //! - [`user`]: the unprivileged user agents and processes run as when the
 //!   server runs as root (`--agent-user`).
+//! - [`elicitation`]: agent questions (ACP elicitation) as routing reads
+//!   them, and the modes the runtime declares for them.
 //! - [`client_side`]: the agent's `fs/*` and `terminal/*` requests answered
 //!   in the sandbox, and the client capabilities declared for them.
 
 pub mod client_side;
+pub mod elicitation;
 pub(crate) mod error_data;
 pub(crate) mod exit;
 pub mod framing;

@@ -21,6 +21,7 @@
 //! [`ReportedHints`], so it can be built, and tested, without a server.
 
 use super::client_side::ClientSide;
+use super::elicitation::{self, CompleteTarget, Question, UrlQuestions};
 use super::error_data;
 use super::exit::ExitInfo;
 use super::framing::PREFIX_BYTES;
@@ -159,6 +160,9 @@ enum Pending {
 struct AgentRequest {
     session: Option<Arc<str>>,
     method: Box<str>,
+    /// The mode of a question (`elicitation/create`), which a connection
+    /// must have declared to get it.
+    mode: Option<elicitation::Mode>,
     line: Bytes,
     /// The connections it was pushed to: an agent's `$/cancel_request` goes
     /// to them, and none gets it twice.
@@ -252,6 +256,8 @@ pub struct Router {
     held: Mutex<VecDeque<Held>>,
     /// The connection that sent this agent its most recent request.
     last_requester: Mutex<Weak<Connection>>,
+    /// Where the `elicitation/complete` of each URL-mode question goes.
+    url_questions: Mutex<UrlQuestions<Arc<Connection>>>,
     /// Rate limits of the per-message warnings.
     warnings: Warnings,
     /// The store's writer and this agent's share of its queue (`None` with
@@ -386,6 +392,7 @@ impl Router {
             next_id: AtomicI64::new(1),
             pending: Mutex::new(HashMap::new()),
             agent_requests: Mutex::new(BTreeMap::new()),
+            url_questions: Mutex::new(UrlQuestions::default()),
             agent_request_seq: AtomicU64::new(0),
             held: Mutex::new(VecDeque::new()),
             last_requester: Mutex::new(Weak::new()),
@@ -617,55 +624,82 @@ impl Router {
 
     /// Answers every open agent request of `session_id` on the clients'
     /// behalf, as cancelled, because the session ended: a permission gets
-    /// the ACP outcome `cancelled`, any other request the error `-32800`
-    /// (request cancelled). The connections that got one hear
-    /// `_sandboxagent/request/resolved`. Returns how many.
+    /// the ACP outcome `cancelled`, a question the action `cancel`, any
+    /// other request the error `-32800` (request cancelled). The
+    /// connections that got one hear `_sandboxagent/request/resolved`.
+    /// Returns how many.
     pub fn cancel_session_requests(&self, session_id: &str) -> usize {
-        let cancelled: Vec<(Box<str>, AgentRequest)> = {
+        self.dismiss_requests(session_id, |_| true)
+    }
+
+    /// Answers the open permission requests and questions of `session_id`
+    /// on the clients' behalf, as cancelled, because a client cancelled the
+    /// turn (`session/cancel`; ACP: the client answers them `cancelled`
+    /// then, and several clients may hold them). Returns how many.
+    pub fn cancel_turn_requests(&self, session_id: &str) -> usize {
+        self.dismiss_requests(session_id, |method| {
+            elicitation::cancelled_with_turn(method)
+        })
+    }
+
+    /// Takes the open agent requests of `session_id` whose method `which`
+    /// picks and answers each as cancelled ([`Router::dismiss`]).
+    fn dismiss_requests(&self, session_id: &str, which: impl Fn(&str) -> bool) -> usize {
+        let dismissed: Vec<(Box<str>, AgentRequest)> = {
             let mut requests = self.agent_requests.lock();
             let keys: Vec<u64> = requests
                 .iter()
-                .filter(|(_, (_, request))| request.session.as_deref() == Some(session_id))
+                .filter(|(_, (_, request))| {
+                    request.session.as_deref() == Some(session_id) && which(&request.method)
+                })
                 .map(|(seq, _)| *seq)
                 .collect();
             keys.iter().filter_map(|key| requests.remove(key)).collect()
         };
-        let session = self.targets.sessions.get(&self.agent, session_id);
-        for (raw_id, request) in &cancelled {
-            let Ok(id) = RawValue::from_string(raw_id.to_string()) else {
-                continue;
-            };
-            let mut line = if &*request.method == method::SESSION_REQUEST_PERMISSION {
-                protocol::result_response_line(
-                    &id,
-                    &serde_json::json!({ "outcome": { "outcome": "cancelled" } }),
-                )
-            } else {
-                protocol::error_response_line(
-                    &id,
-                    &RpcError::new(
-                        code::REQUEST_CANCELLED,
-                        format!("request cancelled: session {session_id} ended"),
-                    ),
-                )
-            };
-            if let Some(session) = &session {
-                session.record(Direction::ClientToAgent, Bytes::from(line.clone()));
+        for (raw_id, request) in &dismissed {
+            self.dismiss(raw_id, request);
+        }
+        dismissed.len()
+    }
+
+    /// Answers agent request `raw_id` (taken from the open requests) on the
+    /// clients' behalf, as cancelled: a permission `cancelled`, a question
+    /// `cancel`, any other request `-32800`. The answer is recorded in the
+    /// session's log; the connections that got the request hear
+    /// `_sandboxagent/request/resolved`.
+    fn dismiss(&self, raw_id: &str, request: &AgentRequest) {
+        let Ok(id) = RawValue::from_string(raw_id.to_owned()) else {
+            return;
+        };
+        let session_id = request.session.as_deref();
+        let mut line = match elicitation::dismissed_result(&request.method) {
+            Some(result) => protocol::result_response_line(&id, &result),
+            None => {
+                let why = match session_id {
+                    Some(session) => format!("request cancelled: session {session} ended"),
+                    None => "request cancelled".to_owned(),
+                };
+                protocol::error_response_line(&id, &RpcError::new(code::REQUEST_CANCELLED, why))
             }
-            line.push(b'\n');
-            if self.stdin.try_send(Bytes::from(line)).is_err() && self.warnings.stdin_full.admit() {
-                tracing::warn!(agent = %self.agent, "cannot answer agent request: stdin queue full or closed");
-            }
+        };
+        if let Some(session) = session_id.and_then(|id| self.targets.sessions.get(&self.agent, id))
+        {
+            session.record(Direction::ClientToAgent, Bytes::from(line.clone()));
+        }
+        line.push(b'\n');
+        if self.stdin.try_send(Bytes::from(line)).is_err() && self.warnings.stdin_full.admit() {
+            tracing::warn!(agent = %self.agent, "cannot answer agent request: stdin queue full or closed");
+        }
+        if let Some(session_id) = session_id {
             let notice = resolved_line(
                 session_id,
                 raw_id,
-                serde_json::json!({ "outcome": "cancelled" }),
+                elicitation::dismissed_outcome(&request.method),
             );
             for connection in &request.targets {
                 connection.push(notice.clone(), Some(session_id));
             }
         }
-        cancelled.len()
     }
 
     /// Handles one line the agent wrote to stdout. The line itself (shared,
@@ -937,6 +971,9 @@ impl Router {
             self.on_agent_cancel(envelope, line);
             return;
         }
+        if envelope.method() == elicitation::COMPLETE && self.on_question_complete(line) {
+            return;
+        }
         let Some(session_id) = envelope.session_id() else {
             for connection in self.targets.connections.of_agent(&self.agent) {
                 connection.push(line.clone(), None);
@@ -959,6 +996,30 @@ impl Router {
             }
             None => self.hold(session_id.into(), line, None),
         }
+    }
+
+    /// `elicitation/complete` of a URL-mode question this process asked:
+    /// recorded in its session's log and delivered to the session's
+    /// connections, or (request-scoped) delivered to the connection the
+    /// question went to. `false` for an id it does not know (the notice
+    /// then goes where any notification without a session goes).
+    fn on_question_complete(&self, line: &Bytes) -> bool {
+        let Some(id) = elicitation::completed_id(raw_params(line)) else {
+            return false;
+        };
+        let Some(target) = self.url_questions.lock().take(&id) else {
+            return false;
+        };
+        match target {
+            CompleteTarget::Session(session_id) => match self.live_session(&session_id) {
+                Some(session) => session.record_and_deliver(Direction::AgentToClient, line.clone()),
+                None => self.hold(session_id, line, None),
+            },
+            CompleteTarget::Connection(connection) => {
+                connection.push(line.clone(), None);
+            }
+        }
+        true
     }
 
     /// The agent withdraws one of its requests: only the connections that got
@@ -1006,7 +1067,33 @@ impl Router {
             return;
         };
         let method = envelope.method();
+        let question = elicitation::is_question(method).then(|| Question::read(raw_params(line)));
+        let mode = match &question {
+            Some(Question { mode: None, .. }) => {
+                let error = RpcError::new(
+                    code::INVALID_PARAMS,
+                    "invalid params: elicitation/create needs mode \"form\" or \"url\" and a \
+                     scope (sessionId, or the requestId of a request this agent was sent)",
+                );
+                self.answer_agent(envelope, &error);
+                return;
+            }
+            Some(question) => question.mode,
+            None => None,
+        };
+        if let Some(request_id) = question.as_ref().and_then(|q| q.request_id) {
+            self.ask_requester(envelope, raw_id, line, request_id, question.as_ref());
+            return;
+        }
         let session_id: Option<Arc<str>> = envelope.session_id().map(Into::into);
+        if let (Some(session), Some(id)) = (
+            &session_id,
+            question.as_ref().and_then(|q| q.elicitation_id.clone()),
+        ) {
+            self.url_questions
+                .lock()
+                .remember(id, CompleteTarget::Session(session.clone()));
+        }
         let Some(session_id) = session_id else {
             // No session: exactly one connection, the most recent requester.
             let target = self
@@ -1015,12 +1102,12 @@ impl Router {
                 .upgrade()
                 .filter(|c| !c.is_closed());
             match target {
-                Some(connection) if self.takes(&connection, method) => {
+                Some(connection) if self.takes(&connection, method, mode) => {
                     // Filed first: an answer may come as soon as it is pushed.
                     self.remember_agent_request(
                         &raw_id,
                         None,
-                        method,
+                        (method, mode),
                         line.clone(),
                         vec![connection.clone()],
                     );
@@ -1042,7 +1129,7 @@ impl Router {
             self.remember_agent_request(
                 &raw_id,
                 Some(session_id.clone()),
-                method,
+                (method, mode),
                 line.clone(),
                 Vec::new(),
             );
@@ -1056,7 +1143,7 @@ impl Router {
         let controllers = session.record_and_controllers(Direction::AgentToClient, line.clone());
         let allowed: Vec<Arc<Connection>> = controllers
             .iter()
-            .filter(|c| self.takes(c, method))
+            .filter(|c| self.takes(c, method, mode))
             .cloned()
             .collect();
         if allowed.is_empty() && self.runtime_serves(method) {
@@ -1066,7 +1153,7 @@ impl Router {
         }
         if !controllers.is_empty() && allowed.is_empty() {
             drop(requests);
-            self.answer_method_not_found(envelope, method);
+            self.refuse(envelope, method, Some(&session));
             return;
         }
         // With no controller attached it waits until one attaches.
@@ -1081,11 +1168,73 @@ impl Router {
                 AgentRequest {
                     session: Some(session_id),
                     method: method.into(),
+                    mode,
                     line: line.clone(),
                     targets: allowed,
                 },
             ),
         );
+    }
+
+    /// A question scoped to a request (`requestId`, one of this router's
+    /// ids of a client's request): it goes to the connection that sent that
+    /// request, with the client's own id in `requestId`. When that request
+    /// is not pending, or its connection is closed or did not declare the
+    /// question's mode, the runtime answers `cancel`.
+    fn ask_requester(
+        &self,
+        envelope: &AgentMessage<'_>,
+        raw_id: Box<str>,
+        line: &Bytes,
+        request_id: i64,
+        question: Option<&Question>,
+    ) {
+        let mode = question.and_then(|q| q.mode);
+        let requester = match self.pending.lock().get(&request_id) {
+            Some(Pending::Client(request)) => {
+                Some((request.connection.clone(), request.client_id.clone()))
+            }
+            _ => None,
+        };
+        let target = requester.filter(|(connection, _)| {
+            !connection.is_closed() && self.takes(connection, elicitation::CREATE, mode)
+        });
+        let rewritten = target.and_then(|(connection, client_id)| {
+            elicitation::with_request_id(line, &client_id).map(|line| (connection, line))
+        });
+        let Some((connection, line)) = rewritten else {
+            self.answer_agent_result(envelope, &elicitation::cancelled());
+            return;
+        };
+        if let Some(id) = question.and_then(|q| q.elicitation_id.clone()) {
+            self.url_questions
+                .lock()
+                .remember(id, CompleteTarget::Connection(connection.clone()));
+        }
+        // Filed first: an answer may come as soon as it is pushed.
+        self.remember_agent_request(
+            &raw_id,
+            None,
+            (elicitation::CREATE, mode),
+            line.clone(),
+            vec![connection.clone()],
+        );
+        connection.push(line, None);
+    }
+
+    /// Refuses an agent request none of the session's attached controllers
+    /// can take: a question is answered `cancel` (recorded in the session's
+    /// log, since the runtime declared questions to the agent), any other
+    /// request `-32601`.
+    fn refuse(&self, envelope: &AgentMessage<'_>, method: &str, session: Option<&Session>) {
+        if elicitation::is_question(method) {
+            let answer = self.answer_agent_result(envelope, &elicitation::cancelled());
+            if let (Some(session), Some(answer)) = (session, answer) {
+                session.record(Direction::ClientToAgent, answer);
+            }
+        } else {
+            self.answer_method_not_found(envelope, method);
+        }
     }
 
     /// Whether the runtime answers agent request `method` itself when no
@@ -1099,8 +1248,17 @@ impl Router {
     /// Whether `connection` gets agent request `method`: it declared the
     /// capability, and for a request the runtime serves it also opted to
     /// serve it itself (`fsAndTerminal: "client"`).
-    fn takes(&self, connection: &Connection, method: &str) -> bool {
+    /// A question goes only to connections that declared its `mode`.
+    fn takes(
+        &self,
+        connection: &Connection,
+        method: &str,
+        mode: Option<elicitation::Mode>,
+    ) -> bool {
         let capabilities = &connection.capabilities;
+        if elicitation::is_question(method) {
+            return mode.is_some_and(|mode| capabilities.asks(mode));
+        }
         capabilities.allows(method)
             && (capabilities.serves_fs_and_terminal || !self.runtime_serves(method))
     }
@@ -1147,11 +1305,12 @@ impl Router {
         });
     }
 
+    /// Files an open agent request of `(method, question mode)`.
     fn remember_agent_request(
         &self,
         raw_id: &str,
         session: Option<Arc<str>>,
-        method: &str,
+        (method, mode): (&str, Option<elicitation::Mode>),
         line: Bytes,
         targets: Vec<Arc<Connection>>,
     ) {
@@ -1163,6 +1322,7 @@ impl Router {
                 AgentRequest {
                     session,
                     method: method.into(),
+                    mode,
                     line,
                     targets,
                 },
@@ -1185,7 +1345,21 @@ impl Router {
     /// Answers agent request `envelope` with `error` on the clients' behalf.
     fn answer_agent(&self, envelope: &AgentMessage<'_>, error: &RpcError) {
         let Some(id) = envelope.id else { return };
-        let mut line = protocol::error_response_line(id, error);
+        self.send_answer(protocol::error_response_line(id, error));
+    }
+
+    /// Answers agent request `envelope` with `result` on the clients'
+    /// behalf; returns the answer (without its line feed) for the log.
+    fn answer_agent_result(&self, envelope: &AgentMessage<'_>, result: &Value) -> Option<Bytes> {
+        let id = envelope.id?;
+        let line = protocol::result_response_line(id, result);
+        let answer = Bytes::from(line.clone());
+        self.send_answer(line);
+        Some(answer)
+    }
+
+    /// Queues one answer line for the agent's stdin.
+    fn send_answer(&self, mut line: Vec<u8>) {
         line.push(b'\n');
         if self.stdin.try_send(Bytes::from(line)).is_err() && self.warnings.stdin_full.admit() {
             tracing::warn!(agent = %self.agent, "cannot answer agent request: stdin queue full or closed");
@@ -1248,9 +1422,14 @@ impl Router {
 
     /// A held agent request dropped past the cap or the TTL is never
     /// delivered: it leaves the unanswered-requests table too.
+    /// A permission request or question among them is answered as
+    /// cancelled, so the agent does not wait for ever.
     fn forget_dropped(&self, dropped: &Held) {
-        if let Some(id) = &dropped.request_id {
-            self.take_agent_request(id);
+        if let Some(id) = &dropped.request_id
+            && let Some(request) = self.take_request(id)
+            && elicitation::dismissed_result(&request.method).is_some()
+        {
+            self.dismiss(id, &request);
         }
     }
 
@@ -1281,24 +1460,27 @@ impl Router {
                 if skip.contains(id) {
                     // Flushed with the held messages already.
                     request.targets.push(connection.clone());
-                } else if self.takes(connection, &request.method) {
+                } else if self.takes(connection, &request.method, request.mode) {
                     connection.push(request.line.clone(), request.session.as_deref());
                     request.targets.push(connection.clone());
                 } else {
-                    refused.push(request.line.clone());
+                    refused.push((request.line.clone(), request.mode));
                 }
             }
         }
         let attached = session.controllers();
-        for line in refused {
+        for (line, mode) in refused {
             if let Ok((envelope, _)) = AgentMessage::parse(&line) {
-                if attached.iter().any(|c| self.takes(c, envelope.method())) {
+                if attached
+                    .iter()
+                    .any(|c| self.takes(c, envelope.method(), mode))
+                {
                     continue;
                 }
                 if let Some(id) = envelope.id {
                     self.take_agent_request(id.get());
                 }
-                self.answer_method_not_found(&envelope, envelope.method());
+                self.refuse(&envelope, envelope.method(), Some(session));
             }
         }
     }
@@ -1350,6 +1532,7 @@ impl Router {
             }));
         let pending: Vec<_> = self.pending.lock().drain().map(|(_, p)| p).collect();
         self.agent_requests.lock().clear();
+        self.url_questions.lock().clear();
         // No process outlives its owner: the agent's terminals die with it.
         if let Some(client_side) = &self.targets.client_side {
             client_side.release_terminals(&self.agent, self.generation);
@@ -1399,6 +1582,16 @@ impl Router {
             }
         }
     }
+}
+
+/// `params` of a JSON-RPC message line, as raw JSON.
+fn raw_params(line: &[u8]) -> Option<&RawValue> {
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow, default)]
+        params: Option<&'a RawValue>,
+    }
+    serde_json::from_slice::<Message<'_>>(line).ok()?.params
 }
 
 /// The kept start of an unusable line, marked as cut.

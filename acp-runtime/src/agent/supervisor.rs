@@ -460,7 +460,7 @@ impl Agents {
         let (client_capabilities, served) = match &targets.client_side {
             Some(client_side) => client_side.declare(&spec.client_capabilities),
             None => (
-                spec.client_capabilities.clone(),
+                questions_declared(&spec.client_capabilities),
                 ClientCapabilities::default(),
             ),
         };
@@ -690,4 +690,17 @@ fn auth_method_to_use<'a>(
     };
     auth.iter()
         .find(|auth| is_set(&auth.env) && offered(&auth.method_id))
+}
+
+/// The client capabilities declared to an agent when the runtime does not
+/// serve files and terminals: the questions its clients answer
+/// (`elicitation`, form and URL), with the manifest's object merged over
+/// them as a JSON Merge Patch (research/contract.md, "Agent questions (ACP
+/// elicitation)").
+fn questions_declared(manifest: &serde_json::Value) -> serde_json::Value {
+    let mut declared = serde_json::json!({ "elicitation": super::elicitation::declared() });
+    if let (Some(object), Some(patch)) = (declared.as_object_mut(), manifest.as_object()) {
+        ext_methods::meta::merge(object, patch);
+    }
+    declared
 }

@@ -442,14 +442,23 @@ impl Runtime {
             }
             return Ok(Reply::Accepted);
         }
-        if let Some(session) = envelope
+        let session = envelope
             .session_id()
-            .and_then(|id| self.sessions.live(&id, process.generation))
-        {
+            .and_then(|id| self.sessions.live(&id, process.generation));
+        if let Some(session) = &session {
             session.record(Direction::ClientToAgent, body.clone());
         }
         if process.router.send_line(body).await.is_err() {
             tracing::debug!(connection = %connection.id, "notification dropped: agent process exited");
+        }
+        if method == method::SESSION_CANCEL
+            && let Some(session) = &session
+        {
+            // ACP: after `session/cancel` the client answers the turn's open
+            // permission requests and questions as cancelled; with several
+            // clients the runtime does, once (research/contract.md, "Agent
+            // questions (ACP elicitation)").
+            process.router.cancel_turn_requests(&session.id);
         }
         Ok(Reply::Accepted)
     }

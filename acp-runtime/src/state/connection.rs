@@ -19,6 +19,7 @@
 //! stream reads one lane of the same ring with the same sequence numbers, so
 //! replay by `Last-Event-ID` works per stream and no event is in two lanes.
 
+use crate::agent::elicitation;
 use crate::error::Error;
 use crate::protocol::{self, method};
 use crate::state::budget::MemoryBudget;
@@ -44,6 +45,10 @@ pub struct ClientCapabilities {
     pub write_text_file: bool,
     /// `terminal`
     pub terminal: bool,
+    /// `elicitation.form`: takes form-mode questions.
+    pub elicitation_form: bool,
+    /// `elicitation.url`: takes URL-mode questions.
+    pub elicitation_url: bool,
     /// `fsAndTerminal: "client"`: this connection answers the `fs/*` and
     /// `terminal/*` requests it declared capabilities for, instead of the
     /// runtime (research/contract.md, "Files and terminals of the agent,
@@ -59,7 +64,7 @@ impl ClientCapabilities {
             read_text_file: true,
             write_text_file: true,
             terminal,
-            serves_fs_and_terminal: false,
+            ..Self::default()
         }
     }
 
@@ -94,11 +99,23 @@ impl ClientCapabilities {
     pub fn declared(capabilities: &serde_json::Value) -> Self {
         let flag =
             |pointer: &str| capabilities.pointer(pointer) == Some(&serde_json::Value::Bool(true));
+        let (elicitation_form, elicitation_url) = elicitation::modes_declared(capabilities);
         Self {
             read_text_file: flag("/fs/readTextFile"),
             write_text_file: flag("/fs/writeTextFile"),
             terminal: flag("/terminal"),
+            elicitation_form,
+            elicitation_url,
             serves_fs_and_terminal: false,
+        }
+    }
+
+    /// Whether a connection with these capabilities may receive a question
+    /// (`elicitation/create`) of `mode`.
+    pub fn asks(&self, mode: elicitation::Mode) -> bool {
+        match mode {
+            elicitation::Mode::Form => self.elicitation_form,
+            elicitation::Mode::Url => self.elicitation_url,
         }
     }
 

@@ -569,3 +569,68 @@ async fn over_websocket_a_cut_socket_is_fatal() {
     let status = bridge.wait_exit(EXIT_TIMEOUT).await;
     assert!(!status.success(), "{status:?}");
 }
+
+/// Agent questions through the bridge (research/contract.md, "Agent
+/// questions (ACP elicitation)"): an editor that declares elicitation gets
+/// the mock's question on stdout unchanged and answers it on stdin; one
+/// that does not declare it never sees it, and the agent is answered
+/// `cancel` for it.
+#[tokio::test]
+async fn a_question_is_relayed_both_ways_to_an_editor_that_declared_it() {
+    let server = TestServer::start(&[]).await;
+    for (declares, said) in [
+        (true, "You answered: name=Grace color=blue confirm=false"),
+        (false, "You cancelled the question."),
+    ] {
+        let mut bridge = BridgeProcess::start(server.base_url(), MOCK, &[], &[]);
+        let capabilities = if declares {
+            json!({"elicitation": {"form": {}, "url": {}}})
+        } else {
+            json!({})
+        };
+        let init = bridge
+            .call(&request(
+                1,
+                "initialize",
+                json!({"protocolVersion": 1, "clientCapabilities": capabilities}),
+            ))
+            .await;
+        assert!(init.get("result").is_some(), "{init}");
+        let new = bridge.call(&editor_new_session(2)).await;
+        let session = new["result"]["sessionId"]
+            .as_str()
+            .expect("session")
+            .to_owned();
+        bridge
+            .send(&request(
+                3,
+                "session/prompt",
+                prompt_params(&session, "ask question"),
+            ))
+            .await;
+        if declares {
+            let ask = loop {
+                let message = bridge.next().await;
+                if message["method"] == "elicitation/create" {
+                    break message;
+                }
+            };
+            assert_eq!(ask["params"]["sessionId"], session.as_str(), "{ask}");
+            assert_eq!(ask["params"]["mode"], "form", "{ask}");
+            bridge
+                .send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": {
+                    "action": "accept",
+                    "content": {"name": "Grace", "color": "blue", "confirm": false}}}))
+                .await;
+        }
+        let (done, after) = bridge.until_response(&json!(3)).await;
+        assert_eq!(stop_reason(&done), Some("end_turn"), "{done}");
+        assert!(
+            after.iter().all(|m| m["method"] != "elicitation/create"),
+            "{after:?}"
+        );
+        assert_eq!(chunk_texts(&after).concat(), said);
+        bridge.close_stdin();
+        assert!(bridge.wait_exit(EXIT_TIMEOUT).await.success());
+    }
+}

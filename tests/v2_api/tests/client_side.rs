@@ -557,7 +557,8 @@ async fn without_processes_no_terminal_is_declared_or_served() {
             .expect("JSON");
     assert_eq!(
         initialize["params"]["clientCapabilities"],
-        json!({"fs": {"readTextFile": true, "writeTextFile": true}}),
+        json!({"fs": {"readTextFile": true, "writeTextFile": true},
+            "elicitation": {"form": {}, "url": {}}}),
         "{initialize}"
     );
     let session = session_in(&server, &conn, "recorded", dir.path()).await;
@@ -583,7 +584,8 @@ async fn with_processes_terminal_is_declared_and_an_opted_in_connection_runs_it(
             .expect("JSON");
     assert_eq!(
         initialize["params"]["clientCapabilities"],
-        json!({"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true}),
+        json!({"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true,
+            "elicitation": {"form": {}, "url": {}}}),
         "{initialize}"
     );
     let session = session_in(&server, &conn, "recorded", dir.path()).await;

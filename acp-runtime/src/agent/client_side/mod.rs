@@ -124,9 +124,10 @@ impl ClientSide {
     /// runtime serves itself.
     ///
     /// The rule (research/contract.md, "Files and terminals of the agent,
-    /// served in the sandbox"): the runtime's own `{"fs": {"readTextFile":
-    /// true, "writeTextFile": true}, "terminal": true}` (no `terminal`
-    /// without processes), with the manifest's object merged over it as a
+    /// served in the sandbox", "Agent questions (ACP elicitation)"): the
+    /// runtime's own `{"fs": {"readTextFile": true, "writeTextFile": true},
+    /// "terminal": true, "elicitation": {"form": {}, "url": {}}}` (no
+    /// `terminal` without processes; questions go to its clients), with the manifest's object merged over it as a
     /// JSON Merge Patch (RFC 7396): a manifest's `false` turns one off, its
     /// `null` removes it, its other members are added. The runtime serves
     /// what it offered and the result still declares; what only the manifest
@@ -135,6 +136,7 @@ impl ClientSide {
         let offered = ClientCapabilities::sandbox(self.processes.is_some());
         let mut declared = serde_json::json!({
             "fs": { "readTextFile": true, "writeTextFile": true },
+            "elicitation": super::elicitation::declared(),
         });
         if let Some(object) = declared.as_object_mut() {
             if offered.terminal {
@@ -149,7 +151,7 @@ impl ClientSide {
             read_text_file: offered.read_text_file && kept.read_text_file,
             write_text_file: offered.write_text_file && kept.write_text_file,
             terminal: offered.terminal && kept.terminal,
-            serves_fs_and_terminal: false,
+            ..ClientCapabilities::default()
         };
         (declared, served)
     }
@@ -312,15 +314,18 @@ mod tests {
         let (declared, served) = service(true).declare(&json!({}));
         assert_eq!(
             declared,
-            json!({"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true})
+            json!({"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true,
+                "elicitation": {"form": {}, "url": {}}})
         );
         assert_eq!(served, ClientCapabilities::sandbox(true));
 
-        let manifest = json!({"fs": {"writeTextFile": false}, "terminal": null, "_meta": {"x": 1}});
+        let manifest = json!({"fs": {"writeTextFile": false}, "terminal": null, "_meta": {"x": 1},
+            "elicitation": {"url": null}});
         let (declared, served) = service(true).declare(&manifest);
         assert_eq!(
             declared,
-            json!({"fs": {"readTextFile": true, "writeTextFile": false}, "_meta": {"x": 1}})
+            json!({"fs": {"readTextFile": true, "writeTextFile": false}, "_meta": {"x": 1},
+                "elicitation": {"form": {}}})
         );
         assert!(served.read_text_file && !served.write_text_file && !served.terminal);
     }
@@ -330,7 +335,8 @@ mod tests {
         let (declared, served) = service(false).declare(&json!({}));
         assert_eq!(
             declared,
-            json!({"fs": {"readTextFile": true, "writeTextFile": true}})
+            json!({"fs": {"readTextFile": true, "writeTextFile": true},
+                "elicitation": {"form": {}, "url": {}}})
         );
         assert!(!served.terminal);
         // A manifest may still declare it: then connections get it, as before.
