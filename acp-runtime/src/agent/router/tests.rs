@@ -678,6 +678,87 @@ async fn a_held_agent_request_dropped_past_the_cap_is_not_delivered() {
         "dropped request delivered: {}",
         ring.last().map(Value::to_string).unwrap_or_default()
     );
+    // … and the agent does not wait for it: answered `cancelled`.
+    let answers: Vec<Value> = f
+        .stdin_lines()
+        .iter()
+        .map(|line| value(line))
+        .filter(|line| line["id"] == "perm-0")
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            json!({"jsonrpc": "2.0", "id": "perm-0", "result": {"outcome": {"outcome": "cancelled"}}})
+        ]
+    );
+}
+
+/// A question held for a session nobody owns and dropped past the cap is
+/// answered `cancel` (research/contract.md, "Agent questions (ACP
+/// elicitation)").
+#[tokio::test]
+async fn a_held_question_dropped_past_the_cap_is_answered_cancel() {
+    let mut f = Fixture::new();
+    f.agent_line(r#"{"jsonrpc":"2.0","id":"q-0","method":"elicitation/create","params":{"mode":"form","sessionId":"s-9","message":"m","requestedSchema":{"type":"object","properties":{}}}}"#);
+    for n in 1..=HELD_MAX {
+        f.agent_line(&update("s-9", n));
+    }
+    let answers: Vec<Value> = f.stdin_lines().iter().map(|line| value(line)).collect();
+    assert_eq!(
+        answers,
+        [json!({"jsonrpc": "2.0", "id": "q-0", "result": {"action": "cancel"}})]
+    );
+}
+
+/// A question goes only to controllers that declared its mode; with
+/// controllers attached and none able to take it, the agent gets `cancel`
+/// at once and the question is in the session's log with that answer.
+#[tokio::test]
+async fn questions_go_only_to_connections_that_declared_their_mode() {
+    let mut f = Fixture::new();
+    let form = f.open(json!({"elicitation": {"form": {}}}));
+    let session = f.create_session(&form, "1", "s-1").await;
+    let url = f.open(json!({"elicitation": {"url": {}}}));
+    session.attach(&url);
+    let _ = f.stdin_lines();
+    let question = |id: &str, mode: &str| {
+        let extra = if mode == "url" {
+            r#""elicitationId":"e-1","url":"https://example.invalid/""#
+        } else {
+            r#""requestedSchema":{"type":"object","properties":{}}"#
+        };
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"{id}","method":"elicitation/create","params":{{"mode":"{mode}","sessionId":"s-1","message":"m",{extra}}}}}"#
+        )
+    };
+    f.agent_line(&question("q-form", "form"));
+    f.agent_line(&question("q-url", "url"));
+    let ids = |connection: &Arc<Connection>| -> Vec<Value> {
+        events(connection)
+            .into_iter()
+            .filter(|event| event["method"] == "elicitation/create")
+            .map(|event| event["id"].clone())
+            .collect()
+    };
+    assert_eq!(ids(&form), [json!("q-form")]);
+    assert_eq!(ids(&url), [json!("q-url")]);
+    assert!(f.stdin_lines().is_empty(), "nothing answered yet");
+
+    session.detach(&url);
+    f.agent_line(&question("q-url-2", "url"));
+    assert_eq!(
+        f.stdin_lines()
+            .iter()
+            .map(|line| value(line))
+            .collect::<Vec<_>>(),
+        [json!({"jsonrpc": "2.0", "id": "q-url-2", "result": {"action": "cancel"}})]
+    );
+    let logged: Vec<Value> = log(&session)
+        .into_iter()
+        .map(|(_, message)| message)
+        .filter(|message| message["id"] == "q-url-2")
+        .collect();
+    assert_eq!(logged.len(), 2, "question and answer logged: {logged:?}");
 }
 
 // 5. Agent requests without a session: the most recent requester only.
