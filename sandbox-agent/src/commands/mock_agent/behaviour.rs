@@ -248,6 +248,22 @@ mod tests {
     }
 
     #[test]
+    fn questions_need_the_exact_words() {
+        assert_eq!(
+            Behaviour::from_prompt("ask question").ok(),
+            Some(Behaviour::AskQuestion)
+        );
+        assert_eq!(
+            Behaviour::from_prompt(" ask url ").ok(),
+            Some(Behaviour::AskUrl)
+        );
+        assert_eq!(
+            Behaviour::from_prompt("ask question about permission").ok(),
+            Some(Behaviour::Permission)
+        );
+    }
+
+    #[test]
     fn directives() {
         assert_eq!(
             Behaviour::from_prompt("!crash").ok(),
