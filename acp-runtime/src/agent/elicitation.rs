@@ -83,9 +83,16 @@ impl Question {
         else {
             return unreadable;
         };
+        // One scope: the schema reads `sessionId` first and would leave a
+        // `requestId` (one of the runtime's ids) to reach clients as it is.
+        if params.is_some_and(|raw| has_both_scopes(raw.get())) {
+            return unreadable;
+        }
         let (mode, elicitation_id) = match &request.mode {
             ElicitationMode::Form(_) => (Mode::Form, None),
-            ElicitationMode::Url(url) => (Mode::Url, Some(Arc::from(&*url.elicitation_id.0))),
+            ElicitationMode::Url(url) if is_web_url(&url.url) => {
+                (Mode::Url, Some(Arc::from(&*url.elicitation_id.0)))
+            }
             _ => return unreadable,
         };
         let request_id = match request.scope() {
@@ -110,6 +117,28 @@ impl Question {
             elicitation_id,
         }
     }
+}
+
+/// Whether params (raw JSON object) carry both `sessionId` and `requestId`.
+fn has_both_scopes(params: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Scopes<'a> {
+        #[serde(borrow, default)]
+        session_id: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        request_id: Option<&'a RawValue>,
+    }
+    serde_json::from_str::<Scopes<'_>>(params)
+        .is_ok_and(|scopes| scopes.session_id.is_some() && scopes.request_id.is_some())
+}
+
+/// Whether a URL-mode question's `url` is one a person may be sent to: an
+/// `http` or `https` URL (a `javascript:` or `file:` one is refused before
+/// any client could show it as a link).
+fn is_web_url(url: &str) -> bool {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    lower.starts_with("https://") || lower.starts_with("http://")
 }
 
 /// The answer the runtime gives the agent on the clients' behalf: the
@@ -255,6 +284,24 @@ mod tests {
             "requestedSchema": {"type": "object", "properties": {}}}));
         assert_eq!(Question::read(Some(&foreign)).mode, None);
         assert_eq!(Question::read(None).mode, None);
+        let both = raw(
+            &json!({"mode": "form", "sessionId": "s", "requestId": 3, "message": "m",
+            "requestedSchema": {"type": "object", "properties": {}}}),
+        );
+        assert_eq!(Question::read(Some(&both)).mode, None);
+        for url in [
+            "javascript:alert(1)",
+            "file:///etc/passwd",
+            "data:text/html,x",
+            "",
+        ] {
+            let params = raw(&json!({"mode": "url", "sessionId": "s", "message": "m",
+                "elicitationId": "e", "url": url}));
+            assert_eq!(Question::read(Some(&params)).mode, None, "{url}");
+        }
+        let upper = raw(&json!({"mode": "url", "sessionId": "s", "message": "m",
+            "elicitationId": "e", "url": "HTTPS://example.invalid/"}));
+        assert_eq!(Question::read(Some(&upper)).mode, Some(Mode::Url));
     }
 
     #[test]

@@ -298,6 +298,15 @@ pub async fn read_stdout(
                 None => std::future::pending().await,
             }
         };
+        // Held messages past their TTL and requests nobody is left to
+        // answer are settled even while the agent is silent.
+        let sweep_at = process.router.next_sweep();
+        let sweep = async {
+            match sweep_at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             biased;
             // A full share of the store's queue pauses reading here: the
@@ -331,6 +340,7 @@ pub async fn read_stdout(
                 drain_until = Some(Instant::now() + EXIT_DRAIN);
             }
             () = drain_deadline => break,
+            () = sweep => process.router.sweep(),
         }
     }
     let status = match status {

@@ -59,6 +59,12 @@ use tokio_util::sync::CancellationToken;
 const HELD_MAX: usize = 256;
 /// … and for at most this long.
 const HELD_TTL: Duration = Duration::from_secs(5);
+/// Open agent requests one process may have (research/contract.md,
+/// "Routing"): past it a new one is answered at once, as cancelled.
+pub const AGENT_REQUESTS_MAX: usize = 1024;
+/// How often open requests whose only connections closed, and held
+/// messages past their TTL, are looked for while there are any.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What a router delivers to outside its own process: the server-wide
 /// session inventory and the open connections. Every process of every agent
@@ -163,6 +169,9 @@ struct AgentRequest {
     /// The mode of a question (`elicitation/create`), which a connection
     /// must have declared to get it.
     mode: Option<elicitation::Mode>,
+    /// The runtime's id of the client request a request-scoped question
+    /// belongs to: answered `cancel` once that request is.
+    scope: Option<i64>,
     line: Bytes,
     /// The connections it was pushed to: an agent's `$/cancel_request` goes
     /// to them, and none gets it twice.
@@ -198,6 +207,7 @@ struct Warnings {
     held_dropped: LogLimit,
     no_session_id: LogLimit,
     stdin_full: LogLimit,
+    too_many_requests: LogLimit,
 }
 
 impl Warnings {
@@ -215,6 +225,7 @@ impl Warnings {
             held_dropped: summary("dropped messages held for sessions nobody owns"),
             no_session_id: summary("session answers without a sessionId"),
             stdin_full: summary("cannot answer agent requests: stdin queue full or closed"),
+            too_many_requests: summary("agent requests answered as cancelled: too many open"),
         }
     }
 }
@@ -571,14 +582,22 @@ impl Router {
 
     /// Takes agent request `raw_id` for `connection`'s answer: the first
     /// answer wins (research/contract.md, "Routing"). `None` when it was
-    /// answered already, never existed, or `connection` is attached to its
-    /// session as an observer (which never received it): the caller drops
-    /// the answer.
+    /// answered already, never existed, was not sent to `connection`, or
+    /// `connection` is attached to its session as an observer: the caller
+    /// drops the answer.
     pub fn take_answered(&self, raw_id: &str, connection: &Connection) -> Option<Answered> {
         let mut requests = self.agent_requests.lock();
+        // Only a connection the request went to answers it: an agent may use
+        // one id in two sessions, and another client never saw it.
         let (key, request) = requests
             .iter()
-            .find(|(_, (id, _))| &**id == raw_id)
+            .find(|(_, (id, request))| {
+                &**id == raw_id
+                    && request
+                        .targets
+                        .iter()
+                        .any(|target| std::ptr::eq(target.as_ref(), connection))
+            })
             .map(|(seq, (_, request))| (*seq, request))?;
         let observer = request
             .session
@@ -687,8 +706,16 @@ impl Router {
             session.record(Direction::ClientToAgent, Bytes::from(line.clone()));
         }
         line.push(b'\n');
-        if self.stdin.try_send(Bytes::from(line)).is_err() && self.warnings.stdin_full.admit() {
-            tracing::warn!(agent = %self.agent, "cannot answer agent request: stdin queue full or closed");
+        // Every dismissed request gets its answer, even past the stdin
+        // queue (at most `AGENT_REQUESTS_MAX` of them wait in tasks).
+        match self.stdin.try_send(Bytes::from(line)) {
+            Err(mpsc::error::TrySendError::Full(line)) => {
+                let stdin = self.stdin.clone();
+                tokio::spawn(async move {
+                    let _ = stdin.send(line).await;
+                });
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) | Ok(()) => {}
         }
         if let Some(session_id) = session_id {
             let notice = resolved_line(
@@ -775,6 +802,9 @@ impl Router {
             }
             return None;
         };
+        if let (Pending::Client(_), Some(id)) = (&pending, id) {
+            self.settle_scoped_questions(id);
+        }
         match pending {
             Pending::Runtime(reply) => {
                 let outcome = match (envelope.result, envelope.error) {
@@ -1067,13 +1097,21 @@ impl Router {
             return;
         };
         let method = envelope.method();
+        if self.agent_requests.lock().len() >= AGENT_REQUESTS_MAX {
+            if self.warnings.too_many_requests.admit() {
+                tracing::warn!(agent = %self.agent, max = AGENT_REQUESTS_MAX, "agent has too many open requests; answering new ones as cancelled");
+            }
+            self.answer_dismissed(envelope, method, "too many open agent requests");
+            return;
+        }
         let question = elicitation::is_question(method).then(|| Question::read(raw_params(line)));
         let mode = match &question {
             Some(Question { mode: None, .. }) => {
                 let error = RpcError::new(
                     code::INVALID_PARAMS,
-                    "invalid params: elicitation/create needs mode \"form\" or \"url\" and a \
-                     scope (sessionId, or the requestId of a request this agent was sent)",
+                    "invalid params: elicitation/create needs mode \"form\" or \"url\" (an \
+                     http or https url) and one scope (sessionId, or the requestId of a \
+                     request this agent was sent)",
                 );
                 self.answer_agent(envelope, &error);
                 return;
@@ -1107,7 +1145,7 @@ impl Router {
                     self.remember_agent_request(
                         &raw_id,
                         None,
-                        (method, mode),
+                        (method, mode, None),
                         line.clone(),
                         vec![connection.clone()],
                     );
@@ -1129,13 +1167,19 @@ impl Router {
             self.remember_agent_request(
                 &raw_id,
                 Some(session_id.clone()),
-                (method, mode),
+                (method, mode, None),
                 line.clone(),
                 Vec::new(),
             );
             self.hold(session_id, line, Some(raw_id));
             return;
         };
+        if session.is_ended() && !self.runtime_serves(method) {
+            // Nobody attaches to an ended session: answered at once.
+            let why = format!("request cancelled: session {session_id} ended");
+            self.answer_dismissed(envelope, method, &why);
+            return;
+        }
         // Pushed and filed under one lock: a connection attaching meanwhile
         // (`deliver_waiting_requests`) sees it either filed with its
         // targets or not at all, so it never gets it twice.
@@ -1169,6 +1213,7 @@ impl Router {
                     session: Some(session_id),
                     method: method.into(),
                     mode,
+                    scope: None,
                     line: line.clone(),
                     targets: allowed,
                 },
@@ -1215,7 +1260,7 @@ impl Router {
         self.remember_agent_request(
             &raw_id,
             None,
-            (elicitation::CREATE, mode),
+            (elicitation::CREATE, mode, Some(request_id)),
             line.clone(),
             vec![connection.clone()],
         );
@@ -1305,12 +1350,13 @@ impl Router {
         });
     }
 
-    /// Files an open agent request of `(method, question mode)`.
+    /// Files an open agent request of `(method, question mode, request
+    /// scope)`.
     fn remember_agent_request(
         &self,
         raw_id: &str,
         session: Option<Arc<str>>,
-        (method, mode): (&str, Option<elicitation::Mode>),
+        (method, mode, scope): (&str, Option<elicitation::Mode>, Option<i64>),
         line: Bytes,
         targets: Vec<Arc<Connection>>,
     ) {
@@ -1323,6 +1369,7 @@ impl Router {
                     session,
                     method: method.into(),
                     mode,
+                    scope,
                     line,
                     targets,
                 },
@@ -1356,6 +1403,18 @@ impl Router {
         let answer = Bytes::from(line.clone());
         self.send_answer(line);
         Some(answer)
+    }
+
+    /// Answers agent request `envelope` at once, on the clients' behalf,
+    /// as cancelled: a permission `cancelled`, a question `cancel`, any
+    /// other request `-32800` with `why`.
+    fn answer_dismissed(&self, envelope: &AgentMessage<'_>, method: &str, why: &str) {
+        match elicitation::dismissed_result(method) {
+            Some(result) => {
+                self.answer_agent_result(envelope, &result);
+            }
+            None => self.answer_agent(envelope, &RpcError::new(code::REQUEST_CANCELLED, why)),
+        }
     }
 
     /// Queues one answer line for the agent's stdin.
@@ -1408,9 +1467,17 @@ impl Router {
             }
             if now.duration_since(message.at) < HELD_TTL {
                 session.record(Direction::AgentToClient, message.line.clone());
-                connection.push(message.line.clone(), Some(&message.session));
-                if let Some(id) = message.request_id.take() {
-                    delivered.insert(id);
+                // An agent request goes only to a connection that can take
+                // it; `deliver_waiting_requests` settles the others.
+                let takes = message.request_id.as_deref().is_none_or(|id| {
+                    self.held_request_kind(id, &session.id)
+                        .is_some_and(|(method, mode)| self.takes(connection, &method, mode))
+                });
+                if takes {
+                    connection.push(message.line.clone(), Some(&message.session));
+                    if let Some(id) = message.request_id.take() {
+                        delivered.insert(id);
+                    }
                 }
             } else {
                 self.forget_dropped(message);
@@ -1418,6 +1485,90 @@ impl Router {
             false
         });
         delivered
+    }
+
+    /// The method and question mode of open agent request `raw_id` of
+    /// session `session`.
+    fn held_request_kind(
+        &self,
+        raw_id: &str,
+        session: &str,
+    ) -> Option<(Box<str>, Option<elicitation::Mode>)> {
+        self.agent_requests
+            .lock()
+            .values()
+            .find(|(id, request)| &**id == raw_id && request.session.as_deref() == Some(session))
+            .map(|(_, request)| (request.method.clone(), request.mode))
+    }
+
+    /// When [`Router::sweep`] should run next: the oldest held message's
+    /// TTL, or [`SWEEP_INTERVAL`] from now while agent requests are open;
+    /// `None` when there is nothing to look at.
+    pub fn next_sweep(&self) -> Option<Instant> {
+        let held = self.held.lock().front().map(|front| front.at + HELD_TTL);
+        let open =
+            (!self.agent_requests.lock().is_empty()).then(|| Instant::now() + SWEEP_INTERVAL);
+        match (held, open) {
+            (Some(held), Some(open)) => Some(held.min(open)),
+            (held, open) => held.or(open),
+        }
+    }
+
+    /// Drops held messages past their TTL (a permission request or question
+    /// among them answered as cancelled) and answers, as cancelled, the
+    /// open requests without a session whose every connection closed: nobody
+    /// is left to answer them.
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        let expired: Vec<Held> = {
+            let mut held = self.held.lock();
+            let mut expired = Vec::new();
+            while held
+                .front()
+                .is_some_and(|front| now.duration_since(front.at) >= HELD_TTL)
+            {
+                expired.extend(held.pop_front());
+            }
+            expired
+        };
+        for dropped in &expired {
+            self.forget_dropped(dropped);
+        }
+        let orphaned: Vec<(Box<str>, AgentRequest)> = {
+            let mut requests = self.agent_requests.lock();
+            let keys: Vec<u64> = requests
+                .iter()
+                .filter(|(_, (_, request))| {
+                    request.session.is_none()
+                        && request.targets.iter().all(|target| target.is_closed())
+                })
+                .map(|(seq, _)| *seq)
+                .collect();
+            keys.iter().filter_map(|key| requests.remove(key)).collect()
+        };
+        for (raw_id, request) in &orphaned {
+            self.dismiss(raw_id, request);
+        }
+    }
+
+    /// The client request the agent knows as `agent_id` was answered: its
+    /// request-scoped questions still open are answered `cancel`.
+    fn settle_scoped_questions(&self, agent_id: i64) {
+        let scoped: Vec<(Box<str>, AgentRequest)> = {
+            let mut requests = self.agent_requests.lock();
+            if requests.is_empty() {
+                return;
+            }
+            let keys: Vec<u64> = requests
+                .iter()
+                .filter(|(_, (_, request))| request.scope == Some(agent_id))
+                .map(|(seq, _)| *seq)
+                .collect();
+            keys.iter().filter_map(|key| requests.remove(key)).collect()
+        };
+        for (raw_id, request) in &scoped {
+            self.dismiss(raw_id, request);
+        }
     }
 
     /// A held agent request dropped past the cap or the TTL is never

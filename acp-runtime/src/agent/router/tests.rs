@@ -1616,3 +1616,158 @@ async fn an_ended_sessions_open_requests_are_answered_cancelled() {
     assert_eq!(f.router.take_agent_request("5"), None);
     assert_eq!(f.router.cancel_session_requests("s-1"), 0);
 }
+
+/// Only a connection a request went to answers it: an agent that uses one
+/// id in two sessions gets each session's own answer, and a connection
+/// that never saw a request cannot answer it.
+#[tokio::test]
+async fn only_a_connection_that_got_a_request_answers_it() {
+    let mut f = Fixture::new();
+    let a = f.open(json!({"elicitation": {"form": {}}}));
+    let b = f.open(json!({"elicitation": {"form": {}}}));
+    f.create_session(&a, "1", "s-1").await;
+    f.create_session(&b, "1", "s-2").await;
+    let question = |session: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"dup","method":"elicitation/create","params":{{"mode":"form","sessionId":"{session}","message":"m","requestedSchema":{{"type":"object","properties":{{}}}}}}}}"#
+        )
+    };
+    f.agent_line(&question("s-1"));
+    f.agent_line(&question("s-2"));
+    let stranger = f.open(json!({"elicitation": {"form": {}}}));
+    assert!(f.router.take_answered(r#""dup""#, &stranger).is_none());
+    let answered = f
+        .router
+        .take_answered(r#""dup""#, &b)
+        .expect("b's own question");
+    assert_eq!(answered.session.as_deref(), Some("s-2"));
+    let answered = f
+        .router
+        .take_answered(r#""dup""#, &a)
+        .expect("a's own question");
+    assert_eq!(answered.session.as_deref(), Some("s-1"));
+}
+
+/// A request to an ended session is answered at once (nobody can attach
+/// to it any more), and past `AGENT_REQUESTS_MAX` open requests a new one
+/// is answered as cancelled.
+#[tokio::test]
+async fn requests_nobody_can_answer_are_answered_at_once() {
+    let mut f = Fixture::new();
+    let a = f.open(json!({"elicitation": {"form": {}}}));
+    let session = f.create_session(&a, "1", "s-1").await;
+    session.end(EndReason::Terminated);
+    f.stdin_lines();
+    f.agent_line(r#"{"jsonrpc":"2.0","id":"late","method":"elicitation/create","params":{"mode":"form","sessionId":"s-1","message":"m","requestedSchema":{"type":"object","properties":{}}}}"#);
+    assert_eq!(
+        f.stdin_lines().iter().map(|l| value(l)).collect::<Vec<_>>(),
+        [json!({"jsonrpc": "2.0", "id": "late", "result": {"action": "cancel"}})]
+    );
+
+    let b = f.open(json!({}));
+    f.create_session(&b, "2", "s-2").await;
+    f.stdin_lines();
+    for n in 0..AGENT_REQUESTS_MAX {
+        f.agent_line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{n},"method":"session/request_permission","params":{{"sessionId":"s-2","options":[]}}}}"#
+        ));
+    }
+    assert!(f.stdin_lines().is_empty(), "all open, none answered");
+    f.agent_line(r#"{"jsonrpc":"2.0","id":"one-too-many","method":"session/request_permission","params":{"sessionId":"s-2","options":[]}}"#);
+    assert_eq!(
+        f.stdin_lines().iter().map(|l| value(l)).collect::<Vec<_>>(),
+        [
+            json!({"jsonrpc": "2.0", "id": "one-too-many", "result": {"outcome": {"outcome": "cancelled"}}})
+        ]
+    );
+    // Terminating answers every one of them, past the stdin queue's size.
+    assert_eq!(f.router.cancel_session_requests("s-2"), AGENT_REQUESTS_MAX);
+    let mut answered = 0;
+    while answered < AGENT_REQUESTS_MAX {
+        tokio::time::timeout(Duration::from_secs(5), f.stdin.recv())
+            .await
+            .expect("every request answered")
+            .expect("stdin open");
+        answered += 1;
+    }
+}
+
+/// A request-scoped question is answered `cancel` once the request it
+/// belongs to is answered, or once its connection closed (the sweep).
+#[tokio::test]
+async fn a_request_scoped_question_ends_with_its_request_or_connection() {
+    let mut f = Fixture::new();
+    let a = f.open(json!({"elicitation": {"form": {}}}));
+    let (_reply, agent_id) = f
+        .send_and_read_id(
+            &a,
+            "\"auth\"",
+            "authenticate",
+            json!({}),
+            Effect::None,
+            None,
+        )
+        .await;
+    let ask = |id: &str, scope: i64| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"{id}","method":"elicitation/create","params":{{"mode":"form","requestId":{scope},"message":"m","requestedSchema":{{"type":"object","properties":{{}}}}}}}}"#
+        )
+    };
+    f.agent_line(&ask("q-1", agent_id));
+    let delivered = events(&a);
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert_eq!(delivered[0]["params"]["requestId"], "auth");
+    f.agent_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":{agent_id},"result":{{}}}}"#
+    ));
+    assert_eq!(
+        f.stdin_lines().iter().map(|l| value(l)).collect::<Vec<_>>(),
+        [json!({"jsonrpc": "2.0", "id": "q-1", "result": {"action": "cancel"}})]
+    );
+
+    let (_reply, agent_id) = f
+        .send_and_read_id(
+            &a,
+            "\"auth-2\"",
+            "authenticate",
+            json!({}),
+            Effect::None,
+            None,
+        )
+        .await;
+    f.agent_line(&ask("q-2", agent_id));
+    f.stdin_lines();
+    a.close();
+    f.router.sweep();
+    assert_eq!(
+        f.stdin_lines().iter().map(|l| value(l)).collect::<Vec<_>>(),
+        [json!({"jsonrpc": "2.0", "id": "q-2", "result": {"action": "cancel"}})]
+    );
+}
+
+/// A question held for a session not known yet goes, once the session is,
+/// only to a connection that declared its mode; the owner that did not is
+/// not sent it, and the agent gets `cancel`.
+#[tokio::test]
+async fn a_held_question_is_not_flushed_to_a_connection_without_its_mode() {
+    let mut f = Fixture::new();
+    let a = f.open(json!({}));
+    let (_receiver, agent_id) = f.start_session_new(&a, "1").await;
+    f.agent_line(r#"{"jsonrpc":"2.0","id":"q","method":"elicitation/create","params":{"mode":"form","sessionId":"s-1","message":"m","requestedSchema":{"type":"object","properties":{}}}}"#);
+    f.agent_line(&update("s-1", 1));
+    f.stdin_lines();
+    f.agent_line(&format!(
+        r#"{{"jsonrpc":"2.0","id":{agent_id},"result":{{"sessionId":"s-1"}}}}"#
+    ));
+    let ring = events(&a);
+    assert!(
+        ring.iter()
+            .all(|event| event["method"] != "elicitation/create"),
+        "{ring:?}"
+    );
+    assert!(ring.contains(&value(&update("s-1", 1))), "{ring:?}");
+    assert_eq!(
+        f.stdin_lines().iter().map(|l| value(l)).collect::<Vec<_>>(),
+        [json!({"jsonrpc": "2.0", "id": "q", "result": {"action": "cancel"}})]
+    );
+}
