@@ -1084,7 +1084,7 @@ class QuestionCard {
     this.node.dataset.answer = action;
     const parts = [this.elsewhere ? "Answered elsewhere: " : "You "];
     if (action === "accept" && this.mode === "url") {
-      parts.push(this.node.dataset.url === "done" ? "continued; the agent says it is done." : "continued; waiting for the agent to say it is done.");
+      parts.push(this.node.dataset.url === "done" ? "continued." : "continued; waiting for the agent to say it is done.");
     } else if (action === "accept") {
       const content = (result && result.content) || {};
       // In the form's order (the announced outcome's keys may be sorted),
