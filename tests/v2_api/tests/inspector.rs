@@ -114,6 +114,33 @@ async fn a_permission_answered_in_one_tab_leaves_the_other() {
     flow(&server, "resolved", None).await;
 }
 
+/// The mock's `ask question` (ACP elicitation, form mode) is a form built
+/// from its schema: an empty required name shows a message and sends
+/// nothing; filled in and submitted, the agent names the answer; a second
+/// question is declined (research/contract.md, "Inspector").
+#[tokio::test]
+async fn an_agent_question_is_a_form_checked_before_it_is_sent() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "question", None).await;
+}
+
+/// The mock's `ask url`: a link the page never opens, then Continue; the
+/// agent's `elicitation/complete` marks the card done.
+#[tokio::test]
+async fn a_url_question_is_a_link_and_turns_done_when_the_agent_says_so() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "question-url", None).await;
+}
+
+/// Two tabs on one session: a question answered in one stays in the
+/// other, read-only, as answered elsewhere with the values given
+/// (`_sandboxagent/request/resolved`).
+#[tokio::test]
+async fn a_question_answered_in_one_tab_shows_the_answer_in_the_other() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "question-resolved", None).await;
+}
+
 #[tokio::test]
 async fn a_reload_mid_turn_shows_every_chunk_once() {
     let server = TestServer::start(&[]).await;
