@@ -4,7 +4,8 @@
 //!
 //! The handlers never wait for anything (they run in the SDK's dispatch
 //! loop; see agent-client-protocol's `concepts::ordering`): they push to
-//! the event channel, or start a task for the permission handler.
+//! the event channel, or start a task for the permission or question
+//! handler.
 
 use crate::error::Error;
 use crate::events::EventSink;
@@ -12,8 +13,8 @@ use crate::meta::with_agent;
 use acp_http_client::{HttpTransport, TransportHandle, TransportOptions};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    Implementation, InitializeRequest, InitializeResponse, RequestPermissionRequest,
-    RequestPermissionResponse,
+    ClientCapabilities, CreateElicitationRequest, CreateElicitationResponse, Implementation,
+    InitializeRequest, InitializeResponse, RequestPermissionRequest, RequestPermissionResponse,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{
@@ -36,6 +37,9 @@ pub(crate) struct Setup {
     /// `clientInfo` of `initialize`.
     pub(crate) client_name: String,
     pub(crate) client_version: String,
+    /// `clientCapabilities` of `initialize` (elicitation declared unless
+    /// the options say not to).
+    pub(crate) client_capabilities: ClientCapabilities,
     /// Where events go.
     pub(crate) sink: EventSink,
 }
@@ -74,6 +78,7 @@ impl Live {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
 
         let permissions = setup.sink.clone();
+        let questions = setup.sink.clone();
         let notifications = setup.sink.clone();
         let builder = Client
             .v1()
@@ -83,6 +88,15 @@ impl Live {
                             responder: Responder<RequestPermissionResponse>,
                             _cx| {
                     permissions.permission(request, responder);
+                    Ok(())
+                },
+                on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |request: CreateElicitationRequest,
+                            responder: Responder<CreateElicitationResponse>,
+                            _cx| {
+                    questions.question(request, responder);
                     Ok(())
                 },
                 on_receive_request!(),
@@ -129,6 +143,7 @@ impl Live {
             task: Some(task),
         };
         let initialize = InitializeRequest::new(ProtocolVersion::V1)
+            .client_capabilities(setup.client_capabilities)
             .client_info(Implementation::new(setup.client_name, setup.client_version))
             .meta(with_agent(None, &setup.agent));
         match live.cx.send_request(initialize).block_task().await {

@@ -106,6 +106,21 @@ pub enum Error {
         /// What was wrong.
         message: String,
     },
+    /// An answer to a question of the agent
+    /// ([`QuestionRequest`](crate::QuestionRequest)) was not sent: it does
+    /// not fit the form the agent asked for (a required field missing, a
+    /// value of the wrong type, outside its bounds or not one of its
+    /// choices; the rules are the ACP elicitation schema's), or the
+    /// question was answered already. The question stays unanswered when
+    /// the content was wrong, so it can be answered again.
+    #[error("invalid answer: {}{message}", field_prefix(.field))]
+    InvalidAnswer {
+        /// The field that is wrong, by its name in the form; `None` when
+        /// the answer as a whole is.
+        field: Option<String>,
+        /// What is wrong (`must be at least 1 character long (is 0)`).
+        message: String,
+    },
     /// Embedded mode: no `sandbox-agent` binary was found. `searched` lists
     /// the places looked at, in order.
     #[error("sandbox-agent binary not found (looked at: {}); set SANDBOX_AGENT_BIN or ClientOptions::binary", display_paths(.searched))]
@@ -241,6 +256,15 @@ impl Error {
         }
     }
 
+    /// An answer to a question that was not sent: `field` (by name) or
+    /// the answer as a whole, and what is wrong.
+    pub(crate) fn invalid_answer(field: Option<&str>, message: impl Into<String>) -> Error {
+        Error::InvalidAnswer {
+            field: field.map(str::to_owned),
+            message: message.into(),
+        }
+    }
+
     /// Sorts an error of the typed connection: an HTTP failure of the
     /// request's POST (made up by `acp-http-client`, see its
     /// `http_failure`), a transport failure, or the agent's own JSON-RPC
@@ -354,6 +378,12 @@ fn rpc_text(error: &agent_client_protocol::Error) -> String {
 
 fn after_suffix(after: &Option<Duration>) -> String {
     after.map_or_else(String::new, |after| format!(" after {after:?}"))
+}
+
+fn field_prefix(field: &Option<String>) -> String {
+    field
+        .as_ref()
+        .map_or_else(String::new, |field| format!("field {field:?} "))
 }
 
 fn stderr_suffix(stderr: &str) -> String {

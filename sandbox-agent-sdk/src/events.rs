@@ -1,16 +1,20 @@
 //! The client's event stream: [`Event`], [`Events`], and permission requests
 //! ([`PermissionRequest`], [`PermissionDecision`]), with the rule that an
-//! unread permission request is answered "cancelled" after a limit.
+//! unread permission request is answered "cancelled" (an unread question,
+//! [`QuestionRequest`], "cancel") after a limit.
 
 use crate::error::Error;
+use crate::pending::Pending;
+use crate::question::{QuestionHandler, QuestionRequest};
 use crate::turn::Turns;
 use agent_client_protocol::JsonRpcMessage;
 use agent_client_protocol::UntypedMessage;
 use agent_client_protocol::v1::Responder;
 use agent_client_protocol::v1::schema::{
-    PermissionOption, PermissionOptionId, PermissionOptionKind, RequestPermissionOutcome,
-    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
-    SessionNotification,
+    CompleteElicitationNotification, CreateElicitationRequest, CreateElicitationResponse,
+    ElicitationMode, PermissionOption, PermissionOptionId, PermissionOptionKind,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    SelectedPermissionOutcome, SessionNotification,
 };
 use ext_methods::{AgentUnparsed, SessionEnded, StreamGap, notification};
 use futures::future::BoxFuture;
@@ -37,6 +41,19 @@ pub enum Event {
     /// Answer it with [`PermissionRequest::decide`]; an unanswered request
     /// is answered "cancelled" when it is dropped.
     PermissionRequest(PermissionRequest),
+    /// The agent asks the person something (ACP `elicitation/create`): a
+    /// form to fill in, or a URL to open. Answer it with
+    /// [`QuestionRequest::accept`], [`decline`](QuestionRequest::decline)
+    /// or [`cancel`](QuestionRequest::cancel); an unanswered question is
+    /// answered "cancel" when it is dropped. Not delivered when
+    /// [`ClientOptions::question_handler`](crate::ClientOptions::question_handler)
+    /// is set.
+    Question(QuestionRequest),
+    /// The agent says a URL-mode question is done (ACP
+    /// `elicitation/complete`, naming the question's
+    /// [`elicitation_id`](QuestionRequest::elicitation_id)): the person
+    /// finished what the URL was for.
+    QuestionCompleted(CompleteElicitationNotification),
     /// A session ended (`_sandboxagent/session/ended`): terminated on
     /// request, or its agent process exited (with exit code and stderr).
     SessionEnded(SessionEnded),
@@ -80,14 +97,17 @@ pub enum Event {
 /// [`Stream`](crate::Stream) (with [`StreamExt`](crate::StreamExt)'s
 /// `next()`, re-exported by this crate).
 ///
-/// Unbounded: events wait here until read. A permission request is the
-/// exception: one that is not read from here within
+/// Unbounded: events wait here until read. Permission requests and
+/// questions are the exception: a permission request that is not read
+/// from here within
 /// [`ClientOptions::unread_permission_timeout`](crate::ClientOptions::unread_permission_timeout)
-/// (default 30 s) is answered "cancelled", logged as a warning and not
-/// delivered, so a turn never waits for a reader that is not there. Drop
-/// it if you do not want events; permission requests are then answered
-/// "cancelled" at once (unless a handler answers them). Ends when the
-/// client is dropped.
+/// (default 30 s) is answered "cancelled", a question not read within
+/// [`ClientOptions::unread_question_timeout`](crate::ClientOptions::unread_question_timeout)
+/// (default 30 s) is answered "cancel"; either is logged as a warning and
+/// not delivered, so a turn never waits for a reader that is not there.
+/// Drop it if you do not want events; permission requests and questions
+/// are then answered at once (unless a handler answers them). Ends when
+/// the client is dropped.
 #[derive(Debug)]
 pub struct Events {
     pub(crate) rx: mpsc::UnboundedReceiver<Event>,
@@ -123,11 +143,13 @@ impl Events {
     }
 }
 
-/// `event` as handed to a reader: a permission request is claimed (its
-/// expiry no longer applies), or skipped (`None`) when it expired unread.
+/// `event` as handed to a reader: a permission request or a question is
+/// claimed (its expiry no longer applies), or skipped (`None`) when it
+/// expired unread.
 fn claimed(event: Event) -> Option<Event> {
     match event {
         Event::PermissionRequest(request) if !request.claim() => None,
+        Event::Question(question) if !question.claim() => None,
         other => Some(other),
     }
 }
@@ -203,16 +225,7 @@ impl PermissionDecision {
 /// you keep it.
 pub struct PermissionRequest {
     request: RequestPermissionRequest,
-    pending: Arc<parking_lot::Mutex<Pending>>,
-}
-
-/// The answering half of a [`PermissionRequest`], shared with its expiry
-/// timer.
-struct Pending {
-    /// `None` once answered.
-    responder: Option<Responder<RequestPermissionResponse>>,
-    /// Handed to a reader: the expiry timer leaves it alone.
-    claimed: bool,
+    pending: Pending<RequestPermissionResponse>,
 }
 
 impl PermissionRequest {
@@ -222,42 +235,22 @@ impl PermissionRequest {
     ) -> PermissionRequest {
         PermissionRequest {
             request,
-            pending: Arc::new(parking_lot::Mutex::new(Pending {
-                responder: Some(responder),
-                claimed: false,
-            })),
+            pending: Pending::new(responder),
         }
     }
 
     /// Marks the request as handed to a reader; `false` when it was
     /// answered already (expired unread), so it is not worth handing out.
     pub(crate) fn claim(&self) -> bool {
-        let mut pending = self.pending.lock();
-        pending.claimed = true;
-        pending.responder.is_some()
+        self.pending.claim()
     }
 
     /// Answers "cancelled" after `limit` unless a reader claimed the
     /// request by then (or it was answered); logs a warning when it does.
     pub(crate) fn expire_unread_after(&self, limit: Duration) {
-        let pending = Arc::downgrade(&self.pending);
         let session = self.request.session_id.clone();
         let title = self.title().to_owned();
-        tokio::spawn(async move {
-            tokio::time::sleep(limit).await;
-            let Some(pending) = pending.upgrade() else {
-                return;
-            };
-            let responder = {
-                let mut pending = pending.lock();
-                if pending.claimed {
-                    return;
-                }
-                pending.responder.take()
-            };
-            let Some(responder) = responder else {
-                return;
-            };
+        self.pending.expire_unread_after(limit, move |responder| {
             tracing::warn!(
                 session = %session,
                 permission = %title,
@@ -301,8 +294,7 @@ impl PermissionRequest {
     }
 
     fn respond(&self, outcome: RequestPermissionOutcome) -> Result<(), Error> {
-        let responder = self.pending.lock().responder.take();
-        match responder {
+        match self.pending.take() {
             // Sending an answer fails only when the connection is gone.
             Some(responder) => responder
                 .respond(RequestPermissionResponse::new(outcome))
@@ -327,7 +319,7 @@ impl std::fmt::Debug for PermissionRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PermissionRequest")
             .field("request", &self.request)
-            .field("answered", &self.pending.lock().responder.is_none())
+            .field("answered", &self.pending.is_answered())
             .finish()
     }
 }
@@ -339,10 +331,13 @@ impl std::fmt::Debug for PermissionRequest {
 pub(crate) struct EventSink {
     pub(crate) tx: mpsc::UnboundedSender<Event>,
     pub(crate) permission_handler: Option<PermissionHandler>,
+    pub(crate) question_handler: Option<QuestionHandler>,
     /// Running [`prompt_stream`](crate::SandboxAgentClient::prompt_stream)s.
     pub(crate) turns: Arc<Turns>,
     /// How long a permission request may wait unread.
     pub(crate) unread_permission_timeout: Duration,
+    /// How long a question may wait unread.
+    pub(crate) unread_question_timeout: Duration,
 }
 
 impl EventSink {
@@ -370,10 +365,51 @@ impl EventSink {
         let session = request.session_id.clone();
         let pending = PermissionRequest::new(request, responder);
         pending.expire_unread_after(self.unread_permission_timeout);
-        // A closed channel hands the request back; dropping it answers
-        // "cancelled".
-        if let Some(pending) = self.turns.permission(&session, pending) {
-            drop(self.tx.send(Event::PermissionRequest(pending)));
+        // Given back when no turn takes it; a closed channel hands it back
+        // too, and dropping it answers "cancelled".
+        if let Some(event) = self
+            .turns
+            .request(&session, Event::PermissionRequest(pending))
+        {
+            drop(self.tx.send(event));
+        }
+    }
+
+    /// A question (`elicitation/create`): to the question handler (on a
+    /// task of its own), else to its session's turn stream (a
+    /// session-scoped question whose session runs one), else onto the
+    /// client's event stream. Answered "cancel" at once when nobody holds
+    /// the stream it went to, and after the unread-question limit when
+    /// nobody read it by then.
+    pub(crate) fn question(
+        &self,
+        request: CreateElicitationRequest,
+        responder: Responder<CreateElicitationResponse>,
+    ) {
+        if let Some(handler) = &self.question_handler {
+            let action = handler(request.clone());
+            tokio::spawn(async move {
+                let action = action.await;
+                let question = QuestionRequest::new(request, responder);
+                // A rejected answer is dropped with the question: "cancel".
+                if let Err(error) = question.respond(action) {
+                    tracing::warn!(%error, "the question handler's answer was not sent; answering \"cancel\"");
+                }
+            });
+            return;
+        }
+        let question = QuestionRequest::new(request, responder);
+        question.expire_unread_after(self.unread_question_timeout);
+        let Some(session) = question.session_id().cloned() else {
+            drop(self.tx.send(Event::Question(question)));
+            return;
+        };
+        if let ElicitationMode::Url(url) = question.mode() {
+            self.turns
+                .expect_completion(url.elicitation_id.clone(), session.clone());
+        }
+        if let Some(event) = self.turns.request(&session, Event::Question(question)) {
+            drop(self.tx.send(event));
         }
     }
 
@@ -399,6 +435,10 @@ pub(crate) fn convert_notification(message: UntypedMessage) -> Event {
         SessionNotification::parse_message(&method, &params)
             .ok()
             .map(Event::SessionUpdate)
+    } else if CompleteElicitationNotification::matches_method(&method) {
+        CompleteElicitationNotification::parse_message(&method, &params)
+            .ok()
+            .map(Event::QuestionCompleted)
     } else if method == notification::SESSION_ENDED {
         serde_json::from_value(params.clone())
             .ok()

@@ -94,8 +94,37 @@
 //! [`unread_permission_timeout`](ClientOptions::unread_permission_timeout)
 //! (30 s by default) is answered "cancelled" and logged as a warning, so
 //! [`prompt`](SandboxAgentClient::prompt) returns (usually with stop reason
-//! `cancelled`) instead of hanging. [`ClientOptions::request_timeout`]
-//! bounds every call.
+//! `cancelled`) instead of hanging. A question of the agent is answered
+//! "cancel" the same way after
+//! [`unread_question_timeout`](ClientOptions::unread_question_timeout).
+//! [`ClientOptions::request_timeout`] bounds every call.
+//!
+//! # Questions of the agent
+//!
+//! The client declares ACP elicitation (`clientCapabilities.elicitation`,
+//! form and URL modes; [`ClientOptions::elicitation`] to change that), so
+//! an agent may ask the person something: a [`QuestionRequest`] on the
+//! turn stream ([`TurnEvent::Question`]) or on [`Events`]
+//! ([`Event::Question`]). [`QuestionRequest::accept`] checks the answer
+//! against the form before sending it, and a wrong answer can be fixed:
+//!
+//! ```no_run
+//! # use sandbox_agent_sdk::{QuestionRequest, Error};
+//! # fn answer(question: QuestionRequest) -> Result<(), Error> {
+//! use serde_json::json;
+//! if let Some(url) = question.url() {
+//!     println!("{}: open {url}", question.message());
+//!     return question.accept(()); // URL mode: no content
+//! }
+//! match question.accept(json!({"name": "", "color": "green"})) {
+//!     Err(Error::InvalidAnswer { field, message }) => {
+//!         eprintln!("{field:?} {message}"); // Some("name") "must be at least 1 character long (is 0)"
+//!         question.accept(json!({"name": "Ada", "color": "green", "confirm": true}))
+//!     }
+//!     other => other,
+//! }
+//! # }
+//! ```
 //!
 //! # Errors
 //!
@@ -120,11 +149,16 @@
 //!   [`ProcessOutput`] stream, stdin, signals, resize, `wait`;
 //!   `list_processes`, `get_process`).
 //! - `options`: [`ClientOptions`] (agent, server or embedded mode,
-//!   auto-connect, timeouts, permission handler, embedded-server settings).
+//!   auto-connect, timeouts, client capabilities, permission and question
+//!   handlers, embedded-server settings).
 //! - `connection`: one live connection: the ACP client over
 //!   `acp-http-client`, its task and handlers.
 //! - `events`: [`Event`], [`Events`], [`PermissionRequest`],
 //!   [`PermissionDecision`].
+//! - `question`: [`QuestionRequest`] (ACP elicitation) and the check of an
+//!   answer against the form the agent asked for.
+//! - `pending`: the responder of a request handed to the caller, shared
+//!   with the timer that answers it when nobody reads it in time.
 //! - `turn`: [`TurnEvent`], [`TurnStream`], and the routing of a
 //!   session's events to its running turn.
 //! - `meta`: `_meta["sandboxagent.dev"]` in ([`Metadata`],
@@ -142,6 +176,8 @@ mod error;
 mod events;
 mod meta;
 mod options;
+mod pending;
+mod question;
 mod turn;
 
 pub use client::{
@@ -156,8 +192,10 @@ pub use events::{Event, Events, PermissionDecision, PermissionHandler, Permissio
 pub use meta::{Metadata, SessionEntry, WithMeta, sandbox_meta, session_meta};
 pub use options::{
     ClientOptions, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STARTUP_TIMEOUT,
-    DEFAULT_UNREAD_PERMISSION_TIMEOUT, Mode, ServerLogs, Transport,
+    DEFAULT_UNREAD_PERMISSION_TIMEOUT, DEFAULT_UNREAD_QUESTION_TIMEOUT, Mode, ServerLogs,
+    Transport,
 };
+pub use question::{QuestionContent, QuestionHandler, QuestionRequest};
 pub use turn::{TurnEvent, TurnStream};
 
 // `Stream` (implemented by `Events` and `TurnStream`) and `StreamExt`

@@ -3,8 +3,12 @@
 
 use crate::error::Error;
 use crate::events::{PermissionDecision, PermissionHandler};
+use crate::question::QuestionHandler;
 pub use acp_http_client::Transport;
-use agent_client_protocol::v1::schema::RequestPermissionRequest;
+use agent_client_protocol::v1::schema::{
+    ClientCapabilities, CreateElicitationRequest, ElicitationAction, ElicitationCapabilities,
+    ElicitationFormCapabilities, ElicitationUrlCapabilities, RequestPermissionRequest,
+};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +21,10 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Default limit for a permission request that nobody reads (see
 /// [`ClientOptions::unread_permission_timeout`]).
 pub const DEFAULT_UNREAD_PERMISSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default limit for a question of the agent that nobody reads (see
+/// [`ClientOptions::unread_question_timeout`]).
+pub const DEFAULT_UNREAD_QUESTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Default time an embedded server gets between SIGTERM and SIGKILL.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -75,6 +83,13 @@ pub struct ClientOptions {
     pub(crate) request_timeout: Option<Duration>,
     pub(crate) permission_handler: Option<PermissionHandler>,
     pub(crate) unread_permission_timeout: Duration,
+    pub(crate) question_handler: Option<QuestionHandler>,
+    pub(crate) unread_question_timeout: Duration,
+    /// `clientCapabilities` of `initialize` as the caller gave them.
+    pub(crate) client_capabilities: ClientCapabilities,
+    /// The elicitation modes declared when `client_capabilities` names
+    /// none; `None`: none.
+    pub(crate) elicitation: Option<ElicitationCapabilities>,
     pub(crate) transport: Transport,
     pub(crate) embedded: EmbeddedSettings,
 }
@@ -98,8 +113,10 @@ impl ClientOptions {
     /// `claude`): it is named in `initialize` and every `session/new`
     /// (`_meta["sandboxagent.dev"].agent`). Defaults: [`Mode::Auto`] with no
     /// base URL (embedded mode), auto-connect on, no request timeout, no
-    /// permission handler, unread permission requests answered "cancelled"
-    /// after [`DEFAULT_UNREAD_PERMISSION_TIMEOUT`].
+    /// permission or question handler, unread permission requests answered
+    /// "cancelled" after [`DEFAULT_UNREAD_PERMISSION_TIMEOUT`], unread
+    /// questions "cancel" after [`DEFAULT_UNREAD_QUESTION_TIMEOUT`], both
+    /// elicitation modes declared ([`elicitation`](Self::elicitation)).
     pub fn new(agent: impl Into<String>) -> ClientOptions {
         ClientOptions {
             agent: agent.into(),
@@ -112,6 +129,14 @@ impl ClientOptions {
             request_timeout: None,
             permission_handler: None,
             unread_permission_timeout: DEFAULT_UNREAD_PERMISSION_TIMEOUT,
+            question_handler: None,
+            unread_question_timeout: DEFAULT_UNREAD_QUESTION_TIMEOUT,
+            client_capabilities: ClientCapabilities::new(),
+            elicitation: Some(
+                ElicitationCapabilities::new()
+                    .form(ElicitationFormCapabilities::new())
+                    .url(ElicitationUrlCapabilities::new()),
+            ),
             transport: Transport::Http,
             embedded: EmbeddedSettings {
                 binary: None,
@@ -237,6 +262,84 @@ impl ClientOptions {
         self
     }
 
+    /// `clientCapabilities` sent in `initialize` (ACP
+    /// `ClientCapabilities`: `fs`, `terminal`, `auth`, `elicitation`, …).
+    /// Default: none but elicitation. When `capabilities` declares no
+    /// `elicitation`, the one of [`elicitation`](Self::elicitation) is
+    /// added; one it declares is kept as it is.
+    ///
+    /// Declare only what this client answers: the server hands the
+    /// agent's file and terminal requests to connections that declared
+    /// `fs` / `terminal` (research/contract.md, "Routing: connections,
+    /// sessions, one agent process").
+    pub fn client_capabilities(mut self, capabilities: ClientCapabilities) -> Self {
+        self.client_capabilities = capabilities;
+        self
+    }
+
+    /// The elicitation modes declared in `initialize`
+    /// (`clientCapabilities.elicitation`), unless
+    /// [`client_capabilities`](Self::client_capabilities) declares its own.
+    /// Default both, `{"form": {}, "url": {}}`: questions of the agent come
+    /// as [`Event::Question`](crate::Event::Question) /
+    /// [`TurnEvent::Question`](crate::TurnEvent::Question) (or go to the
+    /// [`question_handler`](Self::question_handler)). `None` declares
+    /// none: the server then sends this connection no question (ACP
+    /// elicitation: an agent asks only clients that declared the mode).
+    ///
+    /// ```
+    /// use sandbox_agent_sdk::ClientOptions;
+    /// use sandbox_agent_sdk::schema::{ElicitationCapabilities, ElicitationFormCapabilities};
+    /// // Forms only; or `.elicitation(None)` for no questions at all.
+    /// let options = ClientOptions::new("mock")
+    ///     .elicitation(ElicitationCapabilities::new().form(ElicitationFormCapabilities::new()));
+    /// # let _ = options;
+    /// ```
+    pub fn elicitation(mut self, modes: impl Into<Option<ElicitationCapabilities>>) -> Self {
+        self.elicitation = modes.into();
+        self
+    }
+
+    /// How long a question of the agent (`elicitation/create`) may wait
+    /// for a reader when no [`question_handler`](Self::question_handler)
+    /// is set. Default [`DEFAULT_UNREAD_QUESTION_TIMEOUT`] (30 s). The
+    /// same rule as [`unread_permission_timeout`](Self::unread_permission_timeout):
+    /// a question nobody takes from its stream (the turn's
+    /// [`TurnStream`](crate::TurnStream) for a question of a session whose
+    /// turn runs there, else [`Events`](crate::Events)) within `limit` is
+    /// answered "cancel", with a `tracing` warning, and not handed out
+    /// afterwards. A question taken in time waits for its answer as long
+    /// as it is held.
+    pub fn unread_question_timeout(mut self, limit: Duration) -> Self {
+        self.unread_question_timeout = limit;
+        self
+    }
+
+    /// Answers every question of the agent (`elicitation/create`) with
+    /// `handler`'s ACP action (`ElicitationAction::Accept` with content,
+    /// `Decline`, `Cancel`). An accept's content is checked against the
+    /// question as [`QuestionRequest::accept`](crate::QuestionRequest::accept)
+    /// does; content that does not fit is not sent, a warning is logged
+    /// and the question is answered "cancel". With a handler set, questions
+    /// are not delivered as events. It runs on a task of its own, so it may
+    /// call the client.
+    ///
+    /// ```
+    /// use sandbox_agent_sdk::ClientOptions;
+    /// use sandbox_agent_sdk::schema::ElicitationAction;
+    /// let options = ClientOptions::new("mock")
+    ///     .question_handler(|_question| async { ElicitationAction::Decline });
+    /// # let _ = options;
+    /// ```
+    pub fn question_handler<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(CreateElicitationRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ElicitationAction> + Send + 'static,
+    {
+        self.question_handler = Some(Arc::new(move |request| Box::pin(handler(request))));
+        self
+    }
+
     /// Embedded mode: starts the `sandbox-agent` binary at `path` (its
     /// `server` subcommand) instead of looking for one. Without this call
     /// the binary is looked up, in this order: `$SANDBOX_AGENT_BIN` (when
@@ -291,6 +394,16 @@ impl ClientOptions {
         &self.agent
     }
 
+    /// The `clientCapabilities` of `initialize`: the caller's, with the
+    /// elicitation modes added when they name none.
+    pub(crate) fn declared_capabilities(&self) -> ClientCapabilities {
+        let mut capabilities = self.client_capabilities.clone();
+        if capabilities.elicitation.is_none() {
+            capabilities.elicitation = self.elicitation.clone();
+        }
+        capabilities
+    }
+
     /// The base URL of a running server, when one is set; `None` means
     /// embedded mode (unless [`Mode::Server`] is forced, which then fails).
     ///
@@ -327,6 +440,9 @@ impl std::fmt::Debug for ClientOptions {
             .field("request_timeout", &self.request_timeout)
             .field("permission_handler", &self.permission_handler.is_some())
             .field("unread_permission_timeout", &self.unread_permission_timeout)
+            .field("question_handler", &self.question_handler.is_some())
+            .field("unread_question_timeout", &self.unread_question_timeout)
+            .field("client_capabilities", &self.declared_capabilities())
             .field("embedded", &self.embedded)
             .finish()
     }
@@ -354,6 +470,32 @@ mod tests {
             ClientOptions::new(" ").resolve_mode(),
             Err(Error::InvalidOptions(_))
         ));
+    }
+
+    #[test]
+    fn elicitation_is_declared_unless_refused_or_given() -> Result<(), serde_json::Error> {
+        let declared = |options: ClientOptions| {
+            serde_json::to_value(options.declared_capabilities())
+                .map(|caps| caps["elicitation"].clone())
+        };
+        let both = serde_json::json!({"form": {}, "url": {}});
+        assert_eq!(declared(ClientOptions::new("mock"))?, both);
+        assert_eq!(
+            declared(ClientOptions::new("mock").elicitation(None))?,
+            serde_json::Value::Null
+        );
+        // Other capabilities are kept, and the elicitation added to them.
+        let with_fs = ClientOptions::new("mock")
+            .client_capabilities(ClientCapabilities::new().terminal(true));
+        let caps = serde_json::to_value(with_fs.declared_capabilities())?;
+        assert_eq!(caps["terminal"], true);
+        assert_eq!(caps["elicitation"], both);
+        // Their own elicitation wins.
+        let form_only = ElicitationCapabilities::new().form(ElicitationFormCapabilities::new());
+        let own = ClientOptions::new("mock")
+            .client_capabilities(ClientCapabilities::new().elicitation(form_only));
+        assert_eq!(declared(own)?, serde_json::json!({"form": {}}));
+        Ok(())
     }
 
     #[test]

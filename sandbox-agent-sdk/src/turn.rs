@@ -4,12 +4,13 @@
 
 use crate::error::Error;
 use crate::events::{Event, PermissionRequest};
+use crate::question::QuestionRequest;
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, Plan, PromptResponse, SessionId, SessionUpdate, StopReason,
-    ToolCall, ToolCallUpdate,
+    CompleteElicitationNotification, ContentBlock, ContentChunk, ElicitationId, Plan,
+    PromptResponse, SessionId, SessionUpdate, StopReason, ToolCall, ToolCallUpdate,
 };
 use ext_methods::SessionEnded;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +46,16 @@ pub enum TurnEvent {
     /// [`ClientOptions::permission_handler`](crate::ClientOptions::permission_handler)
     /// is set (the handler answers).
     PermissionRequest(PermissionRequest),
+    /// The agent asks the person something (ACP `elicitation/create`,
+    /// scoped to the turn's session): answer with
+    /// [`QuestionRequest::accept`], [`decline`](QuestionRequest::decline)
+    /// or [`cancel`](QuestionRequest::cancel). Not yielded when
+    /// [`ClientOptions::question_handler`](crate::ClientOptions::question_handler)
+    /// is set.
+    Question(QuestionRequest),
+    /// The agent says a URL-mode question of this turn is done (ACP
+    /// `elicitation/complete`). Also on [`Events`](crate::Events).
+    QuestionCompleted(CompleteElicitationNotification),
     /// The session ended during the turn (terminated, or its agent process
     /// exited); [`Failed`](TurnEvent::Failed) follows.
     SessionEnded(SessionEnded),
@@ -102,8 +113,8 @@ impl TurnEvent {
 /// Every update of the turn arrives before the final
 /// [`Stopped`](TurnEvent::Stopped) / [`Failed`](TurnEvent::Failed), after
 /// which the stream ends. The same updates also go to the client-wide
-/// [`Events`](crate::Events) (for dashboards); permission requests come
-/// here only. Dropping the stream stops waiting for the turn, not the turn
+/// [`Events`](crate::Events) (for dashboards); permission requests and
+/// questions of the turn's session come here only. Dropping the stream stops waiting for the turn, not the turn
 /// itself: to end it, call the client's
 /// [`cancel`](crate::SandboxAgentClient::cancel) with
 /// [`session_id`](TurnStream::session_id) (`client.cancel(turn.session_id().clone())`).
@@ -169,10 +180,15 @@ impl TurnStream {
         }
         loop {
             match self.rx.poll_recv(cx) {
+                // Expired unread: answered already, not handed out.
                 Poll::Ready(Some(TurnEvent::PermissionRequest(request))) => {
-                    // Expired unread: answered "cancelled" already.
                     if request.claim() {
                         return Poll::Ready(Some(TurnEvent::PermissionRequest(request)));
+                    }
+                }
+                Poll::Ready(Some(TurnEvent::Question(question))) => {
+                    if question.claim() {
+                        return Poll::Ready(Some(TurnEvent::Question(question)));
                     }
                 }
                 Poll::Ready(Some(event)) => {
@@ -208,12 +224,20 @@ impl Drop for TurnStream {
     }
 }
 
+/// How many URL-mode questions [`Turns`] remembers the session of (for
+/// their `elicitation/complete`, which names no session); the oldest is
+/// forgotten first, and a question declined is never completed.
+const EXPECTED_COMPLETIONS: usize = 64;
+
 /// The turn streams running on a client, by session id: one per session
 /// (a newer one replaces an older one).
 #[derive(Debug, Default)]
 pub(crate) struct Turns {
     streams: parking_lot::Mutex<HashMap<SessionId, (u64, mpsc::UnboundedSender<TurnEvent>)>>,
     next_id: AtomicU64,
+    /// The session of each recent URL-mode question, at most
+    /// [`EXPECTED_COMPLETIONS`].
+    completions: parking_lot::Mutex<VecDeque<(ElicitationId, SessionId)>>,
 }
 
 impl Turns {
@@ -251,25 +275,57 @@ impl Turns {
                     let _ = tx.send(TurnEvent::SessionEnded(ended.clone()));
                 }
             }
+            Event::QuestionCompleted(completed) => {
+                let mut completions = self.completions.lock();
+                let Some(at) = completions
+                    .iter()
+                    .position(|(id, _)| *id == completed.elicitation_id)
+                else {
+                    return;
+                };
+                let Some((_, session)) = completions.remove(at) else {
+                    return;
+                };
+                if let Some((_, tx)) = streams.get(&session) {
+                    let _ = tx.send(TurnEvent::QuestionCompleted(completed.clone()));
+                }
+            }
             _ => {}
         }
     }
 
-    /// Hands `request` to the turn stream of `session`; gives it back
-    /// (`Some`) when none runs.
-    pub(crate) fn permission(
-        &self,
-        session: &SessionId,
-        request: PermissionRequest,
-    ) -> Option<PermissionRequest> {
+    /// Remembers that the URL-mode question `id` belongs to `session`, so
+    /// its `elicitation/complete` goes to that session's turn stream.
+    pub(crate) fn expect_completion(&self, id: ElicitationId, session: SessionId) {
+        let mut completions = self.completions.lock();
+        if completions.len() == EXPECTED_COMPLETIONS {
+            completions.pop_front();
+        }
+        completions.push_back((id, session));
+    }
+
+    /// Hands an agent request (`Event::PermissionRequest` or
+    /// `Event::Question`) to the turn stream of `session`; gives it back
+    /// (`Some`) when none runs or it is closed.
+    pub(crate) fn request(&self, session: &SessionId, event: Event) -> Option<Event> {
         let streams = self.streams.lock();
         let Some((_, tx)) = streams.get(session) else {
-            return Some(request);
+            return Some(event);
         };
-        match tx.send(TurnEvent::PermissionRequest(request)) {
+        let event = match event {
+            Event::PermissionRequest(request) => TurnEvent::PermissionRequest(request),
+            Event::Question(question) => TurnEvent::Question(question),
+            other => return Some(other),
+        };
+        match tx.send(event) {
             Ok(()) => None,
-            Err(mpsc::error::SendError(TurnEvent::PermissionRequest(request))) => Some(request),
-            // Only a permission request was sent.
+            Err(mpsc::error::SendError(TurnEvent::PermissionRequest(request))) => {
+                Some(Event::PermissionRequest(request))
+            }
+            Err(mpsc::error::SendError(TurnEvent::Question(question))) => {
+                Some(Event::Question(question))
+            }
+            // Only the two kinds above are sent.
             Err(_) => None,
         }
     }

@@ -1,15 +1,21 @@
 //! `SandboxAgentClient` against the real `sandbox-agent` binary: a prompt
 //! turn as a stream (`prompt_stream`), the bound on permission requests
-//! nobody reads, the error predicates on real failures, and clones.
+//! nobody reads, questions of the agent (ACP elicitation, the mock's `ask
+//! question` and `ask url`), the error predicates on real failures, and
+//! clones.
 
 mod common;
 
 use common::{TestResult, server_options, within};
-use sandbox_agent_sdk::schema::{NewSessionRequest, PromptRequest, SessionId, StopReason};
-use sandbox_agent_sdk::{
-    ClientOptions, Error, Event, Events, PermissionDecision, SandboxAgentClient, StreamExt,
-    TurnEvent, TurnStream,
+use sandbox_agent_sdk::schema::{
+    ElicitationAcceptAction, ElicitationAction, ElicitationMode, NewSessionRequest, PromptRequest,
+    SessionId, StopReason,
 };
+use sandbox_agent_sdk::{
+    ClientOptions, Error, Event, Events, PermissionDecision, QuestionRequest, SandboxAgentClient,
+    StreamExt, TurnEvent, TurnStream,
+};
+use serde_json::json;
 use std::time::{Duration, Instant};
 use v2_api_tests::TestServer;
 
@@ -195,6 +201,251 @@ async fn a_turn_stream_without_a_connection_fails_and_ends() -> TestResult {
         matches!(items.as_slice(), [TurnEvent::Failed(Error::NotConnected)]),
         "{items:?}"
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------
+// Questions (ACP elicitation)
+// ---------------------------------------------------------------------
+
+/// The mock's answer to a form question accepted with Ada's values.
+const ADA_ANSWERED: &str = "You answered: name=Ada color=green confirm=true";
+
+fn ada() -> serde_json::Value {
+    json!({"name": "Ada", "color": "green", "confirm": true})
+}
+
+/// What a question turn showed: the agent's text, the completed URL
+/// questions' ids, the stop reason.
+#[derive(Debug, Default)]
+struct QuestionTurn {
+    text: String,
+    completed: Vec<String>,
+    stop: Option<StopReason>,
+    questions: usize,
+}
+
+/// Runs `text` as a turn stream; each question goes to `answer`.
+async fn question_turn(
+    client: &SandboxAgentClient,
+    session: &SessionId,
+    text: &str,
+    mut answer: impl FnMut(QuestionRequest),
+) -> QuestionTurn {
+    let mut turn = client.prompt_stream(prompt(session, text));
+    let mut seen = QuestionTurn::default();
+    within("the question turn", async {
+        while let Some(event) = turn.next().await {
+            match event {
+                TurnEvent::Question(question) => {
+                    seen.questions += 1;
+                    answer(question);
+                }
+                TurnEvent::QuestionCompleted(done) => {
+                    seen.completed.push(done.elicitation_id.0.to_string());
+                }
+                TurnEvent::MessageChunk(_) => seen.text.push_str(event.text().unwrap_or_default()),
+                TurnEvent::Stopped(done) => seen.stop = Some(done.stop_reason),
+                TurnEvent::Failed(error) => panic!("the turn failed: {error}"),
+                _ => {}
+            }
+        }
+    })
+    .await;
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_question_is_answered_after_a_fixed_mistake() -> TestResult {
+    let server = TestServer::start(&[]).await;
+    let (client, session) = client_with(&server, |o| o).await?;
+    let mut mistakes = Vec::new();
+    let turn = question_turn(&client, &session, "ask question", |question| {
+        assert_eq!(question.message(), "The mock agent has a question");
+        assert_eq!(question.session_id(), Some(&session));
+        assert!(question.url().is_none());
+        let schema = question.schema().expect("a form");
+        assert_eq!(schema.title.as_deref(), Some("About you"));
+        // An empty name is refused before anything is sent, naming the
+        // field; the question stays open for the fixed answer.
+        match question.accept(json!({"name": "", "color": "green"})) {
+            Err(error @ Error::InvalidAnswer { .. }) => mistakes.push(error.to_string()),
+            other => panic!("an empty name was accepted: {other:?}"),
+        }
+        match question.accept(json!({"name": "Ada", "color": "purple"})) {
+            Err(error @ Error::InvalidAnswer { .. }) => mistakes.push(error.to_string()),
+            other => panic!("purple was accepted: {other:?}"),
+        }
+        if let Err(error) = question.accept(ada()) {
+            panic!("the fixed answer failed: {error}");
+        }
+        // Answered once: a second answer is refused.
+        assert!(matches!(
+            question.accept(ada()),
+            Err(Error::InvalidAnswer { field: None, .. })
+        ));
+    })
+    .await;
+    assert_eq!(
+        mistakes,
+        [
+            "invalid answer: field \"name\" must be at least 1 character long (is 0)",
+            "invalid answer: field \"color\" must be one of \"red\", \"green\", \"blue\", not \"purple\"",
+        ]
+    );
+    assert_eq!(turn.questions, 1);
+    assert_eq!(turn.text, ADA_ANSWERED);
+    assert_eq!(turn.stop, Some(StopReason::EndTurn));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_declined_cancelled_or_dropped() -> TestResult {
+    let server = TestServer::start(&[]).await;
+    let (client, session) = client_with(&server, |o| o).await?;
+    let declined = question_turn(&client, &session, "ask question", |question| {
+        if let Err(error) = question.decline() {
+            panic!("{error}");
+        }
+    })
+    .await;
+    assert_eq!(declined.text, "You declined the question.");
+    let cancelled = question_turn(&client, &session, "ask question", |question| {
+        if let Err(error) = question.cancel() {
+            panic!("{error}");
+        }
+    })
+    .await;
+    assert_eq!(cancelled.text, "You cancelled the question.");
+    // Dropped unanswered: "cancel".
+    let dropped = question_turn(&client, &session, "ask question", drop).await;
+    assert_eq!(dropped.text, "You cancelled the question.");
+    assert_eq!(dropped.stop, Some(StopReason::EndTurn));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_question_is_accepted_then_completed() -> TestResult {
+    let server = TestServer::start(&[]).await;
+    let (client, session) = client_with(&server, |o| o).await?;
+    let mut asked = None;
+    let turn = question_turn(&client, &session, "ask url", |question| {
+        assert_eq!(question.message(), "Sign in to the mock service");
+        assert!(question.schema().is_none());
+        assert!(matches!(question.mode(), ElicitationMode::Url(_)));
+        let id = question.elicitation_id().map(|id| id.0.to_string());
+        let url = question.url().map(str::to_owned);
+        // A URL question takes no content.
+        assert!(matches!(
+            question.accept(json!({"token": "x"})),
+            Err(Error::InvalidAnswer { .. })
+        ));
+        if let Err(error) = question.accept(()) {
+            panic!("{error}");
+        }
+        asked = id.zip(url);
+    })
+    .await;
+    let (id, url) = asked.ok_or("no URL question")?;
+    assert!(id.starts_with("mock-elicitation-"), "{id}");
+    assert_eq!(
+        url,
+        format!("https://example.invalid/sandbox-agent/mock/authorize?elicitation={id}")
+    );
+    assert_eq!(turn.completed, [id]);
+    assert_eq!(turn.text, "You completed the sign-in.");
+    assert_eq!(turn.stop, Some(StopReason::EndTurn));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_reach_events_when_no_turn_stream_runs() -> TestResult {
+    let server = TestServer::start(&[]).await;
+    let (client, session) = client_with(&server, |o| o).await?;
+    let mut events = client.take_events().ok_or("events")?;
+    let turn = client.clone();
+    let request = prompt(&session, "ask url");
+    let running = tokio::spawn(async move { turn.prompt(request).await });
+    let question = common::wait_for(&mut events, "the question", |event| match event {
+        Event::Question(question) => Some(question),
+        _ => None,
+    })
+    .await;
+    let id = question
+        .elicitation_id()
+        .cloned()
+        .ok_or("not a URL question")?;
+    question.accept(())?;
+    let completed = common::wait_for(&mut events, "the completion", |event| match event {
+        Event::QuestionCompleted(done) => Some(done),
+        _ => None,
+    })
+    .await;
+    assert_eq!(completed.elicitation_id, id);
+    let done = within("the turn", running).await??;
+    assert_eq!(done.stop_reason, StopReason::EndTurn);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unread_question_is_cancelled_after_the_bound() -> TestResult {
+    let server = TestServer::start(&[]).await;
+    // Nobody takes the event stream.
+    let (client, session) = client_with(&server, |o| o.unread_question_timeout(SHORT)).await?;
+    let started = Instant::now();
+    let done = within(
+        "a question nobody reads",
+        client.prompt(prompt(&session, "ask question")),
+    )
+    .await?;
+    assert_eq!(done.stop_reason, StopReason::EndTurn);
+    assert!(started.elapsed() >= SHORT, "{:?}", started.elapsed());
+    // Its reply said so (the updates are on the events, taken now).
+    let mut events = client.take_events().ok_or("events")?;
+    let mut text = String::new();
+    while let Some(event) = events.try_recv() {
+        assert!(!matches!(event, Event::Question(_)), "an expired question");
+        if let Event::SessionUpdate(update) = event
+            && let sandbox_agent_sdk::schema::SessionUpdate::AgentMessageChunk(chunk) =
+                update.update
+            && let sandbox_agent_sdk::schema::ContentBlock::Text(chunk) = chunk.content
+        {
+            text.push_str(&chunk.text);
+        }
+    }
+    assert_eq!(text, "You cancelled the question.");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_handler_answers_and_its_answer_is_checked() -> TestResult {
+    let server = TestServer::start(&[]).await;
+    let accept = |content: serde_json::Value| -> ElicitationAction {
+        let content = serde_json::from_value(content).expect("content");
+        ElicitationAction::Accept(ElicitationAcceptAction::new().content(Some(content)))
+    };
+    let (client, session) = client_with(&server, |o| {
+        o.question_handler(move |_question| {
+            let action = accept(ada());
+            async move { action }
+        })
+    })
+    .await?;
+    let turn = question_turn(&client, &session, "ask question", |_| {
+        panic!("the handler answers")
+    })
+    .await;
+    assert_eq!(turn.text, ADA_ANSWERED);
+
+    // A handler's answer that does not fit is not sent: "cancel".
+    let (client, session) = client_with(&server, |o| {
+        o.question_handler(|_question| async {
+            ElicitationAction::Accept(ElicitationAcceptAction::new())
+        })
+    })
+    .await?;
+    let turn = question_turn(&client, &session, "ask question", drop).await;
+    assert_eq!(turn.text, "You cancelled the question.");
     Ok(())
 }
 

@@ -134,11 +134,14 @@ impl SandboxAgentClient {
             agent: self.agent.clone(),
             client_name: shared.options.client_name.clone(),
             client_version: shared.options.client_version.clone(),
+            client_capabilities: shared.options.declared_capabilities(),
             sink: EventSink {
                 tx: shared.events_tx.clone(),
                 permission_handler: shared.options.permission_handler.clone(),
+                question_handler: shared.options.question_handler.clone(),
                 turns: Arc::clone(&shared.turns),
                 unread_permission_timeout: shared.options.unread_permission_timeout,
+                unread_question_timeout: shared.options.unread_question_timeout,
             },
         };
         let live = self

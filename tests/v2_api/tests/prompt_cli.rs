@@ -1,8 +1,8 @@
 //! `sandbox-agent prompt`, end to end: the real binary with an embedded
 //! server (or `--url` to a running one), piped stdin and a pseudo-terminal
 //! (`script`), checking stdout (only the agent's text), stderr (tool calls,
-//! permission questions, errors), the exit status, and that no server
-//! process is left behind.
+//! permission questions, the agent's questions, errors), the exit status,
+//! and that no server process is left behind.
 
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -222,6 +222,95 @@ async fn permission_answers_come_from_piped_stdin() {
             .contains("unrecognised answer \"maybe\": denying"),
         "{run:?}"
     );
+    assert_nothing_left(&marker).await;
+}
+
+/// The mock agent's reply to its form question answered with Ada's values.
+const ADA_ANSWERED: &str = "You answered: name=Ada color=green confirm=true\n";
+
+#[tokio::test]
+async fn questions_are_asked_field_by_field_from_piped_stdin() {
+    let marker = marker("questions");
+    // The colour by its number, the boolean as y.
+    let run = prompt(&["ask question"], Some("Ada\n2\ny\n"), &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, ADA_ANSWERED, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "[question] The mock agent has a question\n  About you\n  Name (1 to 64 characters): Ada\n"
+        ),
+        "{run:?}"
+    );
+    assert!(
+        run.stderr.contains(
+            "    1) red\n    2) green\n    3) blue\n  Favourite colour (1-3; Enter to skip): 2\n"
+        ),
+        "{run:?}"
+    );
+    assert!(
+        run.stderr.contains("  Confirm (y/n; Enter to skip): y\n"),
+        "{run:?}"
+    );
+
+    // Optional fields skipped with an empty line; the colour by its value.
+    let run = prompt(&["ask question"], Some("Ada\ngreen\n\n"), &marker).await;
+    assert_eq!(
+        run.stdout, "You answered: name=Ada color=green confirm=-\n",
+        "{run:?}"
+    );
+
+    // An answer that does not fit, from a pipe: declined, and said why.
+    let run = prompt(&["ask question"], Some("Ada\npurple\n"), &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, "You declined the question.\n", "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "[question] invalid answer: field \"color\" must be one of \"red\", \"green\", \"blue\", not \"purple\": declining"
+        ),
+        "{run:?}"
+    );
+
+    // --deny declines unasked.
+    let run = prompt(&["--deny", "ask question"], Some("Ada\n"), &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, "You declined the question.\n", "{run:?}");
+    assert!(
+        run.stderr
+            .contains("[question] The mock agent has a question: declined (--deny)"),
+        "{run:?}"
+    );
+
+    // Closed stdin: declined, saying so.
+    let run = prompt(&["ask question"], None, &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, "You declined the question.\n", "{run:?}");
+    assert!(
+        run.stderr
+            .contains("[question] no answer (stdin is closed): declining"),
+        "{run:?}"
+    );
+    assert_nothing_left(&marker).await;
+}
+
+#[tokio::test]
+async fn a_url_question_shows_the_link_and_asks_to_go_on() {
+    let marker = marker("url-question");
+    let run = prompt(&["ask url"], Some("y\n"), &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, "You completed the sign-in.\n", "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "[question] Sign in to the mock service\n  open this link: https://example.invalid/sandbox-agent/mock/authorize?elicitation=mock-elicitation-"
+        ),
+        "{run:?}"
+    );
+    assert!(
+        run.stderr
+            .contains("[question] completed: mock-elicitation-"),
+        "{run:?}"
+    );
+    let run = prompt(&["ask url"], Some("n\n"), &marker).await;
+    assert_eq!(run.stdout, "You declined the sign-in.\n", "{run:?}");
     assert_nothing_left(&marker).await;
 }
 
@@ -566,6 +655,18 @@ async fn in_a_pseudo_terminal_with_spinner_and_question() {
     assert!(status.success(), "{screen}");
     assert!(screen.contains("Allow? [y/n or 1-2]: "), "{screen:?}");
     assert!(screen.contains("Permission granted."), "{screen:?}");
+
+    // A form question on the terminal: an empty name is asked again.
+    let (status, screen) = run_in_pty("ask question", Some("\rAda\r2\ry\r")).await;
+    assert!(status.success(), "{screen}");
+    assert!(
+        screen.contains("invalid answer: field \"name\" is required"),
+        "{screen:?}"
+    );
+    assert!(
+        screen.contains("You answered: name=Ada color=green confirm=true"),
+        "{screen:?}"
+    );
     assert_nothing_left(&marker).await;
 }
 

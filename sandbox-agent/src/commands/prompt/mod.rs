@@ -18,6 +18,9 @@
 //!   a terminal or a pipe. When stdin is closed (or the answer is not
 //!   understood and stdin is not a terminal) the request is denied, and the
 //!   message says why.
+//! - Questions of the agent (ACP elicitation; [`question`]): a form is
+//!   asked field by field the same way, a URL question shows the link and
+//!   asks y/n to go on; `--deny` declines them, a closed stdin too.
 //! - Exit status 0 when the turn ends with `end_turn`; otherwise 1 with a
 //!   message naming the stop reason (`cancelled`, `max_tokens`, …) or the
 //!   error (an agent that crashed, a server that cannot be reached). An
@@ -44,6 +47,8 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::task::JoinHandle;
+
+mod question;
 
 /// Spinner frames (braille dots), one every [`SPINNER_FRAME`].
 const SPINNER_FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
@@ -73,7 +78,8 @@ pub struct PromptArgs {
     /// Allow every permission request of the agent.
     #[arg(long, conflicts_with = "deny")]
     pub yes: bool,
-    /// Deny every permission request of the agent.
+    /// Deny every permission request and decline every question of the
+    /// agent.
     #[arg(long)]
     pub deny: bool,
     /// Working directory of the session (default: the current directory).
@@ -403,7 +409,8 @@ impl Interrupts {
 #[derive(Debug, PartialEq, Eq)]
 enum Flow {
     Continue,
-    /// Ctrl-C while a permission question waited for its answer.
+    /// Ctrl-C while a permission request or a question waited for its
+    /// answer.
     Interrupted,
 }
 
@@ -413,6 +420,8 @@ struct TurnView {
     session_id: SessionId,
     /// The `--yes` / `--deny` answer, if given.
     preset: Option<PermissionDecision>,
+    /// `--deny`: questions of the agent are declined unasked.
+    deny_questions: bool,
     /// stdout ended without a newline (agent text is mid-line).
     mid_line: bool,
     /// stderr ended without a newline (a question waits for its answer).
@@ -438,6 +447,7 @@ impl TurnView {
             terminal,
             session_id,
             preset,
+            deny_questions: args.deny,
             mid_line: false,
             question_open: false,
             tool_titles: HashMap::new(),
@@ -447,7 +457,7 @@ impl TurnView {
     }
 
     /// Shows (or answers) one event; `Interrupted` when Ctrl-C came while
-    /// a permission question waited.
+    /// a permission request or a question waited.
     async fn handle(
         &mut self,
         event: Event,
@@ -461,6 +471,16 @@ impl TurnView {
             Event::PermissionRequest(request) => {
                 spinner.stop();
                 return self.permission(request, interrupts).await;
+            }
+            Event::Question(question) => {
+                spinner.stop();
+                return self.question(question, interrupts).await;
+            }
+            Event::QuestionCompleted(completed) => {
+                self.note(&format!(
+                    "[question] completed: {}",
+                    completed.elicitation_id.0
+                ));
             }
             Event::SessionEnded(ended) if ended.session_id == *self.session_id.0 => {
                 self.ended = Some(ended);
