@@ -292,6 +292,39 @@ async fn questions_are_asked_field_by_field_from_piped_stdin() {
     assert_nothing_left(&marker).await;
 }
 
+/// A question the agent asks while `--auth-method` authenticates (scoped
+/// to the `authenticate` request) is asked like one in a turn.
+#[tokio::test]
+async fn a_sign_in_question_is_asked_during_authenticate() {
+    let marker = marker("sign-in-question");
+    let run = prompt(
+        &["--auth-method", "mock-ask", "hello"],
+        Some("t-1\n"),
+        &marker,
+    )
+    .await;
+    assert!(run.status.success(), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("[question] Sign in to the mock agent\n  Mock token: t-1\n"),
+        "{run:?}"
+    );
+    assert!(
+        run.stdout.starts_with("Hello from the mock agent."),
+        "{run:?}"
+    );
+
+    let run = prompt(&["--auth-method", "mock-ask", "hello"], None, &marker).await;
+    assert!(!run.status.success(), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("cannot authenticate agent \"mock\" with auth method \"mock-ask\""),
+        "{run:?}"
+    );
+    assert!(run.stderr.contains("mock sign-in declined"), "{run:?}");
+    assert_nothing_left(&marker).await;
+}
+
 #[tokio::test]
 async fn a_url_question_shows_the_link_and_asks_to_go_on() {
     let marker = marker("url-question");

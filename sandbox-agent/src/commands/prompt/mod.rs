@@ -166,7 +166,30 @@ async fn one_turn(
     };
     if let Some(method) = &args.auth_method {
         spinner.show(format!("authenticating {}", args.agent));
-        if let Err(error) = client.authenticate(method.clone()).await {
+        // The agent may ask a question about the sign-in (scoped to the
+        // `authenticate` request): it is asked as in a turn.
+        let mut view = TurnView::new(args, terminal, SessionId::new(""));
+        let mut interrupts = Interrupts::listen();
+        let authenticating = client.authenticate(method.clone());
+        tokio::pin!(authenticating);
+        let authenticated = loop {
+            tokio::select! {
+                result = &mut authenticating => break result,
+                Some(event) = events.recv() => {
+                    if matches!(event, Event::Question(_))
+                        && view.handle(event, spinner, &mut interrupts).await == Flow::Interrupted
+                    {
+                        spinner.stop();
+                        return Err("interrupted".to_owned());
+                    }
+                }
+                () = interrupts.next() => {
+                    spinner.stop();
+                    return Err("interrupted".to_owned());
+                }
+            }
+        };
+        if let Err(error) = authenticated {
             spinner.stop();
             return Err(format!(
                 "cannot authenticate agent {:?} with auth method {method:?}: {error}{}",
