@@ -350,6 +350,15 @@ fn check_form(schema: &ElicitationSchema, content: Value) -> Result<QuestionCont
         ));
     }
     let required = schema.required.as_deref().unwrap_or_default();
+    if let Some(ghost) = required
+        .iter()
+        .find(|name| !schema.properties.contains_key(*name))
+    {
+        return Err(Error::invalid_answer(
+            Some(ghost.as_str()),
+            "is required but not a field of the form (no answer can satisfy it)",
+        ));
+    }
     let mut content = QuestionContent::new();
     for (name, property) in &schema.properties {
         let Some(value) = given.remove(name) else {
@@ -485,10 +494,13 @@ fn check_array(
         }
         _ => None,
     };
-    if let Some(allowed) = allowed
-        && let Some(item) = items.iter().find(|item| !allowed.contains(&item.as_str()))
-    {
-        return Err(format!("may only hold {}, not {item:?}", quoted(&allowed)));
+    if let Some(allowed) = allowed {
+        // A set: an agent's form may list many choices, and an answer may
+        // hold each of them.
+        let set: std::collections::HashSet<&str> = allowed.iter().copied().collect();
+        if let Some(item) = items.iter().find(|item| !set.contains(item.as_str())) {
+            return Err(format!("may only hold {}, not {item:?}", quoted(&allowed)));
+        }
     }
     let count = items.len() as u64;
     if let Some(min) = property.min_items
@@ -505,13 +517,23 @@ fn check_array(
 }
 
 /// `"a", "b", "c"`.
+/// The choices for an error message, quoted: at most [`QUOTED_MAX`] of
+/// them, then how many more.
 fn quoted(values: &[&str]) -> String {
-    values
+    let mut listed = values
         .iter()
+        .take(QUOTED_MAX)
         .map(|value| format!("{value:?}"))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    if values.len() > QUOTED_MAX {
+        listed.push_str(&format!(" (and {} more)", values.len() - QUOTED_MAX));
+    }
+    listed
 }
+
+/// Most choices an error message lists.
+const QUOTED_MAX: usize = 10;
 
 fn plural(count: u32) -> &'static str {
     if count == 1 { "" } else { "s" }
@@ -648,6 +670,36 @@ mod tests {
             error(json!(["Ada"])),
             ": the content must be an object of field values, not [\"Ada\"]"
         );
+    }
+
+    #[test]
+    fn a_required_field_the_form_lacks_cannot_be_answered() {
+        let mut schema = form();
+        schema.required = Some(vec!["ghost".to_owned()]);
+        match check_form(&schema, json!({"name": "Ada"})) {
+            Err(Error::InvalidAnswer { field, message }) => {
+                assert_eq!(field.as_deref(), Some("ghost"));
+                assert!(message.contains("not a field of the form"), "{message}");
+            }
+            other => panic!("accepted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn many_choices_are_checked_at_once_and_listed_briefly() {
+        let values: Vec<String> = (0..50_000).map(|n| format!("c{n}")).collect();
+        let schema = ElicitationSchema::new().property(
+            "tags",
+            MultiSelectPropertySchema::new(values.clone()),
+            false,
+        );
+        assert!(check_form(&schema, json!({ "tags": values })).is_ok());
+        match check_form(&schema, json!({"tags": ["nope"]})) {
+            Err(Error::InvalidAnswer { message, .. }) => {
+                assert!(message.ends_with("(and 49990 more), not \"nope\""), "{message}");
+            }
+            other => panic!("accepted: {other:?}"),
+        }
     }
 
     #[test]

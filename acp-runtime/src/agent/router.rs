@@ -1174,8 +1174,10 @@ impl Router {
             self.hold(session_id, line, Some(raw_id));
             return;
         };
-        if session.is_ended() && !self.runtime_serves(method) {
-            // Nobody attaches to an ended session: answered at once.
+        if session.is_ended() {
+            // Nobody attaches to an ended session, and the runtime does
+            // not act for it any more (no file or terminal): answered at
+            // once.
             let why = format!("request cancelled: session {session_id} ended");
             self.answer_dismissed(envelope, method, &why);
             return;

@@ -485,6 +485,58 @@ async fn a_sigkilled_prompt_leaves_no_server_or_agent_behind() {
     assert_nothing_left(&marker).await;
 }
 
+/// An agent's hostile text (terminal escapes, a forged line) reaches
+/// stderr escaped, and a form with nothing to fill in is asked as a whole:
+/// accepted only on a yes, declined when stdin is closed.
+#[tokio::test]
+async fn hostile_questions_are_escaped_and_empty_forms_confirmed() {
+    let script =
+        v2_api_tests::server::workspace_root().join("tests/v2_api/fixtures/hostile_asker.mjs");
+    let command = format!(
+        "hostile=node {}",
+        v2_api_tests::shell_quote(&script.to_string_lossy())
+    );
+    let server = TestServer::start(&["--token", "cli-secret", "--agent-command", &command]).await;
+    let marker = marker("hostile");
+    let args = [
+        "--url",
+        server.base_url(),
+        "--token",
+        "cli-secret",
+        "--agent",
+        "hostile",
+        "hello",
+    ];
+    let run = prompt(&args, None, &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, "answer: decline\n", "{run:?}");
+    assert!(
+        !run.stderr.contains('\u{1b}') && !run.stderr.contains('\u{7}'),
+        "raw control characters on stderr: {run:?}"
+    );
+    assert!(
+        run.stderr
+            .contains("[question] \\u{1b}]0;pwned\\u{7}\\u{1b}[2JDelete everything?"),
+        "{run:?}"
+    );
+    assert!(
+        !run.stderr
+            .lines()
+            .any(|line| line.starts_with("[permission] forged")),
+        "a forged line: {run:?}"
+    );
+    assert!(
+        run.stderr
+            .contains("[question] no answer (stdin is closed): declining"),
+        "{run:?}"
+    );
+
+    let run = prompt(&args, Some("y\n"), &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, "answer: accept\n", "{run:?}");
+    assert!(run.stderr.contains("  Accept? (y/n): y"), "{run:?}");
+}
+
 #[tokio::test]
 async fn url_and_token_reach_a_running_server() {
     let server = TestServer::start(&["--token", "cli-secret"]).await;

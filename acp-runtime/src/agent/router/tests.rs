@@ -1663,6 +1663,11 @@ async fn requests_nobody_can_answer_are_answered_at_once() {
         f.stdin_lines().iter().map(|l| value(l)).collect::<Vec<_>>(),
         [json!({"jsonrpc": "2.0", "id": "late", "result": {"action": "cancel"}})]
     );
+    // Nor does the runtime act for it: a file request is refused.
+    f.agent_line(r#"{"jsonrpc":"2.0","id":"fs","method":"fs/read_text_file","params":{"sessionId":"s-1","path":"/etc/hostname"}}"#);
+    let refused = f.stdin_lines().iter().map(|l| value(l)).collect::<Vec<_>>();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["error"]["code"], -32800, "{refused:?}");
 
     let b = f.open(json!({}));
     f.create_session(&b, "2", "s-2").await;

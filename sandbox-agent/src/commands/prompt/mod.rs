@@ -42,6 +42,7 @@ use sandbox_agent_sdk::{
     ClientOptions, Error, Event, Mode, PermissionDecision, PermissionRequest, SandboxAgentClient,
     SessionEnded,
 };
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -129,7 +130,39 @@ pub async fn run(args: PromptArgs) -> Result<(), String> {
     let result = one_turn(&client, &args, terminal, &mut spinner).await;
     spinner.stop();
     client.shutdown().await;
-    result
+    // The message carries the agent's own words (its error, its stderr).
+    result.map_err(|message| terminal_safe(&message, true).into_owned())
+}
+
+/// `text` with what a terminal would act on made visible: control
+/// characters (C0 except a line feed when `keep_newlines`, DEL, C1) and the
+/// Unicode bidirectional controls become `\u{…}` escapes. Everything this
+/// command writes to stderr passes through it: an agent's titles, questions
+/// and errors could otherwise clear the screen, retitle the window or
+/// redraw a prompt.
+pub(super) fn terminal_safe(text: &str, keep_newlines: bool) -> Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && !(keep_newlines && c == '\n'))
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut safe = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            safe.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            safe.push(c);
+        }
+    }
+    Cow::Owned(safe)
+}
+
+/// An agent's text meant for one line of stderr: [`terminal_safe`], line
+/// feeds escaped too (a forged `[permission] …: allowed` line otherwise).
+pub(super) fn one_line(text: &str) -> Cow<'_, str> {
+    terminal_safe(text, false)
 }
 
 /// Which of the standard streams are terminals.
@@ -502,7 +535,7 @@ impl TurnView {
             Event::QuestionCompleted(completed) => {
                 self.note(&format!(
                     "[question] completed: {}",
-                    completed.elicitation_id.0
+                    one_line(&completed.elicitation_id.0)
                 ));
             }
             Event::SessionEnded(ended) if ended.session_id == *self.session_id.0 => {
@@ -531,7 +564,7 @@ impl TurnView {
                     .insert(call.tool_call_id.0.to_string(), call.title.clone());
                 self.note(&format!(
                     "[tool] {} ({})",
-                    call.title,
+                    one_line(&call.title),
                     status_name(call.status)
                 ));
             }
@@ -543,7 +576,11 @@ impl TurnView {
                 if let Some(status) = update.fields.status {
                     spinner.stop();
                     let title = self.tool_titles.get(&id).cloned().unwrap_or(id);
-                    self.note(&format!("[tool] {title} ({})", status_name(status)));
+                    self.note(&format!(
+                        "[tool] {} ({})",
+                        one_line(&title),
+                        status_name(status)
+                    ));
                 }
             }
             _ => {}
@@ -571,7 +608,7 @@ impl TurnView {
             let _ = writeln!(stderr);
             self.question_open = false;
         }
-        let _ = writeln!(stderr, "{line}");
+        let _ = writeln!(stderr, "{}", terminal_safe(line, true));
         let _ = stderr.flush();
     }
 
@@ -599,12 +636,17 @@ impl TurnView {
         request: PermissionRequest,
         interrupts: &mut Interrupts,
     ) -> Flow {
-        let title = request.title().to_owned();
+        let title = one_line(request.title()).into_owned();
         let options: Vec<(String, String)> = request
             .request()
             .options
             .iter()
-            .map(|option| (option.option_id.0.to_string(), option.name.clone()))
+            .map(|option| {
+                (
+                    option.option_id.0.to_string(),
+                    one_line(&option.name).into_owned(),
+                )
+            })
             .collect();
         if let Some(decision) = self.preset.clone() {
             let flag = if decision == PermissionDecision::Allow {
@@ -667,7 +709,7 @@ impl TurnView {
     fn ask(&mut self, question: &str) {
         self.end_text_before_stderr();
         let mut stderr = std::io::stderr().lock();
-        let _ = stderr.write_all(question.as_bytes());
+        let _ = stderr.write_all(terminal_safe(question, true).as_bytes());
         let _ = stderr.flush();
         self.question_open = true;
     }
@@ -881,6 +923,23 @@ impl Drop for Spinner {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn agent_text_reaches_the_terminal_without_control_characters() {
+        let hostile = "a\x1b[2J\x07b\rc\0d\x7fe\u{9b}f\u{202e}g\nh";
+        assert_eq!(
+            super::terminal_safe(hostile, true),
+            "a\\u{1b}[2J\\u{7}b\\u{d}c\\u{0}d\\u{7f}e\\u{9b}f\\u{202e}g\nh"
+        );
+        assert_eq!(
+            super::one_line("[tool] x\n[permission] forged: allowed"),
+            "[tool] x\\u{a}[permission] forged: allowed"
+        );
+        assert!(matches!(
+            super::terminal_safe("plain text, ünïcödé", false),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
     use super::*;
 
     fn options() -> Vec<(String, String)> {

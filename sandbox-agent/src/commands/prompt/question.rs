@@ -5,7 +5,7 @@
 //! at end of input declines too (research/contract.md, "`sandbox-agent
 //! prompt`").
 
-use super::{Flow, Interrupts, TurnView, read_stdin_line};
+use super::{Flow, Interrupts, TurnView, one_line, read_stdin_line};
 use sandbox_agent_sdk::QuestionRequest;
 use sandbox_agent_sdk::schema::{
     ElicitationPropertySchema, ElicitationSchema, MultiSelectItems, StringPropertySchema,
@@ -30,7 +30,7 @@ impl TurnView {
         question: QuestionRequest,
         interrupts: &mut Interrupts,
     ) -> Flow {
-        let message = question.message().to_owned();
+        let message = one_line(question.message()).into_owned();
         if self.deny_questions {
             self.note(&format!("[question] {message}: declined (--deny)"));
             self.decline(question);
@@ -51,10 +51,34 @@ impl TurnView {
         };
         self.note(&format!("[question] {message}"));
         for line in [&schema.title, &schema.description].into_iter().flatten() {
-            self.note(&format!("  {line}"));
+            self.note(&format!("  {}", one_line(line)));
+        }
+        let fields = fields(&schema);
+        if let Some(ghost) = missing_required(&schema) {
+            // No answer can satisfy the agent's own form.
+            self.note(&format!(
+                "[question] field {ghost:?} is required but not in the form: declining"
+            ));
+            self.decline(question);
+            return Flow::Continue;
+        }
+        if !fields.iter().any(Field::askable) {
+            // Nothing to fill in: the question itself is what is asked.
+            return match self
+                .confirm(question, "  Accept? (y/n): ", interrupts)
+                .await
+            {
+                Ok(question) => {
+                    if let Err(error) = question.accept(Value::Object(serde_json::Map::new())) {
+                        self.note(&format!("[question] could not send the answer: {error}"));
+                    }
+                    Flow::Continue
+                }
+                Err(flow) => flow,
+            };
         }
         let mut content = serde_json::Map::new();
-        for field in fields(&schema) {
+        for field in fields {
             if !field.askable() {
                 if field.required {
                     self.note(&format!(
@@ -67,7 +91,7 @@ impl TurnView {
                 continue;
             }
             if let Some(description) = field.description() {
-                self.note(&format!("  {description}"));
+                self.note(&format!("  {}", one_line(description)));
             }
             loop {
                 self.ask(&field.prompt());
@@ -117,34 +141,53 @@ impl TurnView {
         interrupts: &mut Interrupts,
     ) -> Flow {
         self.note(&format!("[question] {message}"));
-        self.note(&format!("  open this link: {url}"));
+        self.note(&format!("  open this link: {}", one_line(url)));
+        match self
+            .confirm(question, "  Continue once done? (y/n): ", interrupts)
+            .await
+        {
+            Ok(question) => {
+                if let Err(error) = question.accept(()) {
+                    self.note(&format!("[question] could not send the answer: {error}"));
+                }
+                Flow::Continue
+            }
+            Err(flow) => flow,
+        }
+    }
+
+    /// Asks `prompt` as y/n (again on a terminal until the answer is one).
+    /// Yes gives the question back to be accepted; every other outcome
+    /// answers it here (no, unrecognised from a pipe, stdin closed: decline;
+    /// Ctrl-C: cancel) and gives the flow.
+    async fn confirm(
+        &mut self,
+        question: QuestionRequest,
+        prompt: &str,
+        interrupts: &mut Interrupts,
+    ) -> Result<QuestionRequest, Flow> {
         loop {
-            self.ask("  Continue once done? (y/n): ");
+            self.ask(prompt);
             let line = match self.reply(interrupts).await {
                 Reply::Line(line) => line,
                 Reply::Closed => {
                     self.note("[question] no answer (stdin is closed): declining");
                     self.decline(question);
-                    return Flow::Continue;
+                    return Err(Flow::Continue);
                 }
                 Reply::Interrupted => {
                     self.note("^C: cancelling the question and the turn");
                     if let Err(error) = question.cancel() {
                         self.note(&format!("[question] could not send the answer: {error}"));
                     }
-                    return Flow::Interrupted;
+                    return Err(Flow::Interrupted);
                 }
             };
             match yes_or_no(&line) {
-                Some(true) => {
-                    if let Err(error) = question.accept(()) {
-                        self.note(&format!("[question] could not send the answer: {error}"));
-                    }
-                    return Flow::Continue;
-                }
+                Some(true) => return Ok(question),
                 Some(false) => {
                     self.decline(question);
-                    return Flow::Continue;
+                    return Err(Flow::Continue);
                 }
                 None if self.terminal.stdin => self.note("  please answer y or n"),
                 None => {
@@ -153,7 +196,7 @@ impl TurnView {
                         line.trim()
                     ));
                     self.decline(question);
-                    return Flow::Continue;
+                    return Err(Flow::Continue);
                 }
             }
         }
@@ -291,19 +334,20 @@ impl Field<'_> {
             _ => {}
         }
         if let Some(default) = self.default() {
-            hints.push(format!("Enter for {}", shown(&default)));
+            hints.push(format!("Enter for {}", one_line(&shown(&default))));
         } else if !self.required {
             hints.push("Enter to skip".to_owned());
         }
         let mut prompt = String::new();
         for (index, (value, label)) in choices.iter().enumerate() {
+            let (value, label) = (one_line(value), one_line(label));
             if value == label {
                 prompt.push_str(&format!("    {}) {value}\n", index + 1));
             } else {
                 prompt.push_str(&format!("    {}) {label} ({value})\n", index + 1));
             }
         }
-        prompt.push_str(&format!("  {}", self.title()));
+        prompt.push_str(&format!("  {}", one_line(self.title())));
         if !hints.is_empty() {
             prompt.push_str(&format!(" ({})", hints.join("; ")));
         }
@@ -368,6 +412,17 @@ impl Field<'_> {
             .map(|_| Some(value))
             .map_err(|error| error.to_string())
     }
+}
+
+/// A required field the form does not define, if any.
+fn missing_required(schema: &ElicitationSchema) -> Option<&str> {
+    schema
+        .required
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|name| !schema.properties.contains_key(*name))
+        .map(String::as_str)
 }
 
 /// A string property's choices (`enum`, else `oneOf`), as `(value, label)`.
