@@ -696,7 +696,10 @@ mod tests {
         assert!(check_form(&schema, json!({ "tags": values })).is_ok());
         match check_form(&schema, json!({"tags": ["nope"]})) {
             Err(Error::InvalidAnswer { message, .. }) => {
-                assert!(message.ends_with("(and 49990 more), not \"nope\""), "{message}");
+                assert!(
+                    message.ends_with("(and 49990 more), not \"nope\""),
+                    "{message}"
+                );
             }
             other => panic!("accepted: {other:?}"),
         }

@@ -59,8 +59,35 @@ async fn question(stream: &mut SseStream) -> SseEvent {
         .await
 }
 
-/// The agent's text after `start` on `stream`, up to and including the
-/// chunk `last`.
+/// A server, a connection that declared both modes, its session and
+/// stream, a turn running `text` (prompt id 5), and the question it asked.
+struct Asked {
+    server: TestServer,
+    conn: String,
+    session: String,
+    stream: SseStream,
+    turn: tokio::task::JoinHandle<Value>,
+    asked: SseEvent,
+}
+
+async fn asked(text: &str) -> Asked {
+    let server = TestServer::start(&[]).await;
+    let conn = initialize_asking(&server, both()).await;
+    let session = server.new_session(&conn).await;
+    let mut stream = server.open_stream(&conn, None).await;
+    let turn = prompt(&server, &conn, &session, 5, text);
+    let asked = question(&mut stream).await;
+    Asked {
+        server,
+        conn,
+        session,
+        stream,
+        turn,
+        asked,
+    }
+}
+
+/// The agent's text on `stream`, up to and including the chunk `last`.
 async fn text_until(stream: &mut SseStream, last: &str) -> String {
     stream
         .collect_until(|e| e.agent_text() == Some(last), EVENT_TIMEOUT)
@@ -92,12 +119,14 @@ async fn logged_with_id(server: &TestServer, session: &str, id: &Value) -> Vec<V
 
 #[tokio::test]
 async fn a_form_question_reaches_a_declaring_connection_and_its_answer_the_agent() {
-    let server = TestServer::start(&[]).await;
-    let conn = initialize_asking(&server, both()).await;
-    let session = server.new_session(&conn).await;
-    let mut stream = server.open_stream(&conn, None).await;
-    let turn = prompt(&server, &conn, &session, 5, "ask question");
-    let asked = question(&mut stream).await;
+    let Asked {
+        server,
+        conn,
+        session,
+        mut stream,
+        turn,
+        asked,
+    } = asked("ask question").await;
     let params = asked.params();
     assert_eq!(params["mode"], "form", "{params}");
     assert_eq!(params["sessionId"], session.as_str(), "{params}");
@@ -247,12 +276,14 @@ async fn a_connection_without_the_capability_never_receives_a_question() {
 /// logged, and the connection that held the question hears it resolved.
 #[tokio::test]
 async fn a_session_ended_mid_question_answers_the_agent_cancel() {
-    let server = TestServer::start(&[]).await;
-    let conn = initialize_asking(&server, both()).await;
-    let session = server.new_session(&conn).await;
-    let mut stream = server.open_stream(&conn, None).await;
-    let turn = prompt(&server, &conn, &session, 5, "ask question");
-    let asked = question(&mut stream).await;
+    let Asked {
+        server,
+        conn,
+        session,
+        mut stream,
+        turn,
+        asked,
+    } = asked("ask question").await;
     let id = asked.data["id"].clone();
     let terminated = server
         .rpc(
@@ -291,12 +322,14 @@ async fn a_session_ended_mid_question_answers_the_agent_cancel() {
 /// for the clients, once, and they hear it resolved.
 #[tokio::test]
 async fn a_cancelled_turn_answers_its_question_cancel() {
-    let server = TestServer::start(&[]).await;
-    let conn = initialize_asking(&server, both()).await;
-    let session = server.new_session(&conn).await;
-    let mut stream = server.open_stream(&conn, None).await;
-    let turn = prompt(&server, &conn, &session, 5, "ask question");
-    let asked = question(&mut stream).await;
+    let Asked {
+        server,
+        conn,
+        session,
+        mut stream,
+        turn,
+        asked,
+    } = asked("ask question").await;
     let id = asked.data["id"].clone();
     server
         .post(Some(&conn), &acp::cancel(&session))
