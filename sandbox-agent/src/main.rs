@@ -30,6 +30,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use clap::Parser;
 use cli::{Cli, Command};
+use commands::server::LogFormat;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -49,7 +50,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         let done = match cli.command {
             Command::Server(args) => {
-                init_logging("info");
+                init_logging_as("info", args.log_format);
                 commands::server::run(*args).await
             }
             Command::Agents(args) => {
@@ -124,12 +125,22 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
 /// stderr itself is the broken pipe (an embedded server whose parent died),
 /// and that panic would take down whatever task logged.
 fn init_logging(default: &str) {
+    init_logging_as(default, LogFormat::Text);
+}
+
+/// [`init_logging`] in the given format: `json` writes one JSON object per
+/// line (`timestamp`, `level`, `target`, `fields`), never coloured.
+fn init_logging_as(default: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .log_internal_errors(false)
-        .init();
+        .log_internal_errors(false);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
 }

@@ -102,6 +102,10 @@ pub async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let origin = request.headers().get(ORIGIN).cloned();
+    // The path only: a query may carry `access_token` (research/contract.md,
+    // "Auth and CORS"), and no log line holds a credential.
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
     let mut request = request.map(Some);
     let checked = cross_site::check(&runtime.config, local, &request);
     let routed = match checked {
@@ -157,6 +161,7 @@ pub async fn handle(
         }
         headers.append(VARY, HeaderValue::from_static("Origin"));
     }
+    tracing::debug!(%method, path, status = response.status().as_u16(), "request");
     Ok(response)
 }
 

@@ -270,6 +270,20 @@ pub struct ServerArgs {
     /// refuses to start a session as root without it.
     #[arg(long, env = "SANDBOX_AGENT_AGENT_USER", value_name = "USER")]
     pub agent_user: Option<String>,
+    /// How log lines on stderr are written: `text` for a person, `json` (one
+    /// object per line: `timestamp`, `level`, `target`, `fields`) for a log
+    /// collector. The level comes from `RUST_LOG` (default `info`).
+    #[arg(long, env = "SANDBOX_AGENT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The shape of the server's log lines (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event (ANSI colours on a terminal).
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON format).
+    Json,
 }
 
 impl ServerArgs {
