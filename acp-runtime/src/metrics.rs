@@ -300,6 +300,18 @@ impl Metrics {
         );
     }
 
+    /// Creates the per-agent histograms of every configured agent, so each
+    /// is scraped (at zero) before its first turn.
+    pub fn for_agents<'a>(&self, agents: impl IntoIterator<Item = &'a str>) {
+        for agent in agents {
+            let label = AgentLabel {
+                agent: agent.into(),
+            };
+            drop(self.turn_duration.get_or_create(&label));
+            drop(self.first_update.get_or_create(&label));
+        }
+    }
+
     /// Records one answered HTTP request.
     pub fn http_request(
         &self,
@@ -475,7 +487,7 @@ impl<S: ScrapeSource> Collector for Scraped<S> {
         {
             let mut family = encoder.encode_descriptor(
                 "agent_processes",
-                "Running agent processes, by agent",
+                "Running agent processes, by agent.",
                 None,
                 MetricType::Gauge,
             )?;
@@ -489,7 +501,7 @@ impl<S: ScrapeSource> Collector for Scraped<S> {
         {
             let mut family = encoder.encode_descriptor(
                 "agent_restarts",
-                "Agent processes started after the first, by agent",
+                "Agent processes started after the first, by agent.",
                 None,
                 MetricType::Counter,
             )?;
@@ -504,7 +516,7 @@ impl<S: ScrapeSource> Collector for Scraped<S> {
         {
             let mut family = encoder.encode_descriptor(
                 "processes",
-                "Process API processes, by state (exited ones are those still kept)",
+                "Process API processes, by state (exited ones are those still kept).",
                 None,
                 MetricType::Gauge,
             )?;
@@ -517,14 +529,14 @@ impl<S: ScrapeSource> Collector for Scraped<S> {
         ConstGauge::new(i64::try_from(waiting).unwrap_or(i64::MAX)).encode(
             encoder.encode_descriptor(
                 "store_queue_writes",
-                "Writes queued for the session store",
+                "Writes queued for the session store.",
                 None,
                 MetricType::Gauge,
             )?,
         )?;
         ConstCounter::new(dropped).encode(encoder.encode_descriptor(
             "store_dropped_events",
-            "Events the store's writer dropped (queue full while the store was down)",
+            "Events the store's writer dropped (queue full while the store was down).",
             None,
             MetricType::Counter,
         )?)?;

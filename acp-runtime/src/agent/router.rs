@@ -160,8 +160,8 @@ struct ClientRequest {
 
 /// A request waiting for the agent's answer.
 enum Pending {
-    /// A client's request.
-    Client(ClientRequest),
+    /// A client's request (boxed: it is most of the table's entries' size).
+    Client(Box<ClientRequest>),
     /// The runtime's own request (its `initialize`): the raw result, or the
     /// raw error object.
     Runtime(oneshot::Sender<Result<Box<RawValue>, Box<RawValue>>>),
@@ -510,7 +510,7 @@ impl Router {
         {
             session.turn_clock.start();
         }
-        self.submit(method, params, Pending::Client(request))
+        self.submit(method, params, Pending::Client(Box::new(request)))
             .await?;
         Ok(receiver)
     }
@@ -842,8 +842,8 @@ impl Router {
                 None
             }
             Pending::Client(request) => match (envelope.result, envelope.error) {
-                (Some(result), _) => self.answer_client(request, result).map(Deferred::Durable),
-                (None, Some(error)) => self.answer_error(request, error),
+                (Some(result), _) => self.answer_client(*request, result).map(Deferred::Durable),
+                (None, Some(error)) => self.answer_error(*request, error),
                 // A response has one of the two (`AgentMessage::parse`).
                 (None, None) => None,
             },
@@ -1697,7 +1697,7 @@ impl Router {
                     &request.client_id,
                     &serde_json::json!({ "stopReason": "cancelled" }),
                 );
-                if let Some(answer) = self.settle(request, line, session.as_deref()) {
+                if let Some(answer) = self.settle(*request, line, session.as_deref()) {
                     tokio::spawn(answer.deliver());
                 }
             }
@@ -1761,7 +1761,7 @@ impl Router {
                         .session
                         .as_deref()
                         .and_then(|id| self.targets.sessions.get(&self.agent, id));
-                    if let Some(answer) = self.settle(request, line, session.as_deref()) {
+                    if let Some(answer) = self.settle(*request, line, session.as_deref()) {
                         answer.deliver().await;
                     }
                 }

@@ -198,6 +198,7 @@ impl Runtime {
             .with_tree_supervisor(config.tree_supervisor.clone())
             .with_metrics(metrics.clone()),
         );
+        metrics.for_agents(config.agents.keys().map(String::as_str));
         let mut registry = Registry::with_prefix(metrics::PREFIX);
         metrics.register(&mut registry);
         if let Some(persist) = &persist {
