@@ -132,6 +132,10 @@ pub struct ServerConfig {
     /// `Origin` is another site's is refused unless listed here
     /// (research/contract.md, "Auth and CORS").
     pub cors_allow_origins: Vec<String>,
+    /// `GET /metrics` needs no token (`--metrics-public`): for a scraper
+    /// that cannot send one, on a network that keeps others out
+    /// (research/contract.md, "Metrics").
+    pub metrics_public: bool,
     /// Host names (`host` for any port, `host:port` for one) served on a
     /// loopback connection besides the loopback names, for a proxy in front
     /// that keeps its own `Host` (research/contract.md, "Auth and CORS");
@@ -237,6 +241,7 @@ impl ServerConfig {
             read_timeout: Duration::from_millis(DEFAULT_READ_TIMEOUT_MS),
             idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
             cors_allow_origins: Vec::new(),
+            metrics_public: false,
             allowed_hosts: Vec::new(),
             shutdown_grace: Duration::from_millis(DEFAULT_SHUTDOWN_GRACE_MS),
             event_log_events: DEFAULT_EVENT_LOG_EVENTS,

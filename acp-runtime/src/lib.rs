@@ -58,6 +58,9 @@
 //!   status, problem type and JSON-RPC error.
 //! - [`protocol`]: wire constants (header names, media types, methods,
 //!   codes) and JSON-RPC envelope parsing (no I/O).
+//! - `metrics`: the metrics `GET /metrics` serves (one `Metrics` of
+//!   counter, gauge and histogram handles, shared by `Arc`), and the
+//!   values read at scrape time.
 //! - `time`: timestamps as the runtime writes them (RFC 3339).
 
 pub mod agent;
@@ -69,6 +72,7 @@ pub(crate) mod http;
 pub mod install;
 pub(crate) mod log_limit;
 pub(crate) mod message;
+pub(crate) mod metrics;
 pub(crate) mod process;
 pub(crate) mod process_group;
 pub mod protocol;

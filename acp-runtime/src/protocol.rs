@@ -54,6 +54,13 @@ pub const X_ACCEL_BUFFERING_HEADER: &str = "x-accel-buffering";
 pub const APPLICATION_JSON: &str = "application/json";
 /// Media type of every event stream (SSE).
 pub const EVENT_STREAM: &str = "text/event-stream";
+/// OpenMetrics' media type, which a scraper names in `Accept` to get
+/// OpenMetrics text from `GET /metrics`.
+pub const OPENMETRICS: &str = "application/openmetrics-text";
+/// `Content-Type` of OpenMetrics text (OpenMetrics 1.0).
+pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// `Content-Type` of Prometheus's text format, `GET /metrics`'s default.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 // The `_meta` namespace and the `_sandboxagent/*` names live in `ext-methods`.
 
 /// ACP method names the runtime looks at (the ACP schema, `agent-client-protocol-schema` v1).
@@ -741,6 +748,24 @@ pub fn session_id_of(raw: &RawValue) -> Option<String> {
     serde_json::from_str::<WithSession<'_>>(raw.get())
         .ok()
         .and_then(|w| w.session_id.map(Cow::into_owned))
+}
+
+/// `result.stopReason` of a response line (a `session/prompt` answer), if
+/// it is a string; `None` for an error answer or anything else.
+pub fn stop_reason(line: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Answer<'a> {
+        #[serde(borrow)]
+        result: Option<Turn<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Turn<'a> {
+        #[serde(rename = "stopReason", borrow)]
+        stop_reason: Option<Cow<'a, str>>,
+    }
+    serde_json::from_slice::<Answer<'_>>(line)
+        .ok()
+        .and_then(|answer| answer.result?.stop_reason.map(Cow::into_owned))
 }
 
 fn is_valid_id(id: &RawValue) -> bool {

@@ -27,6 +27,7 @@ use super::exit::ExitInfo;
 use super::framing::PREFIX_BYTES;
 use super::stdio::StderrCapture;
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
+use crate::metrics::{self, GaugeGuard, Metrics};
 use crate::protocol::{self, AgentMessage, Kind, RpcError, code, method};
 use crate::state::connection::{ClientCapabilities, Connection};
 use crate::state::connections::Connections;
@@ -78,6 +79,8 @@ pub struct RouteTargets {
     /// The agents' file and terminal requests answered in the sandbox
     /// (`None`: every such request goes to the connections, as any other).
     pub client_side: Option<Arc<ClientSide>>,
+    /// Where prompt turns and permission requests are counted.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// The models and modes an agent reported in any of its sessions (for
@@ -145,6 +148,8 @@ struct ClientRequest {
     session: Option<Arc<str>>,
     /// A `session/prompt`, which terminate may answer on the agent's behalf.
     prompt: bool,
+    /// When it was forwarded: a prompt turn's duration counts from here.
+    sent_at: Instant,
     /// Stderr lines the process had written when the request was forwarded:
     /// an error answer carries only the lines after it.
     stderr_mark: u64,
@@ -155,8 +160,8 @@ struct ClientRequest {
 
 /// A request waiting for the agent's answer.
 enum Pending {
-    /// A client's request.
-    Client(ClientRequest),
+    /// A client's request (boxed: it is most of the table's entries' size).
+    Client(Box<ClientRequest>),
     /// The runtime's own request (its `initialize`): the raw result, or the
     /// raw error object.
     Runtime(oneshot::Sender<Result<Box<RawValue>, Box<RawValue>>>),
@@ -176,6 +181,9 @@ struct AgentRequest {
     /// The connections it was pushed to: an agent's `$/cancel_request` goes
     /// to them, and none gets it twice.
     targets: Vec<Arc<Connection>>,
+    /// Counts a permission request in `permission_requests_pending` until
+    /// the entry goes, however it goes.
+    _pending: Option<GaugeGuard>,
 }
 
 /// An agent request a client answered first: who else must hear that it
@@ -489,11 +497,20 @@ impl Router {
             effect,
             session,
             prompt: method == method::SESSION_PROMPT,
+            sent_at: Instant::now(),
             stderr_mark: self.stderr.as_ref().map_or(0, |stderr| stderr.count()),
             hint_on_error: self.root_hint
                 && (method == method::SESSION_NEW || method == method::SESSION_LOAD),
         };
-        self.submit(method, params, Pending::Client(request))
+        if request.prompt
+            && let Some(session) = request
+                .session
+                .as_deref()
+                .and_then(|id| self.live_session(id))
+        {
+            session.turn_clock.start();
+        }
+        self.submit(method, params, Pending::Client(Box::new(request)))
             .await?;
         Ok(receiver)
     }
@@ -547,6 +564,12 @@ impl Router {
         line: Vec<u8>,
         session: Option<&Session>,
     ) -> Option<DurableAnswer> {
+        if request.prompt {
+            let stop_reason = metrics::stop_reason_label(protocol::stop_reason(&line).as_deref());
+            self.targets
+                .metrics
+                .prompt_turn(&self.agent, stop_reason, request.sent_at.elapsed());
+        }
         let line = Bytes::from(line);
         if let Some(session) = session {
             session.record(Direction::AgentToClient, line.clone());
@@ -819,8 +842,8 @@ impl Router {
                 None
             }
             Pending::Client(request) => match (envelope.result, envelope.error) {
-                (Some(result), _) => self.answer_client(request, result).map(Deferred::Durable),
-                (None, Some(error)) => self.answer_error(request, error),
+                (Some(result), _) => self.answer_client(*request, result).map(Deferred::Durable),
+                (None, Some(error)) => self.answer_error(*request, error),
                 // A response has one of the two (`AgentMessage::parse`).
                 (None, None) => None,
             },
@@ -1021,6 +1044,9 @@ impl Router {
                     if let Some(client_side) = &self.targets.client_side {
                         client_side.tag_terminals(&session, kind, line);
                     }
+                    if let Some(took) = session.turn_clock.first_update() {
+                        self.targets.metrics.first_update(&self.agent, took);
+                    }
                 }
                 session.record_and_deliver(Direction::AgentToClient, line.clone());
             }
@@ -1218,6 +1244,7 @@ impl Router {
                     scope: None,
                     line: line.clone(),
                     targets: allowed,
+                    _pending: self.count_pending(method),
                 },
             ),
         );
@@ -1374,9 +1401,17 @@ impl Router {
                     scope,
                     line,
                     targets,
+                    _pending: self.count_pending(method),
                 },
             ),
         );
+    }
+
+    /// A count in `permission_requests_pending` for an agent request of
+    /// `method`, when it is a permission request.
+    fn count_pending(&self, method: &str) -> Option<GaugeGuard> {
+        (method == method::SESSION_REQUEST_PERMISSION)
+            .then(|| GaugeGuard::new(self.targets.metrics.permission_requests_pending()))
     }
 
     /// Answers an agent request with "method not found" on the client's
@@ -1662,7 +1697,7 @@ impl Router {
                     &request.client_id,
                     &serde_json::json!({ "stopReason": "cancelled" }),
                 );
-                if let Some(answer) = self.settle(request, line, session.as_deref()) {
+                if let Some(answer) = self.settle(*request, line, session.as_deref()) {
                     tokio::spawn(answer.deliver());
                 }
             }
@@ -1726,7 +1761,7 @@ impl Router {
                         .session
                         .as_deref()
                         .and_then(|id| self.targets.sessions.get(&self.agent, id));
-                    if let Some(answer) = self.settle(request, line, session.as_deref()) {
+                    if let Some(answer) = self.settle(*request, line, session.as_deref()) {
                         answer.deliver().await;
                     }
                 }

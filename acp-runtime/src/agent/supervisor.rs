@@ -13,6 +13,7 @@ use super::user;
 use crate::error::Error;
 use crate::install::{AgentSpec, Launch};
 use crate::install::{InstallError, InstallOptions, Installer, LogProgress, Progress};
+use crate::metrics::Metrics;
 use crate::process_group::signal_group;
 use crate::state::connection::ClientCapabilities;
 use ext_methods::{AgentInfo, AgentInstallResult, AgentSource, AuthEnv, ModelInfo};
@@ -62,6 +63,8 @@ pub struct Agents {
     /// Starts each agent under a tree supervisor; `None`: directly, with a
     /// keeper (a library user without the `sandbox-agent` binary).
     tree_supervisor: Option<TreeSupervisor>,
+    /// Where finished installs are counted (`None`: uncounted).
+    metrics: Option<Arc<Metrics>>,
 }
 
 #[derive(Debug)]
@@ -159,6 +162,7 @@ impl Agents {
             installer,
             require_preinstall,
             tree_supervisor: None,
+            metrics: None,
         }
     }
 
@@ -167,6 +171,13 @@ impl Agents {
     #[must_use]
     pub fn with_tree_supervisor(mut self, supervisor: Option<TreeSupervisor>) -> Self {
         self.tree_supervisor = supervisor;
+        self
+    }
+
+    /// Counts every finished install in `agent_installs_total`
+    /// (research/contract.md, "Metrics").
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 
@@ -195,6 +206,20 @@ impl Agents {
     /// The configured ids, comma-separated (for error messages).
     pub fn known_ids(&self) -> String {
         self.slots.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+
+    /// Per configured agent, for the metrics: its id, whether a process
+    /// runs, and how many processes started after the first (restarts).
+    /// Constant time per agent.
+    pub(crate) fn process_counts(&self) -> Vec<(Arc<str>, bool, u64)> {
+        self.slots
+            .iter()
+            .map(|(id, slot)| {
+                let running = slot.current.read().as_ref().is_some_and(|p| p.is_alive());
+                let restarts = slot.starts.load(Ordering::Relaxed).saturating_sub(1);
+                (Arc::from(id.as_str()), running, restarts)
+            })
+            .collect()
     }
 
     /// The running process of `agent`, if any.
@@ -400,8 +425,17 @@ impl Agents {
             });
         }
         let (installer, recorder, spec) = (self.installer.clone(), slot.clone(), spec.clone());
+        let metrics = self.metrics.clone();
         let task = tokio::spawn(async move {
             let outcome = installer.install(&spec, options, progress).await;
+            if let Some(metrics) = &metrics {
+                let label = if outcome.is_ok() {
+                    "installed"
+                } else {
+                    "failed"
+                };
+                metrics.agent_install(&spec.id, label);
+            }
             if let Err(error) = &outcome
                 && !matches!(error, InstallError::InvalidVersion(_))
             {

@@ -234,6 +234,7 @@ async fn read(
     let mut response = if method == Method::HEAD {
         empty(status)
     } else {
+        runtime.metrics.fs_read(length);
         let mut file = tokio::fs::File::from_std(opened.file);
         let real = query.path.clone().unwrap_or_default();
         file.seek(std::io::SeekFrom::Start(start))
@@ -392,7 +393,10 @@ async fn write(
         }
     }
     match transfer::write(scope, path, &mut body, limit).await {
-        Ok((written, bytes)) => json(&FsWriteResult::new(fs::shown(&written), bytes)),
+        Ok((written, bytes)) => {
+            runtime.metrics.fs_written(bytes);
+            json(&FsWriteResult::new(fs::shown(&written), bytes))
+        }
         Err(error) => {
             drain(&mut body, &error, runtime).await;
             Err(error)

@@ -94,6 +94,23 @@ pub fn accepts(headers: &HeaderMap, media_type: &str) -> bool {
     best.is_some_and(|(_, weight)| weight > 0.0)
 }
 
+/// Whether `Accept` names `media_type` itself (not by a wildcard) with a
+/// weight above 0: how a scraper asks `GET /metrics` for OpenMetrics.
+pub fn names(headers: &HeaderMap, media_type: &str) -> bool {
+    headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|range| {
+            let mut parts = range.split(';');
+            parts
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case(media_type))
+                && parts.find_map(weight).is_none_or(|q| q > 0.0)
+        })
+}
+
 /// The weight of a `q=` parameter of an `Accept` range (RFC 9110 section
 /// 12.4.2), 1 when it does not parse; `None` for any other parameter.
 fn weight(param: &str) -> Option<f32> {

@@ -8,6 +8,7 @@
 //! - [`websocket`]: the WebSocket upgrade on the same paths, and the
 //!   opening handshake every WebSocket route shares.
 //! - [`sse`]: the SSE answer and body of `GET /v2/rpc` and `GET /acp`.
+//! - [`metrics`]: `GET /metrics`, Prometheus or OpenMetrics text.
 //! - [`headers`]: bearer auth, `Accept`, `Content-Type`, `Last-Event-ID`.
 //! - [`cross_site`]: the `Origin` and `Host` a request may carry.
 //! - [`control`]: `/v2/sessions…`, `/v2/agents` and
@@ -28,6 +29,7 @@ pub mod cross_site;
 pub mod fs;
 pub mod headers;
 mod message;
+pub mod metrics;
 pub mod problem;
 pub mod processes;
 pub mod routes;
@@ -101,6 +103,9 @@ pub async fn handle(
     local: SocketAddr,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    let started = std::time::Instant::now();
+    let template = Route::of(request.uri().path()).template();
+    let method = request.method().clone();
     let origin = request.headers().get(ORIGIN).cloned();
     // The path only: a query may carry `access_token` (research/contract.md,
     // "Auth and CORS"), and no log line holds a credential.
@@ -116,6 +121,12 @@ pub async fn handle(
         Ok(response) => response,
         Err(error) => problem::response(&error),
     };
+    runtime.metrics.http_request(
+        template,
+        &method,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
     discard_unread(
         request,
         &mut response,
@@ -177,8 +188,13 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
         return Ok(preflight());
     }
     let upgrade = request.method() == Method::GET && websocket::is_upgrade(request.headers());
+    let access = if route == Route::Metrics && runtime.config.metrics_public {
+        Access::Public
+    } else {
+        route.access()
+    };
     if let Some(token) = &runtime.config.token {
-        match route.access() {
+        match access {
             Access::Public => {}
             Access::Bearer => headers::check_bearer(request.headers(), token)?,
             Access::BearerOrUpgradeQuery => {
@@ -201,7 +217,7 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
             }
         }
     }
-    if route.access() != Access::Public && runtime.shutdown.is_cancelled() {
+    if access != Access::Public && runtime.shutdown.is_cancelled() {
         return Err(Error::ShuttingDown);
     }
     let method = request.method().clone();
@@ -210,6 +226,8 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
         Route::Gone => Err(Error::Gone),
         Route::Health if get => Ok(health(runtime)),
         Route::Health => Err(Error::MethodNotAllowed("GET")),
+        Route::Metrics if get => Ok(metrics::serve(runtime, request.headers())),
+        Route::Metrics => Err(Error::MethodNotAllowed("GET")),
         Route::Ui => ui::page(&method, uri.path()),
         Route::Acp { agent } => {
             let agent = agent.map(control::decode_segment).transpose()?;

@@ -13,6 +13,9 @@ pub enum Route<'a> {
     Gone,
     /// `/v2/health`.
     Health,
+    /// `/metrics`: Prometheus and OpenMetrics text (research/contract.md,
+    /// "Metrics").
+    Metrics,
     /// `/ui`, `/ui/*`: the inspector's page.
     Ui,
     /// `/acp`, `/acp/{agent}`: the ACP transports RFD profile (POST, GET,
@@ -76,6 +79,8 @@ pub enum Access {
     BearerOrUpgradeQuery,
 }
 
+/// Path of the metrics, where Prometheus looks by default.
+pub const METRICS_PATH: &str = "/metrics";
 /// Path of the ACP transports profile; `/acp/{agent}` names the agent.
 pub const ACP_PATH: &str = "/acp";
 /// Prefix of the host file system routes.
@@ -86,6 +91,9 @@ impl<'a> Route<'a> {
     pub fn of(path: &'a str) -> Self {
         if path == "/v1" || path.starts_with("/v1/") {
             return Self::Gone;
+        }
+        if path == METRICS_PATH {
+            return Self::Metrics;
         }
         if path == "/ui" || path.starts_with("/ui/") {
             return Self::Ui;
@@ -130,6 +138,36 @@ impl<'a> Route<'a> {
             [Some("processes"), Some(_), _] if path.contains("//") => Self::UnknownV2,
             [Some("processes"), id, part] => Self::Processes { id, part },
             _ => Self::UnknownV2,
+        }
+    }
+
+    /// The route's template, the `route` label of the HTTP metrics: never
+    /// an id from the path, so the label stays bounded.
+    pub fn template(&self) -> &'static str {
+        match self {
+            Self::Gone => "/v1/*",
+            Self::Health => "/v2/health",
+            Self::Metrics => METRICS_PATH,
+            Self::Ui => "/ui/*",
+            Self::Acp { agent: None } => "/acp",
+            Self::Acp { agent: Some(_) } => "/acp/{agent}",
+            Self::Rpc => "/v2/rpc",
+            Self::Fs { .. } => "/v2/fs/{name}",
+            Self::Agents => "/v2/agents",
+            Self::AgentInstall { .. } => "/v2/agents/{agent}/install",
+            Self::Sessions => "/v2/sessions",
+            Self::Session { .. } => "/v2/sessions/{id}",
+            Self::SessionEvents { .. } => "/v2/sessions/{id}/events",
+            Self::Processes { id: None, .. } => "/v2/processes",
+            Self::Processes {
+                id: Some(_),
+                part: None,
+            } => "/v2/processes/{id}",
+            Self::Processes {
+                id: Some(_),
+                part: Some(_),
+            } => "/v2/processes/{id}/{part}",
+            Self::UnknownV2 | Self::Unknown => "unknown",
         }
     }
 
@@ -214,5 +252,12 @@ mod tests {
             Access::BearerOrUpgradeQuery
         );
         assert_eq!(Route::of("/v2/nothing").access(), Access::Bearer);
+        assert_eq!(Route::of("/metrics"), Route::Metrics);
+        assert_eq!(Route::of("/metrics").access(), Access::Bearer);
+        assert_eq!(
+            Route::of("/v2/sessions/s-1/events").template(),
+            "/v2/sessions/{id}/events"
+        );
+        assert_eq!(Route::of("/v2/anything/else").template(), "unknown");
     }
 }

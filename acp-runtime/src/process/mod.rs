@@ -515,6 +515,13 @@ impl Processes {
         }
     }
 
+    /// For the metrics: processes running (and starts under way), and
+    /// exited ones still kept.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        let table = self.table.lock();
+        (table.running as u64, table.exited.len() as u64)
+    }
+
     /// A page of processes, newest first: at most `limit`, older than
     /// `cursor` (a previous page's `nextCursor`).
     ///

@@ -33,6 +33,7 @@ use crate::agent::client_side::ClientSide;
 use crate::agent::router::RouteTargets;
 use crate::config::ServerConfig;
 use crate::install::Installer;
+use crate::metrics::{self, Metrics, ScrapeSource, Scraped};
 use crate::process::Processes;
 use crate::protocol::{self, RpcError};
 use crate::state::budget::MemoryBudget;
@@ -43,6 +44,7 @@ use crate::state::session::{InventoryLimits, Sessions};
 use crate::store::writer::Persist;
 use crate::store::{Store, StoreUrl};
 use bytes::Bytes;
+use prometheus_client::registry::Registry;
 use serde_json::value::RawValue;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -72,6 +74,12 @@ pub struct Runtime {
     /// The process API's processes (`None` with `--no-processes`;
     /// research/contract.md, "Processes and terminals").
     pub processes: Option<Arc<Processes>>,
+    /// The metrics recorded where things happen (research/contract.md,
+    /// "Metrics"); the same handles are in `registry`.
+    pub metrics: Arc<Metrics>,
+    /// What `GET /metrics` encodes: `metrics`, the store's write times and
+    /// the values read at scrape time ([`Scraped`]).
+    pub registry: Registry,
 }
 
 /// An opened store and its writer task, as [`Runtime::new`] takes them.
@@ -148,12 +156,18 @@ impl Runtime {
         let processes = config
             .processes
             .map(|limits| Arc::new(Processes::new(limits, config.tree_supervisor.clone())));
+        let metrics = Arc::new(Metrics::default());
         let routes = RouteTargets {
+            metrics: metrics.clone(),
             sessions: Arc::new(
-                Sessions::new(inventory, persist.clone()).with_budget(memory.clone()),
+                Sessions::new(inventory, persist.clone())
+                    .with_budget(memory.clone())
+                    .with_metrics(metrics.clone()),
             ),
             connections: Arc::new(
-                Connections::new(config.max_connections, limits).with_budget(memory.clone()),
+                Connections::new(config.max_connections, limits)
+                    .with_budget(memory.clone())
+                    .with_metrics(metrics.clone()),
             ),
             client_side: Some(Arc::new(
                 ClientSide::new(
@@ -170,29 +184,75 @@ impl Runtime {
                 .acting_as(config.agent_user.clone()),
             )),
         };
+        let agents = Arc::new(
+            Agents::new(
+                &config.agents,
+                config.max_line_bytes,
+                config.request_timeout,
+                Arc::new(
+                    Installer::new(config.data_dir.clone(), config.install_timeout)
+                        .with_retry_backoff(config.install_retry_backoff),
+                ),
+                config.require_preinstall,
+            )
+            .with_tree_supervisor(config.tree_supervisor.clone())
+            .with_metrics(metrics.clone()),
+        );
+        metrics.for_agents(config.agents.keys().map(String::as_str));
+        let mut registry = Registry::with_prefix(metrics::PREFIX);
+        metrics.register(&mut registry);
+        if let Some(persist) = &persist {
+            registry.register(
+                "store_write_duration_seconds",
+                "Time to write one batch to the session store (successful or not)",
+                persist.write_duration.clone(),
+            );
+        }
+        registry.register_collector(Box::new(Scraped(ScrapeFrom {
+            agents: agents.clone(),
+            processes: processes.clone(),
+            persist: persist.clone(),
+        })));
         Arc::new(Self {
             connections: routes.connections.clone(),
             sessions: routes.sessions.clone(),
             routes,
-            agents: Arc::new(
-                Agents::new(
-                    &config.agents,
-                    config.max_line_bytes,
-                    config.request_timeout,
-                    Arc::new(
-                        Installer::new(config.data_dir.clone(), config.install_timeout)
-                            .with_retry_backoff(config.install_retry_backoff),
-                    ),
-                    config.require_preinstall,
-                )
-                .with_tree_supervisor(config.tree_supervisor.clone()),
-            ),
+            agents,
             shutdown: CancellationToken::new(),
             store,
             persist,
             memory,
             processes,
+            metrics,
+            registry,
             config,
+        })
+    }
+}
+
+/// What a scrape reads from the running server: counts each part keeps.
+#[derive(Debug)]
+struct ScrapeFrom {
+    agents: Arc<Agents>,
+    processes: Option<Arc<Processes>>,
+    persist: Option<Arc<Persist>>,
+}
+
+impl ScrapeSource for ScrapeFrom {
+    fn agent_processes(&self) -> Vec<(Arc<str>, bool, u64)> {
+        self.agents.process_counts()
+    }
+
+    fn processes(&self) -> (u64, u64) {
+        self.processes
+            .as_ref()
+            .map_or((0, 0), |processes| processes.counts())
+    }
+
+    fn store(&self) -> (u64, u64) {
+        self.persist.as_ref().map_or((0, 0), |persist| {
+            let health = persist.health();
+            (health.waiting as u64, health.dropped_events)
         })
     }
 }

@@ -21,6 +21,7 @@
 
 use crate::agent::elicitation;
 use crate::error::Error;
+use crate::metrics::{GaugeGuard, Metrics, Transport};
 use crate::protocol::{self, method};
 use crate::state::budget::MemoryBudget;
 use bytes::Bytes;
@@ -191,6 +192,11 @@ pub struct Connection {
     /// Whether any session lane exists: until one does, a push need not
     /// look for a session id (the `/v2/rpc` case).
     has_lanes: AtomicBool,
+    /// Where replays and stream gaps are counted (`None`: uncounted).
+    metrics: Option<Arc<Metrics>>,
+    /// Counts the connection in `acp_connections{transport}` until it
+    /// closes.
+    counted: Mutex<Option<GaugeGuard>>,
 }
 
 /// Which stream of a connection an event belongs to: `None` is the
@@ -309,6 +315,8 @@ impl Connection {
             in_flight: Mutex::new(HashSet::new()),
             sessions: Mutex::new(HashSet::new()),
             has_lanes: AtomicBool::new(false),
+            metrics: None,
+            counted: Mutex::new(None),
         };
         connection.touch();
         connection
@@ -354,6 +362,15 @@ impl Connection {
     /// before the first push).
     pub fn with_budget(mut self, budget: Arc<MemoryBudget>) -> Self {
         self.state.get_mut().budget = Some(budget);
+        self
+    }
+
+    /// Counts the connection as open on `transport` until it closes, and
+    /// its replays and stream gaps, in `metrics` (research/contract.md,
+    /// "Metrics").
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>, transport: Transport) -> Self {
+        *self.counted.get_mut() = Some(GaugeGuard::new(metrics.connections(transport)));
+        self.metrics = Some(metrics);
         self
     }
 
@@ -442,6 +459,10 @@ impl Connection {
         };
         state.streams.insert(lane.clone(), live);
         let generation = state.stream_generation;
+        if let (Some(metrics), Some(after)) = (&self.metrics, last_event_id) {
+            let oldest = state.events.front().map_or(state.next_seq, |e| e.seq);
+            metrics.events_replayed(newest.saturating_sub(after.max(oldest.saturating_sub(1))));
+        }
         drop(state);
         self.touch();
         Ok(Stream {
@@ -477,6 +498,7 @@ impl Connection {
             stream.wake.notify_one();
         }
         drop(state);
+        self.counted.lock().take();
         self.closed.cancel();
     }
 
@@ -665,6 +687,9 @@ impl Stream {
         let before = out.len();
         let dropped = state.dropped.get(&self.lane).copied().unwrap_or(0);
         if dropped > self.sent {
+            if let Some(metrics) = &self.connection.metrics {
+                metrics.stream_gap();
+            }
             let gap = StreamGap {
                 from: self.sent + 1,
                 to: dropped,

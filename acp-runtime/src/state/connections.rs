@@ -4,6 +4,7 @@
 //! is gone.
 
 use crate::error::Error;
+use crate::metrics::{Metrics, Transport};
 use crate::state::budget::MemoryBudget;
 use crate::state::connection::{ClientCapabilities, Connection, Profile, ReplayLimits};
 use crate::state::session::Sessions;
@@ -36,6 +37,8 @@ pub struct Connections {
     epoch: Instant,
     /// The account every connection's ring is charged to (`None`: uncounted).
     budget: Option<Arc<MemoryBudget>>,
+    /// Where every connection is counted (`None`: uncounted).
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl Connections {
@@ -49,6 +52,7 @@ impl Connections {
             limits,
             epoch: Instant::now(),
             budget: None,
+            metrics: None,
         }
     }
 
@@ -56,6 +60,13 @@ impl Connections {
     /// (research/contract.md, "Memory budget").
     pub fn with_budget(mut self, budget: Arc<MemoryBudget>) -> Self {
         self.budget = Some(budget);
+        self
+    }
+
+    /// Counts every connection opened from now on, its replays and its
+    /// stream gaps (research/contract.md, "Metrics").
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 
@@ -69,7 +80,11 @@ impl Connections {
         capabilities: ClientCapabilities,
         profile: Profile,
     ) -> Result<Arc<Connection>, Error> {
-        self.open_as(new_id(), agent, capabilities, profile)
+        let transport = match profile {
+            Profile::V2Rpc => Transport::V2Sse,
+            Profile::Acp => Transport::AcpHttp,
+        };
+        self.open_on(new_id(), agent, capabilities, profile, transport)
     }
 
     /// [`Connections::open`] under an id made earlier with [`new_id`] (a
@@ -84,6 +99,18 @@ impl Connections {
         agent: Arc<str>,
         capabilities: ClientCapabilities,
         profile: Profile,
+    ) -> Result<Arc<Connection>, Error> {
+        self.open_on(id, agent, capabilities, profile, Transport::AcpWs)
+    }
+
+    /// Opens connection `id`, counted as open on `transport`.
+    fn open_on(
+        &self,
+        id: Arc<str>,
+        agent: Arc<str>,
+        capabilities: ClientCapabilities,
+        profile: Profile,
+        transport: Transport,
     ) -> Result<Arc<Connection>, Error> {
         if self.map.contains_key(&id) {
             return Err(Error::InvalidRequest(format!(
@@ -108,6 +135,9 @@ impl Connections {
         );
         if let Some(budget) = &self.budget {
             connection = connection.with_budget(budget.clone());
+        }
+        if let Some(metrics) = &self.metrics {
+            connection = connection.with_metrics(metrics.clone(), transport);
         }
         let connection = Arc::new(connection);
         self.map.insert(id, connection.clone());

@@ -4,6 +4,7 @@
 //! "Routing: connections, sessions, one agent process" and
 //! "Extension methods and control plane").
 
+use crate::metrics::{self, Metrics, TurnClock};
 use crate::protocol;
 use crate::state::budget::MemoryBudget;
 use crate::state::connection::Connection;
@@ -60,6 +61,30 @@ pub struct Session {
     /// so nothing of this one is stored any more.
     retired: std::sync::atomic::AtomicBool,
     state: Mutex<SessionState>,
+    /// Counts the entry in `sessions{state}` while it lives (`None`:
+    /// uncounted, an inventory without metrics).
+    metrics: Option<Arc<Metrics>>,
+    /// When the current prompt turn started, until its first update.
+    pub(crate) turn_clock: TurnClock,
+}
+
+/// The state `sessions{state}` counts an entry in.
+fn counted_state(state: &SessionState) -> metrics::SessionState {
+    if state.ended.is_some() {
+        metrics::SessionState::Ended
+    } else if state.dormant {
+        metrics::SessionState::Dormant
+    } else {
+        metrics::SessionState::Live
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.sessions(counted_state(self.state.get_mut())).dec();
+        }
+    }
 }
 
 /// A connection attached to a session, with what it may do
@@ -375,6 +400,10 @@ impl Session {
         let mut state = self.state.lock();
         if state.ended.is_some() {
             return None;
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.sessions(counted_state(&state)).dec();
+            metrics.sessions(metrics::SessionState::Ended).inc();
         }
         state.ended = Some(reason);
         state.dormant = false;
@@ -794,6 +823,8 @@ pub struct Sessions {
     persist: Option<Arc<Persist>>,
     /// The account every log is charged to (`None`: uncounted).
     budget: Option<Arc<MemoryBudget>>,
+    /// Where every entry is counted by state (`None`: uncounted).
+    metrics: Option<Arc<Metrics>>,
     /// When the cache was last trimmed: a trim walks every entry, so it
     /// runs at most once per [`TRIM_INTERVAL`], not per insert.
     last_trim: Mutex<Option<std::time::Instant>>,
@@ -824,8 +855,23 @@ impl Sessions {
             limits,
             persist,
             budget: None,
+            metrics: None,
             last_trim: Mutex::new(None),
         }
+    }
+
+    /// Counts every entry made from now on in `sessions{state}`
+    /// (research/contract.md, "Metrics").
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Counts a new entry in `state`; the handle its `Drop` uncounts with.
+    fn count(&self, state: &SessionState) -> Option<Arc<Metrics>> {
+        let metrics = self.metrics.clone()?;
+        metrics.sessions(counted_state(state)).inc();
+        Some(metrics)
     }
 
     /// Charges every log made from now on to `budget` (research/contract.md,
@@ -875,6 +921,8 @@ impl Sessions {
             created_at: store::time_of(row.created_ns),
             persist: self.persist.clone(),
             retired: std::sync::atomic::AtomicBool::new(false),
+            metrics: self.count(&state),
+            turn_clock: TurnClock::default(),
             state: Mutex::new(state),
         })
     }
@@ -1063,6 +1111,8 @@ impl Sessions {
                 share: self.persist.as_ref().map(|p| p.share(&agent)),
                 persist: self.persist.clone(),
                 retired: std::sync::atomic::AtomicBool::new(false),
+                metrics: self.count(&state),
+                turn_clock: TurnClock::default(),
                 state: Mutex::new(state),
             });
             session.apply_metadata(&metadata);

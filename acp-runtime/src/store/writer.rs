@@ -36,7 +36,9 @@ use super::keys::SessionKeys;
 use super::rows::{EventRow, Key, RowSnapshot, SessionRow, Write};
 use super::share::Share;
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
+use crate::metrics;
 use parking_lot::Mutex;
+use prometheus_client::metrics::histogram::Histogram;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64 as Sequence;
@@ -151,6 +153,9 @@ pub(crate) struct Persist {
     pauses: AtomicU64,
     paused_ns: AtomicU64,
     pause_notice: LogLimit,
+    /// How long each batch took to write, successful or not
+    /// (`store_write_duration_seconds`, registered by the runtime).
+    pub(crate) write_duration: Histogram,
 }
 
 impl Persist {
@@ -164,6 +169,7 @@ impl Persist {
             waiting_bytes: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            write_duration: metrics::store_write_buckets(),
             rows: Mutex::new(HashMap::new()),
             next_seq: Sequence::new(0),
             shutting_down: AtomicBool::new(false),
@@ -525,11 +531,15 @@ async fn run(
         };
         let batch = &queue.make_contiguous()[..take];
         let rows = persist.snapshot(batch);
+        let started = Instant::now();
         let outcome = tokio::time::timeout(
             WRITE_TIMEOUT,
             store.apply(&mut connection, batch, &rows, &mut keys),
         )
         .await;
+        persist
+            .write_duration
+            .observe(started.elapsed().as_secs_f64());
         let error = match outcome {
             Ok(Ok(counts)) => {
                 written(&mut queue, take, &persist, &mut pruned);

@@ -102,6 +102,10 @@ pub struct ServerArgs {
     /// Origins allowed by CORS (repeat or comma-separate; "*" for any). Off by default.
     #[arg(long, env = "SANDBOX_AGENT_CORS_ALLOW_ORIGIN", value_delimiter = ',')]
     pub cors_allow_origin: Vec<String>,
+    /// Serve GET /metrics without the bearer token (for a Prometheus that
+    /// cannot send one; keep the port off untrusted networks).
+    #[arg(long, env = "SANDBOX_AGENT_METRICS_PUBLIC")]
+    pub metrics_public: bool,
     /// Host names served on a loopback connection besides localhost,
     /// 127.0.0.1 and [::1] (repeat or comma-separate; NAME for any port,
     /// NAME:PORT for one): for a proxy in front that keeps its own Host.
@@ -353,6 +357,7 @@ impl ServerArgs {
         config.read_timeout = Duration::from_millis(self.read_timeout_ms.max(1));
         config.idle_timeout = Duration::from_millis(self.idle_timeout_ms);
         config.cors_allow_origins = self.cors_allow_origin;
+        config.metrics_public = self.metrics_public;
         for host in &self.allowed_host {
             config::check_allowed_host(host).map_err(|rule| format!("--allowed-host: {rule}"))?;
         }

@@ -31,6 +31,8 @@
 //! - [`proxy`]: [`CutProxy`], a loopback TCP proxy that logs request heads
 //!   and cuts connections on demand; `ResponseCut`, one that breaks off a
 //!   chosen answer after N bytes.
+//! - [`prometheus`]: [`prometheus::Prometheus`], a private Prometheus
+//!   scraping a test server with its token, read back through its query API.
 //! - [`postgres`]: [`PgServer`], a private PostgreSQL server (its own
 //!   `initdb` dir, a loopback port, a non-root user) for the store's tests.
 //!
@@ -48,6 +50,7 @@ pub mod ext;
 pub mod postgres;
 pub mod problem;
 pub mod procfs;
+pub mod prometheus;
 pub mod proxy;
 pub mod server;
 pub mod sse;

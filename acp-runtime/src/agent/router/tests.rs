@@ -68,6 +68,7 @@ impl Fixture {
                 },
             )),
             client_side,
+            metrics: Default::default(),
         };
         let mut router = Router::new(
             AGENT.into(),
