@@ -50,8 +50,16 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         let done = match cli.command {
             Command::Server(args) => {
-                init_logging_as("info", args.log_format);
-                commands::server::run(*args).await
+                let format = args.log_format;
+                init_logging_as("info", format);
+                let served = commands::server::run(*args).await;
+                if let (LogFormat::Json, Err(error)) = (format, &served) {
+                    // A log collector reads stderr as JSON lines: the error
+                    // that stops the server is one of them, not plain text.
+                    tracing::error!(error = %error, "stopped");
+                    return Ok(ExitCode::FAILURE);
+                }
+                served
             }
             Command::Agents(args) => {
                 // The spinner shows progress; the log only has what went wrong.

@@ -129,3 +129,41 @@ async fn text_log_has_no_credentials() {
     );
     assert_no_credential(&log);
 }
+
+/// The error that stops the server is a JSON line too (level `ERROR`), not
+/// plain text among the JSON.
+#[tokio::test]
+async fn a_fatal_error_is_a_json_line() {
+    let output = tokio::process::Command::from(v2_api_tests::server::sandbox_agent_command())
+        .args([
+            "server",
+            "--no-token",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--data-dir",
+            "/proc/nonexistent/sandbox-agent",
+            "--log-format",
+            "json",
+        ])
+        .output();
+    let output = tokio::time::timeout(REQUEST_TIMEOUT, output)
+        .await
+        .expect("the server gives up at once")
+        .expect("run sandbox-agent server");
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line:?}")))
+        .collect();
+    let last = lines.last().expect("a log line");
+    assert_eq!(last["level"], "ERROR", "{stderr}");
+    assert!(
+        last["fields"]["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("/proc/nonexistent/sandbox-agent")),
+        "{stderr}"
+    );
+}
