@@ -291,19 +291,15 @@ pub async fn read_stdout(
 ) -> ExitInfo {
     let mut status = None;
     let mut drain_until: Option<Instant> = None;
+    // Held messages past their TTL and requests nobody is left to answer
+    // are settled even while the agent is silent: one tick a second, not
+    // a look per line.
+    let mut sweep = tokio::time::interval(super::router::SWEEP_INTERVAL);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let drain_deadline = async {
             match drain_until {
                 Some(deadline) => tokio::time::sleep_until(deadline).await,
-                None => std::future::pending().await,
-            }
-        };
-        // Held messages past their TTL and requests nobody is left to
-        // answer are settled even while the agent is silent.
-        let sweep_at = process.router.next_sweep();
-        let sweep = async {
-            match sweep_at {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
                 None => std::future::pending().await,
             }
         };
@@ -340,7 +336,7 @@ pub async fn read_stdout(
                 drain_until = Some(Instant::now() + EXIT_DRAIN);
             }
             () = drain_deadline => break,
-            () = sweep => process.router.sweep(),
+            _ = sweep.tick() => process.router.sweep(),
         }
     }
     let status = match status {

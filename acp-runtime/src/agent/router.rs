@@ -63,8 +63,9 @@ const HELD_TTL: Duration = Duration::from_secs(5);
 /// Open agent requests one process may have (research/contract.md,
 /// "Routing"): past it a new one is answered at once, as cancelled.
 pub const AGENT_REQUESTS_MAX: usize = 1024;
-/// How often open requests whose only connections closed, and held
-/// messages past their TTL, are looked for while there are any.
+/// How often the stdout loop looks for open requests whose only
+/// connections closed and for held messages past their TTL
+/// ([`Router::sweep`]).
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What a router delivers to outside its own process: the server-wide
@@ -1536,19 +1537,6 @@ impl Router {
             .values()
             .find(|(id, request)| &**id == raw_id && request.session.as_deref() == Some(session))
             .map(|(_, request)| (request.method.clone(), request.mode))
-    }
-
-    /// When [`Router::sweep`] should run next: the oldest held message's
-    /// TTL, or [`SWEEP_INTERVAL`] from now while agent requests are open;
-    /// `None` when there is nothing to look at.
-    pub fn next_sweep(&self) -> Option<Instant> {
-        let held = self.held.lock().front().map(|front| front.at + HELD_TTL);
-        let open =
-            (!self.agent_requests.lock().is_empty()).then(|| Instant::now() + SWEEP_INTERVAL);
-        match (held, open) {
-            (Some(held), Some(open)) => Some(held.min(open)),
-            (held, open) => held.or(open),
-        }
     }
 
     /// Drops held messages past their TTL (a permission request or question
