@@ -438,16 +438,7 @@ fn check_number(
     let Some(number) = value.as_f64() else {
         return Err(format!("must be a number, not {value}"));
     };
-    if let Some(min) = property.minimum
-        && number < min
-    {
-        return Err(format!("must be at least {min} (is {number})"));
-    }
-    if let Some(max) = property.maximum
-        && number > max
-    {
-        return Err(format!("must be at most {max} (is {number})"));
-    }
+    within(number, property.minimum, property.maximum)?;
     Ok(ElicitationContentValue::Number(number))
 }
 
@@ -458,17 +449,27 @@ fn check_integer(
     let Some(number) = value.as_i64() else {
         return Err(format!("must be an integer, not {value}"));
     };
-    if let Some(min) = property.minimum
+    within(number, property.minimum, property.maximum)?;
+    Ok(ElicitationContentValue::Integer(number))
+}
+
+/// `number` checked against a property's `minimum` and `maximum`.
+fn within<T: PartialOrd + std::fmt::Display>(
+    number: T,
+    min: Option<T>,
+    max: Option<T>,
+) -> Result<(), String> {
+    if let Some(min) = min
         && number < min
     {
         return Err(format!("must be at least {min} (is {number})"));
     }
-    if let Some(max) = property.maximum
+    if let Some(max) = max
         && number > max
     {
         return Err(format!("must be at most {max} (is {number})"));
     }
-    Ok(ElicitationContentValue::Integer(number))
+    Ok(())
 }
 
 fn check_array(
