@@ -42,6 +42,10 @@ mod state_dir;
 mod stdio;
 mod turn;
 
+/// The prompt command's tests ask this form.
+#[cfg(test)]
+pub(crate) use turn::question_form;
+
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -339,28 +339,7 @@ impl Turn {
     /// the answer (`-` for a field left out), or says it was declined or
     /// cancelled.
     async fn ask_question(&self) -> Result<StopReason, Error> {
-        let schema = ElicitationSchema::new()
-            .title("About you".to_owned())
-            .property(
-                "name",
-                StringPropertySchema::new()
-                    .title("Name".to_owned())
-                    .min_length(1)
-                    .max_length(64),
-                true,
-            )
-            .property(
-                "color",
-                StringPropertySchema::new()
-                    .title("Favourite colour".to_owned())
-                    .enum_values(vec!["red".into(), "green".into(), "blue".into()]),
-                false,
-            )
-            .property(
-                "confirm",
-                BooleanPropertySchema::new().title("Confirm".to_owned()),
-                false,
-            );
+        let schema = question_form();
         let mode = ElicitationMode::Form(ElicitationFormMode::new(
             ElicitationSessionScope::new(self.session_id.clone()),
             schema,
@@ -616,6 +595,34 @@ impl Turn {
             .await
             .map_err(|_| Error::internal_error().data("the connection closed"))?
     }
+}
+
+/// The form of the `ask question` turn: `name` (string, 1 to 64
+/// characters, required), `color` (red, green or blue), `confirm`
+/// (boolean), titled `About you` (research/contract.md, "The mock agent").
+pub(crate) fn question_form() -> ElicitationSchema {
+    ElicitationSchema::new()
+        .title("About you".to_owned())
+        .property(
+            "name",
+            StringPropertySchema::new()
+                .title("Name".to_owned())
+                .min_length(1)
+                .max_length(64),
+            true,
+        )
+        .property(
+            "color",
+            StringPropertySchema::new()
+                .title("Favourite colour".to_owned())
+                .enum_values(vec!["red".into(), "green".into(), "blue".into()]),
+            false,
+        )
+        .property(
+            "confirm",
+            BooleanPropertySchema::new().title("Confirm".to_owned()),
+            false,
+        )
 }
 
 /// An answered field as the `ask question` reply shows it.

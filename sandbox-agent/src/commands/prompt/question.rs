@@ -490,35 +490,15 @@ fn shown(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandbox_agent_sdk::schema::{BooleanPropertySchema, IntegerPropertySchema};
+    use sandbox_agent_sdk::schema::IntegerPropertySchema;
 
+    /// The mock agent's own `ask question` form, with an integer field.
     fn mock_form() -> ElicitationSchema {
-        ElicitationSchema::new()
-            .property(
-                "name",
-                StringPropertySchema::new()
-                    .title("Name".to_owned())
-                    .min_length(1)
-                    .max_length(64),
-                true,
-            )
-            .property(
-                "color",
-                StringPropertySchema::new()
-                    .title("Favourite colour".to_owned())
-                    .enum_values(vec!["red".into(), "green".into(), "blue".into()]),
-                false,
-            )
-            .property(
-                "confirm",
-                BooleanPropertySchema::new().title("Confirm".to_owned()),
-                false,
-            )
-            .property(
-                "count",
-                IntegerPropertySchema::new().minimum(1).maximum(3),
-                false,
-            )
+        crate::commands::mock_agent::question_form().property(
+            "count",
+            IntegerPropertySchema::new().minimum(1).maximum(3),
+            false,
+        )
     }
 
     #[test]
