@@ -136,6 +136,11 @@ pub struct ServerConfig {
     /// that cannot send one, on a network that keeps others out
     /// (research/contract.md, "Metrics").
     pub metrics_public: bool,
+    /// Metrics are recorded and `GET /metrics` serves them (the default);
+    /// `--no-metrics` turns both off: requests, turns and file bytes are
+    /// not counted, and `/metrics` answers 404 (research/contract.md,
+    /// "Metrics").
+    pub metrics: bool,
     /// Host names (`host` for any port, `host:port` for one) served on a
     /// loopback connection besides the loopback names, for a proxy in front
     /// that keeps its own `Host` (research/contract.md, "Auth and CORS");
@@ -242,6 +247,7 @@ impl ServerConfig {
             idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
             cors_allow_origins: Vec::new(),
             metrics_public: false,
+            metrics: true,
             allowed_hosts: Vec::new(),
             shutdown_grace: Duration::from_millis(DEFAULT_SHUTDOWN_GRACE_MS),
             event_log_events: DEFAULT_EVENT_LOG_EVENTS,

@@ -171,6 +171,8 @@ pub fn stop_reason_label(reason: Option<&str>) -> &'static str {
 /// Every metric the server records as things happen.
 #[derive(Debug)]
 pub struct Metrics {
+    /// Whether anything is recorded ([`Metrics::off`]).
+    on: bool,
     http_requests: Family<HttpLabels, Counter>,
     http_duration: Histograms<RouteLabel>,
     /// Open connections, by [`Transport`] (index of `Transport::ALL`).
@@ -215,6 +217,7 @@ impl Default for Metrics {
             .get_or_create(&DirectionLabel { direction: "write" })
             .clone();
         Self {
+            on: true,
             http_requests: Family::default(),
             http_duration: Family::new_with_constructor(http_buckets),
             connections,
@@ -236,6 +239,21 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Metrics that record nothing (`--no-metrics`): every recording method
+    /// returns at once. The gauges the caller holds handles of (connections,
+    /// sessions) are left unregistered by the runtime instead.
+    pub fn off() -> Self {
+        Self {
+            on: false,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this records anything.
+    pub fn is_on(&self) -> bool {
+        self.on
+    }
+
     /// Registers every handle (clones share the same atomics) in `registry`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
@@ -320,6 +338,9 @@ impl Metrics {
         status: u16,
         took: Duration,
     ) {
+        if !self.on {
+            return;
+        }
         let method = match *method {
             http::Method::GET => "GET",
             http::Method::HEAD => "HEAD",
@@ -355,6 +376,9 @@ impl Metrics {
     /// Records a prompt turn of `agent` answered after `took`, with
     /// `stop_reason` (see [`stop_reason_label`]).
     pub fn prompt_turn(&self, agent: &Arc<str>, stop_reason: &'static str, took: Duration) {
+        if !self.on {
+            return;
+        }
         self.prompt_turns
             .get_or_create(&TurnLabels {
                 agent: agent.clone(),
@@ -371,6 +395,9 @@ impl Metrics {
     /// Records the first `session/update` of a turn of `agent`, `took`
     /// after its request.
     pub fn first_update(&self, agent: &Arc<str>, took: Duration) {
+        if !self.on {
+            return;
+        }
         self.first_update
             .get_or_create(&AgentLabel {
                 agent: agent.clone(),
@@ -385,6 +412,9 @@ impl Metrics {
 
     /// Records a finished install of `agent`: `installed`, `failed`.
     pub fn agent_install(&self, agent: &str, outcome: &'static str) {
+        if !self.on {
+            return;
+        }
         self.agent_installs
             .get_or_create(&InstallLabels {
                 agent: agent.into(),
@@ -395,6 +425,9 @@ impl Metrics {
 
     /// Counts `count` events replayed to a client.
     pub fn events_replayed(&self, count: u64) {
+        if !self.on {
+            return;
+        }
         if count > 0 {
             self.events_replayed.inc_by(count);
         }
@@ -402,16 +435,25 @@ impl Metrics {
 
     /// Counts one stream gap notice.
     pub fn stream_gap(&self) {
+        if !self.on {
+            return;
+        }
         self.stream_gaps.inc();
     }
 
     /// Counts `bytes` read from the host file system.
     pub fn fs_read(&self, bytes: u64) {
+        if !self.on {
+            return;
+        }
         self.fs_read.inc_by(bytes);
     }
 
     /// Counts `bytes` written to the host file system.
     pub fn fs_written(&self, bytes: u64) {
+        if !self.on {
+            return;
+        }
         self.fs_written.inc_by(bytes);
     }
 }

@@ -226,6 +226,9 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
         Route::Gone => Err(Error::Gone),
         Route::Health if get => Ok(health(runtime)),
         Route::Health => Err(Error::MethodNotAllowed("GET")),
+        Route::Metrics if !runtime.config.metrics => {
+            Err(Error::NotFound("metrics are off (--no-metrics)".to_owned()))
+        }
         Route::Metrics if get => Ok(metrics::serve(runtime, request.headers())),
         Route::Metrics => Err(Error::MethodNotAllowed("GET")),
         Route::Ui => ui::page(&method, uri.path()),

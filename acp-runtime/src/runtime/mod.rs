@@ -156,19 +156,22 @@ impl Runtime {
         let processes = config
             .processes
             .map(|limits| Arc::new(Processes::new(limits, config.tree_supervisor.clone())));
-        let metrics = Arc::new(Metrics::default());
+        let metrics = Arc::new(if config.metrics {
+            Metrics::default()
+        } else {
+            Metrics::off()
+        });
+        let mut sessions = Sessions::new(inventory, persist.clone()).with_budget(memory.clone());
+        let mut connections =
+            Connections::new(config.max_connections, limits).with_budget(memory.clone());
+        if metrics.is_on() {
+            sessions = sessions.with_metrics(metrics.clone());
+            connections = connections.with_metrics(metrics.clone());
+        }
         let routes = RouteTargets {
             metrics: metrics.clone(),
-            sessions: Arc::new(
-                Sessions::new(inventory, persist.clone())
-                    .with_budget(memory.clone())
-                    .with_metrics(metrics.clone()),
-            ),
-            connections: Arc::new(
-                Connections::new(config.max_connections, limits)
-                    .with_budget(memory.clone())
-                    .with_metrics(metrics.clone()),
-            ),
+            sessions: Arc::new(sessions),
+            connections: Arc::new(connections),
             client_side: Some(Arc::new(
                 ClientSide::new(
                     config.fs_root.clone(),

@@ -106,6 +106,14 @@ pub struct ServerArgs {
     /// cannot send one; keep the port off untrusted networks).
     #[arg(long, env = "SANDBOX_AGENT_METRICS_PUBLIC")]
     pub metrics_public: bool,
+    /// Record no metrics and answer GET /metrics with 404 (the baseline
+    /// the benchmarks compare against; recording costs an atomic add).
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_NO_METRICS",
+        conflicts_with = "metrics_public"
+    )]
+    pub no_metrics: bool,
     /// Host names served on a loopback connection besides localhost,
     /// 127.0.0.1 and [::1] (repeat or comma-separate; NAME for any port,
     /// NAME:PORT for one): for a proxy in front that keeps its own Host.
@@ -358,6 +366,7 @@ impl ServerArgs {
         config.idle_timeout = Duration::from_millis(self.idle_timeout_ms);
         config.cors_allow_origins = self.cors_allow_origin;
         config.metrics_public = self.metrics_public;
+        config.metrics = !self.no_metrics;
         for host in &self.allowed_host {
             config::check_allowed_host(host).map_err(|rule| format!("--allowed-host: {rule}"))?;
         }

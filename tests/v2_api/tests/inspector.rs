@@ -93,6 +93,18 @@ async fn a_prompt_streams_into_the_page() {
 }
 
 #[tokio::test]
+async fn the_health_view_follows_turns_and_permissions() {
+    let server = TestServer::start(&[]).await;
+    flow(&server, "health", None).await;
+}
+
+#[tokio::test]
+async fn the_health_view_says_when_metrics_are_off() {
+    let server = TestServer::start(&["--no-metrics"]).await;
+    flow(&server, "health-off", None).await;
+}
+
+#[tokio::test]
 async fn a_tool_call_changes_status_on_the_page() {
     let server = TestServer::start(&[]).await;
     flow(&server, "tool", None).await;

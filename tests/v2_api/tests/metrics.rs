@@ -211,3 +211,34 @@ async fn prometheus_scrapes_with_the_token() {
         );
     }
 }
+
+#[tokio::test]
+async fn no_metrics_records_nothing_and_answers_404() {
+    let server = TestServer::start(&["--token", TOKEN, "--no-metrics"]).await;
+    run_turns(&server).await;
+    let reply = server.get("/metrics").await;
+    reply.assert_status(404);
+    let problem = reply.json();
+    assert_eq!(
+        problem["type"], "urn:sandbox-agent:error:not-found",
+        "{problem}"
+    );
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("--no-metrics")),
+        "{problem}"
+    );
+    // Everything else still answers.
+    server.get("/v2/agents").await.assert_status(200);
+
+    // A public endpoint for metrics that are off is a contradiction: refused.
+    let (status, stderr) = v2_api_tests::server::start_up_outcome(
+        &["--no-metrics", "--metrics-public"],
+        Duration::from_secs(20),
+    )
+    .await
+    .expect("the server must refuse to start");
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("--metrics-public"), "{stderr}");
+}

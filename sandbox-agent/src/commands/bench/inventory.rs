@@ -102,7 +102,7 @@ async fn run(options: &BenchOptions, root: &Path) -> Result<Vec<ScenarioResult>,
 }
 
 /// `count` sessions through `session/new`, from [`SEED_WORKERS`] connections.
-async fn seed(target: &Target, count: usize) -> Result<(), BenchError> {
+pub(super) async fn seed(target: &Target, count: usize) -> Result<(), BenchError> {
     let mut tasks = Vec::new();
     for worker in 0..SEED_WORKERS {
         let (mut client, connection) = open(target).await?;

@@ -12,6 +12,7 @@
 pub mod client;
 pub mod fs;
 pub mod inventory;
+pub mod metrics;
 pub mod processes;
 pub mod report;
 pub mod scenarios;
@@ -65,6 +66,11 @@ pub enum Scenario {
     /// `yes | head -c N | cat`, the server's RSS meanwhile (not in the
     /// default run).
     Processes,
+    /// What metrics and traces cost: round trips and an SSE stream with
+    /// `--no-metrics`, with metrics, and with traces exported to a local
+    /// OTLP receiver; `GET /metrics` with a few and with 10,000 sessions
+    /// (not in the default run).
+    Metrics,
 }
 
 impl Scenario {
@@ -221,10 +227,23 @@ impl Target {
     /// # Errors
     /// When it does not start.
     pub async fn start(program: &std::path::Path, extra: &[&str]) -> Result<Self, BenchError> {
+        Self::start_with_env(program, extra, &[]).await
+    }
+
+    /// [`Target::start`] with `env` added to the server's environment.
+    ///
+    /// # Errors
+    /// When it does not start.
+    pub async fn start_with_env(
+        program: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self, BenchError> {
         let mut child = Command::new(program)
             .args(["server", "--host", "127.0.0.1", "--port", "0", "--no-token"])
             .args(extra)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -346,6 +365,7 @@ pub async fn measure(options: BenchOptions) -> Result<report::Report, BenchError
             Scenario::Store => store::store(&options).await,
             Scenario::Sessions => inventory::sessions(&options).await,
             Scenario::Processes => processes::processes(&target, &options).await,
+            Scenario::Metrics => metrics::metrics(&options).await,
         };
         match outcome {
             Ok(results) => report.results.extend(results),

@@ -370,15 +370,76 @@ impl Report {
                 30.0,
             ));
         }
+        self.operating_checks(&mut checks);
         checks
+    }
+
+    /// What metrics and traces cost (`--scenario metrics`;
+    /// research/contract.md, "Metrics"): each ratio is the baseline's
+    /// performance over the other's, so 1.0 is free.
+    fn operating_checks(&self, checks: &mut Vec<Check>) {
+        let p50 = |name: &str| self.find(name).and_then(|r| r.latency).map(|l| l.p50_us);
+        let eps = |name: &str| self.find(name).and_then(|r| r.events_per_sec);
+        let off = "metrics: roundtrip, metrics off";
+        for (other, label, limit) in [
+            ("metrics: roundtrip, metrics on", "metrics on", 0.97),
+            ("metrics: roundtrip, traces on", "traces on", 0.9),
+        ] {
+            if let (Some(base), Some(with)) = (p50(off), p50(other)) {
+                checks.push(Check::at_least(
+                    &format!("roundtrip p50 speed, {label} / metrics off"),
+                    base / with.max(1e-9),
+                    limit,
+                ));
+            }
+        }
+        let off = "metrics: stream (SSE), metrics off";
+        for (other, label, limit) in [
+            ("metrics: stream (SSE), metrics on", "metrics on", 0.97),
+            ("metrics: stream (SSE), traces on", "traces on", 0.9),
+        ] {
+            if let (Some(base), Some(with)) = (eps(off), eps(other)) {
+                checks.push(Check::at_least(
+                    &format!("stream updates/s, {label} / metrics off"),
+                    with / base.max(1e-9),
+                    limit,
+                ));
+            }
+        }
+        let at_scale = format!(
+            "metrics: scrape, {} sessions",
+            super::metrics::SCRAPE_SESSIONS
+        );
+        if let Some(scale) = p50(&at_scale) {
+            checks.push(Check::at_most(
+                &format!("{at_scale} p50 (ms)"),
+                scale / 1e3,
+                10.0,
+            ));
+            if let Some(few) = p50("metrics: scrape, few sessions") {
+                checks.push(Check::at_most(
+                    "scrape p50, 10,000 sessions / few",
+                    scale / few.max(1e-9),
+                    1.5,
+                ));
+            }
+        }
     }
 
     /// The human-readable table and the checks.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        // The name column fits the longest name.
+        let width = self
+            .results
+            .iter()
+            .map(|r| r.name.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(28);
         let _ = writeln!(
             out,
-            "{:<28} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>10} {:>10}",
+            "{:<width$} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>10} {:>10}",
             "scenario",
             "count",
             "req/s",
@@ -401,7 +462,7 @@ impl Report {
         for r in &self.results {
             let _ = writeln!(
                 out,
-                "{:<28} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>10} {:>10}",
+                "{:<width$} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>10} {:>10}",
                 r.name,
                 r.count,
                 number(r.requests_per_sec),

@@ -33,7 +33,7 @@ pub(super) async fn open(target: &Target) -> Result<(HttpClient, String), BenchE
 }
 
 /// Sends echo requests back to back on one HTTP connection until `until`.
-async fn echo_loop(
+pub(super) async fn echo_loop(
     client: &mut HttpClient,
     connection: &str,
     until: Instant,
