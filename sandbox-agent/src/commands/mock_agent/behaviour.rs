@@ -1,7 +1,7 @@
 //! What a prompt turn does, from the prompt's text: the plain reply, the
 //! `tool` and `permission` turns, the client-side file and terminal turns
 //! (`read file`, `read lines`, `write file`, `use terminal`), the questions
-//! (`ask question`, `ask url`), and the `!`
+//! (`ask question`, `ask url`), `echo traceparent`, and the `!`
 //! directives (research/contract.md, "The mock agent").
 
 use std::path::PathBuf;
@@ -60,6 +60,10 @@ pub(super) enum Behaviour {
     /// `ask url`: a URL-mode `elicitation/create`; after an accept,
     /// `elicitation/complete`, then a reply.
     AskUrl,
+    /// `echo traceparent`: one chunk naming the `_meta.traceparent` the
+    /// prompt request carried (filled in by the turn, which has the
+    /// request), so a test sees the trace context the runtime passed on.
+    EchoTraceparent { traceparent: Option<String> },
 }
 
 impl Behaviour {
@@ -203,6 +207,7 @@ impl Behaviour {
         match text.trim() {
             "ask question" => Some(Ok(Self::AskQuestion)),
             "ask url" => Some(Ok(Self::AskUrl)),
+            "echo traceparent" => Some(Ok(Self::EchoTraceparent { traceparent: None })),
             _ => None,
         }
     }

@@ -63,10 +63,18 @@ impl MockAgent {
         cx: ConnectionTo<Client>,
     ) -> Result<(), Error> {
         let text = prompt_text(&request.prompt);
-        let behaviour = match Behaviour::from_prompt(&text) {
+        let mut behaviour = match Behaviour::from_prompt(&text) {
             Ok(behaviour) => behaviour,
             Err(error) => return responder.respond_with_error(error),
         };
+        if let Behaviour::EchoTraceparent { traceparent } = &mut behaviour {
+            *traceparent = request
+                .meta
+                .as_ref()
+                .and_then(|meta| meta.get("traceparent"))
+                .and_then(|value| value.as_str())
+                .map(str::to_owned);
+        }
         let running = match self.begin_turn(&request.session_id, &text) {
             Ok(running) => running,
             Err(error) => return responder.respond_with_error(error),
@@ -236,6 +244,11 @@ impl Turn {
             Behaviour::Fail { lines, bytes } => Err(fail_with_stderr(lines, bytes)),
             Behaviour::AskQuestion => self.ask_question().await,
             Behaviour::AskUrl => self.ask_url().await,
+            Behaviour::EchoTraceparent { traceparent } => {
+                let traceparent = traceparent.as_deref().unwrap_or("none");
+                self.chunk(format!("traceparent: {traceparent}"))?;
+                Ok(StopReason::EndTurn)
+            }
         }
     }
 
