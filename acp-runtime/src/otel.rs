@@ -374,9 +374,23 @@ impl Injector for MetaCarrier<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+    use opentelemetry_sdk::propagation::TraceContextPropagator;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use serde_json::Value;
+    use tracing_subscriber::layer::SubscriberExt;
 
-    #[test]
-    fn off_means_no_span_and_params_as_they_are() {
+    /// Runs `test` with tracing on: a real tracer (exporting nowhere)
+    /// behind the `tracing` bridge, and W3C trace context as propagator.
+    fn traced(test: impl FnOnce()) {
+        let provider = SdkTracerProvider::builder().build();
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
+        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), test);
+    }
+
+    /// Tracing off: no span, params as they are, no tool call parsed.
+    fn off() {
         // No subscriber in unit tests: tracing is off.
         assert!(!enabled());
         let span = invoke_agent("mock", Some("s1"));
@@ -387,5 +401,77 @@ mod tests {
         trace.begin(&span);
         trace.on_update("tool_call", br#"{"params":{"update":{"toolCallId":"t"}}}"#);
         assert!(trace.tools.is_empty());
+    }
+
+    /// One test, in order: tracing's callsite interest is process-wide, so
+    /// "off" is only certain before any subscriber was ever set.
+    #[test]
+    fn off_then_on() {
+        off();
+        traced(meta_gets_the_trace_context_and_keeps_the_rest_as_written);
+        traced(a_tool_call_span_ends_at_its_final_status_or_with_the_turn);
+    }
+
+    fn meta_gets_the_trace_context_and_keeps_the_rest_as_written() {
+        assert!(enabled());
+        let span = invoke_agent("mock", Some("s1"));
+        let params = RawValue::from_string(
+                r#"{"sessionId":"s1","n":9007199254740993,"_meta":{"custom":{"a":[1,2]},"traceparent":"old"}}"#
+                    .to_owned(),
+            )
+            .ok();
+        let traced = with_trace_meta(&span, params.as_deref()).expect("params with _meta");
+        assert!(traced.get().contains("9007199254740993"), "{traced}");
+        let traced: Value = serde_json::from_str(traced.get()).expect("JSON");
+        assert_eq!(traced["sessionId"], "s1");
+        assert_eq!(traced["_meta"]["custom"], serde_json::json!({"a": [1, 2]}));
+        let traceparent = traced["_meta"]["traceparent"].as_str().unwrap_or_default();
+        let trace_id = span.context().span().span_context().trace_id().to_string();
+        assert!(
+            traceparent.starts_with(&format!("00-{trace_id}-")),
+            "{traceparent}"
+        );
+
+        // No params: a `_meta` alone. Params that are not an object: as they are.
+        let alone = with_trace_meta(&span, None).expect("a _meta");
+        assert!(
+            alone.get().starts_with(r#"{"_meta":{"traceparent":"00-"#),
+            "{alone}"
+        );
+        let list = RawValue::from_string("[1]".to_owned()).ok();
+        assert!(with_trace_meta(&span, list.as_deref()).is_none());
+    }
+
+    fn a_tool_call_span_ends_at_its_final_status_or_with_the_turn() {
+        let turn = invoke_agent("mock", Some("s1"));
+        let mut trace = TurnTrace::default();
+        trace.begin(&turn);
+        let update = |kind: &str, id: &str, status: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s1","update":{{"sessionUpdate":"{kind}","toolCallId":"{id}","title":"t","status":"{status}"}}}}}}"#
+            )
+        };
+        trace.on_update("tool_call", update("tool_call", "a", "pending").as_bytes());
+        trace.on_update(
+            "tool_call",
+            update("tool_call", "b", "in_progress").as_bytes(),
+        );
+        assert_eq!(trace.tools.len(), 2);
+        trace.on_update(
+            "tool_call_update",
+            update("tool_call_update", "a", "in_progress").as_bytes(),
+        );
+        assert_eq!(trace.tools.len(), 2);
+        trace.on_update(
+            "tool_call_update",
+            update("tool_call_update", "a", "failed").as_bytes(),
+        );
+        assert_eq!(trace.tools.len(), 1);
+        // A later turn's span is not ended by an earlier turn's end.
+        let other = invoke_agent("mock", Some("s1"));
+        trace.end(&other);
+        assert_eq!(trace.tools.len(), 1);
+        trace.end(&turn);
+        assert!(trace.tools.is_empty() && trace.turn.is_disabled());
     }
 }
