@@ -1,8 +1,9 @@
 //! Traces over OTLP (research/contract.md, "Traces"): the real server
 //! exports its spans to a real OTLP/HTTP receiver started here (POST
 //! `/v1/traces`, protobuf bodies decoded with the official definitions,
-//! `opentelemetry-proto`). A client's `traceparent` header continues its
-//! trace through the HTTP and ACP request spans to one `invoke_agent` span
+//! `opentelemetry-proto`). A client's `traceparent` header (on `POST
+//! /v2/rpc` and on `POST /acp`) continues its trace through the HTTP and
+//! ACP request spans to one `invoke_agent` span
 //! per prompt turn, with `execute_tool` and permission-wait children; the
 //! mock agent reports the `_meta.traceparent` it got, which belongs to the
 //! same trace; SIGTERM flushes the batch. Without the variables (or with
@@ -13,7 +14,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -21,7 +22,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use v2_api_tests::acp::{self, permission_answer, prompt_params};
-use v2_api_tests::{Api, EVENT_TIMEOUT, MOCK, SHUTDOWN_GRACE, TestServer};
+use v2_api_tests::{Api, EVENT_TIMEOUT, MOCK, SHUTDOWN_GRACE, SseStream, TestServer};
 
 /// One export the receiver got.
 struct Export {
@@ -467,4 +468,122 @@ async fn nothing_is_sent_when_traces_are_off() {
         .expect("the server exits on SIGTERM");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(receiver.exports.lock().expect("exports").len(), 0);
+}
+
+/// `/acp` (research/contract.md, "The /acp profile"): a `POST /acp`
+/// answered 202 at once still carries the client's trace to the turn it
+/// starts, and the agent gets a traceparent of that trace.
+#[tokio::test]
+async fn a_post_to_acp_continues_the_trace_too() {
+    let receiver = Receiver::start().await;
+    let endpoint = receiver.endpoint();
+    let mut server = TestServer::start_with_env(
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_SERVICE_NAME", "sandbox-agent-acp"),
+        ],
+    )
+    .await;
+    let trace_id = format!("{:032x}", fastrand::u128(1..));
+    let client_span = format!("{:016x}", fastrand::u64(1..));
+    let traceparent = format!("00-{trace_id}-{client_span}-01");
+    let api = server.api();
+    let post = |conn: Option<&str>, session: Option<&str>, message: &Value| {
+        let mut builder = api
+            .request(
+                reqwest::Method::POST,
+                if conn.is_some() { "/acp" } else { "/acp/mock" },
+            )
+            .header("content-type", "application/json")
+            .header("traceparent", traceparent.as_str())
+            .body(message.to_string());
+        if let Some(conn) = conn {
+            builder = builder.header("acp-connection-id", conn);
+        }
+        if let Some(session) = session {
+            builder = builder.header("acp-session-id", session);
+        }
+        Api::send(builder)
+    };
+    let init = acp::request(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let reply = post(None, None, &init).await;
+    reply.assert_status(200);
+    let conn = reply
+        .header("acp-connection-id")
+        .expect("acp-connection-id")
+        .to_owned();
+    let stream = |session: Option<&str>| {
+        let mut builder = api
+            .request(reqwest::Method::GET, "/acp")
+            .header("accept", "text/event-stream")
+            .header("acp-connection-id", conn.as_str());
+        if let Some(session) = session {
+            builder = builder.header("acp-session-id", session);
+        }
+        builder
+    };
+    let mut connection_stream = SseStream::new(Api::response_head(stream(None)).await);
+    let new = acp::request(1, "session/new", json!({"cwd": "/tmp", "mcpServers": []}));
+    post(Some(&conn), None, &new).await.assert_status(202);
+    let answer = connection_stream
+        .next_event_matching(|e| e.is_response_to(&json!(1)), EVENT_TIMEOUT)
+        .await;
+    let session = answer.data["result"]["sessionId"]
+        .as_str()
+        .expect("sessionId")
+        .to_owned();
+    let mut session_stream = SseStream::new(Api::response_head(stream(Some(&session))).await);
+    let prompt = acp::request(
+        2,
+        "session/prompt",
+        prompt_params(&session, "echo traceparent"),
+    );
+    post(Some(&conn), Some(&session), &prompt)
+        .await
+        .assert_status(202);
+    let events = session_stream
+        .collect_until(|e| e.is_response_to(&json!(2)), EVENT_TIMEOUT)
+        .await;
+    let echoed = events
+        .iter()
+        .find_map(|e| e.agent_text()?.strip_prefix("traceparent: "))
+        .expect("the echoed traceparent")
+        .to_owned();
+    drop((connection_stream, session_stream));
+
+    server.send_sigterm();
+    server
+        .wait_exit(SHUTDOWN_GRACE)
+        .await
+        .expect("the server exits on SIGTERM");
+    let spans = receiver.spans();
+    assert!(
+        spans
+            .iter()
+            .all(|(service, _)| service == "sandbox-agent-acp")
+    );
+    let spans: Vec<Span> = spans.into_iter().map(|(_, span)| span).collect();
+    let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
+    let turns: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name == "invoke_agent mock")
+        .collect();
+    assert_eq!(turns.len(), 1);
+    let turn = turns[0];
+    assert_eq!(hex(&turn.trace_id), trace_id);
+    assert_eq!(ancestry(turn, &by_id).last(), Some(&client_span));
+    let rpc = by_id[&turn.parent_span_id];
+    assert_eq!(attr(rpc, "rpc.method").as_deref(), Some("session/prompt"));
+    let http = by_id[&rpc.parent_span_id];
+    assert_eq!(http.name, "POST /acp");
+    assert_eq!(
+        attr(http, "http.response.status_code").as_deref(),
+        Some("202")
+    );
+    assert_eq!(echoed, format!("00-{trace_id}-{}-01", hex(&turn.span_id)));
 }
