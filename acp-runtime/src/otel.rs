@@ -319,9 +319,9 @@ impl TurnTrace {
 /// are kept; a `traceparent` of its own is replaced, since the agent works
 /// under the runtime's span. Each top-level value is copied as it was
 /// written. `None` (send `params` as it is) when `span` is not recorded,
-/// or `params` or its `_meta` is not an object.
+/// or `params` is absent, or it or its `_meta` is not an object.
 pub(crate) fn with_trace_meta(span: &Span, params: Option<&RawValue>) -> Option<Box<RawValue>> {
-    if span.is_disabled() {
+    if span.is_disabled() || params.is_none() {
         return None;
     }
     let mut fields = HashMap::new();
@@ -331,10 +331,8 @@ pub(crate) fn with_trace_meta(span: &Span, params: Option<&RawValue>) -> Option<
     if fields.is_empty() {
         return None;
     }
-    let mut members: BTreeMap<String, Box<RawValue>> = match params {
-        Some(params) => serde_json::from_str(params.get()).ok()?,
-        None => BTreeMap::new(),
-    };
+    // A request without params gets none: its method may take none.
+    let mut members: BTreeMap<String, Box<RawValue>> = serde_json::from_str(params?.get()).ok()?;
     let mut meta: BTreeMap<String, Box<RawValue>> = match members.get(META) {
         Some(meta) => serde_json::from_str(meta.get()).ok()?,
         None => BTreeMap::new(),
@@ -432,8 +430,10 @@ mod tests {
             "{traceparent}"
         );
 
-        // No params: a `_meta` alone. Params that are not an object: as they are.
-        let alone = with_trace_meta(&span, None).expect("a _meta");
+        // No params, or params that are not an object: as they are.
+        assert!(with_trace_meta(&span, None).is_none());
+        let empty = RawValue::from_string("{}".to_owned()).ok();
+        let alone = with_trace_meta(&span, empty.as_deref()).expect("a _meta");
         assert!(
             alone.get().starts_with(r#"{"_meta":{"traceparent":"00-"#),
             "{alone}"
