@@ -4,7 +4,8 @@
 //! `opentelemetry-proto`). A client's `traceparent` header (on `POST
 //! /v2/rpc` and on `POST /acp`) continues its trace through the HTTP and
 //! ACP request spans to one `invoke_agent` span
-//! per prompt turn, with `execute_tool` and permission-wait children; the
+//! per prompt turn (token usage when the agent reports it), with
+//! `execute_tool` and permission-wait children; the
 //! mock agent reports the `_meta.traceparent` it got, which belongs to the
 //! same trace; SIGTERM flushes the batch. Without the variables (or with
 //! `OTEL_TRACES_EXPORTER=none`) nothing is sent.
@@ -282,6 +283,10 @@ async fn spans_continue_the_clients_trace_and_reach_the_agent() {
         .to_owned();
     drop(stream);
 
+    // Turn 4: the agent reports its token usage.
+    let answer = traced_prompt(&api, &conn, &session, 13, "!usage 12 34", &traceparent).await;
+    assert_eq!(answer["result"]["usage"]["inputTokens"], 12, "{answer}");
+
     // SIGTERM: the batch (held back by the long delay) goes out before exit.
     server.send_sigterm();
     let status = server
@@ -325,7 +330,7 @@ async fn spans_continue_the_clients_trace_and_reach_the_agent() {
         .collect();
     assert_eq!(
         turns.len(),
-        3,
+        4,
         "one invoke_agent per turn:\n{}",
         described()
     );
@@ -368,7 +373,21 @@ async fn spans_continue_the_clients_trace_and_reach_the_agent() {
         );
         assert_eq!(hex(&http.parent_span_id), client_span);
     }
-    let (tool_turn, permission_turn, echo_turn) = (turns[0], turns[1], turns[2]);
+    let (tool_turn, permission_turn, echo_turn, usage_turn) =
+        (turns[0], turns[1], turns[2], turns[3]);
+    assert_eq!(
+        attr(usage_turn, "gen_ai.usage.input_tokens").as_deref(),
+        Some("12")
+    );
+    assert_eq!(
+        attr(usage_turn, "gen_ai.usage.output_tokens").as_deref(),
+        Some("34")
+    );
+    assert_eq!(
+        attr(tool_turn, "gen_ai.usage.input_tokens"),
+        None,
+        "no usage reported"
+    );
     // Spans end in order, so the batch lists the turns in turn order;
     // check by their children rather than trust that.
     let children = |parent: &Span| -> Vec<&Span> {
