@@ -61,6 +61,9 @@
 //! - `metrics`: the metrics `GET /metrics` serves (one `Metrics` of
 //!   counter, gauge and histogram handles, shared by `Arc`), and the
 //!   values read at scrape time.
+//! - [`otel`]: the OpenTelemetry spans (HTTP and ACP requests, prompt
+//!   turns, tool calls, permission waits) and W3C trace context in and out
+//!   (public: the binary exports their target over OTLP).
 //! - `time`: timestamps as the runtime writes them (RFC 3339).
 
 pub mod agent;
@@ -73,6 +76,7 @@ pub mod install;
 pub(crate) mod log_limit;
 pub(crate) mod message;
 pub(crate) mod metrics;
+pub mod otel;
 pub(crate) mod process;
 pub(crate) mod process_group;
 pub mod protocol;

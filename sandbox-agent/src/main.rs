@@ -14,12 +14,15 @@
 //!   `exec` and `ps` (programs run in a server's sandbox),
 //!   `supervise` (the agents' tree supervisor); `args` holds the argument
 //!   groups several commands share.
+//! - [`telemetry`]: the server's log lines, and its spans over OTLP when
+//!   the OpenTelemetry variables ask for them.
 //!
 //! One executable on purpose: embedded mode (the SDK) and the `mock` agent
 //! re-run it.
 
 mod cli;
 mod commands;
+mod telemetry;
 
 /// jemalloc, not glibc's malloc: freed memory goes back to the system (its
 /// options are in `.cargo/config.toml`), so the server's RSS falls after
@@ -40,6 +43,17 @@ fn main() -> ExitCode {
     if let Command::Supervise(args) = &cli.command {
         return commands::supervise::run(args);
     }
+    // Built before the async runtime: the exporter has a thread and an
+    // HTTP client of its own, and its shutdown blocks.
+    let traces = match &cli.command {
+        Command::Server(_) => telemetry::Traces::from_env(),
+        _ => Ok(None),
+    };
+    let (traces, traces_error) = match traces {
+        Ok(traces) => (traces, None),
+        Err(error) => (None, Some(error)),
+    };
+    let exporting = traces.as_ref();
     let runtime = match runtime_for(&cli.command).enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -51,7 +65,10 @@ fn main() -> ExitCode {
         let done = match cli.command {
             Command::Server(args) => {
                 let format = args.log_format;
-                init_logging_as("info", format);
+                telemetry::init_server("info", format, exporting);
+                if let Some(error) = traces_error {
+                    tracing::warn!("{error}");
+                }
                 let served = commands::server::run(*args).await;
                 if let (LogFormat::Json, Err(error)) = (format, &served) {
                     // A log collector reads stderr as JSON lines: the error
@@ -100,6 +117,12 @@ fn main() -> ExitCode {
     });
     // Do not wait for blocking reads of stdin and the like.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    // The server has stopped (SIGTERM, ctrl-c, stdin EOF, an error): its
+    // last spans go out before the process exits (research/contract.md,
+    // "Traces").
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
     match result {
         Ok(status) => status,
         Err(error) => {
@@ -132,23 +155,15 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
 /// tracing-subscriber reports the failure with `eprintln!`, which panics when
 /// stderr itself is the broken pipe (an embedded server whose parent died),
 /// and that panic would take down whatever task logged.
+/// The server's variant is [`telemetry::init_server`], which adds the JSON
+/// format and the trace export.
 fn init_logging(default: &str) {
-    init_logging_as(default, LogFormat::Text);
-}
-
-/// [`init_logging`] in the given format: `json` writes one JSON object per
-/// line (`timestamp`, `level`, `target`, `fields`), never coloured.
-fn init_logging_as(default: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
+    tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .log_internal_errors(false);
-    match format {
-        LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-        LogFormat::Json => builder.json().with_ansi(false).init(),
-    }
+        .log_internal_errors(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 }

@@ -28,6 +28,7 @@ use super::framing::PREFIX_BYTES;
 use super::stdio::StderrCapture;
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use crate::metrics::{self, GaugeGuard, Metrics};
+use crate::otel;
 use crate::protocol::{self, AgentMessage, Kind, RpcError, code, method};
 use crate::state::connection::{ClientCapabilities, Connection};
 use crate::state::connections::Connections;
@@ -157,6 +158,26 @@ struct ClientRequest {
     /// An error answer gets the root hint ([`Router::root_hint`] and a
     /// `session/new` or `session/load`).
     hint_on_error: bool,
+    /// A `session/prompt`'s turn span while tracing is on
+    /// (research/contract.md, "Traces").
+    turn: Option<TracedTurn>,
+}
+
+/// A prompt turn's `invoke_agent` span and the session whose tool calls
+/// and permission waits it parents: however the request ends (answered,
+/// the process gone, the session ended), dropping it ends the session's
+/// turn trace with it, so no span outlives its turn.
+struct TracedTurn {
+    span: tracing::Span,
+    session: Weak<Session>,
+}
+
+impl Drop for TracedTurn {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.upgrade() {
+            session.turn_trace.lock().end(&self.span);
+        }
+    }
 }
 
 /// A request waiting for the agent's answer.
@@ -185,6 +206,9 @@ struct AgentRequest {
     /// Counts a permission request in `permission_requests_pending` until
     /// the entry goes, however it goes.
     _pending: Option<GaugeGuard>,
+    /// A permission request's span (research/contract.md, "Traces"),
+    /// ended with the entry; [`tracing::Span::none`] otherwise.
+    _span: tracing::Span,
 }
 
 /// An agent request a client answered first: who else must hear that it
@@ -491,29 +515,68 @@ impl Router {
     ) -> Result<oneshot::Receiver<Bytes>, SendError> {
         let (reply, receiver) = oneshot::channel();
         *self.last_requester.lock() = Arc::downgrade(connection);
+        let prompt = method == method::SESSION_PROMPT;
+        let live = if prompt {
+            session.as_deref().and_then(|id| self.live_session(id))
+        } else {
+            None
+        };
+        let (turn, traced_params) =
+            self.trace_request(prompt, session.as_deref(), live.as_ref(), params);
+        let params = traced_params.as_deref().or(params);
         let request = ClientRequest {
             connection: connection.clone(),
             client_id: client_id.to_owned(),
             reply,
             effect,
             session,
-            prompt: method == method::SESSION_PROMPT,
+            prompt,
             sent_at: Instant::now(),
             stderr_mark: self.stderr.as_ref().map_or(0, |stderr| stderr.count()),
             hint_on_error: self.root_hint
                 && (method == method::SESSION_NEW || method == method::SESSION_LOAD),
+            turn,
         };
-        if request.prompt
-            && let Some(session) = request
-                .session
-                .as_deref()
-                .and_then(|id| self.live_session(id))
-        {
+        if let Some(session) = live {
             session.turn_clock.start();
         }
         self.submit(method, params, Pending::Client(Box::new(request)))
             .await?;
         Ok(receiver)
+    }
+
+    /// The spans of a client request about to be forwarded, while tracing
+    /// is on (research/contract.md, "Traces"): a prompt's `invoke_agent`
+    /// span (under the request's span, and leading `live`'s tool calls and
+    /// permission waits), and `params` with the trace context of that span
+    /// (any other request: the current one) in `_meta`, for the agent.
+    /// `(None, None)` at the cost of one check when tracing is off.
+    fn trace_request(
+        &self,
+        prompt: bool,
+        session: Option<&str>,
+        live: Option<&Arc<Session>>,
+        params: Option<&RawValue>,
+    ) -> (Option<TracedTurn>, Option<Box<RawValue>>) {
+        if !otel::enabled() {
+            return (None, None);
+        }
+        if !prompt {
+            return (
+                None,
+                otel::with_trace_meta(&tracing::Span::current(), params),
+            );
+        }
+        let span = otel::invoke_agent(&self.agent, session);
+        let traced_params = otel::with_trace_meta(&span, params);
+        if let Some(live) = live {
+            live.turn_trace.lock().begin(&span);
+        }
+        let turn = TracedTurn {
+            span,
+            session: live.map_or_else(Weak::new, Arc::downgrade),
+        };
+        (Some(turn), traced_params)
     }
 
     /// Sends the runtime's own request and waits for the raw result (`Ok`) or
@@ -570,6 +633,9 @@ impl Router {
             self.targets
                 .metrics
                 .prompt_turn(&self.agent, stop_reason, request.sent_at.elapsed());
+            if let Some(turn) = &request.turn {
+                otel::end_turn(&turn.span, &line);
+            }
         }
         let line = Bytes::from(line);
         if let Some(session) = session {
@@ -1048,6 +1114,9 @@ impl Router {
                     if let Some(took) = session.turn_clock.first_update() {
                         self.targets.metrics.first_update(&self.agent, took);
                     }
+                    if otel::enabled() {
+                        session.turn_trace.lock().on_update(kind, line);
+                    }
                 }
                 session.record_and_deliver(Direction::AgentToClient, line.clone());
             }
@@ -1244,6 +1313,7 @@ impl Router {
                     mode,
                     scope: None,
                     line: line.clone(),
+                    _span: self.trace_permission(method, &session, line),
                     targets: allowed,
                     _pending: self.count_pending(method),
                 },
@@ -1403,6 +1473,7 @@ impl Router {
                     line,
                     targets,
                     _pending: self.count_pending(method),
+                    _span: tracing::Span::none(),
                 },
             ),
         );
@@ -1413,6 +1484,16 @@ impl Router {
     fn count_pending(&self, method: &str) -> Option<GaugeGuard> {
         (method == method::SESSION_REQUEST_PERMISSION)
             .then(|| GaugeGuard::new(self.targets.metrics.permission_requests_pending()))
+    }
+
+    /// The span of agent request `line` of `method` in `session` while it
+    /// waits for an answer, when it is a permission request and tracing is
+    /// on (research/contract.md, "Traces").
+    fn trace_permission(&self, method: &str, session: &Session, line: &[u8]) -> tracing::Span {
+        if method != method::SESSION_REQUEST_PERMISSION || !otel::enabled() {
+            return tracing::Span::none();
+        }
+        session.turn_trace.lock().permission(line)
     }
 
     /// Answers an agent request with "method not found" on the client's

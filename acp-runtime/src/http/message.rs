@@ -14,6 +14,7 @@ use crate::state::connection::Connection;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// Checks a POST carrying one JSON-RPC message (`Content-Type` JSON,
 /// `Accept` allowing JSON) and reads its body, as sent (see [`one_line`]).
@@ -58,7 +59,10 @@ impl Detached {
     /// the agent.
     pub async fn start(self, message: &Inbound<'_>) {
         if message.kind == Kind::Request {
-            tokio::spawn(self.request(message));
+            // The request outlives the exchange (202 at once); its spans
+            // still descend from the exchange's (research/contract.md,
+            // "Traces").
+            tokio::spawn(self.request(message).instrument(tracing::Span::current()));
         } else {
             self.run(message).await;
         }

@@ -40,6 +40,7 @@ pub mod ui;
 pub mod websocket;
 
 use crate::error::Error;
+use crate::otel;
 use crate::protocol::{
     ACP_CONNECTION_ID_HEADER, APPLICATION_JSON, CONNECTION_ID_HEADER,
     CROSS_ORIGIN_RESOURCE_POLICY_HEADER, FORBIDDEN_AGENT_HEADER, LAST_EVENT_ID_HEADER,
@@ -58,6 +59,7 @@ use routes::{Access, Route};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// Reads and drops a request body no route read, so that the HTTP connection
 /// can carry the client's next request. Left unread, a body still on its way
@@ -111,16 +113,20 @@ pub async fn handle(
     // logged: a query may carry `access_token` (research/contract.md,
     // "Auth and CORS"), and no log line holds a credential.
     let uri = request.uri().clone();
+    // The request's span, continuing the client's `traceparent`: what the
+    // request runs descends from it (research/contract.md, "Traces").
+    let span = otel::http_request(&method, template, request.headers());
     let mut request = request.map(Some);
     let checked = cross_site::check(&runtime.config, local, &request);
     let routed = match checked {
-        Ok(()) => route(&runtime, &mut request).await,
+        Ok(()) => route(&runtime, &mut request).instrument(span.clone()).await,
         Err(error) => Err(error),
     };
     let mut response = match routed {
         Ok(response) => response,
         Err(error) => problem::response(&error),
     };
+    otel::http_status(&span, response.status().as_u16());
     runtime.metrics.http_request(
         template,
         &method,

@@ -12,6 +12,7 @@ use crate::agent::process::AgentProcess;
 use crate::agent::router::Effect;
 use crate::error::Error;
 use crate::message::Inbound;
+use crate::otel;
 use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
 use crate::state::connection::{Connection, InFlightId, MAX_IN_FLIGHT, Profile, Refused};
 use crate::state::session::{MAX_METADATA_BYTES, metadata_size};
@@ -22,6 +23,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 /// Where a message goes.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +44,26 @@ impl Runtime {
     /// [`Error::UnknownConnection`] once the connection is closed, as a
     /// lookup would have answered.
     pub async fn dispatch(
+        self: &Arc<Self>,
+        to: To<'_>,
+        message: &Inbound<'_>,
+    ) -> Result<Reply, Error> {
+        if message.kind == Kind::Request && otel::enabled() {
+            // The request's span (research/contract.md, "Traces"): checked
+            // first so that, with tracing off, `params` is not read for it.
+            let connection = match to {
+                To::Open(_) => None,
+                To::Connection(connection) => Some(&*connection.id),
+            };
+            let session = message.envelope.session_id();
+            let span = otel::rpc_request(message.method(), connection, session.as_deref());
+            return self.dispatch_to(to, message).instrument(span).await;
+        }
+        self.dispatch_to(to, message).await
+    }
+
+    /// [`Runtime::dispatch`], inside the request's span when it has one.
+    async fn dispatch_to(
         self: &Arc<Self>,
         to: To<'_>,
         message: &Inbound<'_>,

@@ -5,6 +5,7 @@
 //! "Extension methods and control plane").
 
 use crate::metrics::{self, Metrics, TurnClock};
+use crate::otel::TurnTrace;
 use crate::protocol;
 use crate::state::budget::MemoryBudget;
 use crate::state::connection::Connection;
@@ -66,6 +67,9 @@ pub struct Session {
     metrics: Option<Arc<Metrics>>,
     /// When the current prompt turn started, until its first update.
     pub(crate) turn_clock: TurnClock,
+    /// The spans of the current prompt turn while tracing is on
+    /// (research/contract.md, "Traces"); untouched otherwise.
+    pub(crate) turn_trace: Mutex<TurnTrace>,
 }
 
 /// The state `sessions{state}` counts an entry in.
@@ -923,6 +927,7 @@ impl Sessions {
             retired: std::sync::atomic::AtomicBool::new(false),
             metrics: self.count(&state),
             turn_clock: TurnClock::default(),
+            turn_trace: Mutex::default(),
             state: Mutex::new(state),
         })
     }
@@ -1113,6 +1118,7 @@ impl Sessions {
                 retired: std::sync::atomic::AtomicBool::new(false),
                 metrics: self.count(&state),
                 turn_clock: TurnClock::default(),
+                turn_trace: Mutex::default(),
                 state: Mutex::new(state),
             });
             session.apply_metadata(&metadata);

@@ -1,7 +1,7 @@
 //! What a prompt turn does, from the prompt's text: the plain reply, the
 //! `tool` and `permission` turns, the client-side file and terminal turns
 //! (`read file`, `read lines`, `write file`, `use terminal`), the questions
-//! (`ask question`, `ask url`), and the `!`
+//! (`ask question`, `ask url`), `echo traceparent`, and the `!`
 //! directives (research/contract.md, "The mock agent").
 
 use std::path::PathBuf;
@@ -38,6 +38,9 @@ pub(super) enum Behaviour {
     Fs { path: PathBuf },
     /// `!stderr N`: N lines on stderr, then the plain reply.
     Stderr { lines: usize },
+    /// `!usage IN OUT`: the plain reply, and the answer reports IN input
+    /// and OUT output tokens.
+    Usage { input: u64, output: u64 },
     /// `!fail [N [BYTES]]`: N filler lines of BYTES bytes and two known
     /// lines on stderr, then a JSON-RPC error answer.
     Fail { lines: usize, bytes: usize },
@@ -60,6 +63,10 @@ pub(super) enum Behaviour {
     /// `ask url`: a URL-mode `elicitation/create`; after an accept,
     /// `elicitation/complete`, then a reply.
     AskUrl,
+    /// `echo traceparent`: one chunk naming the `_meta.traceparent` the
+    /// prompt request carried (filled in by the turn, which has the
+    /// request), so a test sees the trace context the runtime passed on.
+    EchoTraceparent { traceparent: Option<String> },
 }
 
 impl Behaviour {
@@ -96,6 +103,7 @@ impl Behaviour {
             "fs" => "!fs PATH",
             "stderr" => "!stderr N",
             "fail" => "!fail [N [BYTES]]",
+            "usage" => "!usage IN OUT",
             _ => return Ok(Self::Reply),
         };
         let wrong = || Error::invalid_params().data(format!("usage: {usage} (got `{text}`)"));
@@ -126,6 +134,10 @@ impl Behaviour {
             },
             ("stderr", [lines]) => Self::Stderr {
                 lines: parse_arg(lines, wrong)?,
+            },
+            ("usage", [input, output]) => Self::Usage {
+                input: parse_arg(input, wrong)?,
+                output: parse_arg(output, wrong)?,
             },
             ("fail", []) => Self::Fail { lines: 0, bytes: 0 },
             ("fail", [lines]) => Self::Fail {
@@ -203,6 +215,7 @@ impl Behaviour {
         match text.trim() {
             "ask question" => Some(Ok(Self::AskQuestion)),
             "ask url" => Some(Ok(Self::AskUrl)),
+            "echo traceparent" => Some(Ok(Self::EchoTraceparent { traceparent: None })),
             _ => None,
         }
     }
@@ -265,6 +278,18 @@ mod tests {
 
     #[test]
     fn directives() {
+        assert_eq!(
+            Behaviour::from_prompt("!usage 12 34").ok(),
+            Some(Behaviour::Usage {
+                input: 12,
+                output: 34
+            })
+        );
+        assert!(Behaviour::from_prompt("!usage 12").is_err());
+        assert_eq!(
+            Behaviour::from_prompt("echo traceparent").ok(),
+            Some(Behaviour::EchoTraceparent { traceparent: None })
+        );
         assert_eq!(
             Behaviour::from_prompt("!crash").ok(),
             Some(Behaviour::Crash { code: 3 })

@@ -14,8 +14,8 @@ use agent_client_protocol::v1::schema::{
     PromptResponse, ReadTextFileRequest, ReleaseTerminalRequest, RequestPermissionOutcome,
     RequestPermissionRequest, SessionId, SessionUpdate, StopReason, StringPropertySchema, Terminal,
     TerminalExitStatus, TerminalId, TerminalOutputRequest, ToolCall, ToolCallContent,
-    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, WaitForTerminalExitRequest,
-    WriteTextFileRequest,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, Usage,
+    WaitForTerminalExitRequest, WriteTextFileRequest,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Error, ErrorCode, JsonRpcRequest, JsonRpcResponse};
@@ -63,13 +63,28 @@ impl MockAgent {
         cx: ConnectionTo<Client>,
     ) -> Result<(), Error> {
         let text = prompt_text(&request.prompt);
-        let behaviour = match Behaviour::from_prompt(&text) {
+        let mut behaviour = match Behaviour::from_prompt(&text) {
             Ok(behaviour) => behaviour,
             Err(error) => return responder.respond_with_error(error),
         };
+        if let Behaviour::EchoTraceparent { traceparent } = &mut behaviour {
+            *traceparent = request
+                .meta
+                .as_ref()
+                .and_then(|meta| meta.get("traceparent"))
+                .and_then(|value| value.as_str())
+                .map(str::to_owned);
+        }
         let running = match self.begin_turn(&request.session_id, &text) {
             Ok(running) => running,
             Err(error) => return responder.respond_with_error(error),
+        };
+        // ACP's token usage, reported by `!usage` only.
+        let usage = match behaviour {
+            Behaviour::Usage { input, output } => {
+                Some(Usage::new(input.saturating_add(output), input, output))
+            }
+            _ => None,
         };
         let turn = Turn {
             agent: self.clone(),
@@ -88,7 +103,9 @@ impl MockAgent {
             };
             turn.agent.end_turn(&turn.session_id, running.id);
             // Fails only when the connection is gone.
-            responder.respond_with_result(result.map(PromptResponse::new))
+            responder.respond_with_result(
+                result.map(|stop_reason| PromptResponse::new(stop_reason).usage(usage)),
+            )
         });
         cx.spawn(task)
     }
@@ -236,6 +253,12 @@ impl Turn {
             Behaviour::Fail { lines, bytes } => Err(fail_with_stderr(lines, bytes)),
             Behaviour::AskQuestion => self.ask_question().await,
             Behaviour::AskUrl => self.ask_url().await,
+            Behaviour::Usage { .. } => self.reply(text),
+            Behaviour::EchoTraceparent { traceparent } => {
+                let traceparent = traceparent.as_deref().unwrap_or("none");
+                self.chunk(format!("traceparent: {traceparent}"))?;
+                Ok(StopReason::EndTurn)
+            }
         }
     }
 

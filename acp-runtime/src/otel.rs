@@ -1,0 +1,477 @@
+//! The server's OpenTelemetry spans (research/contract.md, "Traces"): one
+//! per HTTP request, per client ACP request, per prompt turn
+//! (`invoke_agent`), per tool call (`execute_tool`) and per permission
+//! wait; the client's W3C `traceparent` read from the HTTP headers, and the
+//! span's own written into the `_meta` of the request forwarded to the
+//! agent.
+//!
+//! Every span here has the target [`TARGET`]. The binary exports that
+//! target, and only it, when tracing is on; otherwise no subscriber layer
+//! is interested in it, so a span costs one cached callsite check, its
+//! field values are never evaluated, and nothing is parsed or allocated.
+//! The propagator is OpenTelemetry's global one, which the binary sets to
+//! W3C trace context when it turns tracing on.
+
+use http::HeaderMap;
+use opentelemetry::propagation::{Extractor, Injector};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::collections::{BTreeMap, HashMap};
+use tracing::Span;
+use tracing::field::Empty;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The `tracing` target of every span exported over OTLP. A log
+/// subscriber filters it out; the OTLP layer takes only it.
+pub const TARGET: &str = "sandbox_agent_trace";
+
+/// W3C trace context's header and `_meta` key (research/contract.md,
+/// "Traces": propagation).
+pub const TRACEPARENT: &str = "traceparent";
+/// W3C trace context's vendor state, carried beside [`TRACEPARENT`].
+pub const TRACESTATE: &str = "tracestate";
+/// The member of ACP params that carries extension data.
+const META: &str = "_meta";
+
+/// Whether spans of [`TARGET`] are recorded at all (tracing is on): the
+/// check that keeps the hot path free of parsing when it is off.
+pub(crate) fn enabled() -> bool {
+    tracing::enabled!(target: TARGET, tracing::Level::INFO)
+}
+
+/// The span of one plain HTTP request (`http.request.method`, the bounded
+/// `http.route` template; `http.response.status_code` is recorded by
+/// [`http_status`]). A `traceparent` header makes it a child of the
+/// client's span.
+pub(crate) fn http_request(
+    method: &http::Method,
+    route: &'static str,
+    headers: &HeaderMap,
+) -> Span {
+    let span = tracing::info_span!(
+        target: TARGET,
+        "http.request",
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        otel.status_code = Empty,
+        http.request.method = %method,
+        http.route = route,
+        http.response.status_code = Empty,
+    );
+    if !span.is_disabled() && headers.contains_key(TRACEPARENT) {
+        let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+            propagator.extract(&HeaderCarrier(headers))
+        });
+        // Fails only once the span has started, which it has not.
+        let _ = span.set_parent(parent);
+    }
+    span
+}
+
+/// Records the answer's status on an [`http_request`] span; a 5xx is an
+/// error (OpenTelemetry's HTTP server conventions).
+pub(crate) fn http_status(span: &Span, status: u16) {
+    span.record("http.response.status_code", status);
+    if status >= 500 {
+        span.record("otel.status_code", "error");
+    }
+}
+
+/// The span of one client ACP request (`rpc.method`, the connection id
+/// when it has one, `params.sessionId` when there is one).
+pub(crate) fn rpc_request(method: &str, connection: Option<&str>, session: Option<&str>) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        "rpc.request",
+        otel.name = method,
+        rpc.system = "jsonrpc",
+        rpc.method = method,
+        acp.connection.id = connection,
+        acp.session.id = session,
+    )
+}
+
+/// The span of one prompt turn, from forwarding `session/prompt` to the
+/// agent's answer: OpenTelemetry's GenAI `invoke_agent` (the agent is
+/// another process, hence kind client), a child of the current span.
+pub(crate) fn invoke_agent(agent: &str, session: Option<&str>) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        "invoke_agent",
+        otel.name = %format_args!("invoke_agent {agent}"),
+        otel.kind = "client",
+        otel.status_code = Empty,
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = agent,
+        gen_ai.conversation.id = session,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        acp.stop_reason = Empty,
+    )
+}
+
+/// The members of a `session/prompt` answer a turn's span records.
+#[derive(Deserialize)]
+struct PromptAnswer {
+    result: Option<PromptResult>,
+    error: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PromptResult {
+    stop_reason: Option<String>,
+    usage: Option<Usage>,
+}
+
+/// ACP's token usage of a turn (`PromptResponse.usage`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Usage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+/// Records the agent's answer `line` to `session/prompt` on its
+/// [`invoke_agent`] span: the stop reason, the token usage when the agent
+/// reported it, an error status for an error answer.
+pub(crate) fn end_turn(span: &Span, line: &[u8]) {
+    if span.is_disabled() {
+        return;
+    }
+    let Ok(answer) = serde_json::from_slice::<PromptAnswer>(line) else {
+        return;
+    };
+    if answer.error.is_some() {
+        span.record("otel.status_code", "error");
+    }
+    let Some(result) = answer.result else { return };
+    if let Some(stop_reason) = result.stop_reason {
+        span.record("acp.stop_reason", stop_reason.as_str());
+    }
+    if let Some(usage) = result.usage {
+        if let Some(tokens) = usage.input_tokens {
+            span.record("gen_ai.usage.input_tokens", tokens);
+        }
+        if let Some(tokens) = usage.output_tokens {
+            span.record("gen_ai.usage.output_tokens", tokens);
+        }
+    }
+}
+
+/// The spans of a session's current prompt turn: the turn's own, and one
+/// per tool call still open. Held by the session; empty (and never
+/// touched) while tracing is off.
+#[derive(Debug)]
+pub(crate) struct TurnTrace {
+    /// The turn's [`invoke_agent`] span ([`Span::none`] between turns).
+    turn: Span,
+    /// Open tool calls by `toolCallId`: each span ends when its call
+    /// reaches `completed` or `failed`, or when the turn ends.
+    tools: Vec<(Box<str>, Span)>,
+}
+
+/// The members of a `session/update` a tool call's span reads.
+#[derive(Deserialize)]
+struct UpdateNote {
+    params: UpdateParams,
+}
+
+#[derive(Deserialize)]
+struct UpdateParams {
+    update: ToolUpdate,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolUpdate {
+    tool_call_id: String,
+    title: Option<String>,
+    kind: Option<String>,
+    status: Option<String>,
+}
+
+/// The members of `session/request_permission` its span reads.
+#[derive(Deserialize)]
+struct PermissionNote {
+    params: PermissionParams,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PermissionParams {
+    tool_call: Option<ToolCallRef>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolCallRef {
+    tool_call_id: String,
+}
+
+impl Default for TurnTrace {
+    fn default() -> Self {
+        Self {
+            turn: Span::none(),
+            tools: Vec::new(),
+        }
+    }
+}
+
+impl TurnTrace {
+    /// A new turn: its span is `turn`; tool calls of an earlier turn end.
+    pub(crate) fn begin(&mut self, turn: &Span) {
+        self.tools.clear();
+        self.turn = turn.clone();
+    }
+
+    /// Turn `turn` is over: its open tool calls end with it. A later
+    /// turn's trace is left alone.
+    pub(crate) fn end(&mut self, turn: &Span) {
+        if self.turn.id() == turn.id() {
+            self.tools.clear();
+            self.turn = Span::none();
+        }
+    }
+
+    /// A `session/update` of kind `kind` (`line` the whole notification):
+    /// a `tool_call` opens an `execute_tool` span under the turn, and a
+    /// status `completed` or `failed` (in the `tool_call` itself or a later
+    /// `tool_call_update`) ends it.
+    pub(crate) fn on_update(&mut self, kind: &str, line: &[u8]) {
+        let opens = match kind {
+            "tool_call" => true,
+            "tool_call_update" => false,
+            _ => return,
+        };
+        if self.turn.is_disabled() {
+            return;
+        }
+        let Ok(note) = serde_json::from_slice::<UpdateNote>(line) else {
+            return;
+        };
+        let update = note.params.update;
+        let at = self
+            .tools
+            .iter()
+            .position(|(id, _)| **id == *update.tool_call_id);
+        if opens && at.is_none() {
+            let title = update.title.as_deref().unwrap_or("");
+            let span = tracing::info_span!(
+                target: TARGET,
+                parent: &self.turn,
+                "execute_tool",
+                otel.name = %format_args!("execute_tool {title}"),
+                otel.status_code = Empty,
+                gen_ai.operation.name = "execute_tool",
+                gen_ai.tool.call.id = update.tool_call_id.as_str(),
+                gen_ai.tool.name = title,
+                acp.tool_call.kind = update.kind.as_deref(),
+                acp.tool_call.status = Empty,
+            );
+            self.tools.push((update.tool_call_id.as_str().into(), span));
+        }
+        let Some(status) = update.status.as_deref() else {
+            return;
+        };
+        if let Some(at) = self
+            .tools
+            .iter()
+            .position(|(id, _)| **id == *update.tool_call_id)
+            && matches!(status, "completed" | "failed")
+        {
+            let (_, span) = self.tools.swap_remove(at);
+            span.record("acp.tool_call.status", status);
+            if status == "failed" {
+                span.record("otel.status_code", "error");
+            }
+        }
+    }
+
+    /// The span of a `session/request_permission` (`line` the agent's
+    /// request), open until the request is answered: a child of its tool
+    /// call's span when that is open, else of the turn's.
+    pub(crate) fn permission(&self, line: &[u8]) -> Span {
+        if self.turn.is_disabled() {
+            return Span::none();
+        }
+        let call = serde_json::from_slice::<PermissionNote>(line)
+            .ok()
+            .and_then(|note| note.params.tool_call)
+            .map(|call| call.tool_call_id);
+        let parent = call
+            .as_deref()
+            .and_then(|call| self.tools.iter().find(|(id, _)| **id == *call))
+            .map_or(&self.turn, |(_, span)| span);
+        tracing::info_span!(
+            target: TARGET,
+            parent: parent,
+            "session/request_permission",
+            acp.method = "session/request_permission",
+            gen_ai.tool.call.id = call.as_deref(),
+        )
+    }
+}
+
+/// `params` with `span`'s trace context added to its `_meta`
+/// (`traceparent`, `tracestate`: ACP's `_meta` propagation convention),
+/// for the request forwarded to the agent. The client's other `_meta` keys
+/// are kept; a `traceparent` of its own is replaced, since the agent works
+/// under the runtime's span. Each top-level value is copied as it was
+/// written. `None` (send `params` as it is) when `span` is not recorded,
+/// or `params` is absent, or it or its `_meta` is not an object.
+pub(crate) fn with_trace_meta(span: &Span, params: Option<&RawValue>) -> Option<Box<RawValue>> {
+    if span.is_disabled() || params.is_none() {
+        return None;
+    }
+    let mut fields = HashMap::new();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&span.context(), &mut MetaCarrier(&mut fields));
+    });
+    if fields.is_empty() {
+        return None;
+    }
+    // A request without params gets none: its method may take none.
+    let mut members: BTreeMap<String, Box<RawValue>> = serde_json::from_str(params?.get()).ok()?;
+    let mut meta: BTreeMap<String, Box<RawValue>> = match members.get(META) {
+        Some(meta) => serde_json::from_str(meta.get()).ok()?,
+        None => BTreeMap::new(),
+    };
+    for (key, value) in fields {
+        meta.insert(key, serde_json::value::to_raw_value(&value).ok()?);
+    }
+    members.insert(
+        META.to_owned(),
+        serde_json::value::to_raw_value(&meta).ok()?,
+    );
+    serde_json::value::to_raw_value(&members).ok()
+}
+
+/// HTTP request headers as a propagator reads them.
+struct HeaderCarrier<'a>(&'a HeaderMap);
+
+impl Extractor for HeaderCarrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// The `_meta` keys a propagator writes.
+struct MetaCarrier<'a>(&'a mut HashMap<String, String>);
+
+impl Injector for MetaCarrier<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key.to_owned(), value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+    use opentelemetry_sdk::propagation::TraceContextPropagator;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use serde_json::Value;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    /// Runs `test` with tracing on: a real tracer (exporting nowhere)
+    /// behind the `tracing` bridge, and W3C trace context as propagator.
+    fn traced(test: impl FnOnce()) {
+        let provider = SdkTracerProvider::builder().build();
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
+        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), test);
+    }
+
+    /// Tracing off: no span, params as they are, no tool call parsed.
+    fn off() {
+        // No subscriber in unit tests: tracing is off.
+        assert!(!enabled());
+        let span = invoke_agent("mock", Some("s1"));
+        assert!(span.is_disabled());
+        let params = RawValue::from_string(r#"{"sessionId":"s1"}"#.to_owned()).ok();
+        assert!(with_trace_meta(&span, params.as_deref()).is_none());
+        let mut trace = TurnTrace::default();
+        trace.begin(&span);
+        trace.on_update("tool_call", br#"{"params":{"update":{"toolCallId":"t"}}}"#);
+        assert!(trace.tools.is_empty());
+    }
+
+    /// One test, in order: tracing's callsite interest is process-wide, so
+    /// "off" is only certain before any subscriber was ever set.
+    #[test]
+    fn off_then_on() {
+        off();
+        traced(meta_gets_the_trace_context_and_keeps_the_rest_as_written);
+        traced(a_tool_call_span_ends_at_its_final_status_or_with_the_turn);
+    }
+
+    fn meta_gets_the_trace_context_and_keeps_the_rest_as_written() {
+        assert!(enabled());
+        let span = invoke_agent("mock", Some("s1"));
+        let params = RawValue::from_string(
+                r#"{"sessionId":"s1","n":9007199254740993,"_meta":{"custom":{"a":[1,2]},"traceparent":"old"}}"#
+                    .to_owned(),
+            )
+            .ok();
+        let traced = with_trace_meta(&span, params.as_deref()).expect("params with _meta");
+        assert!(traced.get().contains("9007199254740993"), "{traced}");
+        let traced: Value = serde_json::from_str(traced.get()).expect("JSON");
+        assert_eq!(traced["sessionId"], "s1");
+        assert_eq!(traced["_meta"]["custom"], serde_json::json!({"a": [1, 2]}));
+        let traceparent = traced["_meta"]["traceparent"].as_str().unwrap_or_default();
+        let trace_id = span.context().span().span_context().trace_id().to_string();
+        assert!(
+            traceparent.starts_with(&format!("00-{trace_id}-")),
+            "{traceparent}"
+        );
+
+        // No params, or params that are not an object: as they are.
+        assert!(with_trace_meta(&span, None).is_none());
+        let empty = RawValue::from_string("{}".to_owned()).ok();
+        let alone = with_trace_meta(&span, empty.as_deref()).expect("a _meta");
+        assert!(
+            alone.get().starts_with(r#"{"_meta":{"traceparent":"00-"#),
+            "{alone}"
+        );
+        let list = RawValue::from_string("[1]".to_owned()).ok();
+        assert!(with_trace_meta(&span, list.as_deref()).is_none());
+    }
+
+    fn a_tool_call_span_ends_at_its_final_status_or_with_the_turn() {
+        let turn = invoke_agent("mock", Some("s1"));
+        let mut trace = TurnTrace::default();
+        trace.begin(&turn);
+        let update = |kind: &str, id: &str, status: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s1","update":{{"sessionUpdate":"{kind}","toolCallId":"{id}","title":"t","status":"{status}"}}}}}}"#
+            )
+        };
+        trace.on_update("tool_call", update("tool_call", "a", "pending").as_bytes());
+        trace.on_update(
+            "tool_call",
+            update("tool_call", "b", "in_progress").as_bytes(),
+        );
+        assert_eq!(trace.tools.len(), 2);
+        trace.on_update(
+            "tool_call_update",
+            update("tool_call_update", "a", "in_progress").as_bytes(),
+        );
+        assert_eq!(trace.tools.len(), 2);
+        trace.on_update(
+            "tool_call_update",
+            update("tool_call_update", "a", "failed").as_bytes(),
+        );
+        assert_eq!(trace.tools.len(), 1);
+        // A later turn's span is not ended by an earlier turn's end.
+        let other = invoke_agent("mock", Some("s1"));
+        trace.end(&other);
+        assert_eq!(trace.tools.len(), 1);
+        trace.end(&turn);
+        assert!(trace.tools.is_empty() && trace.turn.is_disabled());
+    }
+}
