@@ -1,0 +1,153 @@
+//! `GET /v2/openapi.json` (research/contract.md, "OpenAPI"): the OpenAPI
+//! 3.1 document of the plain-HTTP routes. Each operation is the
+//! `#[utoipa::path]` attribute on its handler, each schema the `ToSchema`
+//! derive of the type that serializes the answer; the document is built
+//! once, on first use, and served as it is (`docs/openapi.json` is a copy).
+
+use super::body::{Body, full};
+use super::problem::Problem;
+use crate::protocol::APPLICATION_JSON;
+use crate::state::session::ListState;
+use bytes::Bytes;
+use ext_methods::SessionMeta;
+use http::{Response, StatusCode};
+use serde::Serialize;
+use std::sync::LazyLock;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+/// Name of the bearer security scheme in the document (the `security` of
+/// [`Document`] names it as a literal: the macro takes no constant).
+const BEARER: &str = "bearer";
+
+/// The document: every plain-HTTP operation, the schemas they name, the
+/// problem response and the bearer scheme.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "sandbox-agent",
+        description = "The plain-HTTP routes of sandbox-agent, a server that runs ACP coding agents in a sandbox. The ACP transports (`/v2/rpc`, `/acp`, `/acp/{agent}`: JSON-RPC over POST, SSE and WebSocket), the terminal WebSocket (`/v2/processes/{id}/terminal`) and the inspector (`/ui/`) are not plain HTTP and are not described here (research/contract.md). With a token set (`--token`), every operation except `/v2/health` and `/v2/openapi.json` needs `Authorization: Bearer <token>` (401 otherwise). On any route: a method not listed answers 405 with `Allow`, a cross-site `Origin` or a `Host` not served on loopback 403, a server shutting down 503; every error is `application/problem+json` (RFC 9457)."
+    ),
+    paths(
+        super::health,
+        serve,
+        super::metrics::serve,
+        super::control::agents,
+        super::control::install,
+        super::control::sessions,
+        super::control::session,
+        super::control::events,
+        super::fs::entries,
+        super::fs::stat,
+        super::fs::mkdir,
+        super::fs::rename,
+        super::fs::delete,
+        super::fs::read,
+        super::fs::write,
+        super::fs::upload_batch,
+        super::processes::list,
+        super::processes::start,
+        super::processes::run,
+        super::processes::one,
+        super::processes::forget,
+        super::processes::output,
+        super::processes::input,
+        super::processes::signal,
+        super::processes::resize,
+    ),
+    components(schemas(ListState), responses(Problem)),
+    modifiers(&BearerScheme),
+    security(("bearer" = [])),
+    tags(
+        (name = "server", description = "Health, metrics and this document."),
+        (name = "agents", description = "The agents and their installs."),
+        (name = "sessions", description = "The session inventory and event logs."),
+        (name = "fs", description = "The host file system, confined to `--fs-root`."),
+        (name = "processes", description = "Programs run in the sandbox (off with `--no-processes`: 404 `processes-disabled`)."),
+    )
+)]
+struct Document;
+
+/// Adds the bearer scheme that the document's `security` names.
+struct BearerScheme;
+
+impl Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let scheme = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some("The server's `--token`."))
+            .build();
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(BEARER, SecurityScheme::Http(scheme));
+    }
+}
+
+/// One session as `GET /v2/sessions` lists it and `GET /v2/sessions/{id}`
+/// answers: ACP's `SessionInfo` (whose crate has no OpenAPI schema), with
+/// the runtime's `_meta["sandboxagent.dev"]`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionEntry {
+    /// The session id.
+    pub session_id: String,
+    /// The session's working directory.
+    pub cwd: String,
+    /// Additional workspace roots, when the agent reported any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub additional_directories: Vec<String>,
+    /// Title, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Last activity (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+    /// `{"sandboxagent.dev": SessionMeta}`.
+    #[serde(rename = "_meta")]
+    pub meta: SessionEntryMeta,
+}
+
+/// The `_meta` of a [`SessionEntry`].
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionEntryMeta {
+    /// What the runtime knows of the session.
+    #[serde(rename = "sandboxagent.dev")]
+    pub namespace: SessionMeta,
+}
+
+/// The document as served: pretty-printed JSON with a final newline, built
+/// on first use.
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+    let mut text = Document::openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
+    text.push('\n');
+    text
+});
+
+/// The OpenAPI document, as `GET /v2/openapi.json` serves it and
+/// `docs/openapi.json` holds it (`sandbox-agent openapi` prints it).
+pub fn document() -> &'static str {
+    &DOCUMENT
+}
+
+/// `GET /v2/openapi.json`: [`document`]. Public: it names routes and
+/// shapes, nothing of this server's state.
+#[utoipa::path(
+    get,
+    path = "/v2/openapi.json",
+    operation_id = "openapi",
+    tag = "server",
+    security(()),
+    responses(
+        (status = 200, description = "This document (OpenAPI 3.1).", body = serde_json::Value),
+    )
+)]
+pub fn serve() -> Response<Body> {
+    full(
+        StatusCode::OK,
+        APPLICATION_JSON,
+        Bytes::from_static(document().as_bytes()),
+    )
+}
