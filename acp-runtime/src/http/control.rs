@@ -87,6 +87,8 @@ const MAX_SESSIONS_LIMIT: usize = 1000;
 #[utoipa::path(
     get,
     path = "/v2/sessions",
+    summary = "List sessions.",
+    description = "A page of the session inventory, newest first.",
     tag = "sessions",
     params(
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Entries per page (default 100)."),
@@ -249,6 +251,8 @@ fn named(runtime: &Runtime, id: &str, query: &SessionQuery) -> Result<Arc<Sessio
 #[utoipa::path(
     get,
     path = "/v2/sessions/{id}",
+    summary = "Describe a session.",
+    description = "409 `ambiguous-session` names the agents when sessions of several agents share the id and `agent` is not given.",
     tag = "sessions",
     params(
         ("id" = String, Path, min_length = 1, description = "The session id, percent-encoded."),
@@ -281,6 +285,8 @@ pub async fn session(
 #[utoipa::path(
     get,
     path = "/v2/sessions/{id}/events",
+    summary = "Read a session's event log.",
+    description = "The ACP messages recorded for the session, oldest first; events memory no longer holds come from the session store.",
     tag = "sessions",
     params(
         ("id" = String, Path, min_length = 1, description = "The session id, percent-encoded."),
@@ -321,6 +327,8 @@ pub async fn events(
 #[utoipa::path(
     get,
     path = "/v2/agents",
+    summary = "The agents this server knows.",
+    description = "Every configured agent: installed or not, running or not, with what its `initialize` reported.",
     tag = "agents",
     responses(
         (status = 200, description = "Every known agent.", body = AgentListResult),
@@ -344,6 +352,8 @@ pub fn agents(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
 #[utoipa::path(
     post,
     path = "/v2/agents/{agent}/install",
+    summary = "Install an agent.",
+    description = "Installs the agent's version from its registry (npm, a release archive). Installing what is already there answers at once with `alreadyInstalled: true`. 502 `install-failed` carries npm's output or the download error in `detail`.",
     tag = "agents",
     params(("agent" = String, Path, min_length = 1, description = "The agent id.")),
     request_body(content = Option<AgentInstallParams>, description = "Optional; an empty body is `{}`."),

@@ -126,6 +126,8 @@ impl Query {
 #[utoipa::path(
     get,
     path = "/v2/fs/entries",
+    summary = "List a directory.",
+    description = "The entries of a directory (not `.` and `..`), sorted by name; `truncated` past 10,000.",
     tag = "fs",
     params(
         ("path" = Option<String>, Query, description = "The directory (default `.`): absolute, or relative to the session's `cwd`."),
@@ -151,6 +153,7 @@ async fn entries(runtime: &Runtime, query: Query) -> Result<Response<Body>, Erro
 #[utoipa::path(
     get,
     path = "/v2/fs/stat",
+    summary = "Describe an entry.",
     tag = "fs",
     params(
         ("path" = String, Query, description = "Absolute, or relative to the session's `cwd`."),
@@ -177,6 +180,8 @@ async fn stat(runtime: &Runtime, query: Query) -> Result<Response<Body>, Error> 
 #[utoipa::path(
     post,
     path = "/v2/fs/mkdir",
+    summary = "Make a directory.",
+    description = "Makes the directory and its missing parents.",
     tag = "fs",
     params(
         ("path" = String, Query, description = "Absolute, or relative to the session's `cwd`."),
@@ -204,6 +209,8 @@ async fn mkdir(runtime: &Runtime, query: Query) -> Result<Response<Body>, Error>
 #[utoipa::path(
     post,
     path = "/v2/fs/move",
+    summary = "Move or rename an entry.",
+    description = "Moves `from` to `to`; an existing `to` is replaced only with `overwrite: true` (else 409 `already-exists`).",
     operation_id = "move",
     tag = "fs",
     params(("sessionId" = Option<String>, Query, description = "The session whose `cwd` relative paths start from; the body's `sessionId` wins.")),
@@ -251,6 +258,8 @@ async fn rename(
 #[utoipa::path(
     delete,
     path = "/v2/fs/entry",
+    summary = "Delete an entry.",
+    description = "Deletes a file, a symlink (never its target) or a directory (a non-empty one with `recursive=true` only, else 409 `directory-not-empty`).",
     operation_id = "deleteEntry",
     tag = "fs",
     params(
@@ -307,9 +316,10 @@ fn json(value: &impl Serialize) -> Result<Response<Body>, Error> {
 #[utoipa::path(
     get,
     path = "/v2/fs/file",
+    summary = "Download a file.",
+    description = "The file's bytes, with `ETag`, `Last-Modified` and `Accept-Ranges`. One `Range` answers 206 (several ranges the whole file, as RFC 9110 section 14.2 allows) unless `If-Range` names another validator; a matching `If-None-Match` answers 304, a failing `If-Match` 412. `HEAD` answers the same headers without the bytes.",
     operation_id = "readFile",
     tag = "fs",
-    description = "The file's bytes (`HEAD` answers the same headers without them).",
     params(
         ("path" = String, Query, description = "Absolute, or relative to the session's `cwd`."),
         ("sessionId" = Option<String>, Query, description = "The session whose `cwd` relative paths start from."),
@@ -520,6 +530,8 @@ fn check_declared_length(request: &HttpRequest, limit: u64) -> Result<(), Error>
 #[utoipa::path(
     put,
     path = "/v2/fs/file",
+    summary = "Upload a file.",
+    description = "Writes the body to the path, streamed, creating or replacing the file; `If-Match` and `If-None-Match` make it conditional (412 when they fail).",
     operation_id = "writeFile",
     tag = "fs",
     params(
@@ -593,6 +605,8 @@ async fn write(
 #[utoipa::path(
     post,
     path = "/v2/fs/upload-batch",
+    summary = "Unpack a tar archive into a directory.",
+    description = "The body is a tar stream (gzip allowed), unpacked under `path`; an archive that is not a safe, readable tar is refused (400 `invalid-archive`).",
     operation_id = "uploadBatch",
     tag = "fs",
     params(

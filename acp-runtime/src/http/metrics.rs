@@ -18,6 +18,7 @@ use http::{HeaderMap, Response, StatusCode};
 #[utoipa::path(
     get,
     path = "/metrics",
+    summary = "The server's metrics.",
     operation_id = "metrics",
     tag = "server",
     description = "Prometheus text, or OpenMetrics text when `Accept` names `application/openmetrics-text`. Needs the token unless the server runs with `--metrics-public`.",

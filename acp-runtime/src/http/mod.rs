@@ -332,6 +332,8 @@ pub struct Health {
 #[utoipa::path(
     get,
     path = "/v2/health",
+    summary = "Is the server up?",
+    description = "The server's version and the session store's state. Needs no token; with a token set, what could name hosts or ids (`storeError`, `runtimeId`) is left out.",
     tag = "server",
     security(()),
     responses(

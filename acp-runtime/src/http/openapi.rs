@@ -137,6 +137,8 @@ pub fn document() -> &'static str {
 #[utoipa::path(
     get,
     path = "/v2/openapi.json",
+    summary = "This document.",
+    description = "Needs no token: it names routes and shapes, nothing of a server's state.",
     operation_id = "openapi",
     tag = "server",
     security(()),

@@ -105,6 +105,7 @@ async fn json_body<T: serde::de::DeserializeOwned>(
 #[utoipa::path(
     get,
     path = "/v2/processes/{id}",
+    summary = "Describe a process.",
     operation_id = "getProcess",
     tag = "processes",
     params(("id" = String, Path, min_length = 1, description = "The process id.")),
@@ -124,6 +125,8 @@ fn one(runtime: &Runtime, id: &str) -> Result<Response<Body>, Error> {
 #[utoipa::path(
     delete,
     path = "/v2/processes/{id}",
+    summary = "Forget a process.",
+    description = "Kills the process if it runs, and forgets it and its output.",
     operation_id = "forgetProcess",
     tag = "processes",
     params(("id" = String, Path, min_length = 1, description = "The process id.")),
@@ -149,6 +152,8 @@ async fn forget(
 #[utoipa::path(
     post,
     path = "/v2/processes",
+    summary = "Start a process.",
+    description = "Starts the program (never through a shell), with a terminal when `tty` is set; its output is read with `GET /v2/processes/{id}/output`.",
     operation_id = "startProcess",
     tag = "processes",
     request_body = ProcessRequest,
@@ -179,6 +184,8 @@ async fn start(runtime: &Runtime, request: &mut HttpRequest) -> Result<Response<
 #[utoipa::path(
     post,
     path = "/v2/processes/run",
+    summary = "Run a process to completion.",
+    description = "Starts the program, waits for it to exit (or kills it at `timeoutMs` or past `maxOutputBytes`) and answers with its output and exit status.",
     operation_id = "runProcess",
     tag = "processes",
     request_body = ProcessRequest,
@@ -203,6 +210,7 @@ async fn run(runtime: &Runtime, request: &mut HttpRequest) -> Result<Response<Bo
 #[utoipa::path(
     get,
     path = "/v2/processes",
+    summary = "List processes.",
     operation_id = "listProcesses",
     tag = "processes",
     params(
@@ -274,6 +282,8 @@ fn bounded(key: &str, value: &str, max: usize) -> Result<usize, Error> {
 #[utoipa::path(
     get,
     path = "/v2/processes/{id}/output",
+    summary = "Read or follow a process's output.",
+    description = "A page of output from `offset`. With `Accept: text/event-stream`, the output followed as Server-Sent Events: each chunk an event whose `id:` is the offset after it, `event: dropped` when the ring no longer holds what was asked, `event: exit` at the end; `Last-Event-ID` resumes.",
     operation_id = "processOutput",
     tag = "processes",
     params(
@@ -440,6 +450,8 @@ fn frame_page(asked: u64, page: &Page) -> Bytes {
 #[utoipa::path(
     post,
     path = "/v2/processes/{id}/input",
+    summary = "Write to a process's stdin.",
+    description = "The raw body goes to stdin as it arrives; `eof=true` closes stdin after it.",
     operation_id = "processInput",
     tag = "processes",
     params(
@@ -517,6 +529,8 @@ async fn input(
 #[utoipa::path(
     post,
     path = "/v2/processes/{id}/signal",
+    summary = "Send a signal to a process.",
+    description = "`SIGKILL` kills the whole process tree.",
     operation_id = "signalProcess",
     tag = "processes",
     params(("id" = String, Path, min_length = 1, description = "The process id.")),
@@ -546,6 +560,7 @@ async fn signal(
 #[utoipa::path(
     post,
     path = "/v2/processes/{id}/resize",
+    summary = "Resize a process's terminal.",
     operation_id = "resizeProcess",
     tag = "processes",
     params(("id" = String, Path, min_length = 1, description = "The process id.")),
