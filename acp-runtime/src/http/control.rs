@@ -4,7 +4,6 @@
 
 use super::body::{Body, HttpRequest, full, read_body};
 use super::headers::is_json_content;
-use super::openapi::SessionEntry;
 use super::problem::Problem;
 use crate::error::Error;
 use crate::protocol::APPLICATION_JSON;
@@ -12,7 +11,9 @@ use crate::runtime::Runtime;
 use crate::state::session::{ListFilter, ListState, Session};
 use agent_client_protocol::v1::schema::SessionInfo;
 use bytes::Bytes;
-use ext_methods::{AgentInstallParams, AgentInstallResult, AgentListResult, SessionEventsPage};
+use ext_methods::{
+    AgentInstallParams, AgentInstallResult, AgentListResult, SessionEventsPage, SessionMeta,
+};
 use http::StatusCode;
 use serde::Serialize;
 use std::sync::Arc;
@@ -55,6 +56,38 @@ fn json(value: &impl Serialize) -> Result<http::Response<Body>, Error> {
     let body = serde_json::to_vec(value)
         .map_err(|e| Error::InvalidRequest(format!("cannot serialize the answer: {e}")))?;
     Ok(full(StatusCode::OK, APPLICATION_JSON, Bytes::from(body)))
+}
+
+/// One session as `GET /v2/sessions` lists it and `GET /v2/sessions/{id}`
+/// answers: ACP's `SessionInfo` (whose crate has no OpenAPI schema), with
+/// the runtime's `_meta["sandboxagent.dev"]`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionEntry {
+    /// The session id.
+    pub session_id: String,
+    /// The session's working directory.
+    pub cwd: String,
+    /// Additional workspace roots, when the agent reported any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub additional_directories: Vec<String>,
+    /// Title, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Last activity (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+    /// `{"sandboxagent.dev": SessionMeta}`.
+    #[serde(rename = "_meta")]
+    pub meta: SessionEntryMeta,
+}
+
+/// The `_meta` of a [`SessionEntry`].
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SessionEntryMeta {
+    /// What the runtime knows of the session.
+    #[serde(rename = "sandboxagent.dev")]
+    pub namespace: SessionMeta,
 }
 
 /// The answer of `GET /v2/sessions`: one page of the inventory.

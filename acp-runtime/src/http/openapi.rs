@@ -9,12 +9,10 @@ use super::problem::Problem;
 use crate::protocol::APPLICATION_JSON;
 use crate::state::session::ListState;
 use bytes::Bytes;
-use ext_methods::SessionMeta;
 use http::{Response, StatusCode};
-use serde::Serialize;
 use std::sync::LazyLock;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
 /// Name of the bearer security scheme in the document (the `security` of
 /// [`Document`] names it as a literal: the macro takes no constant).
@@ -29,7 +27,7 @@ const BEARER: &str = "bearer";
         description = "The plain-HTTP routes of sandbox-agent, a server that runs ACP coding agents in a sandbox. The ACP transports (`/v2/rpc`, `/acp`, `/acp/{agent}`: JSON-RPC over POST, SSE and WebSocket), the terminal WebSocket (`/v2/processes/{id}/terminal`) and the inspector (`/ui/`) are not plain HTTP and are not described here (research/contract.md). With a token set (`--token`), every operation except `/v2/health` and `/v2/openapi.json` needs `Authorization: Bearer <token>` (401 otherwise). On any route: a method not listed answers 405 with `Allow`, a cross-site `Origin` or a `Host` not served on loopback 403, a server shutting down 503; every error is `application/problem+json` (RFC 9457)."
     ),
     paths(
-        super::health,
+        super::health::serve,
         serve,
         super::metrics::serve,
         super::control::agents,
@@ -82,38 +80,6 @@ impl Modify for BearerScheme {
             .get_or_insert_with(Default::default)
             .add_security_scheme(BEARER, SecurityScheme::Http(scheme));
     }
-}
-
-/// One session as `GET /v2/sessions` lists it and `GET /v2/sessions/{id}`
-/// answers: ACP's `SessionInfo` (whose crate has no OpenAPI schema), with
-/// the runtime's `_meta["sandboxagent.dev"]`.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionEntry {
-    /// The session id.
-    pub session_id: String,
-    /// The session's working directory.
-    pub cwd: String,
-    /// Additional workspace roots, when the agent reported any.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub additional_directories: Vec<String>,
-    /// Title, when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    /// Last activity (RFC 3339).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub updated_at: Option<String>,
-    /// `{"sandboxagent.dev": SessionMeta}`.
-    #[serde(rename = "_meta")]
-    pub meta: SessionEntryMeta,
-}
-
-/// The `_meta` of a [`SessionEntry`].
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionEntryMeta {
-    /// What the runtime knows of the session.
-    #[serde(rename = "sandboxagent.dev")]
-    pub namespace: SessionMeta,
 }
 
 /// The document as served: pretty-printed JSON with a final newline, built
