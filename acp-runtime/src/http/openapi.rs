@@ -24,7 +24,7 @@ const BEARER: &str = "bearer";
 #[openapi(
     info(
         title = "sandbox-agent",
-        description = "The plain-HTTP routes of sandbox-agent, a server that runs ACP coding agents in a sandbox. The ACP transports (`/v2/rpc`, `/acp`, `/acp/{agent}`: JSON-RPC over POST, SSE and WebSocket), the terminal WebSocket (`/v2/processes/{id}/terminal`) and the inspector (`/ui/`) are not plain HTTP and are not described here (research/contract.md). With a token set (`--token`), every operation except `/v2/health` and `/v2/openapi.json` needs `Authorization: Bearer <token>` (401 otherwise). On any route: a method not listed answers 405 with `Allow`, a cross-site `Origin` or a `Host` not served on loopback 403, a server shutting down 503; every error is `application/problem+json` (RFC 9457)."
+        description = "The plain-HTTP routes of sandbox-agent, a server that runs ACP coding agents in a sandbox. The ACP transports (`/v2/rpc`, `/acp`, `/acp/{agent}`: JSON-RPC over POST, SSE and WebSocket), the terminal WebSocket (`/v2/processes/{id}/terminal`) and the inspector (`/ui/`) are not plain HTTP and are not described here (research/contract.md). With a token set (`--token`), every operation except `/v2/health` and `/v2/openapi.json` needs `Authorization: Bearer <token>` (401 otherwise). Every `GET` answers `HEAD` too. On any route: a method not listed answers 405 with `Allow`; a cross-site `Origin`, or on a loopback connection a `Host` that is not a loopback name, 403; a server shutting down 503. Every error is `application/problem+json` (RFC 9457)."
     ),
     paths(
         super::health::serve,
@@ -60,7 +60,7 @@ const BEARER: &str = "bearer";
         (name = "server", description = "Health, metrics and this document."),
         (name = "agents", description = "The agents and their installs."),
         (name = "sessions", description = "The session inventory and event logs."),
-        (name = "fs", description = "The host file system, confined to `--fs-root`."),
+        (name = "fs", description = "The host file system (confined to `--fs-root` when it is set)."),
         (name = "processes", description = "Programs run in the sandbox (off with `--no-processes`: 404 `processes-disabled`)."),
     )
 )]
