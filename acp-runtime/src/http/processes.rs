@@ -165,9 +165,12 @@ async fn forget(
         (status = 403, response = Problem),
         (status = 404, response = Problem),
         (status = 408, response = Problem),
+        (status = 409, response = Problem),
         (status = 413, response = Problem),
         (status = 415, response = Problem),
         (status = 429, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
     )
 )]
 async fn start(runtime: &Runtime, request: &mut HttpRequest) -> Result<Response<Body>, Error> {
@@ -196,9 +199,12 @@ async fn start(runtime: &Runtime, request: &mut HttpRequest) -> Result<Response<
         (status = 403, response = Problem),
         (status = 404, response = Problem),
         (status = 408, response = Problem),
+        (status = 409, response = Problem),
         (status = 413, response = Problem),
         (status = 415, response = Problem),
         (status = 429, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
     )
 )]
 async fn run(runtime: &Runtime, request: &mut HttpRequest) -> Result<Response<Body>, Error> {
@@ -539,6 +545,7 @@ async fn input(
         (status = 204, description = "Sent."),
         (status = 400, response = Problem),
         (status = 401, response = Problem),
+        (status = 403, response = Problem),
         (status = 404, response = Problem),
         (status = 408, response = Problem),
         (status = 409, response = Problem),
