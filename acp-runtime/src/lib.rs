@@ -85,3 +85,7 @@ pub mod server;
 pub(crate) mod state;
 pub mod store;
 pub(crate) mod time;
+
+/// The OpenAPI document of the plain-HTTP routes, as `GET /v2/openapi.json`
+/// serves it (research/contract.md, "OpenAPI").
+pub use http::openapi::document as openapi_document;

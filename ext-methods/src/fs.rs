@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// What an entry is. A symlink is reported as what it points to; a link
 /// whose target is missing or outside `--fs-root` is [`FsEntryType::Symlink`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FsEntryType {
     /// A regular file (or anything that is not a directory: a FIFO, a socket, a device).
@@ -23,7 +23,7 @@ pub enum FsEntryType {
 
 /// One file system entry: the element of `list_entries` and the result of
 /// `stat`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FsEntry {
     /// The entry's file name (the last path component). A name that is not
     /// UTF-8 is shown with U+FFFD in place of the bad bytes; [`Self::raw_name`]
@@ -72,7 +72,7 @@ pub struct FsPathParams {
 }
 
 /// Params of `_sandboxagent/fs/move` and the body of `POST /v2/fs/move`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FsMoveParams {
     /// What to move.
     pub from: String,
@@ -111,7 +111,7 @@ pub struct FsDeleteParams {
 }
 
 /// Result of `list_entries`: the directory's entries, sorted by name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FsEntries {
     /// The entries (not `.` and `..`), sorted by name: the first
     /// [`MAX_LIST_ENTRIES`] of a larger directory.
@@ -128,14 +128,14 @@ pub struct FsEntries {
 pub const MAX_LIST_ENTRIES: usize = 10_000;
 
 /// Result of `mkdir` and `delete_entry`: the absolute path acted on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FsPathResult {
     /// Absolute path.
     pub path: String,
 }
 
 /// Result of `move`: both absolute paths.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FsMoveResult {
     /// Where the entry was.
     pub from: String,
@@ -144,7 +144,7 @@ pub struct FsMoveResult {
 }
 
 /// Answer of `PUT /v2/fs/file`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FsWriteResult {
     /// Absolute path written.
     pub path: String,
@@ -167,7 +167,7 @@ impl FsWriteResult {
 }
 
 /// Answer of `POST /v2/fs/upload-batch`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FsUploadBatchResult {
     /// Absolute paths of the entries unpacked, in archive order, at most
     /// the server's cap (1000).

@@ -102,7 +102,7 @@ pub fn merge(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
 /// The runtime always sets `agent`, `createdAt`, `updatedAt` (RFC 3339),
 /// `ended` and `eventCount`; `title`, `model` and `mode` when known. Every
 /// other stored key (`variant`, `permissionMode`, …) is kept in `extra`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionMeta {
     /// The agent id that hosts the session.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// How bytes are written in a JSON string: absent for UTF-8 text,
 /// `"base64"` (RFC 4648 section 4, padded) otherwise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
     /// Standard base64 with padding.
@@ -59,7 +59,7 @@ pub struct InvalidBase64(pub String);
 ///
 /// `tty`, `cols` and `rows` belong to a start; `timeoutMs` and
 /// `maxOutputBytes` to a run (the other operation refuses them).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProcessRequest {
     /// The program: a name looked up on `PATH`, or a path. Never a shell
@@ -180,7 +180,7 @@ impl ProcessRequest {
 }
 
 /// Whether a process runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ProcessState {
     /// Running (or starting).
@@ -204,7 +204,7 @@ impl ProcessState {
 /// `_sandboxagent/process/get`, and each entry of a list:
 /// `{id, pid, command, args, cwd, tty, title, sessionId, toolCallId, state,
 /// exitCode, signal, startedAt, endedAt, outputBytes}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessInfo {
     /// The process API's id (not the operating system's pid).
@@ -242,7 +242,7 @@ pub struct ProcessInfo {
 
 /// One page of processes: the answer of `GET /v2/processes` and
 /// `_sandboxagent/process/list`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessPage {
     /// Newest first (by start).
@@ -355,7 +355,7 @@ pub struct ProcessResizeParams {
 }
 
 /// `{signal}`: the body of `POST /v2/processes/{id}/signal`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SignalBody {
     /// The signal's name (as in [`ProcessSignalParams`]).
@@ -363,7 +363,7 @@ pub struct SignalBody {
 }
 
 /// `{cols, rows}`: the body of `POST /v2/processes/{id}/resize`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResizeBody {
     /// Columns.
@@ -375,7 +375,7 @@ pub struct ResizeBody {
 /// How a process ended: `{exitCode, signal}`, the data of the followed
 /// output's `event: exit`. One of them is set (both `null` when the server
 /// could not learn it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Exit {
     /// The exit code, when it exited on its own.
@@ -395,7 +395,7 @@ impl Exit {
 /// `_sandboxagent/process/run`): `{exitCode, signal, stdout,
 /// stdoutEncoding?, stderr, stderrEncoding?, truncated, timedOut,
 /// durationMs}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunResult {
     /// The exit code, when it exited on its own.
@@ -439,7 +439,7 @@ impl RunResult {
 }
 
 /// Where a chunk of output came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OutputStream {
     /// Standard output (a process without a terminal).
@@ -453,7 +453,7 @@ pub enum OutputStream {
 /// One chunk of output: `{offset, stream, data, encoding?}`, an element of
 /// an output page and the data of each followed output event (whose SSE
 /// `id:` is [`OutputChunk::end`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OutputChunk {
     /// Offset of the chunk's first byte in the process's output (bytes
     /// since its start, every stream counted).
@@ -494,7 +494,7 @@ impl OutputChunk {
 }
 
 /// A page of output: the answer of `GET /v2/processes/{id}/output`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OutputPage {
     /// The chunks from the asked offset on.

@@ -71,7 +71,7 @@ impl ListModelsParams {
 }
 
 /// One model an agent offers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelInfo {
     /// Id to select it with.
@@ -247,7 +247,7 @@ pub struct StreamGap {
 }
 
 /// Where an agent comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentSource {
     /// Inside the `sandbox-agent` binary (the mock agent).
@@ -263,7 +263,7 @@ pub enum AgentSource {
 /// set for the server (or in the agent's manifest `env`) and the agent
 /// advertises `methodId` in its `initialize` result, the runtime sends it
 /// `authenticate {methodId}` once after starting it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuthEnv {
     /// The auth method id, as in the agent's `authMethods`.
@@ -273,7 +273,7 @@ pub struct AuthEnv {
 }
 
 /// One agent in `GET /v2/agents` and `_sandboxagent/agent/list`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentInfo {
     /// Agent id.
@@ -319,14 +319,14 @@ pub struct AgentInfo {
 }
 
 /// Result of `_sandboxagent/agent/list`; also the body of `GET /v2/agents`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AgentListResult {
     /// Every known agent.
     pub agents: Vec<AgentInfo>,
 }
 
 /// Body of `POST /v2/agents/{agent}/install` (optional; `{}` when empty).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentInstallParams {
     /// Install again even when that version is already installed. Left out
@@ -354,7 +354,7 @@ pub struct AgentInstallRequest {
 
 /// Answer of `POST /v2/agents/{agent}/install`: what is installed now and
 /// whether this call installed it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentInstallResult {
     /// Agent id.
@@ -374,7 +374,7 @@ pub struct AgentInstallResult {
 }
 
 /// Which side sent a recorded message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
     /// From the agent (updates, agent requests, responses).
@@ -384,7 +384,7 @@ pub enum Direction {
 }
 
 /// One recorded ACP message of a session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionEvent {
     /// Position in the session's log, from 0, without holes except where
@@ -406,7 +406,7 @@ impl SessionEvent {
 }
 
 /// Body of `GET /v2/sessions/{id}/events`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionEventsPage {
     /// Events at or after the requested offset, oldest first.

@@ -49,4 +49,7 @@ pub enum Command {
     /// The tree supervisor the server starts each agent under (internal).
     #[command(hide = true)]
     Supervise(SuperviseArgs),
+    /// Print the OpenAPI document of the HTTP API (docs/openapi.json).
+    #[command(hide = true)]
+    Openapi,
 }

@@ -43,6 +43,10 @@ fn main() -> ExitCode {
     if let Command::Supervise(args) = &cli.command {
         return commands::supervise::run(args);
     }
+    if let Command::Openapi = cli.command {
+        print!("{}", acp_runtime::openapi_document());
+        return ExitCode::SUCCESS;
+    }
     // Built before the async runtime: the exporter has a thread and an
     // HTTP client of its own, and its shutdown blocks.
     let traces = match &cli.command {
@@ -94,7 +98,7 @@ fn main() -> ExitCode {
                 .map_err(|e| e.to_string()),
             Command::Bench(args) => commands::bench::run(args).await,
             // Handled above, before the async runtime.
-            Command::Supervise(_) => Ok(()),
+            Command::Supervise(_) | Command::Openapi => Ok(()),
             Command::Fs(args) => {
                 init_logging("error");
                 commands::fs::run(args).await

@@ -4,12 +4,16 @@
 
 use super::body::{Body, HttpRequest, full, read_body};
 use super::headers::is_json_content;
+use super::problem::Problem;
 use crate::error::Error;
 use crate::protocol::APPLICATION_JSON;
 use crate::runtime::Runtime;
 use crate::state::session::{ListFilter, ListState, Session};
+use agent_client_protocol::v1::schema::SessionInfo;
 use bytes::Bytes;
-use ext_methods::{AgentInstallParams, AgentListResult};
+use ext_methods::{
+    AgentInstallParams, AgentInstallResult, AgentListResult, SessionEventsPage, SessionMeta,
+};
 use http::StatusCode;
 use serde::Serialize;
 use std::sync::Arc;
@@ -54,6 +58,52 @@ fn json(value: &impl Serialize) -> Result<http::Response<Body>, Error> {
     Ok(full(StatusCode::OK, APPLICATION_JSON, Bytes::from(body)))
 }
 
+/// One session as `GET /v2/sessions` lists it and `GET /v2/sessions/{id}`
+/// answers: ACP's `SessionInfo` (whose crate has no OpenAPI schema), with
+/// the runtime's `_meta["sandboxagent.dev"]`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionEntry {
+    /// The session id.
+    pub session_id: String,
+    /// The session's working directory.
+    pub cwd: String,
+    /// Additional workspace roots, when the agent reported any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub additional_directories: Vec<String>,
+    /// Title, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Last activity (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+    /// `{"sandboxagent.dev": SessionMeta}`.
+    #[serde(rename = "_meta")]
+    pub meta: SessionEntryMeta,
+}
+
+/// The `_meta` of a [`SessionEntry`].
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SessionEntryMeta {
+    /// What the runtime knows of the session.
+    #[serde(rename = "sandboxagent.dev")]
+    pub namespace: SessionMeta,
+}
+
+/// The answer of `GET /v2/sessions`: one page of the inventory.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionList {
+    /// Newest first: ACP `SessionInfo` entries with
+    /// `_meta["sandboxagent.dev"]`.
+    #[schema(value_type = Vec<SessionEntry>)]
+    sessions: Vec<SessionInfo>,
+    /// Pass as `cursor` (with the same filters) for the next page; absent
+    /// on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+}
+
 /// Entries per page of `GET /v2/sessions` when `limit` is not given.
 const DEFAULT_SESSIONS_LIMIT: usize = 100;
 /// Largest `limit` of `GET /v2/sessions`.
@@ -67,6 +117,26 @@ const MAX_SESSIONS_LIMIT: usize = 1000;
 /// 400 `invalid-request` naming the parameter: `limit` not plain digits,
 /// 0 or over 1000; a cursor this server did not make; an unknown `state`.
 /// 503 `store-unavailable` when the store cannot be read.
+#[utoipa::path(
+    get,
+    path = "/v2/sessions",
+    summary = "List sessions.",
+    description = "A page of the session inventory, newest first.",
+    tag = "sessions",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Entries per page (default 100)."),
+        ("cursor" = Option<String>, Query, description = "A previous page's `nextCursor`."),
+        ("agent" = Option<String>, Query, description = "Only this agent's sessions."),
+        ("state" = Option<ListState>, Query, description = "Only sessions in this state."),
+        ("q" = Option<String>, Query, description = "Only sessions whose title contains this text."),
+    ),
+    responses(
+        (status = 200, description = "A page of sessions, newest first.", body = SessionList),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 503, response = Problem),
+    )
+)]
 pub async fn sessions(
     runtime: &Runtime,
     query: Option<&str>,
@@ -121,12 +191,10 @@ pub async fn sessions(
             }
             other => other,
         })?;
-    let sessions: Vec<_> = page.sessions.iter().map(|s| s.info()).collect();
-    let mut body = serde_json::json!({ "sessions": sessions });
-    if let Some(next) = page.next_cursor {
-        body["nextCursor"] = serde_json::Value::String(next);
-    }
-    json(&body)
+    json(&SessionList {
+        sessions: page.sessions.iter().map(|s| s.info()).collect(),
+        next_cursor: page.next_cursor,
+    })
 }
 
 /// The query of `/v2/sessions/{id}[/events]`: `agent` picks among sessions
@@ -213,6 +281,25 @@ fn named(runtime: &Runtime, id: &str, query: &SessionQuery) -> Result<Arc<Sessio
 ///
 /// # Errors
 /// 400, 404, 409 as [`resolve`].
+#[utoipa::path(
+    get,
+    path = "/v2/sessions/{id}",
+    summary = "Describe a session.",
+    description = "409 `ambiguous-session` names the agents when sessions of several agents share the id and `agent` is not given.",
+    tag = "sessions",
+    params(
+        ("id" = String, Path, min_length = 1, description = "The session id, percent-encoded."),
+        ("agent" = Option<String>, Query, description = "The agent, when sessions of several agents share the id."),
+    ),
+    responses(
+        (status = 200, description = "The session.", body = SessionEntry),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 404, response = Problem),
+        (status = 409, response = Problem),
+        (status = 503, response = Problem),
+    )
+)]
 pub async fn session(
     runtime: &Runtime,
     id: &str,
@@ -228,6 +315,27 @@ pub async fn session(
 /// # Errors
 /// 400 for a bad `limit`, 400, 404, 409 as [`resolve`], 503 when the
 /// store cannot be read.
+#[utoipa::path(
+    get,
+    path = "/v2/sessions/{id}/events",
+    summary = "Read a session's event log.",
+    description = "The ACP messages recorded for the session, oldest first; events memory no longer holds come from the session store.",
+    tag = "sessions",
+    params(
+        ("id" = String, Path, min_length = 1, description = "The session id, percent-encoded."),
+        ("agent" = Option<String>, Query, description = "The agent, when sessions of several agents share the id."),
+        ("offset" = Option<u64>, Query, description = "The first event's offset (default 0)."),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Events per page (default 100)."),
+    ),
+    responses(
+        (status = 200, description = "A page of the session's recorded ACP messages.", body = SessionEventsPage),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 404, response = Problem),
+        (status = 409, response = Problem),
+        (status = 503, response = Problem),
+    )
+)]
 pub async fn events(
     runtime: &Runtime,
     id: &str,
@@ -249,6 +357,17 @@ pub async fn events(
 }
 
 /// `GET /v2/agents` → `{"agents": [AgentInfo, …]}`.
+#[utoipa::path(
+    get,
+    path = "/v2/agents",
+    summary = "The agents this server knows.",
+    description = "Every configured agent: installed or not, running or not, with what its `initialize` reported.",
+    tag = "agents",
+    responses(
+        (status = 200, description = "Every known agent.", body = AgentListResult),
+        (status = 401, response = Problem),
+    )
+)]
 pub fn agents(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
     json(&AgentListResult {
         agents: runtime.agents.infos(),
@@ -263,6 +382,26 @@ pub fn agents(runtime: &Runtime) -> Result<http::Response<Body>, Error> {
 /// 400 (bad body or version), 404 `unknown-agent`, 408, 409 `not-installable`,
 /// 413, 415, 502 `install-failed` (npm's output or the download error in
 /// `detail`).
+#[utoipa::path(
+    post,
+    path = "/v2/agents/{agent}/install",
+    summary = "Install an agent.",
+    description = "Installs the agent's version from its registry (npm, a release archive). Installing what is already there answers at once with `alreadyInstalled: true`. 502 `install-failed` carries npm's output or the download error in `detail`.",
+    tag = "agents",
+    params(("agent" = String, Path, min_length = 1, description = "The agent id.")),
+    request_body(content = Option<AgentInstallParams>, description = "Optional; an empty body is `{}`."),
+    responses(
+        (status = 200, description = "What is installed now.", body = AgentInstallResult),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 404, response = Problem),
+        (status = 408, response = Problem),
+        (status = 409, response = Problem),
+        (status = 413, response = Problem),
+        (status = 415, response = Problem),
+        (status = 502, response = Problem),
+    )
+)]
 pub async fn install(
     runtime: &Arc<Runtime>,
     agent: &str,

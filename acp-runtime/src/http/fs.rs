@@ -9,6 +9,7 @@
 use super::body::{Body, HttpRequest, empty, full, read_body};
 use super::conditional;
 use super::headers::is_json_content;
+use super::problem::Problem;
 use super::routes::FS_PREFIX;
 use crate::archive::Limits;
 use crate::error::Error;
@@ -16,7 +17,10 @@ use crate::fs::{self, Scope, batch, ops, transfer};
 use crate::protocol::APPLICATION_JSON;
 use crate::runtime::Runtime;
 use bytes::Bytes;
-use ext_methods::{FsDeleteParams, FsMoveParams, FsWriteResult};
+use ext_methods::{
+    FsDeleteParams, FsEntries, FsEntry, FsMoveParams, FsMoveResult, FsPathResult,
+    FsUploadBatchResult, FsWriteResult,
+};
 use futures::{Stream, StreamExt};
 use http::header::{
     ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, LAST_MODIFIED, RANGE,
@@ -49,48 +53,11 @@ pub async fn serve(
     let path = name;
     let query = Query::parse(request.uri().query())?;
     match (path, method) {
-        ("entries", &Method::GET | &Method::HEAD) => {
-            let scope = query.scope(runtime).await?;
-            json(&blocking(move || ops::list(&scope, query.path.as_deref())).await?)
-        }
-        ("stat", &Method::GET | &Method::HEAD) => {
-            let scope = query.scope(runtime).await?;
-            let path = query.required_path()?;
-            json(&blocking(move || ops::stat(&scope, &path)).await?)
-        }
-        ("mkdir", &Method::POST) => {
-            let scope = query.scope(runtime).await?;
-            let path = query.required_path()?;
-            json(&blocking(move || ops::mkdir(&scope, &path)).await?)
-        }
-        ("move", &Method::POST) => {
-            let body = read_body(request, MOVE_BODY_LIMIT, runtime.config.read_timeout).await?;
-            if !is_json_content(request.headers()) {
-                return Err(Error::UnsupportedMediaType);
-            }
-            let mut params: FsMoveParams = serde_json::from_slice(&body).map_err(|error| {
-                Error::InvalidRequest(format!(
-                    "the body must be {{\"from\": string, \"to\": string, \"overwrite\"?: bool}}: {error}"
-                ))
-            })?;
-            if params.session_id.is_none() {
-                params.session_id = query.session_id.clone();
-            }
-            if let Some(id) = &params.session_id {
-                runtime.recall(None, id).await?;
-            }
-            let scope = runtime.fs_scope(params.session_id.as_deref(), None)?;
-            json(&blocking(move || ops::rename(&scope, &params)).await?)
-        }
-        ("entry", &Method::DELETE) => {
-            let scope = query.scope(runtime).await?;
-            let params = FsDeleteParams {
-                path: query.required_path()?,
-                recursive: query.recursive,
-                session_id: None,
-            };
-            json(&blocking(move || ops::delete(&scope, &params)).await?)
-        }
+        ("entries", &Method::GET | &Method::HEAD) => entries(runtime, query).await,
+        ("stat", &Method::GET | &Method::HEAD) => stat(runtime, query).await,
+        ("mkdir", &Method::POST) => mkdir(runtime, query).await,
+        ("move", &Method::POST) => rename(runtime, request, query).await,
+        ("entry", &Method::DELETE) => delete(runtime, query).await,
         ("file", &Method::GET | &Method::HEAD) => read(runtime, request, &query, method).await,
         ("file", &Method::PUT) => write(runtime, request, &query).await,
         ("upload-batch", &Method::POST) => upload_batch(runtime, request, &query).await,
@@ -155,6 +122,172 @@ impl Query {
     }
 }
 
+/// `GET /v2/fs/entries?path=`: a directory's entries.
+#[utoipa::path(
+    get,
+    path = "/v2/fs/entries",
+    summary = "List a directory.",
+    description = "The entries of a directory (not `.` and `..`), sorted by name; `truncated` past 10,000.",
+    tag = "fs",
+    params(
+        ("path" = Option<String>, Query, description = "The directory (default `.`): absolute, or relative to the session's `cwd`."),
+        ("sessionId" = Option<String>, Query, description = "The session whose `cwd` relative paths start from."),
+    ),
+    responses(
+        (status = 200, description = "The directory's entries, sorted by name.", body = FsEntries),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 403, response = Problem),
+        (status = 404, response = Problem),
+        (status = 409, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
+    )
+)]
+async fn entries(runtime: &Runtime, query: Query) -> Result<Response<Body>, Error> {
+    let scope = query.scope(runtime).await?;
+    json(&blocking(move || ops::list(&scope, query.path.as_deref())).await?)
+}
+
+/// `GET /v2/fs/stat?path=`: one entry.
+#[utoipa::path(
+    get,
+    path = "/v2/fs/stat",
+    summary = "Describe an entry.",
+    tag = "fs",
+    params(
+        ("path" = String, Query, description = "Absolute, or relative to the session's `cwd`."),
+        ("sessionId" = Option<String>, Query, description = "The session whose `cwd` relative paths start from."),
+    ),
+    responses(
+        (status = 200, description = "The entry.", body = FsEntry),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 403, response = Problem),
+        (status = 404, response = Problem),
+        (status = 409, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
+    )
+)]
+async fn stat(runtime: &Runtime, query: Query) -> Result<Response<Body>, Error> {
+    let scope = query.scope(runtime).await?;
+    let path = query.required_path()?;
+    json(&blocking(move || ops::stat(&scope, &path)).await?)
+}
+
+/// `POST /v2/fs/mkdir?path=`: a directory and its missing parents.
+#[utoipa::path(
+    post,
+    path = "/v2/fs/mkdir",
+    summary = "Make a directory.",
+    description = "Makes the directory and its missing parents.",
+    tag = "fs",
+    params(
+        ("path" = String, Query, description = "Absolute, or relative to the session's `cwd`."),
+        ("sessionId" = Option<String>, Query, description = "The session whose `cwd` relative paths start from."),
+    ),
+    responses(
+        (status = 200, description = "The directory exists now.", body = FsPathResult),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 403, response = Problem),
+        (status = 404, response = Problem),
+        (status = 409, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
+        (status = 507, response = Problem),
+    )
+)]
+async fn mkdir(runtime: &Runtime, query: Query) -> Result<Response<Body>, Error> {
+    let scope = query.scope(runtime).await?;
+    let path = query.required_path()?;
+    json(&blocking(move || ops::mkdir(&scope, &path)).await?)
+}
+
+/// `POST /v2/fs/move` with `{from, to, overwrite?, sessionId?}`.
+#[utoipa::path(
+    post,
+    path = "/v2/fs/move",
+    summary = "Move or rename an entry.",
+    description = "Moves `from` to `to`; an existing `to` is replaced only with `overwrite: true` (else 409 `already-exists`).",
+    operation_id = "move",
+    tag = "fs",
+    params(("sessionId" = Option<String>, Query, description = "The session whose `cwd` relative paths start from; the body's `sessionId` wins.")),
+    request_body = FsMoveParams,
+    responses(
+        (status = 200, description = "Moved.", body = FsMoveResult),
+(status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 403, response = Problem),
+        (status = 404, response = Problem),
+        (status = 408, response = Problem),
+        (status = 409, response = Problem),
+        (status = 413, response = Problem),
+        (status = 415, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
+        (status = 507, response = Problem),
+    )
+)]
+async fn rename(
+    runtime: &Runtime,
+    request: &mut HttpRequest,
+    query: Query,
+) -> Result<Response<Body>, Error> {
+    let body = read_body(request, MOVE_BODY_LIMIT, runtime.config.read_timeout).await?;
+    if !is_json_content(request.headers()) {
+        return Err(Error::UnsupportedMediaType);
+    }
+    let mut params: FsMoveParams = serde_json::from_slice(&body).map_err(|error| {
+        Error::InvalidRequest(format!(
+            "the body must be {{\"from\": string, \"to\": string, \"overwrite\"?: bool}}: {error}"
+        ))
+    })?;
+    if params.session_id.is_none() {
+        params.session_id = query.session_id;
+    }
+    if let Some(id) = &params.session_id {
+        runtime.recall(None, id).await?;
+    }
+    let scope = runtime.fs_scope(params.session_id.as_deref(), None)?;
+    json(&blocking(move || ops::rename(&scope, &params)).await?)
+}
+
+/// `DELETE /v2/fs/entry?path=&recursive=`.
+#[utoipa::path(
+    delete,
+    path = "/v2/fs/entry",
+    summary = "Delete an entry.",
+    description = "Deletes a file, a symlink (never its target) or a directory (a non-empty one with `recursive=true` only, else 409 `directory-not-empty`).",
+    operation_id = "deleteEntry",
+    tag = "fs",
+    params(
+        ("path" = String, Query, description = "Absolute, or relative to the session's `cwd`."),
+        ("recursive" = Option<bool>, Query, description = "Delete a non-empty directory with everything in it."),
+        ("sessionId" = Option<String>, Query, description = "The session whose `cwd` relative paths start from."),
+    ),
+    responses(
+        (status = 200, description = "Deleted.", body = FsPathResult),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 403, response = Problem),
+        (status = 404, response = Problem),
+        (status = 409, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
+    )
+)]
+async fn delete(runtime: &Runtime, query: Query) -> Result<Response<Body>, Error> {
+    let scope = query.scope(runtime).await?;
+    let params = FsDeleteParams {
+        path: query.required_path()?,
+        recursive: query.recursive,
+        session_id: None,
+    };
+    json(&blocking(move || ops::delete(&scope, &params)).await?)
+}
+
 /// Runs a blocking file system call on the blocking pool.
 async fn blocking<T: Send + 'static>(
     call: impl FnOnce() -> Result<T, Error> + Send + 'static,
@@ -180,6 +313,36 @@ fn json(value: &impl Serialize) -> Result<Response<Body>, Error> {
 ///
 /// # Errors
 /// 400, 403, 404, 409 `is-a-directory`, 412 (`If-Match`), 416.
+#[utoipa::path(
+    get,
+    path = "/v2/fs/file",
+    summary = "Download a file.",
+    description = "The file's bytes, with `ETag`, `Last-Modified` and `Accept-Ranges`. One `Range` answers 206 (several ranges the whole file, as RFC 9110 section 14.2 allows) unless `If-Range` names another validator; a matching `If-None-Match` answers 304, a failing `If-Match` 412. `HEAD` answers the same headers without the bytes.",
+    operation_id = "readFile",
+    tag = "fs",
+    params(
+        ("path" = String, Query, description = "Absolute, or relative to the session's `cwd`."),
+        ("sessionId" = Option<String>, Query, description = "The session whose `cwd` relative paths start from."),
+        ("Range" = Option<String>, Header, description = "One `bytes=` range (RFC 9110 section 14.2)."),
+        ("If-Match" = Option<String>, Header, description = "Answer only when the `ETag` matches (else 412)."),
+        ("If-None-Match" = Option<String>, Header, description = "A matching `ETag` answers 304."),
+        ("If-Range" = Option<String>, Header, description = "Apply `Range` only when this validator matches."),
+    ),
+    responses(
+        (status = 200, description = "The whole file.", body = String, content_type = "application/octet-stream"),
+        (status = 206, description = "The range asked for.", body = String, content_type = "application/octet-stream"),
+        (status = 304, description = "The `If-None-Match` validator matches."),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 403, response = Problem),
+        (status = 404, response = Problem),
+        (status = 409, response = Problem),
+        (status = 412, response = Problem),
+        (status = 416, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
+    )
+)]
 async fn read(
     runtime: &Arc<Runtime>,
     request: &HttpRequest,
@@ -364,6 +527,35 @@ fn check_declared_length(request: &HttpRequest, limit: u64) -> Result<(), Error>
 ///
 /// # Errors
 /// 400, 403, 408, 409 `is-a-directory`, 413, 507.
+#[utoipa::path(
+    put,
+    path = "/v2/fs/file",
+    summary = "Upload a file.",
+    description = "Writes the body to the path, streamed, creating or replacing the file; `If-Match` and `If-None-Match` make it conditional (412 when they fail).",
+    operation_id = "writeFile",
+    tag = "fs",
+    params(
+        ("path" = String, Query, description = "Absolute, or relative to the session's `cwd`."),
+        ("sessionId" = Option<String>, Query, description = "The session whose `cwd` relative paths start from."),
+        ("If-Match" = Option<String>, Header, description = "Write only when the current file's `ETag` matches (else 412)."),
+        ("If-None-Match" = Option<String>, Header, description = "`*`: write only when no file is there (else 412)."),
+    ),
+    request_body(content = String, content_type = "application/octet-stream", description = "The file's new bytes."),
+    responses(
+        (status = 200, description = "Written.", body = FsWriteResult),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 403, response = Problem),
+        (status = 404, response = Problem),
+        (status = 408, response = Problem),
+        (status = 409, response = Problem),
+        (status = 412, response = Problem),
+        (status = 413, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
+        (status = 507, response = Problem),
+    )
+)]
 async fn write(
     runtime: &Arc<Runtime>,
     request: &mut HttpRequest,
@@ -410,6 +602,36 @@ async fn write(
 /// # Errors
 /// 400 `invalid-archive`, 403, 408, 409, 413, 415 (`Content-Type` not an
 /// archive type, so no cross-site form can post one), 507.
+#[utoipa::path(
+    post,
+    path = "/v2/fs/upload-batch",
+    summary = "Unpack a tar archive into a directory.",
+    description = "The body is a tar stream (gzip allowed), unpacked under `path`; an archive that is not a safe, readable tar is refused (400 `invalid-archive`).",
+    operation_id = "uploadBatch",
+    tag = "fs",
+    params(
+        ("path" = String, Query, description = "The directory to unpack into."),
+        ("sessionId" = Option<String>, Query, description = "The session whose `cwd` relative paths start from."),
+    ),
+    request_body(
+        description = "A tar stream (gzip allowed).",
+        content((String = "application/x-tar"), (String = "application/gzip")),
+    ),
+    responses(
+        (status = 200, description = "Unpacked.", body = FsUploadBatchResult),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 403, response = Problem),
+        (status = 404, response = Problem),
+        (status = 408, response = Problem),
+        (status = 409, response = Problem),
+        (status = 413, response = Problem),
+        (status = 415, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
+        (status = 507, response = Problem),
+    )
+)]
 async fn upload_batch(
     runtime: &Arc<Runtime>,
     request: &mut HttpRequest,

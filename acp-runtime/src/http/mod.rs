@@ -8,7 +8,10 @@
 //! - [`websocket`]: the WebSocket upgrade on the same paths, and the
 //!   opening handshake every WebSocket route shares.
 //! - [`sse`]: the SSE answer and body of `GET /v2/rpc` and `GET /acp`.
+//! - [`health`]: `GET /v2/health`.
 //! - [`metrics`]: `GET /metrics`, Prometheus or OpenMetrics text.
+//! - [`openapi`]: `GET /v2/openapi.json`, the OpenAPI document of the
+//!   plain-HTTP routes.
 //! - [`headers`]: bearer auth, `Accept`, `Content-Type`, `Last-Event-ID`.
 //! - [`cross_site`]: the `Origin` and `Host` a request may carry.
 //! - [`control`]: `/v2/sessions…`, `/v2/agents` and
@@ -28,8 +31,10 @@ pub mod control;
 pub mod cross_site;
 pub mod fs;
 pub mod headers;
+pub mod health;
 mod message;
 pub mod metrics;
+pub mod openapi;
 pub mod problem;
 pub mod processes;
 pub mod routes;
@@ -42,12 +47,11 @@ pub mod websocket;
 use crate::error::Error;
 use crate::otel;
 use crate::protocol::{
-    ACP_CONNECTION_ID_HEADER, APPLICATION_JSON, CONNECTION_ID_HEADER,
-    CROSS_ORIGIN_RESOURCE_POLICY_HEADER, FORBIDDEN_AGENT_HEADER, LAST_EVENT_ID_HEADER,
+    ACP_CONNECTION_ID_HEADER, CONNECTION_ID_HEADER, CROSS_ORIGIN_RESOURCE_POLICY_HEADER,
+    FORBIDDEN_AGENT_HEADER, LAST_EVENT_ID_HEADER,
 };
 use crate::runtime::Runtime;
-use body::{Body, HttpRequest, declared_length, empty, full};
-use bytes::Bytes;
+use body::{Body, HttpRequest, declared_length, empty};
 use http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
     ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, CONNECTION, EXPECT, ORIGIN, VARY,
@@ -230,11 +234,13 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
     let get = method == Method::GET || method == Method::HEAD;
     match route {
         Route::Gone => Err(Error::Gone),
-        Route::Health if get => Ok(health(runtime)),
+        Route::Health if get => Ok(health::serve(runtime)),
         Route::Health => Err(Error::MethodNotAllowed("GET")),
         Route::Metrics if !runtime.config.metrics => {
             Err(Error::NotFound("metrics are off (--no-metrics)".to_owned()))
         }
+        Route::OpenApi if get => Ok(openapi::serve()),
+        Route::OpenApi => Err(Error::MethodNotAllowed("GET")),
         Route::Metrics if get => Ok(metrics::serve(runtime, request.headers())),
         Route::Metrics => Err(Error::MethodNotAllowed("GET")),
         Route::Ui => ui::page(&method, uri.path()),
@@ -283,43 +289,6 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
         }
         Route::UnknownV2 | Route::Unknown => Err(Error::NotFound(uri.path().to_owned())),
     }
-}
-
-/// `GET /v2/health`: `status`, `version`, and the session store's state
-/// (`store`: `ok`, `degraded` or `memory`; research/contract.md, "Durable
-/// sessions").
-fn health(runtime: &Runtime) -> Response<Body> {
-    let store = runtime.store_health();
-    let mut body = serde_json::json!({
-        "status": "ok",
-        "version": env!("CARGO_PKG_VERSION"),
-        "store": store.state,
-        "storeBackend": store.backend,
-        "storeWaiting": store.waiting,
-        "storeDroppedEvents": store.dropped_events,
-        "storeRejectedWrites": store.rejected_writes,
-        "storePausedAgents": store.paused_agents,
-        "storePauses": store.pauses,
-        "storePausedMs": store.paused_ms,
-        "memoryBudgetBytes": runtime.memory.limit(),
-        "memoryUsedBytes": runtime.memory.used(),
-        "memoryEvictedEvents": runtime.memory.evicted_events(),
-    });
-    // Health needs no token: with one set, what could name hosts or ids
-    // (the driver's error, the runtime id) stays off it.
-    if runtime.config.token.is_none() {
-        if let Some(error) = store.error {
-            body["storeError"] = serde_json::Value::String(error);
-        }
-        if let Some(store) = &runtime.store {
-            body["runtimeId"] = serde_json::Value::String(store.runtime_id().to_owned());
-        }
-    }
-    full(
-        StatusCode::OK,
-        APPLICATION_JSON,
-        Bytes::from(body.to_string()),
-    )
 }
 
 /// CORS preflight answer (Fetch standard, CORS protocol): the three verbs and

@@ -11,11 +11,18 @@ use serde::Serialize;
 /// `Content-Type` of problem responses.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
-/// An RFC 9457 problem document.
-#[derive(Debug, Serialize)]
+/// An RFC 9457 problem document: the body of every error answer of the
+/// plain-HTTP routes (and, as a response of the OpenAPI document, what each
+/// operation's 4xx and 5xx statuses carry).
+#[derive(Debug, Serialize, utoipa::ToSchema, utoipa::ToResponse)]
+#[response(
+    description = "Problem details (RFC 9457); `type` names the problem.",
+    content_type = "application/problem+json"
+)]
 pub struct Problem {
     /// `urn:sandbox-agent:error:<kind>`.
     #[serde(rename = "type")]
+    #[schema(example = "urn:sandbox-agent:error:invalid-request")]
     pub kind: String,
     /// Short summary of the problem type (the status' reason phrase).
     pub title: &'static str,

@@ -5,6 +5,7 @@
 
 use super::body::{Body, HttpRequest, empty, full, read_body};
 use super::headers::{accepts, is_json_content, last_event_id};
+use super::problem::Problem;
 use crate::error::Error;
 use crate::process::Process;
 use crate::process::output::Page;
@@ -12,7 +13,8 @@ use crate::protocol::{APPLICATION_JSON, EVENT_STREAM, X_ACCEL_BUFFERING_HEADER};
 use crate::runtime::Runtime;
 use bytes::{BufMut, Bytes, BytesMut};
 use ext_methods::{
-    OutputPage, ProcessListParams, ProcessRequest, ProcessState, ResizeBody, SignalBody,
+    OutputPage, ProcessInfo, ProcessListParams, ProcessPage, ProcessRequest, ProcessState,
+    ResizeBody, RunResult, SignalBody,
 };
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION};
 use http::{HeaderValue, Method, Response, StatusCode};
@@ -57,11 +59,8 @@ pub async fn serve(
         (Some(id), None) => {
             let id = super::control::decode_segment(id)?;
             match *method {
-                Method::GET | Method::HEAD => json(StatusCode::OK, &runtime.process(&id)?.info()),
-                Method::DELETE if processes.forget_and_wait(&id).await => {
-                    Ok(empty(StatusCode::NO_CONTENT))
-                }
-                Method::DELETE => Err(Error::UnknownProcess(id)),
+                Method::GET | Method::HEAD => one(runtime, &id),
+                Method::DELETE => forget(&processes, id).await,
                 _ => Err(Error::MethodNotAllowed("GET, DELETE")),
             }
         }
@@ -102,7 +101,78 @@ async fn json_body<T: serde::de::DeserializeOwned>(
         .map_err(|error| Error::InvalidRequest(format!("invalid request body: {error}")))
 }
 
+/// `GET /v2/processes/{id}` → the process.
+#[utoipa::path(
+    get,
+    path = "/v2/processes/{id}",
+    summary = "Describe a process.",
+    operation_id = "getProcess",
+    tag = "processes",
+    params(("id" = String, Path, min_length = 1, description = "The process id.")),
+    responses(
+        (status = 200, description = "The process.", body = ProcessInfo),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 404, response = Problem),
+    )
+)]
+fn one(runtime: &Runtime, id: &str) -> Result<Response<Body>, Error> {
+    json(StatusCode::OK, &runtime.process(id)?.info())
+}
+
+/// `DELETE /v2/processes/{id}` → 204: the process is killed if it runs,
+/// and forgotten.
+#[utoipa::path(
+    delete,
+    path = "/v2/processes/{id}",
+    summary = "Forget a process.",
+    description = "Kills the process if it runs, and forgets it and its output.",
+    operation_id = "forgetProcess",
+    tag = "processes",
+    params(("id" = String, Path, min_length = 1, description = "The process id.")),
+    responses(
+        (status = 204, description = "Killed if it ran, and forgotten."),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 404, response = Problem),
+    )
+)]
+async fn forget(
+    processes: &crate::process::Processes,
+    id: String,
+) -> Result<Response<Body>, Error> {
+    if processes.forget_and_wait(&id).await {
+        Ok(empty(StatusCode::NO_CONTENT))
+    } else {
+        Err(Error::UnknownProcess(id))
+    }
+}
+
 /// `POST /v2/processes` → 201 with the process (and `Location`).
+#[utoipa::path(
+    post,
+    path = "/v2/processes",
+    summary = "Start a process.",
+    description = "Starts the program (never through a shell), with a terminal when `tty` is set; its output is read with `GET /v2/processes/{id}/output`.",
+    operation_id = "startProcess",
+    tag = "processes",
+    request_body = ProcessRequest,
+    responses(
+        (status = 201, description = "Started.", body = ProcessInfo,
+            headers(("Location" = String, description = "The process's path."))),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 403, response = Problem),
+        (status = 404, response = Problem),
+        (status = 408, response = Problem),
+        (status = 409, response = Problem),
+        (status = 413, response = Problem),
+        (status = 415, response = Problem),
+        (status = 429, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
+    )
+)]
 async fn start(runtime: &Runtime, request: &mut HttpRequest) -> Result<Response<Body>, Error> {
     let body: ProcessRequest = json_body(runtime, request).await?;
     let process = runtime.start_process(body).await?;
@@ -114,12 +184,54 @@ async fn start(runtime: &Runtime, request: &mut HttpRequest) -> Result<Response<
 }
 
 /// `POST /v2/processes/run` → the run's result once the process exited.
+#[utoipa::path(
+    post,
+    path = "/v2/processes/run",
+    summary = "Run a process to completion.",
+    description = "Starts the program, waits for it to exit (or kills it at `timeoutMs` or past `maxOutputBytes`) and answers with its output and exit status.",
+    operation_id = "runProcess",
+    tag = "processes",
+    request_body = ProcessRequest,
+    responses(
+        (status = 200, description = "The process exited (or was killed at its timeout or output cap).", body = RunResult),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 403, response = Problem),
+        (status = 404, response = Problem),
+        (status = 408, response = Problem),
+        (status = 409, response = Problem),
+        (status = 413, response = Problem),
+        (status = 415, response = Problem),
+        (status = 429, response = Problem),
+        (status = 500, response = Problem),
+        (status = 503, response = Problem),
+    )
+)]
 async fn run(runtime: &Runtime, request: &mut HttpRequest) -> Result<Response<Body>, Error> {
     let body: ProcessRequest = json_body(runtime, request).await?;
     json(StatusCode::OK, &runtime.run_process(body).await?)
 }
 
 /// `GET /v2/processes?limit=&cursor=&sessionId=&state=running|exited`.
+#[utoipa::path(
+    get,
+    path = "/v2/processes",
+    summary = "List processes.",
+    operation_id = "listProcesses",
+    tag = "processes",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Processes per page (default 100)."),
+        ("cursor" = Option<String>, Query, description = "A previous page's `nextCursor`."),
+        ("sessionId" = Option<String>, Query, description = "Only this session's processes."),
+        ("state" = Option<ProcessState>, Query, description = "Only running or only exited ones."),
+    ),
+    responses(
+        (status = 200, description = "A page of processes, newest first.", body = ProcessPage),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 404, response = Problem),
+    )
+)]
 fn list(runtime: &Runtime, query: Option<&str>) -> Result<Response<Body>, Error> {
     let mut params = ProcessListParams::default();
     for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
@@ -173,6 +285,27 @@ fn bounded(key: &str, value: &str, max: usize) -> Result<usize, Error> {
 
 /// `GET /v2/processes/{id}/output?offset=&limit=`: a page; with `Accept:
 /// text/event-stream`, the output followed (module doc).
+#[utoipa::path(
+    get,
+    path = "/v2/processes/{id}/output",
+    summary = "Read or follow a process's output.",
+    description = "A page of output from `offset`. With `Accept: text/event-stream`, the output followed as Server-Sent Events: each chunk an event whose `id:` is the offset after it, `event: dropped` when the ring no longer holds what was asked, `event: exit` at the end; `Last-Event-ID` resumes.",
+    operation_id = "processOutput",
+    tag = "processes",
+    params(
+        ("id" = String, Path, min_length = 1, description = "The process id."),
+        ("offset" = Option<u64>, Query, description = "The byte offset to read from (default 0)."),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 4194304, description = "Bytes per page (default 262144)."),
+        ("Last-Event-ID" = Option<String>, Header, description = "Following: the byte offset to resume from."),
+    ),
+    responses(
+        (status = 200, description = "A page of output; with `Accept: text/event-stream`, the output followed as SSE (`id:` the offset after each chunk, `event: dropped`, `event: exit`).",
+            content((OutputPage = "application/json"), (String = "text/event-stream"))),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 404, response = Problem),
+    )
+)]
 fn output(
     runtime: &Runtime,
     process: &Arc<Process>,
@@ -320,6 +453,28 @@ fn frame_page(asked: u64, page: &Page) -> Bytes {
 
 /// `POST /v2/processes/{id}/input` (raw body; `?eof=true` closes stdin
 /// after it) → 204.
+#[utoipa::path(
+    post,
+    path = "/v2/processes/{id}/input",
+    summary = "Write to a process's stdin.",
+    description = "The raw body goes to stdin as it arrives; `eof=true` closes stdin after it.",
+    operation_id = "processInput",
+    tag = "processes",
+    params(
+        ("id" = String, Path, min_length = 1, description = "The process id."),
+        ("eof" = Option<bool>, Query, description = "Close stdin after the body."),
+    ),
+    request_body(content = String, content_type = "application/octet-stream", description = "Bytes for the process's stdin."),
+    responses(
+        (status = 204, description = "Written."),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 404, response = Problem),
+        (status = 408, response = Problem),
+        (status = 409, response = Problem),
+        (status = 504, response = Problem),
+    )
+)]
 async fn input(
     runtime: &Runtime,
     process: &Process,
@@ -377,6 +532,27 @@ async fn input(
 }
 
 /// `POST /v2/processes/{id}/signal` `{signal: "SIGINT"}` → 204.
+#[utoipa::path(
+    post,
+    path = "/v2/processes/{id}/signal",
+    summary = "Send a signal to a process.",
+    description = "`SIGKILL` kills the whole process tree.",
+    operation_id = "signalProcess",
+    tag = "processes",
+    params(("id" = String, Path, min_length = 1, description = "The process id.")),
+    request_body = SignalBody,
+    responses(
+        (status = 204, description = "Sent."),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 403, response = Problem),
+        (status = 404, response = Problem),
+        (status = 408, response = Problem),
+        (status = 409, response = Problem),
+        (status = 413, response = Problem),
+        (status = 415, response = Problem),
+    )
+)]
 async fn signal(
     runtime: &Runtime,
     process: &Process,
@@ -388,6 +564,25 @@ async fn signal(
 }
 
 /// `POST /v2/processes/{id}/resize` `{cols, rows}` → 204.
+#[utoipa::path(
+    post,
+    path = "/v2/processes/{id}/resize",
+    summary = "Resize a process's terminal.",
+    operation_id = "resizeProcess",
+    tag = "processes",
+    params(("id" = String, Path, min_length = 1, description = "The process id.")),
+    request_body = ResizeBody,
+    responses(
+        (status = 204, description = "Resized."),
+        (status = 400, response = Problem),
+        (status = 401, response = Problem),
+        (status = 404, response = Problem),
+        (status = 408, response = Problem),
+        (status = 409, response = Problem),
+        (status = 413, response = Problem),
+        (status = 415, response = Problem),
+    )
+)]
 async fn resize(
     runtime: &Runtime,
     process: &Process,

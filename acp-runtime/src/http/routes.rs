@@ -13,6 +13,9 @@ pub enum Route<'a> {
     Gone,
     /// `/v2/health`.
     Health,
+    /// `/v2/openapi.json`: the OpenAPI document (research/contract.md,
+    /// "OpenAPI").
+    OpenApi,
     /// `/metrics`: Prometheus and OpenMetrics text (research/contract.md,
     /// "Metrics").
     Metrics,
@@ -83,6 +86,8 @@ pub enum Access {
 pub const METRICS_PATH: &str = "/metrics";
 /// Path of the ACP transports profile; `/acp/{agent}` names the agent.
 pub const ACP_PATH: &str = "/acp";
+/// Path of the OpenAPI document.
+pub const OPENAPI_PATH: &str = "/v2/openapi.json";
 /// Prefix of the host file system routes.
 pub const FS_PREFIX: &str = "/v2/fs/";
 
@@ -122,6 +127,7 @@ impl<'a> Route<'a> {
         }
         match parts {
             [Some("health"), None, None] if path == "/v2/health" => Self::Health,
+            [Some("openapi.json"), None, None] if path == OPENAPI_PATH => Self::OpenApi,
             [Some("rpc"), None, None] if path == "/v2/rpc" => Self::Rpc,
             [Some("agents"), None, None] => Self::Agents,
             [Some("agents"), Some(agent), Some("install")]
@@ -147,6 +153,7 @@ impl<'a> Route<'a> {
         match self {
             Self::Gone => "/v1/*",
             Self::Health => "/v2/health",
+            Self::OpenApi => OPENAPI_PATH,
             Self::Metrics => METRICS_PATH,
             Self::Ui => "/ui/*",
             Self::Acp { agent: None } => "/acp",
@@ -174,7 +181,7 @@ impl<'a> Route<'a> {
     /// The credential this route needs when the server has a token.
     pub fn access(&self) -> Access {
         match self {
-            Self::Gone | Self::Health | Self::Ui | Self::Unknown => Access::Public,
+            Self::Gone | Self::Health | Self::OpenApi | Self::Ui | Self::Unknown => Access::Public,
             Self::Acp { .. }
             | Self::Processes {
                 part: Some("terminal"),
@@ -247,6 +254,9 @@ mod tests {
         assert_eq!(Route::of("/v2/processes/p1").access(), Access::Bearer);
         assert_eq!(Route::of("/elsewhere"), Route::Unknown);
         assert_eq!(Route::of("/v2/health").access(), Access::Public);
+        assert_eq!(Route::of("/v2/openapi.json"), Route::OpenApi);
+        assert_eq!(Route::of("/v2/openapi.json").access(), Access::Public);
+        assert_eq!(Route::of("/v2/openapi.json/x"), Route::UnknownV2);
         assert_eq!(
             Route::of("/acp/mock").access(),
             Access::BearerOrUpgradeQuery

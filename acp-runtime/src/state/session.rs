@@ -184,8 +184,10 @@ pub struct ListFilter {
     pub title: Option<String>,
 }
 
-/// The state a listing filters on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The state a listing filters on (the `state` query parameter of
+/// `GET /v2/sessions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
 pub enum ListState {
     /// Hosted by a running agent process.
     Live,
