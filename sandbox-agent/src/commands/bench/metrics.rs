@@ -14,9 +14,9 @@
 //!    (`session/new` from 16 connections): the scrape's cost must not grow
 //!    with the inventory.
 
-use super::client::{BenchError, EventCounter, HttpClient, count_events};
+use super::client::{BenchError, HttpClient};
 use super::report::ScenarioResult;
-use super::scenarios::{AGENT, echo_loop, open, prompt};
+use super::scenarios::{echo_loop, open};
 use super::{BenchOptions, Target};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -193,33 +193,13 @@ async fn roundtrips(
 /// per second.
 async fn stream(target: &Target, options: &BenchOptions) -> Result<f64, BenchError> {
     let m = options.stream_updates;
-    let text = format!("!emit {m} {}", options.stream_bytes);
-    let (mut client, connection) = open(target).await?;
-    let session = client.new_session(&connection, AGENT).await?;
-    let mut sse = HttpClient::connect(target.address, target.token.as_deref()).await?;
-    let mut body = sse.stream(&connection, None).await?;
-    let reader = tokio::spawn(async move {
-        let mut counter = EventCounter::default();
-        let result = count_events(&mut body, &mut counter, m).await;
-        (result, Instant::now(), counter.events)
-    });
-    let started = Instant::now();
-    let (status, _, _) = client
-        .post(
-            Some(&connection),
-            Bytes::from(prompt("emit", &session, &text)),
-        )
-        .await?;
-    let (outcome, finished, events) = reader
-        .await
-        .map_err(|e| BenchError::Unexpected(format!("reader panicked: {e}")))?;
-    outcome?;
+    let (elapsed, events, status) = super::store::stream_once(target, options).await?;
     if status != http::StatusCode::OK || events < m {
         return Err(BenchError::Unexpected(format!(
             "stream: {status}, {events} of {m} updates"
         )));
     }
-    Ok(events as f64 / finished.duration_since(started).as_secs_f64().max(1e-9))
+    Ok(events as f64 / elapsed.as_secs_f64().max(1e-9))
 }
 
 /// [`SCRAPES`] `GET /metrics` on one connection.

@@ -115,6 +115,27 @@ async fn stream(
     options: &BenchOptions,
     label: &str,
 ) -> Result<ScenarioResult, BenchError> {
+    let (elapsed, events, status) = stream_once(target, options).await?;
+    let mut result = ScenarioResult::events(
+        &format!("store: stream SSE ({label})"),
+        elapsed,
+        events,
+        u64::from(status != http::StatusCode::OK),
+    );
+    result.note(format!(
+        "{} updates of {} bytes",
+        options.stream_updates, options.stream_bytes
+    ));
+    Ok(result)
+}
+
+/// A new session's prompt of `options.stream_updates` updates, read over
+/// SSE: the time from the POST to the last update, the updates read and the
+/// POST's status.
+pub(super) async fn stream_once(
+    target: &Target,
+    options: &BenchOptions,
+) -> Result<(Duration, u64, http::StatusCode), BenchError> {
     let m = options.stream_updates;
     let text = format!("!emit {m} {}", options.stream_bytes);
     let (mut client, connection) = open(target).await?;
@@ -137,14 +158,7 @@ async fn stream(
         .await
         .map_err(|e| BenchError::Unexpected(format!("reader panicked: {e}")))?;
     outcome?;
-    let mut result = ScenarioResult::events(
-        &format!("store: stream SSE ({label})"),
-        finished.duration_since(started),
-        events,
-        u64::from(status != http::StatusCode::OK),
-    );
-    result.note(format!("{m} updates of {} bytes", options.stream_bytes));
-    Ok(result)
+    Ok((finished.duration_since(started), events, status))
 }
 
 /// 16 connections, each prompting its own session back to back.
