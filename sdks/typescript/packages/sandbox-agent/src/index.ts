@@ -1,0 +1,21 @@
+/**
+ * `sandbox-agent`: `SandboxAgentClient`, a client of a sandbox-agent server
+ * (`DESIGN.md` §16).
+ *
+ * Layout:
+ * - `client.ts`: {@link SandboxAgentClient}: connection, sessions, prompt
+ *   turns, permissions, agents, files;
+ * - `turn.ts`: {@link PromptTurn}, a turn read as an async iterator;
+ * - `error.ts`: {@link SandboxAgentError} and its predicates;
+ * - `types.ts`: the shapes it takes and returns;
+ * - `meta.ts`: the server's `_meta["sandboxagent.dev"]` read into fields.
+ *
+ * This entry is browser-safe: it imports no Node built-in (fetch, streams,
+ * `AbortController` and `TextDecoder` only).
+ */
+export { SandboxAgentClient, CLIENT_VERSION } from "./client.js";
+export type { CallOptions, PromptOptions } from "./client.js";
+export { PromptTurn } from "./turn.js";
+export { SandboxAgentError } from "./error.js";
+export type { SandboxAgentErrorKind } from "./error.js";
+export type * from "./types.js";

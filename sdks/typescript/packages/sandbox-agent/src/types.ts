@@ -1,0 +1,221 @@
+/**
+ * The shapes `SandboxAgentClient` takes and returns. ACP values (session
+ * updates, content, permission options) are `@agentclientprotocol/sdk`'s
+ * schema types; the server's own shapes are in `research/contract.md`
+ * ("Extension methods and control plane", "Host file system").
+ */
+import type {
+  ContentBlock,
+  McpServer,
+  NewSessionResponse,
+  RequestPermissionRequest,
+  SessionNotification,
+  SessionUpdate,
+  StopReason,
+} from "@agentclientprotocol/sdk";
+
+export type { ContentBlock, McpServer, SessionUpdate, StopReason };
+
+/** One session update with the session it belongs to (`session/update` params). */
+export type SessionUpdateEvent = SessionNotification;
+
+/**
+ * The agent asks to run a tool: `sessionId`, the `toolCall` (title, kind,
+ * status, …) and the `options` it offers (`optionId`, `name`, `kind`:
+ * `allow_once`, `allow_always`, `reject_once`, `reject_always`).
+ */
+export type PermissionRequest = RequestPermissionRequest;
+
+/**
+ * An answer to a {@link PermissionRequest}: `"allow"` picks the first
+ * `allow_once` option (else `allow_always`), `"allow-always"` the first
+ * `allow_always`, `"reject"` the first `reject_once` (else `reject_always`),
+ * `"reject-always"` the first `reject_always`; `{optionId}` picks that
+ * option; `"cancel"`, or a kind the request does not offer, answers
+ * cancelled (the turn then usually ends with stop reason `cancelled`).
+ */
+export type PermissionDecision = "allow" | "allow-always" | "reject" | "reject-always" | "cancel" | { optionId: string };
+
+/** Decides permission requests (may be async; a throw counts as `"cancel"`). */
+export type PermissionHandler = (request: PermissionRequest) => PermissionDecision | Promise<PermissionDecision>;
+
+/** Options of `new SandboxAgentClient(...)` (`DESIGN.md` §16). */
+export interface SandboxAgentClientOptions {
+  /** The server's root URL, e.g. `http://127.0.0.1:2468`. */
+  baseUrl: string;
+  /** Bearer token of a server started with `--token`. */
+  token?: string;
+  /** The agent id every session of this client runs on (`mock`, `claude`, `codex`, …). */
+  agent: string;
+  /**
+   * Open the connection at construction (default `true`); calls made
+   * meanwhile wait for it. `false`: call {@link SandboxAgentClient.connect}
+   * first (session calls before it fail with kind `not-connected`).
+   */
+  autoConnect?: boolean;
+  /** Every session update of every session of this client, in order. */
+  onSessionUpdate?: (event: SessionUpdateEvent) => void;
+  /** Answers the agent's permission requests; without it they are answered cancelled. */
+  onPermissionRequest?: PermissionHandler;
+  /** Extra headers for every request. */
+  headers?: Record<string, string>;
+  /** The `fetch` to use; default the global one. */
+  fetch?: typeof fetch;
+  /**
+   * Time limit of each call in milliseconds (a prompt turn waits without
+   * one: turns can take many minutes). None by default.
+   */
+  requestTimeoutMs?: number;
+}
+
+/**
+ * One session as the server's inventory knows it. The server's own keys
+ * (`agent`, timestamps, `ended`, …) are fields; `metadata` holds the keys
+ * the caller stored with `newSession({metadata})` or `setMetadata`.
+ */
+export interface SessionSummary {
+  sessionId: string;
+  /** The agent id the session runs on. */
+  agent: string | undefined;
+  /** The working directory given at creation. */
+  cwd: string | undefined;
+  title: string | undefined;
+  /** RFC 3339, UTC, milliseconds. */
+  createdAt: string | undefined;
+  /** RFC 3339, UTC, milliseconds; bumped by every recorded message. */
+  updatedAt: string | undefined;
+  /** The session ended (terminated, or its agent process exited). */
+  ended: boolean;
+  /** Restored from the server's store and not loaded since. */
+  dormant: boolean;
+  /** Messages recorded in the session's event log. */
+  eventCount: number | undefined;
+  /** The current model id, when known. */
+  model: string | undefined;
+  /** The current mode id, when known. */
+  mode: string | undefined;
+  /** The first prompt's text (at most 200 characters), once there was one. */
+  firstPrompt: string | undefined;
+  /** The caller's own metadata keys (`labels`, `variant`, …). */
+  metadata: Record<string, unknown>;
+}
+
+/** What {@link SandboxAgentClient.newSession} and `loadSession` return: the summary plus the agent's modes and options. */
+export interface SessionDetails extends SessionSummary {
+  /** The agent's session modes (`currentModeId`, `availableModes`), if it has any. */
+  modes: NewSessionResponse["modes"];
+  /** The agent's configuration options (the model selector, …), if it has any. */
+  configOptions: NewSessionResponse["configOptions"];
+}
+
+/** Parameters of {@link SandboxAgentClient.newSession}. */
+export interface NewSessionOptions {
+  /** Working directory of the session (absolute). */
+  cwd: string;
+  /** MCP servers the agent should connect to; default none. */
+  mcpServers?: McpServer[];
+  /** Metadata stored with the session (a JSON object of at most 64 KiB). */
+  metadata?: Record<string, unknown>;
+}
+
+/** How a prompt turn ended. */
+export interface PromptResult {
+  /** `end_turn`, `cancelled`, `max_tokens`, `max_turn_requests` or `refusal`. */
+  stopReason: StopReason;
+}
+
+/** One page of sessions. */
+export interface SessionPage {
+  sessions: SessionSummary[];
+  /** Pass it as `cursor` for the next page; absent on the last page. */
+  nextCursor?: string;
+}
+
+/** Filters of {@link SandboxAgentClient.listSessions} (`GET /v2/sessions`). */
+export interface ListSessionsQuery {
+  /** Entries per page, 1 to 1000 (default 100). */
+  limit?: number;
+  /** `nextCursor` of the previous page. */
+  cursor?: string;
+  /** Only this agent's sessions; default all agents. */
+  agent?: string;
+  /** `live`, `dormant` or `ended`. */
+  state?: "live" | "dormant" | "ended";
+  /** Only sessions whose title contains this text. */
+  q?: string;
+}
+
+/** One message of a session's event log. */
+export interface SessionEvent {
+  /** Position in the log, from 0; never reused. */
+  offset: number;
+  /** RFC 3339 time it was recorded. */
+  at: string;
+  direction: "client_to_agent" | "agent_to_client";
+  /** The JSON-RPC message as the client sees it. */
+  message: Record<string, unknown>;
+}
+
+/** One page of a session's event log. */
+export interface SessionEventPage {
+  events: SessionEvent[];
+  /** The offset to ask for next. */
+  nextOffset: number;
+}
+
+/** `GET /v2/health` (`research/contract.md`, "`GET /v2/health`"). */
+export interface Health {
+  status: string;
+  version: string;
+  [key: string]: unknown;
+}
+
+/** One configured agent (`GET /v2/agents`). */
+export interface AgentInfo {
+  id: string;
+  name: string;
+  installed: boolean;
+  version?: string;
+  source: "builtin" | "registry" | "fallback" | string;
+  path?: string;
+  running: boolean;
+  pid?: number;
+  restarts: number;
+  lastError?: string;
+  [key: string]: unknown;
+}
+
+/** What {@link SandboxAgentClient.installAgent} returns. */
+export interface AgentInstallResult {
+  agent: string;
+  version?: string;
+  source: string;
+  path?: string;
+  alreadyInstalled: boolean;
+  durationMs: number;
+}
+
+/** Models of a session or an agent. */
+export interface ModelList {
+  availableModels: { modelId: string; name?: string; description?: string }[];
+  currentModelId?: string;
+}
+
+/** One file system entry ("Host file system"). */
+export interface FsEntry {
+  name: string;
+  /** Absolute path. */
+  path: string;
+  /** Bytes; 0 for directories. */
+  size: number;
+  entryType: "file" | "directory" | "symlink";
+  /** RFC 3339 UTC, or `null`. */
+  modified: string | null;
+  symlinkTarget?: string;
+  [key: string]: unknown;
+}
+
+/** Options of the file calls: relative paths start at this session's `cwd`. */
+export interface FsOptions {
+  sessionId?: string;
+}
