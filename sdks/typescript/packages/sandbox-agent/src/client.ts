@@ -511,7 +511,7 @@ export class SandboxAgentClient {
     }
     if ([...query.keys()].length > 0) url += `?${query.toString()}`;
     const headers: Record<string, string> = { ...this.#headers };
-    const init: RequestInit & { duplex?: "half" } = { method, headers, signal: options.signal ?? null };
+    const init: RequestInit & { duplex?: "half" } = { method, headers };
     if (request.json !== undefined) {
       headers["content-type"] = "application/json";
       init.body = JSON.stringify(request.json);
@@ -521,10 +521,28 @@ export class SandboxAgentClient {
       // Streaming request bodies need it (Fetch standard; Node and Chromium ask for it).
       if (typeof ReadableStream !== "undefined" && request.body instanceof ReadableStream) init.duplex = "half";
     }
+    // The time limit covers the answer's head: a download's body may take longer.
+    const limit = new AbortController();
+    const onAbort = (): void => limit.abort();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    if (options.signal?.aborted) limit.abort();
+    const timeoutMs = this.#options.requestTimeoutMs;
+    let timedOut = false;
+    const timer =
+      timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            timedOut = true;
+            limit.abort();
+          }, timeoutMs);
+    init.signal = limit.signal;
     let response: Response;
     try {
       response = await this.#fetch(url, init);
     } catch (error) {
+      if (timedOut) {
+        throw new SandboxAgentError("timeout", `${method} ${path}: no answer within ${timeoutMs} ms`, { cause: error });
+      }
       if (options.signal?.aborted) {
         throw new SandboxAgentError("aborted", `${method} ${path}: aborted`, { cause: options.signal.reason });
       }
@@ -532,6 +550,9 @@ export class SandboxAgentClient {
       throw new SandboxAgentError("connection-lost", `${method} ${path}: the server could not be reached (${reason})`, {
         cause: error,
       });
+    } finally {
+      if (timer !== undefined) clearTimeout(timer);
+      options.signal?.removeEventListener("abort", onAbort);
     }
     if (!response.ok) throw SandboxAgentError.from(await AcpHttpError.fromResponse(response, `${method} ${path}`));
     return response;

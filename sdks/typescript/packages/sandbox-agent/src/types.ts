@@ -62,8 +62,10 @@ export interface SandboxAgentClientOptions {
   /** The `fetch` to use; default the global one. */
   fetch?: typeof fetch;
   /**
-   * Time limit of each call in milliseconds (a prompt turn waits without
-   * one: turns can take many minutes). None by default.
+   * Time limit of each call in milliseconds: of each session call until its
+   * answer, of each plain HTTP call until the answer's head (a download's
+   * body may take longer). A prompt turn has none: turns can take many
+   * minutes. None by default.
    */
   requestTimeoutMs?: number;
 }
