@@ -181,11 +181,21 @@ describe("against the server", () => {
       (e) => e instanceof AcpHttpError && e.kind === "timeout",
     );
     await connection.notify("session/cancel", { sessionId });
+    // Another session: the first one's turn may still be winding down.
+    const other = await connection.request("session/new", {
+      cwd: "/tmp",
+      mcpServers: [],
+      _meta: { "sandboxagent.dev": { agent: "mock" } },
+    });
     const abort = new AbortController();
-    const pending = connection.request("session/prompt", stall, { signal: abort.signal });
+    const pending = connection.request(
+      "session/prompt",
+      { sessionId: other.sessionId, prompt: [{ type: "text", text: "!stall" }] },
+      { signal: abort.signal },
+    );
     setTimeout(() => abort.abort(), 100);
     await assert.rejects(pending, (e) => e instanceof AcpHttpError && e.kind === "aborted");
-    await connection.notify("session/cancel", { sessionId });
+    await connection.notify("session/cancel", { sessionId: other.sessionId });
     // The connection is still usable.
     assert.deepEqual(await connection.request("_mock/echo", { ok: true }), { ok: true });
     await connection.close();

@@ -17,13 +17,12 @@ import type {
   InitializeResponse,
 } from "@agentclientprotocol/sdk";
 import { DEFAULT_RECONNECT_POLICY, type ReconnectPolicy, reconnectDelayMs } from "./backoff.js";
-import { AcpHttpError, type RpcErrorObject } from "./error.js";
+import { answerRequest } from "./answer.js";
+import { AcpHttpError, rpcError, unreachable } from "./error.js";
 import {
   CONNECTION_ID_HEADER,
-  INTERNAL_ERROR,
   LAST_EVENT_ID_ANSWER_HEADER,
   LAST_EVENT_ID_HEADER,
-  METHOD_NOT_FOUND,
   RPC_PATH,
   isNotification,
   isObject,
@@ -453,21 +452,7 @@ export class AcpHttpConnection {
 
   /** Answers one agent request through `onRequest`. */
   async #answer(request: AnyRequest): Promise<void> {
-    let answer: AnyResponse;
-    if (this.#onRequest === undefined) {
-      answer = {
-        jsonrpc: "2.0",
-        id: request.id,
-        error: { code: METHOD_NOT_FOUND, message: `method not found: ${request.method}` },
-      };
-    } else {
-      try {
-        const result = await this.#onRequest(request);
-        answer = { jsonrpc: "2.0", id: request.id, result: result ?? null };
-      } catch (error) {
-        answer = { jsonrpc: "2.0", id: request.id, error: toRpcErrorObject(error) };
-      }
-    }
+    const answer = await answerRequest(request, this.#onRequest);
     if (this.#closed !== undefined) return;
     try {
       await this.#postExpecting202(answer, `answer to ${request.method}`);
@@ -499,23 +484,6 @@ export class AcpHttpConnection {
  */
 function isFatalStatus(status: number): boolean {
   return status === 400 || status === 401 || status === 403 || status === 404 || status === 410;
-}
-
-function rpcError(method: string, error: RpcErrorObject): AcpHttpError {
-  return new AcpHttpError("rpc", `${method}: JSON-RPC error ${error.code}: ${error.message}`, { rpcError: error });
-}
-
-function unreachable(what: string, cause: unknown): AcpHttpError {
-  const reason = cause instanceof Error ? cause.message : String(cause);
-  return new AcpHttpError("connection-lost", `${what}: the server could not be reached (${reason})`, { cause });
-}
-
-function toRpcErrorObject(error: unknown): RpcErrorObject {
-  if (isObject(error) && typeof error["code"] === "number") {
-    const message = typeof error["message"] === "string" ? error["message"] : "error";
-    return { code: error["code"], message, ...("data" in error ? { data: error["data"] } : {}) };
-  }
-  return { code: INTERNAL_ERROR, message: error instanceof Error ? error.message : String(error) };
 }
 
 function sleep(ms: number): Promise<void> {

@@ -85,3 +85,14 @@ export class AcpHttpError extends Error {
     });
   }
 }
+
+/** The `rpc` error of a JSON-RPC error answer to `method`. */
+export function rpcError(method: string, error: RpcErrorObject): AcpHttpError {
+  return new AcpHttpError("rpc", `${method}: JSON-RPC error ${error.code}: ${error.message}`, { rpcError: error });
+}
+
+/** The `connection-lost` error of a request that could not reach the server. */
+export function unreachable(what: string, cause: unknown): AcpHttpError {
+  const reason = cause instanceof Error ? cause.message : String(cause);
+  return new AcpHttpError("connection-lost", `${what}: the server could not be reached (${reason})`, { cause });
+}

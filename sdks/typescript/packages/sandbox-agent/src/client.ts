@@ -17,7 +17,7 @@ import type {
   RequestPermissionResponse,
   SessionNotification,
 } from "@agentclientprotocol/sdk";
-import { AcpHttpConnection, AcpHttpError } from "acp-http-client";
+import { type AcpConnection, AcpHttpConnection, AcpHttpError, AcpWebSocketConnection } from "acp-http-client";
 import { SandboxAgentError } from "./error.js";
 import { METHODS, META_NAMESPACE, isRecord, toDetails, toSummary } from "./meta.js";
 import { PromptTurn } from "./turn.js";
@@ -65,7 +65,7 @@ export class SandboxAgentClient {
   readonly #headers: Record<string, string>;
   readonly #fetch: typeof fetch;
   /** The open connection, if any; replaced by each `connect()` after a disconnect. */
-  #connection: AcpHttpConnection | undefined;
+  #connection: AcpConnection | undefined;
   /** The `connect()` in progress, which session calls wait for. */
   #connecting: Promise<void> | undefined;
   /** Why the last connection ended, when it was lost rather than closed. */
@@ -100,7 +100,7 @@ export class SandboxAgentClient {
     return this.#connection !== undefined && !this.#connection.closed;
   }
 
-  /** The server's id of the open connection (`x-acp-connection-id`), if any. */
+  /** The server's id of the open connection (`x-acp-connection-id`), if any (not over a WebSocket). */
   get connectionId(): string | undefined {
     return this.connected ? this.#connection?.connectionId : undefined;
   }
@@ -129,18 +129,25 @@ export class SandboxAgentClient {
       clientInfo: { name: "sandbox-agent (TypeScript)", version: CLIENT_VERSION },
       _meta: { [META_NAMESPACE]: { agent: this.#options.agent } },
     };
+    const handlers = {
+      fetch: this.#fetch,
+      ...(this.#options.requestTimeoutMs === undefined ? {} : { requestTimeoutMs: this.#options.requestTimeoutMs }),
+      onNotification: (notification: AnyNotification) => this.#onNotification(notification),
+      onRequest: (request: AnyRequest) => this.#onRequest(request),
+      onClose: (error: AcpHttpError | undefined) => {
+        if (error !== undefined) this.#lost = SandboxAgentError.from(error);
+      },
+    };
     try {
-      const connection = await AcpHttpConnection.open(params, {
-        baseUrl: this.#baseUrl,
-        headers: this.#headers,
-        fetch: this.#fetch,
-        ...(this.#options.requestTimeoutMs === undefined ? {} : { requestTimeoutMs: this.#options.requestTimeoutMs }),
-        onNotification: (notification) => this.#onNotification(notification),
-        onRequest: (request) => this.#onRequest(request),
-        onClose: (error) => {
-          if (error !== undefined) this.#lost = SandboxAgentError.from(error);
-        },
-      });
+      const connection: AcpConnection =
+        this.#options.transport === "websocket"
+          ? await AcpWebSocketConnection.open(params, {
+              baseUrl: this.#baseUrl,
+              ...(this.#options.token === undefined ? {} : { token: this.#options.token }),
+              ...(this.#options.WebSocket === undefined ? {} : { WebSocket: this.#options.WebSocket }),
+              ...handlers,
+            })
+          : await AcpHttpConnection.open(params, { baseUrl: this.#baseUrl, headers: this.#headers, ...handlers });
       this.#lost = undefined;
       this.#connection = connection;
       if (this.#disposed) await connection.close();
@@ -459,7 +466,7 @@ export class SandboxAgentClient {
   // ---- plumbing ----
 
   /** The open connection, waiting for a connect in progress. */
-  async #connectionForCall(what: string): Promise<AcpHttpConnection> {
+  async #connectionForCall(what: string): Promise<AcpConnection> {
     if (this.#disposed) throw disposedError();
     if (this.#connecting !== undefined) await this.#connecting;
     const connection = this.#connection;

@@ -62,6 +62,17 @@ export interface SandboxAgentClientOptions {
   /** The `fetch` to use; default the global one. */
   fetch?: typeof fetch;
   /**
+   * How session calls travel: `"http"` (default), `/v2/rpc` with its event
+   * stream, resumed after a cut with nothing lost; or `"websocket"`, one
+   * WebSocket on `/acp` (lower latency; a dropped socket ends the connection
+   * and what was in flight on it; `headers` do not apply, the token goes in
+   * `?access_token=`). Plain HTTP calls (health, agents, inventory, files)
+   * use `fetch` either way.
+   */
+  transport?: "http" | "websocket";
+  /** The `WebSocket` constructor for `transport: "websocket"`; default the global one (Node 20: `--experimental-websocket`). */
+  WebSocket?: typeof WebSocket;
+  /**
    * Time limit of each call in milliseconds: of each session call until its
    * answer, of each plain HTTP call until the answer's head (a download's
    * body may take longer). A prompt turn has none: turns can take many
