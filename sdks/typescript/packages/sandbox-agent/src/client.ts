@@ -20,6 +20,14 @@ import type {
 import { type AcpConnection, AcpHttpConnection, AcpHttpError, AcpWebSocketConnection } from "acp-http-client";
 import { SandboxAgentError } from "./error.js";
 import { METHODS, META_NAMESPACE, isRecord, toDetails, toSummary } from "./meta.js";
+import {
+  type HttpCall,
+  ProcessHandle,
+  type ProcessInfo,
+  type RunProcessRequest,
+  type RunResult,
+  type StartProcessRequest,
+} from "./process.js";
 import { PromptTurn } from "./turn.js";
 import type {
   AgentInfo,
@@ -463,6 +471,47 @@ export class SandboxAgentClient {
     });
   }
 
+  // ---- processes ("Processes and terminals"; plain HTTP, no connection needed) ----
+
+  /**
+   * Runs a program to completion and returns its exit and output. No
+   * client-side time limit: bound it with `timeoutMs` (the server kills the
+   * process then).
+   *
+   * @throws {SandboxAgentError} 400 `program-not-found`, 429 `too-many-processes`, 404 `processes-disabled`.
+   */
+  runProcess(request: RunProcessRequest, options: CallOptions = {}): Promise<RunResult> {
+    return this.#json("POST", "/v2/processes/run", options, { json: request, noTimeout: true });
+  }
+
+  /** Starts a program and returns its handle (output, stdin, signals, wait); the process runs on after the handle is dropped. */
+  async startProcess(request: StartProcessRequest, options: CallOptions = {}): Promise<ProcessHandle> {
+    const info = await this.#json<ProcessInfo>("POST", "/v2/processes", options, { json: request });
+    return new ProcessHandle(info, this.#processHttp);
+  }
+
+  /** One page of processes, newest first (`limit` 1 to 1000, default 100). */
+  listProcesses(
+    query: { limit?: number; cursor?: string; sessionId?: string; state?: "running" | "exited" } = {},
+    options: CallOptions = {},
+  ): Promise<{ processes: ProcessInfo[]; nextCursor?: string }> {
+    return this.#json("GET", "/v2/processes", options, { query: { ...query } });
+  }
+
+  /** One process. @throws {SandboxAgentError} {@link SandboxAgentError.isNotFound} for an unknown (or forgotten) id. */
+  getProcess(id: string, options: CallOptions = {}): Promise<ProcessInfo> {
+    return this.#json("GET", `/v2/processes/${encodeURIComponent(id)}`, options);
+  }
+
+  /** A handle for an existing process (one `listProcesses` showed, say). */
+  async processHandle(id: string, options: CallOptions = {}): Promise<ProcessHandle> {
+    return new ProcessHandle(await this.getProcess(id, options), this.#processHttp);
+  }
+
+  /** The plain HTTP helper, as process handles call it. */
+  readonly #processHttp: HttpCall = (method, path, request = {}) =>
+    this.#http(method, path, request.signal === undefined ? {} : { signal: request.signal }, request);
+
   // ---- plumbing ----
 
   /** The open connection, waiting for a connect in progress. */
@@ -517,7 +566,7 @@ export class SandboxAgentClient {
       if (value !== undefined) query.set(key, String(value));
     }
     if ([...query.keys()].length > 0) url += `?${query.toString()}`;
-    const headers: Record<string, string> = { ...this.#headers };
+    const headers: Record<string, string> = { ...this.#headers, ...request.headers };
     const init: RequestInit & { duplex?: "half" } = { method, headers };
     if (request.json !== undefined) {
       headers["content-type"] = "application/json";
@@ -533,7 +582,7 @@ export class SandboxAgentClient {
     const onAbort = (): void => limit.abort();
     options.signal?.addEventListener("abort", onAbort, { once: true });
     if (options.signal?.aborted) limit.abort();
-    const timeoutMs = this.#options.requestTimeoutMs;
+    const timeoutMs = request.noTimeout ? undefined : this.#options.requestTimeoutMs;
     let timedOut = false;
     const timer =
       timeoutMs === undefined
@@ -581,6 +630,10 @@ interface HttpRequest {
   json?: unknown;
   body?: string | Uint8Array | Blob | ReadableStream<Uint8Array>;
   contentType?: string;
+  /** Added to (and over) the client's headers. */
+  headers?: Record<string, string>;
+  /** No `requestTimeoutMs` (a followed output, a run bounded by its own `timeoutMs`). */
+  noTimeout?: boolean;
 }
 
 /** Answers a permission request through the handler (cancelled without one, or when it throws). */

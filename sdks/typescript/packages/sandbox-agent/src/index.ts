@@ -6,6 +6,8 @@
  * - `client.ts`: {@link SandboxAgentClient}: connection, sessions, prompt
  *   turns, permissions, agents, files;
  * - `turn.ts`: {@link PromptTurn}, a turn read as an async iterator;
+ * - `process.ts`: {@link ProcessHandle}, processes in the sandbox and their
+ *   output followed by offset;
  * - `error.ts`: {@link SandboxAgentError} and its predicates;
  * - `types.ts`: the shapes it takes and returns;
  * - `meta.ts`: the server's `_meta["sandboxagent.dev"]` read into fields.
@@ -16,6 +18,16 @@
 export { SandboxAgentClient, CLIENT_VERSION } from "./client.js";
 export type { CallOptions, PromptOptions } from "./client.js";
 export { PromptTurn } from "./turn.js";
+export { ProcessHandle, chunkBytes } from "./process.js";
+export type {
+  OutputChunk,
+  OutputEvent,
+  ProcessInfo,
+  ProcessRequest,
+  RunProcessRequest,
+  RunResult,
+  StartProcessRequest,
+} from "./process.js";
 export { SandboxAgentError } from "./error.js";
 export type { SandboxAgentErrorKind } from "./error.js";
 export type * from "./types.js";

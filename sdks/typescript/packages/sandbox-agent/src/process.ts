@@ -1,0 +1,255 @@
+/**
+ * Processes in the sandbox (`research/contract.md`, "Processes and
+ * terminals"): run to completion, or start and follow the output, which
+ * resumes by byte offset after a cut, so every byte the server still holds
+ * is delivered exactly once.
+ */
+import { parseSse } from "acp-http-client";
+import { SandboxAgentError } from "./error.js";
+
+/** What to run: an argv program (never a shell line; use `sh -c` for one). */
+export interface ProcessRequest {
+  /** The program: a name looked up on the `PATH`, or a path. */
+  command: string;
+  args?: string[];
+  /** Working directory (relative ones start at the session's `cwd`). */
+  cwd?: string;
+  /** Variables set on top of the server's environment. */
+  env?: Record<string, string>;
+  /** Text written to stdin first (a run then closes stdin). */
+  stdin?: string;
+  /** The session the process belongs to. */
+  sessionId?: string;
+}
+
+/** {@link ProcessRequest} for `runProcess`. */
+export interface RunProcessRequest extends ProcessRequest {
+  /** Kill the process after this many milliseconds. */
+  timeoutMs?: number;
+  /** Keep at most this many bytes of each stream. */
+  maxOutputBytes?: number;
+}
+
+/** {@link ProcessRequest} for `startProcess`. */
+export interface StartProcessRequest extends ProcessRequest {
+  /** Run on a pseudo-terminal (stdout and stderr are then one stream, `tty`). */
+  tty?: boolean;
+  /** Terminal size (with `tty`), default 80 × 24. */
+  cols?: number;
+  rows?: number;
+  /** A name to show in lists. */
+  title?: string;
+}
+
+/** What `runProcess` returns. */
+export interface RunResult {
+  exitCode: number | null;
+  /** The signal that ended it (`"SIGKILL"`), if one did. */
+  signal: string | null;
+  /** Text, or base64 when `stdoutEncoding` is `"base64"`. */
+  stdout: string;
+  stderr: string;
+  stdoutEncoding?: "base64";
+  stderrEncoding?: "base64";
+  truncated: boolean;
+  timedOut: boolean;
+  durationMs: number;
+}
+
+/** A process as the server describes it. */
+export interface ProcessInfo {
+  /** 32 hex digits. */
+  id: string;
+  pid: number | null;
+  command: string;
+  args: string[];
+  cwd: string;
+  tty: boolean;
+  title: string | null;
+  sessionId: string | null;
+  toolCallId: string | null;
+  state: "running" | "exited";
+  exitCode: number | null;
+  signal: string | null;
+  /** RFC 3339 UTC. */
+  startedAt: string;
+  endedAt: string | null;
+  /** Bytes written so far (the offset of the next byte). */
+  outputBytes: number;
+}
+
+/** One read of a process's output. */
+export interface OutputChunk {
+  /** Byte offset of its first byte in the process's output (all streams in one sequence). */
+  offset: number;
+  stream: "stdout" | "stderr" | "tty";
+  /** The bytes as text, or base64 when `encoding` is `"base64"`. */
+  data: string;
+  encoding?: "base64";
+}
+
+/** An item of {@link ProcessHandle.output}. */
+export type OutputEvent =
+  | { type: "chunk"; chunk: OutputChunk }
+  /** The server no longer held `dropped` bytes from `offset`; output resumes at `nextOffset`. */
+  | { type: "dropped"; offset: number; nextOffset: number; dropped: number }
+  /** The process exited; always the last item. */
+  | { type: "exit"; exitCode: number | null; signal: string | null };
+
+/** The bytes of a chunk (text encoded as UTF-8, base64 decoded). */
+export function chunkBytes(chunk: OutputChunk): Uint8Array {
+  if (chunk.encoding !== "base64") return new TextEncoder().encode(chunk.data);
+  const binary = atob(chunk.data);
+  return Uint8Array.from(binary, (c) => c.charCodeAt(0));
+}
+
+/** Plain HTTP as the client does it (auth, problems, timeouts): the client's own helper. */
+export type HttpCall = (
+  method: string,
+  path: string,
+  request?: { query?: Record<string, string | number | boolean | undefined>; json?: unknown; body?: string | Uint8Array; contentType?: string; headers?: Record<string, string>; signal?: AbortSignal; noTimeout?: boolean },
+) => Promise<Response>;
+
+/** Reopen delays of a followed output: 50 ms doubling to 2 s; 8 failures in a row end it. */
+const REOPEN_FIRST_MS = 50;
+const REOPEN_MAX_MS = 2_000;
+const REOPEN_ATTEMPTS = 8;
+
+/** A started (or listed) process. Dropping it leaves the process running. */
+export class ProcessHandle {
+  /** The process id. */
+  readonly id: string;
+  /** The process as it was when this handle was made. */
+  readonly started: ProcessInfo;
+  readonly #http: HttpCall;
+
+  /** @internal Made by `SandboxAgentClient.startProcess` and `processHandle`. */
+  constructor(info: ProcessInfo, http: HttpCall) {
+    this.id = info.id;
+    this.started = info;
+    this.#http = http;
+  }
+
+  #path(suffix = ""): string {
+    return `/v2/processes/${encodeURIComponent(this.id)}${suffix}`;
+  }
+
+  /** The process as it is now. */
+  async refresh(): Promise<ProcessInfo> {
+    return (await this.#http("GET", this.#path())).json() as Promise<ProcessInfo>;
+  }
+
+  /**
+   * Follows the output from byte `offset` (default 0) until the process
+   * exits: chunks, `dropped` markers, then `exit` (always last). A cut
+   * stream is reopened from the last offset handed out (50 ms doubling to
+   * 2 s; 8 failures in a row with nothing between them end it with the
+   * error), so no byte is lost or repeated. An HTTP error (404 once the
+   * process was forgotten) ends it at once.
+   */
+  async *output(options: { offset?: number; signal?: AbortSignal } = {}): AsyncGenerator<OutputEvent, void, undefined> {
+    let resumeAt = options.offset ?? 0;
+    let failures = 0;
+    for (;;) {
+      let response: Response | undefined;
+      let lastError: unknown;
+      try {
+        response = await this.#http("GET", this.#path("/output"), {
+          query: { offset: resumeAt },
+          headers: { accept: "text/event-stream", "last-event-id": String(resumeAt) },
+          ...(options.signal === undefined ? {} : { signal: options.signal }),
+          noTimeout: true,
+        });
+      } catch (error) {
+        if (!(error instanceof SandboxAgentError) || error.kind !== "connection-lost") throw error;
+        lastError = error;
+      }
+      if (response?.body) {
+        try {
+          for await (const event of parseSse(response.body)) {
+            failures = 0;
+            const data: unknown = JSON.parse(event.data);
+            if (event.event === "exit") {
+              const exit = data as { exitCode: number | null; signal: string | null };
+              yield { type: "exit", exitCode: exit.exitCode, signal: exit.signal };
+              return;
+            }
+            if (event.event === "dropped") {
+              const d = data as { offset: number; nextOffset: number; dropped: number };
+              resumeAt = Math.max(resumeAt, d.nextOffset);
+              yield { type: "dropped", offset: d.offset, nextOffset: d.nextOffset, dropped: d.dropped };
+              continue;
+            }
+            const end = Number(event.id);
+            if (Number.isSafeInteger(end)) {
+              if (end <= resumeAt) continue; // handed out already
+              resumeAt = end;
+            }
+            yield { type: "chunk", chunk: data as OutputChunk };
+          }
+        } catch (error) {
+          if (options.signal?.aborted) throw new SandboxAgentError("aborted", "process output: aborted", { cause: error });
+          lastError = error;
+        } finally {
+          await response.body.cancel().catch(() => undefined);
+        }
+      }
+      failures++;
+      if (failures > REOPEN_ATTEMPTS) {
+        throw SandboxAgentError.from(
+          lastError ?? new SandboxAgentError("connection-lost", "process output: the stream kept ending before the exit"),
+        );
+      }
+      const delay = Math.min(REOPEN_FIRST_MS * 2 ** (failures - 1), REOPEN_MAX_MS);
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
+  }
+
+  /** Writes to stdin (streamed as sent); `eof: true` closes stdin after it. */
+  async writeStdin(data: string | Uint8Array, options: { eof?: boolean } = {}): Promise<void> {
+    const response = await this.#http("POST", this.#path("/input"), {
+      ...(options.eof ? { query: { eof: true } } : {}),
+      body: data,
+      contentType: "application/octet-stream",
+    });
+    await response.body?.cancel();
+  }
+
+  /** Closes stdin (on a terminal: sends `^D`). */
+  closeStdin(): Promise<void> {
+    return this.writeStdin("", { eof: true });
+  }
+
+  /** Sends a signal by name (`"SIGINT"`, `"TERM"`, …). */
+  async signal(name: string): Promise<void> {
+    const response = await this.#http("POST", this.#path("/signal"), { json: { signal: name } });
+    await response.body?.cancel();
+  }
+
+  /** `SIGKILL`: kills the whole process tree. */
+  kill(): Promise<void> {
+    return this.signal("SIGKILL");
+  }
+
+  /** Resizes the terminal (`cols` and `rows` 1 to 4096). */
+  async resize(cols: number, rows: number): Promise<void> {
+    const response = await this.#http("POST", this.#path("/resize"), { json: { cols, rows } });
+    await response.body?.cancel();
+  }
+
+  /** Waits for the exit (following the output from its current end). */
+  async wait(): Promise<{ exitCode: number | null; signal: string | null }> {
+    const now = await this.refresh();
+    if (now.state === "exited") return { exitCode: now.exitCode, signal: now.signal };
+    for await (const event of this.output({ offset: now.outputBytes })) {
+      if (event.type === "exit") return { exitCode: event.exitCode, signal: event.signal };
+    }
+    throw new SandboxAgentError("invalid-response", "process output ended without an exit");
+  }
+
+  /** Forgets the process (`DELETE`; a running one's tree is killed first). */
+  async forget(): Promise<void> {
+    const response = await this.#http("DELETE", this.#path());
+    await response.body?.cancel();
+  }
+}
