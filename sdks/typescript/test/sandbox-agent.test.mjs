@@ -383,3 +383,37 @@ test("a request timeout maps to isTimeout", async () => {
     await server.stop();
   }
 });
+
+test("questions (ACP elicitation) answered through onQuestion; without it they are cancelled", async () => {
+  const server = await startServer();
+  try {
+    const asked = [];
+    let answer = { action: "accept", content: { name: "Ada", color: "green", confirm: true } };
+    const c = new SandboxAgentClient({
+      baseUrl: server.url,
+      agent: "mock",
+      onQuestion: (question) => {
+        asked.push(question);
+        return answer;
+      },
+    });
+    const { sessionId } = await c.newSession({ cwd: "/tmp" });
+    assert.equal(textOf(await collect(c.promptStream(sessionId, "ask question"))), "You answered: name=Ada color=green confirm=true");
+    assert.equal(asked[0].mode, "form");
+    assert.equal(asked[0].sessionId, sessionId);
+    assert.equal(asked[0].message, "The mock agent has a question");
+    assert.deepEqual(Object.keys(asked[0].requestedSchema.properties).sort(), ["color", "confirm", "name"]);
+    answer = { action: "decline" };
+    assert.equal(textOf(await collect(c.promptStream(sessionId, "ask question"))), "You declined the question.");
+    answer = { action: "accept" };
+    assert.equal(textOf(await collect(c.promptStream(sessionId, "ask url"))), "You completed the sign-in.");
+    assert.equal(asked.at(-1).mode, "url");
+
+    const plain = new SandboxAgentClient({ baseUrl: server.url, agent: "mock" });
+    const other = await plain.newSession({ cwd: "/tmp" });
+    assert.equal(textOf(await collect(plain.promptStream(other.sessionId, "ask question"))), "You cancelled the question.");
+    await Promise.all([c.dispose(), plain.dispose()]);
+  } finally {
+    await server.stop();
+  }
+});

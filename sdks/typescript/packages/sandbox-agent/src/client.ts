@@ -41,6 +41,7 @@ import type {
   PermissionDecision,
   PermissionHandler,
   PromptResult,
+  QuestionRequest,
   SandboxAgentClientOptions,
   SessionDetails,
   SessionEventPage,
@@ -133,7 +134,8 @@ export class SandboxAgentClient {
   async #open(): Promise<void> {
     const params: InitializeRequest = {
       protocolVersion: PROTOCOL_VERSION,
-      clientCapabilities: {},
+      // Questions reach only connections that declare their modes ("Agent questions").
+      clientCapabilities: this.#options.onQuestion === undefined ? {} : { elicitation: { form: {}, url: {} } },
       clientInfo: { name: "sandbox-agent (TypeScript)", version: CLIENT_VERSION },
       _meta: { [META_NAMESPACE]: { agent: this.#options.agent } },
     };
@@ -548,6 +550,13 @@ export class SandboxAgentClient {
   async #onRequest(request: AnyRequest): Promise<unknown> {
     if (request.method === "session/request_permission") {
       return answerPermission(request.params as RequestPermissionRequest, this.#options.onPermissionRequest);
+    }
+    if (request.method === "elicitation/create" && this.#options.onQuestion !== undefined) {
+      try {
+        return await this.#options.onQuestion(request.params as QuestionRequest);
+      } catch {
+        return { action: "cancel" };
+      }
     }
     throw { code: -32601, message: `method not found: ${request.method} (this client does not serve it)` };
   }

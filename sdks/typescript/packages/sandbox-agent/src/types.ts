@@ -6,6 +6,8 @@
  */
 import type {
   ContentBlock,
+  CreateElicitationRequest,
+  CreateElicitationResponse,
   McpServer,
   NewSessionResponse,
   RequestPermissionRequest,
@@ -39,6 +41,24 @@ export type PermissionDecision = "allow" | "allow-always" | "reject" | "reject-a
 /** Decides permission requests (may be async; a throw counts as `"cancel"`). */
 export type PermissionHandler = (request: PermissionRequest) => PermissionDecision | Promise<PermissionDecision>;
 
+/**
+ * The agent asks the person a question (ACP elicitation): `message`, and
+ * either a form (`mode: "form"`, `requestedSchema`: the fields) or a URL to
+ * open (`mode: "url"`, `url`, `elicitationId`); `sessionId` says which
+ * session asks.
+ */
+export type QuestionRequest = CreateElicitationRequest;
+
+/**
+ * An answer to a {@link QuestionRequest}: `{action: "accept", content:
+ * {field: value, …}}` (a URL question takes no content), `{action:
+ * "decline"}` or `{action: "cancel"}`. The agent checks the content.
+ */
+export type QuestionAnswer = CreateElicitationResponse;
+
+/** Answers questions (may be async; a throw counts as `{action: "cancel"}`). */
+export type QuestionHandler = (question: QuestionRequest) => QuestionAnswer | Promise<QuestionAnswer>;
+
 /** Options of `new SandboxAgentClient(...)` (`DESIGN.md` §16). */
 export interface SandboxAgentClientOptions {
   /** The server's root URL, e.g. `http://127.0.0.1:2468`. */
@@ -57,6 +77,12 @@ export interface SandboxAgentClientOptions {
   onSessionUpdate?: (event: SessionUpdateEvent) => void;
   /** Answers the agent's permission requests; without it they are answered cancelled. */
   onPermissionRequest?: PermissionHandler;
+  /**
+   * Answers the agent's questions (forms and URLs to open). With it the
+   * client declares that it answers them; without it the server answers
+   * every question `cancel` for this client.
+   */
+  onQuestion?: QuestionHandler;
   /** Extra headers for every request. */
   headers?: Record<string, string>;
   /** The `fetch` to use; default the global one. */
