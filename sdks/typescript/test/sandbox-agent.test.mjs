@@ -301,6 +301,26 @@ describe("SandboxAgentClient", () => {
       await assert.rejects(c.readFsFile(moved), (e) => e.isNotFound());
     });
 
+    test("readFsFileStream streams a file and resumes from an offset unless it changed", async () => {
+      const c = client({ autoConnect: false });
+      const path = join(dir, "big.bin");
+      const bytes = new Uint8Array(1_000_000).map((_, i) => (i * 7) % 256);
+      await c.writeFsFile(path, bytes);
+      const whole = await c.readFsFileStream(path);
+      assert.equal(whole.offset, 0);
+      assert.equal(whole.size, bytes.length);
+      assert.match(whole.etag, /^"/);
+      assert.deepEqual(new Uint8Array(await new Response(whole.stream).arrayBuffer()), bytes);
+      const rest = await c.readFsFileStream(path, { from: 600_000, etag: whole.etag });
+      assert.equal(rest.offset, 600_000);
+      assert.equal(rest.size, bytes.length);
+      assert.deepEqual(new Uint8Array(await new Response(rest.stream).arrayBuffer()), bytes.subarray(600_000));
+      await c.writeFsFile(path, "changed");
+      const changed = await c.readFsFileStream(path, { from: 600_000, etag: whole.etag });
+      assert.equal(changed.offset, 0, "a changed file comes whole");
+      assert.equal(await new Response(changed.stream).text(), "changed");
+    });
+
     test("relative paths start at the session's cwd", async () => {
       const c = client();
       const cwd = join(dir, "work");

@@ -435,6 +435,37 @@ export class SandboxAgentClient {
   }
 
   /**
+   * A file as a stream, for files too large to hold in memory. With `from`
+   * (a byte offset) and the `etag` of an earlier download, asks for the
+   * rest only (`Range` with `If-Range`): `offset` is then `from` when the
+   * file is unchanged, or 0 when it changed and the whole new file comes
+   * (start over, never append).
+   *
+   * @returns the body stream, where its first byte belongs (`offset`), the
+   *   file's `size` (bytes) and `etag` (for a later resume).
+   */
+  async readFsFileStream(
+    path: string,
+    read: FsOptions & { from?: number; etag?: string } = {},
+    options: CallOptions = {},
+  ): Promise<{ stream: ReadableStream<Uint8Array>; offset: number; size: number | undefined; etag: string | undefined }> {
+    const { from, etag, ...fs } = read;
+    const headers: Record<string, string> = {};
+    if (from !== undefined && from > 0) {
+      headers["range"] = `bytes=${from}-`;
+      if (etag !== undefined) headers["if-range"] = etag;
+    }
+    const response = await this.#http("GET", "/v2/fs/file", options, { query: { path, ...fs }, headers });
+    const partial = response.status === 206;
+    // `Content-Range: bytes a-b/size` on a 206; `Content-Length` is the size on a 200.
+    const range = /\/(\d+)$/.exec(response.headers.get("content-range") ?? "");
+    const length = response.headers.get("content-length");
+    const size = range?.[1] !== undefined ? Number(range[1]) : length !== null && !partial ? Number(length) : undefined;
+    const body = response.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() });
+    return { stream: body, offset: partial ? (from ?? 0) : 0, size, etag: response.headers.get("etag") ?? undefined };
+  }
+
+  /**
    * Writes a file whole (atomically: readers never see half of it), creating
    * its parent directories. A `ReadableStream` body is streamed.
    *
