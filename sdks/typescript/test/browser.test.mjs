@@ -73,13 +73,14 @@ async function startPageServer() {
   return { url: `http://127.0.0.1:${http.address().port}`, close: () => new Promise((resolve) => http.close(resolve)) };
 }
 
-test("in headless Chromium: a permission round trip, a resumed stream, files and a 404", async (t) => {
+test("in headless Chromium: a token, a permission round trip, a question, a resumed stream, files, a process, the WebSocket transport, a 404", async (t) => {
   const puppeteer = loadPuppeteer();
   if (puppeteer === undefined) return t.skip("puppeteer-core not found (npm install --prefix tests/npm)");
   if (!existsSync(chromium)) return t.skip(`no Chromium at ${chromium} (set CHROMIUM)`);
 
   const page = await startPageServer();
-  const server = await startServer(["--cors-allow-origin", page.url]);
+  const token = "browser-token";
+  const server = await startServer(["--cors-allow-origin", page.url, "--token", token]);
   const dir = mkdtempSync(join(tmpdir(), "sa-ts-browser-"));
   const browser = await puppeteer.launch({
     executablePath: chromium,
@@ -97,13 +98,14 @@ test("in headless Chromium: a permission round trip, a resumed stream, files and
       // The test cuts one event stream on purpose; anything else failing is news.
       if (!request.url().endsWith("/v2/rpc")) problems.push(`request failed: ${request.url()}`);
     });
-    const query = new URLSearchParams({ server: server.url, dir });
+    const query = new URLSearchParams({ server: server.url, dir, token });
     await tab.goto(`${page.url}/?${query}`);
     await tab.waitForFunction(() => window.__report !== undefined, { timeout: 60_000 });
     const report = await tab.evaluate(() => window.__report);
     assert.equal(report.error, undefined, report.error);
     assert.deepEqual(problems, []);
     assert.deepEqual(report, {
+      unauthorized: true,
       health: "ok",
       permissionText: "Permission granted.",
       stopReason: "end_turn",
@@ -112,6 +114,9 @@ test("in headless Chromium: a permission round trip, a resumed stream, files and
       file: "written by a browser",
       entries: ["from-browser.txt"],
       notFound: true,
+      questionText: "You answered: name=Browser color=blue confirm=false",
+      process: "0:from a process\n",
+      websocketText: "Permission denied.",
       resumedText: "chunk-1 chunk-2 chunk-3 chunk-4 chunk-5 ",
     });
   } finally {

@@ -6,6 +6,7 @@ import { SandboxAgentClient, SandboxAgentError } from "sandbox-agent";
 const params = new URL(location.href).searchParams;
 const server = params.get("server");
 const dir = params.get("dir");
+const token = params.get("token");
 const report = {};
 
 function textOf(updates) {
@@ -50,9 +51,17 @@ function cuttingFetch(marker) {
 
 try {
   const asked = [];
+  const anonymous = new SandboxAgentClient({ baseUrl: server, agent: "mock", autoConnect: false });
+  try {
+    await anonymous.listAgents();
+  } catch (error) {
+    report.unauthorized = error.isUnauthorized();
+  }
   const client = new SandboxAgentClient({
     baseUrl: server,
+    token,
     agent: "mock",
+    onQuestion: (question) => ({ action: "accept", content: { name: "Browser", color: "blue", confirm: false } }),
     onPermissionRequest: (request) => {
       asked.push(request.toolCall.title);
       return "allow";
@@ -76,7 +85,24 @@ try {
     report.notFound = error instanceof SandboxAgentError && error.isNotFound() && error.status === 404;
   }
 
-  const cut = new SandboxAgentClient({ baseUrl: server, agent: "mock", fetch: cuttingFetch("chunk-2 ") });
+  report.questionText = textOf(await collect(client.promptStream(session.sessionId, "ask question")));
+
+  const run = await client.runProcess({ command: "sh", args: ["-c", "echo from a process"] });
+  report.process = `${run.exitCode}:${run.stdout}`;
+
+  // The browser's own WebSocket, the token as ?access_token=.
+  const ws = new SandboxAgentClient({
+    baseUrl: server,
+    token,
+    agent: "mock",
+    transport: "websocket",
+    onPermissionRequest: () => "reject",
+  });
+  const wsSession = await ws.newSession({ cwd: dir });
+  report.websocketText = textOf(await collect(ws.promptStream(wsSession.sessionId, "ask permission")));
+  await ws.dispose();
+
+  const cut = new SandboxAgentClient({ baseUrl: server, token, agent: "mock", fetch: cuttingFetch("chunk-2 ") });
   const cutSession = await cut.newSession({ cwd: dir });
   report.resumedText = textOf(await collect(cut.promptStream(cutSession.sessionId, "!slow 5 40")));
 
