@@ -1,7 +1,8 @@
 /**
- * `SandboxAgentClient` (`DESIGN.md` §16): one agent connection over
- * `acp-http-client` for sessions and prompt turns, plus the server's plain
- * HTTP routes (health, agents, the session inventory, files).
+ * `SandboxAgentClient`: one agent connection over `acp-http-client` for
+ * sessions and prompt turns, plus the server's plain HTTP routes (health,
+ * agents, the session inventory, files, processes). What it sends:
+ * `research/contract.md`, "The TypeScript packages".
  *
  * Rules (seed 001): the connection opens at construction unless
  * `autoConnect: false`; session calls fail with kind `not-connected` before

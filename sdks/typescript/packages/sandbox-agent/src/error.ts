@@ -1,6 +1,7 @@
 /**
  * `SandboxAgentError`, the one error every call of `SandboxAgentClient`
- * rejects with, and its predicates (`DESIGN.md` §16, "Errors").
+ * rejects with, and its predicates (seed 001's: not found, unauthorized,
+ * connection lost, timeout).
  */
 import { AcpHttpError, type AcpHttpErrorKind, type Problem } from "acp-http-client";
 

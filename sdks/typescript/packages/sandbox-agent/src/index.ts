@@ -1,6 +1,6 @@
 /**
  * `sandbox-agent`: `SandboxAgentClient`, a client of a sandbox-agent server
- * (`DESIGN.md` §16).
+ * (`research/contract.md`, "The TypeScript packages").
  *
  * Layout:
  * - `client.ts`: {@link SandboxAgentClient}: connection, sessions, prompt

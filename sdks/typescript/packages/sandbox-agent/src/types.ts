@@ -59,7 +59,7 @@ export type QuestionAnswer = CreateElicitationResponse;
 /** Answers questions (may be async; a throw counts as `{action: "cancel"}`). */
 export type QuestionHandler = (question: QuestionRequest) => QuestionAnswer | Promise<QuestionAnswer>;
 
-/** Options of `new SandboxAgentClient(...)` (`DESIGN.md` §16). */
+/** Options of `new SandboxAgentClient(...)` (seed 001's constructor, plus the transport). */
 export interface SandboxAgentClientOptions {
   /** The server's root URL, e.g. `http://127.0.0.1:2468`. */
   baseUrl: string;
