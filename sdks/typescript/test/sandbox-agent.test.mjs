@@ -170,6 +170,25 @@ describe("SandboxAgentClient", () => {
     assert.equal((await c.prompt(sessionId, "!stall", { signal: abort.signal })).stopReason, "cancelled");
   });
 
+  test("an agent that dies mid-turn: the turn's iterator and result throw the error", async () => {
+    const c = client();
+    const { sessionId } = await c.newSession({ cwd: "/tmp" });
+    const turn = c.promptStream(sessionId, "!crash");
+    const seen = [];
+    await assert.rejects(
+      (async () => {
+        for await (const update of turn) seen.push(update);
+      })(),
+      (e) => e instanceof SandboxAgentError && e.kind === "rpc" && e.code === -32603,
+    );
+    assert.equal(textOf(seen), "Crashing...");
+    await assert.rejects(turn.result, (e) => e.kind === "rpc");
+    assert.equal((await c.getSession(sessionId)).ended, true);
+    // The client goes on: the next session starts a new agent process.
+    const next = await c.newSession({ cwd: "/tmp" });
+    assert.equal((await c.prompt(next.sessionId, "still here")).stopReason, "end_turn");
+  });
+
   test("a stream cut mid-turn is resumed: the turn yields every update once", async () => {
     const c = client({ fetch: cuttingFetch("chunk-3 ") });
     const { sessionId } = await c.newSession({ cwd: "/tmp" });
