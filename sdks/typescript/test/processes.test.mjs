@@ -88,6 +88,64 @@ describe("processes", () => {
     assert.ok(gets >= 2, `reopened (${gets} GETs)`);
   });
 
+  test("a terminal over a WebSocket: keys in, output out, resize, exit; a late terminal sees the screen so far", async () => {
+    const shell = await client.startProcess({ command: "sh", tty: true, cols: 80, rows: 24, env: { PS1: "$ " } });
+    const terminal = await shell.terminal();
+    const decoder = new TextDecoder();
+    let screen = "";
+    const events = terminal[Symbol.asyncIterator]();
+    async function until(text) {
+      while (!screen.includes(text)) {
+        const { value, done } = await events.next();
+        assert.ok(!done, `the terminal ended before ${JSON.stringify(text)}; screen: ${JSON.stringify(screen)}`);
+        if (value.type === "data") screen += decoder.decode(value.bytes, { stream: true });
+        if (value.type === "exit") return value;
+      }
+    }
+    terminal.write("echo hi-$((40+2))\n");
+    await until("hi-42");
+    terminal.resize(100, 40);
+    terminal.write("stty size\n");
+    await until("40 100");
+    // A second terminal from offset 0 gets everything so far.
+    const late = await shell.terminal();
+    let lateScreen = "";
+    for await (const event of late) {
+      if (event.type === "data") lateScreen += decoder.decode(event.bytes, { stream: true });
+      if (lateScreen.includes("40 100")) break;
+    }
+    assert.match(lateScreen, /hi-42/);
+    late.close();
+    terminal.write("exit 7\n");
+    let exit;
+    for (;;) {
+      const { value, done } = await events.next();
+      if (done) break;
+      if (value.type === "exit") exit = value;
+    }
+    assert.deepEqual(exit, { type: "exit", exitCode: 7, signal: null });
+    assert.ok(terminal.offset > 0);
+
+    // Without a terminal: a resize is an error frame and the socket stays open.
+    const cat = await client.startProcess({ command: "cat" });
+    const pipe = await cat.terminal();
+    pipe.resize(10, 10);
+    pipe.write("piped\n");
+    pipe.eof();
+    const seen = [];
+    for await (const event of pipe) seen.push(event);
+    const error = seen.find((e) => e.type === "error");
+    assert.equal(error.problem.type, "urn:sandbox-agent:error:not-a-tty");
+    assert.equal(seen.filter((e) => e.type === "data").map((e) => decoder.decode(e.bytes)).join(""), "piped\n");
+    assert.equal(seen.at(-1).type, "exit");
+
+    // A refused handshake says why: the process was forgotten (404).
+    const gone = await client.startProcess({ command: "true" });
+    await gone.wait();
+    await gone.forget();
+    await assert.rejects(gone.terminal(), (e) => e.isNotFound());
+  });
+
   test("stdin, signals and a terminal's size", async () => {
     const cat = await client.startProcess({ command: "cat" });
     await cat.writeStdin("hello ");

@@ -24,6 +24,7 @@ import { METHODS, META_NAMESPACE, isRecord, toDetails, toSummary } from "./meta.
 import {
   type HttpCall,
   ProcessHandle,
+  type SocketOpener,
   type ProcessInfo,
   type RunProcessRequest,
   type RunResult,
@@ -521,7 +522,7 @@ export class SandboxAgentClient {
   /** Starts a program and returns its handle (output, stdin, signals, wait); the process runs on after the handle is dropped. */
   async startProcess(request: StartProcessRequest, options: CallOptions = {}): Promise<ProcessHandle> {
     const info = await this.#json<ProcessInfo>("POST", "/v2/processes", options, { json: request });
-    return new ProcessHandle(info, this.#processHttp);
+    return new ProcessHandle(info, this.#processHttp, this.#openSocket);
   }
 
   /** One page of processes, newest first (`limit` 1 to 1000, default 100). */
@@ -539,12 +540,24 @@ export class SandboxAgentClient {
 
   /** A handle for an existing process (one `listProcesses` showed, say). */
   async processHandle(id: string, options: CallOptions = {}): Promise<ProcessHandle> {
-    return new ProcessHandle(await this.getProcess(id, options), this.#processHttp);
+    return new ProcessHandle(await this.getProcess(id, options), this.#processHttp, this.#openSocket);
   }
 
   /** The plain HTTP helper, as process handles call it. */
   readonly #processHttp: HttpCall = (method, path, request = {}) =>
     this.#http(method, path, request.signal === undefined ? {} : { signal: request.signal }, request);
+
+  /** WebSockets on the server (a process's terminal): the token as `?access_token=`, which browsers need. */
+  readonly #openSocket: SocketOpener = (path, query) => {
+    const Socket = this.#options.WebSocket ?? globalThis.WebSocket;
+    if (Socket === undefined) {
+      throw new TypeError("no WebSocket in this runtime: pass options.WebSocket (Node 20: run node with --experimental-websocket)");
+    }
+    const url = new URL(this.#baseUrl.replace(/^http/, "ws") + path);
+    for (const [key, value] of Object.entries(query)) url.searchParams.set(key, value);
+    if (this.#options.token !== undefined) url.searchParams.set("access_token", this.#options.token);
+    return new Socket(url.toString());
+  };
 
   // ---- plumbing ----
 

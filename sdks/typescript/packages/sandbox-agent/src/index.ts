@@ -18,7 +18,7 @@
 export { SandboxAgentClient, CLIENT_VERSION } from "./client.js";
 export type { CallOptions, PromptOptions } from "./client.js";
 export { PromptTurn } from "./turn.js";
-export { ProcessHandle, chunkBytes } from "./process.js";
+export { ProcessHandle, ProcessTerminal, chunkBytes } from "./process.js";
 export type {
   OutputChunk,
   OutputEvent,
@@ -27,6 +27,7 @@ export type {
   RunProcessRequest,
   RunResult,
   StartProcessRequest,
+  TerminalEvent,
 } from "./process.js";
 export { SandboxAgentError } from "./error.js";
 export type { SandboxAgentErrorKind } from "./error.js";

@@ -110,6 +110,120 @@ export type HttpCall = (
   request?: { query?: Record<string, string | number | boolean | undefined>; json?: unknown; body?: string | Uint8Array; contentType?: string; headers?: Record<string, string>; signal?: AbortSignal; noTimeout?: boolean },
 ) => Promise<Response>;
 
+/** Opens a WebSocket on a server path (the client adds the base URL and `?access_token=`). */
+export type SocketOpener = (path: string, query: Record<string, string>) => WebSocket;
+
+/** An item of a {@link ProcessTerminal}. */
+export type TerminalEvent =
+  /** Output bytes as they are (a frame may end inside a UTF-8 character). */
+  | { type: "data"; bytes: Uint8Array }
+  | { type: "dropped"; offset: number; nextOffset: number; dropped: number }
+  /** The process exited; the last item. */
+  | { type: "exit"; exitCode: number | null; signal: string | null }
+  /** A request of this client failed (a resize without a terminal, stdin after it closed, …); the socket stays open. */
+  | { type: "error"; problem: Record<string, unknown> };
+
+/**
+ * A terminal attached to a process over a WebSocket (`research/contract.md`,
+ * "Terminal WebSocket"): iterate it for the output (and `exit`, last),
+ * `write` keys, `resize`, `eof`. Closing it leaves the process running.
+ * Bytes are counted in `offset`, so a new terminal from `offset` resumes
+ * exactly.
+ */
+export class ProcessTerminal implements AsyncIterable<TerminalEvent> {
+  readonly #socket: WebSocket;
+  readonly #queue: TerminalEvent[] = [];
+  #wake: (() => void) | undefined;
+  #ended: SandboxAgentError | true | undefined;
+  #offset: number;
+
+  /** @internal Made by {@link ProcessHandle.terminal}. */
+  constructor(socket: WebSocket, offset: number) {
+    this.#socket = socket;
+    this.#offset = offset;
+    socket.binaryType = "arraybuffer";
+    socket.onmessage = (event: MessageEvent) => {
+      if (typeof event.data === "string") {
+        let frame: Record<string, unknown>;
+        try {
+          frame = JSON.parse(event.data) as Record<string, unknown>;
+        } catch {
+          return;
+        }
+        if (frame["type"] === "dropped") {
+          this.#offset = Number(frame["nextOffset"]);
+          this.#push(frame as unknown as TerminalEvent);
+        } else if (frame["type"] === "exit") {
+          this.#push({ type: "exit", exitCode: frame["exitCode"] as number | null, signal: frame["signal"] as string | null });
+        } else if (frame["type"] === "error") {
+          this.#push({ type: "error", problem: frame["problem"] as Record<string, unknown> });
+        }
+        return;
+      }
+      const bytes = new Uint8Array(event.data as ArrayBuffer);
+      this.#offset += bytes.length;
+      this.#push({ type: "data", bytes });
+    };
+    socket.onclose = (event: CloseEvent) => {
+      this.#ended ??=
+        event.code === 1000
+          ? true
+          : new SandboxAgentError("connection-lost", `the terminal WebSocket closed (${event.code}${event.reason ? `: ${event.reason}` : ""})`);
+      this.#wake?.();
+    };
+  }
+
+  /** The byte offset after the output received so far (resume a new terminal from it). */
+  get offset(): number {
+    return this.#offset;
+  }
+
+  /** Sends keys (stdin bytes; text is sent as UTF-8). */
+  write(data: string | Uint8Array): void {
+    this.#socket.send(typeof data === "string" ? new TextEncoder().encode(data) : data);
+  }
+
+  /** Resizes the terminal (`cols` and `rows` 1 to 4096). */
+  resize(cols: number, rows: number): void {
+    this.#socket.send(JSON.stringify({ type: "resize", cols, rows }));
+  }
+
+  /** Closes stdin (on a terminal: `^D`). */
+  eof(): void {
+    this.#socket.send(JSON.stringify({ type: "eof" }));
+  }
+
+  /** Detaches (close frame 1000); the process keeps running. */
+  close(): void {
+    this.#ended ??= true;
+    this.#socket.close(1000);
+    this.#wake?.();
+  }
+
+  #push(event: TerminalEvent): void {
+    this.#queue.push(event);
+    this.#wake?.();
+  }
+
+  /** The terminal's events until `exit`, or until the socket closes (an error unless it closed normally). */
+  async *[Symbol.asyncIterator](): AsyncGenerator<TerminalEvent, void, undefined> {
+    for (;;) {
+      const next = this.#queue.shift();
+      if (next !== undefined) {
+        yield next;
+        if (next.type === "exit") return;
+        continue;
+      }
+      if (this.#ended !== undefined) {
+        if (this.#ended !== true) throw this.#ended;
+        return;
+      }
+      await new Promise<void>((resolve) => (this.#wake = resolve));
+      this.#wake = undefined;
+    }
+  }
+}
+
 /** Reopen delays of a followed output: 50 ms doubling to 2 s; 8 failures in a row end it. */
 const REOPEN_FIRST_MS = 50;
 const REOPEN_MAX_MS = 2_000;
@@ -122,12 +236,44 @@ export class ProcessHandle {
   /** The process as it was when this handle was made. */
   readonly started: ProcessInfo;
   readonly #http: HttpCall;
+  readonly #openSocket: SocketOpener;
 
   /** @internal Made by `SandboxAgentClient.startProcess` and `processHandle`. */
-  constructor(info: ProcessInfo, http: HttpCall) {
+  constructor(info: ProcessInfo, http: HttpCall, openSocket: SocketOpener) {
     this.id = info.id;
     this.started = info;
     this.#http = http;
+    this.#openSocket = openSocket;
+  }
+
+  /**
+   * Attaches a terminal over a WebSocket, its output from byte `offset`
+   * (default 0: everything the server still holds, so a late client sees
+   * the screen so far). Any number may attach to one process.
+   *
+   * @throws {SandboxAgentError} `connection-lost` when the socket does not open
+   *   (a wrong token, an unknown process: the handshake is refused).
+   */
+  async terminal(options: { offset?: number } = {}): Promise<ProcessTerminal> {
+    const offset = options.offset ?? 0;
+    const socket = this.#openSocket(this.#path("/terminal"), { offset: String(offset) });
+    const opened = await new Promise<boolean>((resolve) => {
+      socket.onopen = () => resolve(true);
+      socket.onerror = () => resolve(false);
+      socket.onclose = () => resolve(false);
+    });
+    if (!opened) {
+      // Why: the same path without an upgrade answers the handshake's status.
+      try {
+        const response = await this.#http("GET", this.#path());
+        await response.body?.cancel();
+      } catch (error) {
+        throw SandboxAgentError.from(error);
+      }
+      throw new SandboxAgentError("connection-lost", `the terminal WebSocket of process ${this.id} did not open`);
+    }
+    socket.onerror = null;
+    return new ProcessTerminal(socket, offset);
   }
 
   #path(suffix = ""): string {
