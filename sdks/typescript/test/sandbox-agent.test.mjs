@@ -393,6 +393,8 @@ test("an unreachable server maps to isUnreachable", async () => {
   const c = new SandboxAgentClient({ baseUrl: await unusedUrl(), agent: "mock" });
   await assert.rejects(c.getHealth(), (e) => e instanceof SandboxAgentError && e.isUnreachable() && e.kind === "connection-lost");
   await assert.rejects(c.newSession({ cwd: "/tmp" }), (e) => e.isUnreachable());
+  // Later calls still say why the auto-connect failed (not "call connect() first").
+  await assert.rejects(c.newSession({ cwd: "/tmp" }), (e) => e.isUnreachable());
   await assert.rejects(c.connect(), (e) => e.isUnreachable());
 });
 

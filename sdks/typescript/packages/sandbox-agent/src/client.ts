@@ -164,7 +164,9 @@ export class SandboxAgentClient {
       this.#connection = connection;
       if (this.#disposed) await connection.close();
     } catch (error) {
-      throw SandboxAgentError.from(error);
+      // Kept for the calls that follow (an auto-connect nobody awaited), until a connect() succeeds.
+      this.#lost = SandboxAgentError.from(error);
+      throw this.#lost;
     }
   }
 
