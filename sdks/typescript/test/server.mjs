@@ -29,6 +29,7 @@ export function binaryPath() {
  * waits for the exit and removes the data dir.
  */
 export async function startServer(args = []) {
+  const bin = binaryPath();
   const dataDir = mkdtempSync(join(tmpdir(), "sa-ts-test-"));
   const env = {};
   for (const [key, value] of Object.entries(process.env)) {
@@ -37,7 +38,7 @@ export async function startServer(args = []) {
   }
   const auth = args.includes("--token") ? [] : ["--no-token"];
   const child = spawn(
-    binaryPath(),
+    bin,
     ["server", "--host", "127.0.0.1", "--port", "0", "--data-dir", dataDir, ...auth, ...args],
     { env, stdio: ["ignore", "pipe", "pipe"] },
   );
@@ -47,7 +48,7 @@ export async function startServer(args = []) {
     stderr += chunk;
   });
   const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
-  const url = await new Promise((resolve, reject) => {
+  const listening = new Promise((resolve, reject) => {
     let stdout = "";
     const timer = setTimeout(() => reject(new Error(`server did not start within ${STARTUP_TIMEOUT_MS} ms:\n${stderr}`)), STARTUP_TIMEOUT_MS);
     child.stdout.setEncoding("utf8");
@@ -64,6 +65,15 @@ export async function startServer(args = []) {
       reject(new Error(`server exited (${code ?? signal}) before listening:\n${stderr}`));
     });
   });
+  let url;
+  try {
+    url = await listening;
+  } catch (error) {
+    child.kill("SIGKILL");
+    await exited;
+    rmSync(dataDir, { recursive: true, force: true });
+    throw error;
+  }
   return {
     url,
     dataDir,
