@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { PromptTurn, SandboxAgentClient, SandboxAgentError } from "sandbox-agent";
+import { PromptTurn, SandboxAgentClient, SandboxAgentError, checkAnswer } from "sandbox-agent";
 import { startServer, textOf, unusedUrl } from "./server.mjs";
 
 const SAY = "Hello from the mock agent. You said: ";
@@ -425,6 +425,47 @@ test("a request timeout maps to isTimeout", async () => {
   }
 });
 
+test("checkAnswer: the form's rules", () => {
+  const question = {
+    mode: "form",
+    sessionId: "s",
+    message: "m",
+    requestedSchema: {
+      type: "object",
+      properties: {
+        name: { type: "string", minLength: 1, maxLength: 3 },
+        age: { type: "integer", minimum: 0, maximum: 150 },
+        score: { type: "number", maximum: 1 },
+        ok: { type: "boolean" },
+        tags: { type: "array", items: { type: "string", enum: ["a", "b"] }, maxItems: 2 },
+        pick: { type: "string", oneOf: [{ const: "x", title: "X" }] },
+        many: { type: "array", items: { anyOf: [{ const: "p", title: "P" }] }, minItems: 1 },
+      },
+      required: ["name"],
+    },
+  };
+  const check = (content) => checkAnswer(question, { action: "accept", content });
+  assert.equal(check({ name: "Ada" }), undefined);
+  assert.equal(check({ name: "Ada", age: 36, score: 0.5, ok: true, tags: ["a", "b"], pick: "x", many: ["p"], extra: null }), undefined);
+  assert.equal(check({}), 'field "name" is required');
+  assert.equal(check({ name: null }), 'field "name" is required');
+  assert.equal(check({ name: "Adam" }), 'field "name" must be at most 3 characters long (is 4)');
+  assert.equal(check({ name: "é🙂" }), undefined, "length in characters");
+  assert.equal(check({ name: "A", nope: 1 }), 'field "nope" is not a field of the form');
+  assert.equal(check({ name: "A", age: 1.5 }), 'field "age" must be an integer, not 1.5');
+  assert.equal(check({ name: "A", age: -1 }), 'field "age" must be at least 0 (is -1)');
+  assert.equal(check({ name: "A", score: 2 }), 'field "score" must be at most 1 (is 2)');
+  assert.equal(check({ name: "A", ok: "yes" }), 'field "ok" must be true or false, not "yes"');
+  assert.equal(check({ name: "A", tags: ["c"] }), 'field "tags" may only hold "a", "b", not "c"');
+  assert.equal(check({ name: "A", tags: ["a", "b", "a"] }), 'field "tags" must hold at most 2 (holds 3)');
+  assert.equal(check({ name: "A", pick: "y" }), 'field "pick" must be one of "x", not "y"');
+  assert.equal(check({ name: "A", many: [] }), 'field "many" must hold at least 1 (holds 0)');
+  assert.equal(checkAnswer(question, { action: "decline" }), undefined);
+  const url = { mode: "url", sessionId: "s", message: "m", url: "https://example.invalid", elicitationId: "e" };
+  assert.equal(checkAnswer(url, { action: "accept" }), undefined);
+  assert.equal(checkAnswer(url, { action: "accept", content: { a: "b" } }), "a URL question takes no content");
+});
+
 test("questions (ACP elicitation) answered through onQuestion; without it they are cancelled", async () => {
   const server = await startServer();
   try {
@@ -446,6 +487,12 @@ test("questions (ACP elicitation) answered through onQuestion; without it they a
     assert.deepEqual(Object.keys(asked[0].requestedSchema.properties).sort(), ["color", "confirm", "name"]);
     answer = { action: "decline" };
     assert.equal(textOf(await collect(c.promptStream(sessionId, "ask question"))), "You declined the question.");
+    // Content that does not fit the form is never sent: the question is cancelled.
+    const form = asked[0];
+    assert.equal(checkAnswer(form, { action: "accept", content: { name: "", color: "red" } }), 'field "name" must be at least 1 character long (is 0)');
+    answer = { action: "accept", content: { name: "Ada", color: "purple" } };
+    assert.equal(checkAnswer(form, answer), 'field "color" must be one of "red", "green", "blue", not "purple"');
+    assert.equal(textOf(await collect(c.promptStream(sessionId, "ask question"))), "You cancelled the question.");
     answer = { action: "accept" };
     assert.equal(textOf(await collect(c.promptStream(sessionId, "ask url"))), "You completed the sign-in.");
     assert.equal(asked.at(-1).mode, "url");

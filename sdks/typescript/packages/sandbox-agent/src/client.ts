@@ -30,6 +30,7 @@ import {
   type RunResult,
   type StartProcessRequest,
 } from "./process.js";
+import { checkAnswer } from "./question.js";
 import { PromptTurn } from "./turn.js";
 import type {
   AgentInfo,
@@ -599,8 +600,11 @@ export class SandboxAgentClient {
       return answerPermission(request.params as RequestPermissionRequest, this.#options.onPermissionRequest);
     }
     if (request.method === "elicitation/create" && this.#options.onQuestion !== undefined) {
+      const question = request.params as QuestionRequest;
       try {
-        return await this.#options.onQuestion(request.params as QuestionRequest);
+        const answer = await this.#options.onQuestion(question);
+        // Content that does not fit the form is never sent (check it first with checkAnswer).
+        return checkAnswer(question, answer) === undefined ? answer : { action: "cancel" };
       } catch {
         return { action: "cancel" };
       }

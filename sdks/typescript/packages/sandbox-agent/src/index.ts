@@ -9,6 +9,7 @@
  * - `process.ts`: {@link ProcessHandle}, processes in the sandbox and their
  *   output followed by offset;
  * - `error.ts`: {@link SandboxAgentError} and its predicates;
+ * - `question.ts`: {@link checkAnswer}, an answer checked against its form;
  * - `types.ts`: the shapes it takes and returns;
  * - `meta.ts`: the server's `_meta["sandboxagent.dev"]` read into fields.
  *
@@ -30,5 +31,6 @@ export type {
   TerminalEvent,
 } from "./process.js";
 export { SandboxAgentError } from "./error.js";
+export { checkAnswer } from "./question.js";
 export type { SandboxAgentErrorKind } from "./error.js";
 export type * from "./types.js";

@@ -80,7 +80,9 @@ export interface SandboxAgentClientOptions {
   /**
    * Answers the agent's questions (forms and URLs to open). With it the
    * client declares that it answers them; without it the server answers
-   * every question `cancel` for this client.
+   * every question `cancel` for this client. An `accept` whose content does
+   * not fit the form is sent as `cancel`: check it with `checkAnswer`
+   * first to ask again.
    */
   onQuestion?: QuestionHandler;
   /** Extra headers for every request. */
