@@ -8,16 +8,23 @@
 export interface Problem {
   /** `urn:sandbox-agent:error:<kind>` on a sandbox-agent server. */
   type?: string;
+  /** The status's reason phrase (`Not Found`). */
   title?: string;
+  /** The HTTP status, again. */
   status?: number;
+  /** What went wrong, for a person. */
   detail?: string;
+  /** Other members a server may add. */
   [key: string]: unknown;
 }
 
 /** A JSON-RPC error object (JSON-RPC 2.0, section 5.1). */
 export interface RpcErrorObject {
+  /** The error code (`-32601` method not found, `-32002` resource not found, …). */
   code: number;
+  /** What went wrong, for a person. */
   message: string;
+  /** Details the answering side added, if any. */
   data?: unknown;
 }
 

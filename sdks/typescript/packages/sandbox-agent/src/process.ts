@@ -11,6 +11,7 @@ import { SandboxAgentError } from "./error.js";
 export interface ProcessRequest {
   /** The program: a name looked up on the `PATH`, or a path. */
   command: string;
+  /** Its arguments. */
   args?: string[];
   /** Working directory (relative ones start at the session's `cwd`). */
   cwd?: string;
@@ -34,8 +35,9 @@ export interface RunProcessRequest extends ProcessRequest {
 export interface StartProcessRequest extends ProcessRequest {
   /** Run on a pseudo-terminal (stdout and stderr are then one stream, `tty`). */
   tty?: boolean;
-  /** Terminal size (with `tty`), default 80 × 24. */
+  /** Terminal columns (with `tty`), default 80. */
   cols?: number;
+  /** Terminal rows (with `tty`), default 24. */
   rows?: number;
   /** A name to show in lists. */
   title?: string;
@@ -43,16 +45,23 @@ export interface StartProcessRequest extends ProcessRequest {
 
 /** What `runProcess` returns. */
 export interface RunResult {
+  /** The exit code, `null` when a signal ended it. */
   exitCode: number | null;
   /** The signal that ended it (`"SIGKILL"`), if one did. */
   signal: string | null;
   /** Text, or base64 when `stdoutEncoding` is `"base64"`. */
   stdout: string;
+  /** Text, or base64 when `stderrEncoding` is `"base64"`. */
   stderr: string;
+  /** Set when stdout was not UTF-8. */
   stdoutEncoding?: "base64";
+  /** Set when stderr was not UTF-8. */
   stderrEncoding?: "base64";
+  /** Output past `maxOutputBytes` was left out. */
   truncated: boolean;
+  /** `timeoutMs` passed and the process was killed. */
   timedOut: boolean;
+  /** How long it ran, in milliseconds. */
   durationMs: number;
 }
 
@@ -60,19 +69,31 @@ export interface RunResult {
 export interface ProcessInfo {
   /** 32 hex digits. */
   id: string;
+  /** The program's process id (`null` until seen). */
   pid: number | null;
+  /** The program as asked. */
   command: string;
+  /** Its arguments. */
   args: string[];
+  /** The real path it runs in. */
   cwd: string;
+  /** It runs on a pseudo-terminal. */
   tty: boolean;
+  /** The start's `title`. */
   title: string | null;
+  /** The session it belongs to. */
   sessionId: string | null;
+  /** The agent's tool call that names it (an agent's terminal). */
   toolCallId: string | null;
+  /** `running` or `exited`. */
   state: "running" | "exited";
+  /** The exit code once it exited (`null` when a signal ended it). */
   exitCode: number | null;
+  /** The signal that ended it (`"SIGKILL"`). */
   signal: string | null;
   /** RFC 3339 UTC. */
   startedAt: string;
+  /** RFC 3339 UTC, once it exited. */
   endedAt: string | null;
   /** Bytes written so far (the offset of the next byte). */
   outputBytes: number;
@@ -82,9 +103,11 @@ export interface ProcessInfo {
 export interface OutputChunk {
   /** Byte offset of its first byte in the process's output (all streams in one sequence). */
   offset: number;
+  /** Which stream (`tty`: a terminal's one stream). */
   stream: "stdout" | "stderr" | "tty";
   /** The bytes as text, or base64 when `encoding` is `"base64"`. */
   data: string;
+  /** Set when the bytes were not UTF-8. */
   encoding?: "base64";
 }
 

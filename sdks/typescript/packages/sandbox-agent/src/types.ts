@@ -115,11 +115,13 @@ export interface SandboxAgentClientOptions {
  * the caller stored with `newSession({metadata})` or `setMetadata`.
  */
 export interface SessionSummary {
+  /** The session's id (the agent's). */
   sessionId: string;
   /** The agent id the session runs on. */
   agent: string | undefined;
   /** The working directory given at creation. */
   cwd: string | undefined;
+  /** The title the agent or `setMetadata` gave it. */
   title: string | undefined;
   /** RFC 3339, UTC, milliseconds. */
   createdAt: string | undefined;
@@ -167,6 +169,7 @@ export interface PromptResult {
 
 /** One page of sessions. */
 export interface SessionPage {
+  /** Newest first. */
   sessions: SessionSummary[];
   /** Pass it as `cursor` for the next page; absent on the last page. */
   nextCursor?: string;
@@ -192,6 +195,7 @@ export interface SessionEvent {
   offset: number;
   /** RFC 3339 time it was recorded. */
   at: string;
+  /** Who sent it. */
   direction: "client_to_agent" | "agent_to_client";
   /** The JSON-RPC message as the client sees it. */
   message: Record<string, unknown>;
@@ -199,6 +203,7 @@ export interface SessionEvent {
 
 /** One page of a session's event log. */
 export interface SessionEventPage {
+  /** Oldest first. */
   events: SessionEvent[];
   /** The offset to ask for next. */
   nextOffset: number;
@@ -206,53 +211,79 @@ export interface SessionEventPage {
 
 /** `GET /v2/health` (`research/contract.md`, "`GET /v2/health`"). */
 export interface Health {
+  /** `ok` while the server serves. */
   status: string;
+  /** The server's version. */
   version: string;
+  /** The store's and memory budget's figures (see the contract). */
   [key: string]: unknown;
 }
 
 /** One configured agent (`GET /v2/agents`). */
 export interface AgentInfo {
+  /** The agent id (`mock`, `claude`, …), as `agent` in the client's options. */
   id: string;
+  /** A name for a person. */
   name: string;
+  /** Ready to start without an install. */
   installed: boolean;
+  /** The installed (or running) version, when known. */
   version?: string;
+  /** Where it comes from: `builtin`, `registry` or `fallback`. */
   source: "builtin" | "registry" | "fallback" | string;
+  /** Its program. */
   path?: string;
+  /** A process of it is running. */
   running: boolean;
+  /** That process's id. */
   pid?: number;
+  /** Process starts after the first. */
   restarts: number;
+  /** Why its last start or process failed. */
   lastError?: string;
+  /** Capabilities, agent info, models, modes and auth, when known. */
   [key: string]: unknown;
 }
 
 /** What {@link SandboxAgentClient.installAgent} returns. */
 export interface AgentInstallResult {
+  /** The agent id. */
   agent: string;
+  /** The version now active. */
   version?: string;
+  /** `builtin`, `registry` or `fallback`. */
   source: string;
+  /** Its program. */
   path?: string;
+  /** Nothing had to be installed. */
   alreadyInstalled: boolean;
+  /** How long the install took, in milliseconds. */
   durationMs: number;
 }
 
 /** Models of a session or an agent. */
 export interface ModelList {
+  /** The models the agent reported. */
   availableModels: { modelId: string; name?: string; description?: string }[];
+  /** The session's current model (absent for an agent's list). */
   currentModelId?: string;
 }
 
 /** One file system entry ("Host file system"). */
 export interface FsEntry {
+  /** The entry's name in its directory. */
   name: string;
   /** Absolute path. */
   path: string;
   /** Bytes; 0 for directories. */
   size: number;
+  /** What it is (a symlink to something inside the root is reported as its target). */
   entryType: "file" | "directory" | "symlink";
   /** RFC 3339 UTC, or `null`. */
   modified: string | null;
+  /** A symlink's text. */
   symlinkTarget?: string;
+  /** `entry_type` (the seed-era spelling), `rawName` for a name that is not UTF-8. */
   [key: string]: unknown;
 }
 
