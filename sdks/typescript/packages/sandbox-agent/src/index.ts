@@ -1,0 +1,36 @@
+/**
+ * `sandbox-agent`: `SandboxAgentClient`, a client of a sandbox-agent server
+ * (`research/contract.md`, "The TypeScript packages").
+ *
+ * Layout:
+ * - `client.ts`: {@link SandboxAgentClient}: connection, sessions, prompt
+ *   turns, permissions, agents, files;
+ * - `turn.ts`: {@link PromptTurn}, a turn read as an async iterator;
+ * - `process.ts`: {@link ProcessHandle}, processes in the sandbox and their
+ *   output followed by offset;
+ * - `error.ts`: {@link SandboxAgentError} and its predicates;
+ * - `question.ts`: {@link checkAnswer}, an answer checked against its form;
+ * - `types.ts`: the shapes it takes and returns;
+ * - `meta.ts`: the server's `_meta["sandboxagent.dev"]` read into fields.
+ *
+ * This entry is browser-safe: it imports no Node built-in (fetch, streams,
+ * `AbortController` and `TextDecoder` only).
+ */
+export { SandboxAgentClient, CLIENT_VERSION } from "./client.js";
+export type { CallOptions, PromptOptions } from "./client.js";
+export { PromptTurn } from "./turn.js";
+export { ProcessHandle, ProcessTerminal, chunkBytes } from "./process.js";
+export type {
+  OutputChunk,
+  OutputEvent,
+  ProcessInfo,
+  ProcessRequest,
+  RunProcessRequest,
+  RunResult,
+  StartProcessRequest,
+  TerminalEvent,
+} from "./process.js";
+export { SandboxAgentError } from "./error.js";
+export { checkAnswer } from "./question.js";
+export type { SandboxAgentErrorKind } from "./error.js";
+export type * from "./types.js";
