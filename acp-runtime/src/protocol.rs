@@ -288,6 +288,11 @@ pub enum EnvelopeError {
     /// surrogate escape, or nesting deeper than [`MAX_DEPTH`].
     #[error("{0}")]
     Undecodable(String),
+    /// `params` names one member twice (after unescaping): the runtime and
+    /// the agent could read different values (the runtime the first
+    /// `sessionId`, the agent the last), so the message is refused.
+    #[error("\"params\" has the member {0:?} more than once")]
+    DuplicateMember(String),
 }
 
 /// Deepest nesting of arrays and objects a client message may have, counting
@@ -325,6 +330,11 @@ impl<'a> Envelope<'a> {
         }
         if strict {
             check_decodable(bytes)?;
+            if let Some(params) = envelope.params
+                && params.get().starts_with('{')
+            {
+                check_unique_members(params)?;
+            }
         }
         Ok((envelope, kind))
     }
@@ -395,6 +405,47 @@ pub fn check_decodable(bytes: &[u8]) -> Result<(), EnvelopeError> {
         }
     }
     Ok(())
+}
+
+/// Refuses a `params` object that names a member twice (research/contract.md,
+/// "Transport: /v2/rpc"): JSON leaves duplicates to the reader, and the
+/// runtime routes by the members it reads (`sessionId`, `_meta`) while the
+/// agent may keep another occurrence. One more pass over the params of a
+/// client message; values are skipped, only the top-level names are kept.
+///
+/// # Errors
+/// [`EnvelopeError::DuplicateMember`] naming the member.
+fn check_unique_members(params: &RawValue) -> Result<(), EnvelopeError> {
+    struct Members(Result<(), String>);
+    impl<'de> Deserialize<'de> for Members {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> Visitor<'de> for Visit {
+                type Value = Members;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                    // A set: a hostile client may send many members.
+                    let mut seen = std::collections::HashSet::new();
+                    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                        map.next_value::<IgnoredAny>()?;
+                        if seen.contains(&key) {
+                            return Ok(Members(Err(key.into_owned())));
+                        }
+                        seen.insert(key);
+                    }
+                    Ok(Members(Ok(())))
+                }
+            }
+            deserializer.deserialize_map(Visit)
+        }
+    }
+    match serde_json::from_str::<Members>(params.get()) {
+        Ok(Members(Err(member))) => Err(EnvelopeError::DuplicateMember(member)),
+        // The envelope parsed already: params are an object.
+        Ok(Members(Ok(()))) | Err(_) => Ok(()),
+    }
 }
 
 /// The offset just past the number starting at `at`, checking that it fits
@@ -991,6 +1042,28 @@ mod tests {
         let (_, kind) = Envelope::parse(br#"{"jsonrpc":"2.0","id":"a","result":null}"#, true)
             .expect("response");
         assert_eq!(kind, Kind::Response);
+    }
+
+    #[test]
+    fn a_member_named_twice_in_params_is_refused() {
+        for params in [
+            r#"{"sessionId":"x","prompt":[],"sessionId":"ended"}"#,
+            r#"{"sessionId":"s","sessi\u006fnId":"t"}"#,
+            r#"{"_meta":{"traceparent":"a"},"_meta":"s"}"#,
+        ] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","params":{params}}}"#);
+            let error = Envelope::parse(line.as_bytes(), true).expect_err(params);
+            assert!(
+                matches!(error, EnvelopeError::DuplicateMember(_)),
+                "{params}: {error}"
+            );
+        }
+        // Nested objects may repeat names of the top level, and agent output
+        // is relayed as it is.
+        let nested = br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":{"a":1,"b":{"a":2}},"b":[{"a":1},{"a":1}]}}"#;
+        Envelope::parse(nested, true).expect("nested names");
+        let twice = br#"{"jsonrpc":"2.0","method":"x","params":{"a":1,"a":2}}"#;
+        Envelope::parse(twice, false).expect("agent output is not checked");
     }
 
     /// A request whose params hold `value` (raw JSON).

@@ -109,6 +109,10 @@ const DEFAULT_SESSIONS_LIMIT: usize = 100;
 /// Largest `limit` of `GET /v2/sessions`.
 const MAX_SESSIONS_LIMIT: usize = 1000;
 
+/// The longest title search `GET /v2/sessions?q=` takes, in characters
+/// (research/contract.md, "Extension methods and control plane").
+const MAX_TITLE_QUERY_CHARS: usize = 1024;
+
 /// `GET /v2/sessions?limit=N&cursor=C&agent=A&state=S&q=TEXT` →
 /// `{"sessions": [entry, …], "nextCursor"?}`, newest first
 /// (research/contract.md, "Control plane").
@@ -128,7 +132,7 @@ const MAX_SESSIONS_LIMIT: usize = 1000;
         ("cursor" = Option<String>, Query, description = "A previous page's `nextCursor`."),
         ("agent" = Option<String>, Query, description = "Only this agent's sessions."),
         ("state" = Option<ListState>, Query, description = "Only sessions in this state."),
-        ("q" = Option<String>, Query, description = "Only sessions whose title contains this text."),
+        ("q" = Option<String>, Query, description = "Only sessions whose title contains this text (at most 1024 characters)."),
     ),
     responses(
         (status = 200, description = "A page of sessions, newest first.", body = SessionList),
@@ -166,7 +170,16 @@ pub async fn sessions(
             }
             "cursor" => cursor = Some(value.into_owned()),
             "agent" => filter.agent = Some(value.into_owned()),
-            "q" => filter.title = Some(value.into_owned()).filter(|q| !q.is_empty()),
+            "q" => {
+                // SQLite refuses LIKE patterns past 50,000 bytes; a search
+                // for a title needs far less.
+                if value.chars().count() > MAX_TITLE_QUERY_CHARS {
+                    return Err(Error::InvalidRequest(format!(
+                        "query parameter q must be at most {MAX_TITLE_QUERY_CHARS} characters"
+                    )));
+                }
+                filter.title = Some(value.into_owned()).filter(|q| !q.is_empty());
+            }
             "state" => {
                 filter.state = Some(match &*value {
                     "live" => ListState::Live,

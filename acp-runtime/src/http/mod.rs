@@ -236,9 +236,9 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
         Route::Gone => Err(Error::Gone),
         Route::Health if get => Ok(health::serve(runtime)),
         Route::Health => Err(Error::MethodNotAllowed("GET")),
-        Route::Metrics if !runtime.config.metrics => {
-            Err(Error::NotFound("metrics are off (--no-metrics)".to_owned()))
-        }
+        Route::Metrics if !runtime.config.metrics => Err(Error::NotFound(
+            "/metrics: metrics are off (--no-metrics)".to_owned(),
+        )),
         Route::OpenApi if get => Ok(openapi::serve()),
         Route::OpenApi => Err(Error::MethodNotAllowed("GET")),
         Route::Metrics if get => Ok(metrics::serve(runtime, request.headers())),

@@ -341,6 +341,24 @@ async fn oversized_cwds_and_nul_parameters_are_refused() {
     }
     // An id with a NUL was never stored: 404, not a store error.
     server.get("/v2/sessions/a%00b").await.assert_status(404);
+    // A title search past 1024 characters is the client's error (SQLite
+    // would refuse the LIKE pattern past 50,000 bytes: it was a 503 that
+    // named the store's file); 1024 is served.
+    let reply = server
+        .get(&format!("/v2/sessions?q={}", "a".repeat(50_000)))
+        .await;
+    reply.assert_status(400);
+    let problem: Value = reply.json();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("1024")),
+        "{problem}"
+    );
+    server
+        .get(&format!("/v2/sessions?q={}", "é".repeat(1024)))
+        .await
+        .assert_status(200);
 }
 
 /// A root certificate "file" that is a device or a FIFO is refused before

@@ -562,3 +562,63 @@ async fn prompts_are_exempt_from_the_request_timeout() {
         "the turn cannot have been that fast"
     );
 }
+
+/// A member named twice in `params` is refused (research/contract.md,
+/// "Transport: /v2/rpc"): the runtime reads the first `sessionId`, an agent
+/// may keep the last, and a terminated session was prompted that way, its
+/// prompt missing from the event log.
+#[tokio::test]
+async fn a_member_named_twice_in_params_is_refused() {
+    let server = TestServer::start(&[]).await;
+    let conn = server.initialize("mock").await;
+    let ended = server.new_session(&conn).await;
+    let live = server.new_session(&conn).await;
+    let terminated = server
+        .rpc(
+            &conn,
+            1,
+            v2_api_tests::ext::TERMINATE,
+            json!({"sessionId": ended}),
+        )
+        .await;
+    assert!(terminated.get("result").is_some(), "{terminated}");
+    for (id, body) in [
+        (
+            2,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{{"sessionId":"x","prompt":[{{"type":"text","text":"hi"}}],"sessionId":"{ended}"}}}}"#
+            ),
+        ),
+        (
+            3,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{{"sessionId":"{live}","prompt":[{{"type":"text","text":"hi"}}],"sessi\u006fnId":"{live}"}}}}"#
+            ),
+        ),
+    ] {
+        let reply = Api::send(server.rpc_post(Some(&conn)).body(body.clone())).await;
+        let problem = assert_problem(&reply, 400, "invalid-request");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("sessionId")),
+            "request {id}: {problem}"
+        );
+    }
+    // Neither reached the agent: no turn in either session's log.
+    for session in [&ended, &live] {
+        let events = server
+            .get_json(&format!("/v2/sessions/{session}/events?agent=mock"))
+            .await;
+        let prompts = events["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter(|e| e.to_string().contains("session/prompt"))
+            .count();
+        assert_eq!(prompts, 0, "{events}");
+    }
+    // The connection still works.
+    let echoed = server.echo(&conn, json!(9), json!({"ok": true})).await;
+    assert_eq!(echoed["result"]["ok"], true);
+}

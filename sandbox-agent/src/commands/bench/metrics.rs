@@ -5,8 +5,8 @@
 //!    with `--no-metrics` (the baseline), one as started by default
 //!    (metrics on), one with metrics on and traces exported over OTLP/HTTP
 //!    to a local receiver the bench runs (it reads and drops every
-//!    request). [`ROUNDS`] rounds, interleaved, each measure on every
-//!    server: `_mock/echo` round trips on one connection, and a prompt of M
+//!    request). [`ROUNDS`] rounds, interleaved (each starting with the
+//!    next server), each measure on every server: `_mock/echo` round trips on one connection, and a prompt of M
 //!    updates read over SSE. Round-trip latencies of all rounds are pooled;
 //!    the stream's rate is the median of the rounds.
 //! 2. `GET /metrics` on the metrics server, [`SCRAPES`] times with a handful
@@ -25,7 +25,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Interleaved rounds on the three servers.
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 /// Scrapes timed at each inventory size.
 const SCRAPES: usize = 200;
 /// Sessions in the inventory for the second set of scrapes.
@@ -86,8 +86,12 @@ async fn run(options: &BenchOptions, root: &Path) -> Result<Vec<ScenarioResult>,
     let mut latencies = vec![Vec::new(); SERVERS.len()];
     let mut rates = vec![Vec::new(); SERVERS.len()];
     let mut seconds = vec![Duration::ZERO; SERVERS.len()];
-    for _ in 0..ROUNDS {
-        for (index, target) in targets.iter().enumerate() {
+    for round in 0..ROUNDS {
+        // Each round starts with another server, so none is always first
+        // (after a pause) or last.
+        for offset in 0..targets.len() {
+            let index = (round + offset) % targets.len();
+            let target = &targets[index];
             let started = Instant::now();
             roundtrips(target, options, &mut latencies[index]).await?;
             seconds[index] += started.elapsed();
