@@ -15,6 +15,7 @@
 use http::HeaderMap;
 use opentelemetry::propagation::{Extractor, Injector};
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
 use std::collections::{BTreeMap, HashMap};
 use tracing::Span;
@@ -110,31 +111,26 @@ pub(crate) fn invoke_agent(agent: &str, session: Option<&str>) -> Span {
     )
 }
 
-/// The members of a `session/prompt` answer a turn's span records.
+/// The members of a `session/prompt` answer a turn's span records. The
+/// result is read member by member, so that a malformed `usage` costs only
+/// the values it breaks.
 #[derive(Deserialize)]
 struct PromptAnswer {
-    result: Option<PromptResult>,
+    result: Option<Value>,
     error: Option<serde::de::IgnoredAny>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PromptResult {
-    stop_reason: Option<String>,
-    usage: Option<Usage>,
-}
-
-/// ACP's token usage of a turn (`PromptResponse.usage`).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Usage {
-    input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
-}
+/// ACP's token counts of a turn (`PromptResponse.usage`) and the
+/// attributes OpenTelemetry's GenAI conventions give them (integers).
+const USAGE_ATTRIBUTES: [(&str, &str); 2] = [
+    ("inputTokens", "gen_ai.usage.input_tokens"),
+    ("outputTokens", "gen_ai.usage.output_tokens"),
+];
 
 /// Records the agent's answer `line` to `session/prompt` on its
 /// [`invoke_agent`] span: the stop reason, the token usage when the agent
-/// reported it, an error status for an error answer.
+/// reported it, an error status for an error answer. A token count that is
+/// not an integer from 0 to `i64::MAX` is left out; the rest is recorded.
 pub(crate) fn end_turn(span: &Span, line: &[u8]) {
     if span.is_disabled() {
         return;
@@ -146,15 +142,17 @@ pub(crate) fn end_turn(span: &Span, line: &[u8]) {
         span.record("otel.status_code", "error");
     }
     let Some(result) = answer.result else { return };
-    if let Some(stop_reason) = result.stop_reason {
-        span.record("acp.stop_reason", stop_reason.as_str());
+    if let Some(stop_reason) = result.get("stopReason").and_then(Value::as_str) {
+        span.record("acp.stop_reason", stop_reason);
     }
-    if let Some(usage) = result.usage {
-        if let Some(tokens) = usage.input_tokens {
-            span.record("gen_ai.usage.input_tokens", tokens);
-        }
-        if let Some(tokens) = usage.output_tokens {
-            span.record("gen_ai.usage.output_tokens", tokens);
+    let usage = result.get("usage");
+    for (member, attribute) in USAGE_ATTRIBUTES {
+        let tokens = usage
+            .and_then(|usage| usage.get(member))
+            .and_then(Value::as_i64)
+            .filter(|tokens| *tokens >= 0);
+        if let Some(tokens) = tokens {
+            span.record(attribute, tokens);
         }
     }
 }
@@ -375,16 +373,87 @@ mod tests {
     use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
     use opentelemetry_sdk::propagation::TraceContextPropagator;
     use opentelemetry_sdk::trace::SdkTracerProvider;
-    use serde_json::Value;
-    use tracing_subscriber::layer::SubscriberExt;
+    use std::sync::{Arc, Mutex};
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+
+    /// Every field value a span got, in order, as `(field, typed value)`:
+    /// `i64 7`, `u64 7`, `str text`, `debug text` (the `tracing` call the
+    /// OpenTelemetry bridge turns into an attribute of that type; `u64` and
+    /// `debug` become strings).
+    #[derive(Clone, Default)]
+    struct Recorded(Arc<Mutex<Vec<(String, String)>>>);
+
+    impl Recorded {
+        /// The last value recorded for `field`.
+        fn last(&self, field: &str) -> Option<String> {
+            let fields = self.0.lock().ok()?;
+            fields
+                .iter()
+                .rev()
+                .find(|(f, _)| f == field)
+                .map(|(_, v)| v.clone())
+        }
+
+        fn clear(&self) {
+            if let Ok(mut fields) = self.0.lock() {
+                fields.clear();
+            }
+        }
+
+        fn push(&self, field: &Field, value: String) {
+            if let Ok(mut fields) = self.0.lock() {
+                fields.push((field.name().to_owned(), value));
+            }
+        }
+    }
+
+    impl Visit for &Recorded {
+        fn record_i64(&mut self, field: &Field, value: i64) {
+            self.push(field, format!("i64 {value}"));
+        }
+        fn record_u64(&mut self, field: &Field, value: u64) {
+            self.push(field, format!("u64 {value}"));
+        }
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.push(field, format!("str {value}"));
+        }
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.push(field, format!("debug {value:?}"));
+        }
+    }
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorded {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            _: &tracing::span::Id,
+            _: Context<'_, S>,
+        ) {
+            attrs.record(&mut &*self);
+        }
+        fn on_record(
+            &self,
+            _: &tracing::span::Id,
+            values: &tracing::span::Record<'_>,
+            _: Context<'_, S>,
+        ) {
+            values.record(&mut &*self);
+        }
+    }
 
     /// Runs `test` with tracing on: a real tracer (exporting nowhere)
-    /// behind the `tracing` bridge, and W3C trace context as propagator.
-    fn traced(test: impl FnOnce()) {
+    /// behind the `tracing` bridge, and W3C trace context as propagator;
+    /// `test` sees the field values spans got.
+    fn traced(test: impl FnOnce(&Recorded)) {
         let provider = SdkTracerProvider::builder().build();
         let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
         opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), test);
+        let recorded = Recorded::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(layer)
+            .with(recorded.clone());
+        tracing::subscriber::with_default(subscriber, || test(&recorded));
     }
 
     /// Tracing off: no span, params as they are, no tool call parsed.
@@ -406,8 +475,52 @@ mod tests {
     #[test]
     fn off_then_on() {
         off();
-        traced(meta_gets_the_trace_context_and_keeps_the_rest_as_written);
-        traced(a_tool_call_span_ends_at_its_final_status_or_with_the_turn);
+        traced(|_| meta_gets_the_trace_context_and_keeps_the_rest_as_written());
+        traced(|_| a_tool_call_span_ends_at_its_final_status_or_with_the_turn());
+        traced(a_bad_usage_value_costs_only_itself);
+    }
+
+    fn a_bad_usage_value_costs_only_itself(recorded: &Recorded) {
+        let turn = invoke_agent("mock", Some("s1"));
+        end_turn(
+            &turn,
+            br#"{"id":1,"result":{"stopReason":"end_turn","usage":{"inputTokens":7,"outputTokens":-8,"totalTokens":15}}}"#,
+        );
+        assert_eq!(
+            recorded.last("acp.stop_reason").as_deref(),
+            Some("str end_turn")
+        );
+        // An integer attribute, as the GenAI conventions say (a u64 would
+        // be exported as a string).
+        assert_eq!(
+            recorded.last("gen_ai.usage.input_tokens").as_deref(),
+            Some("i64 7")
+        );
+        assert_eq!(recorded.last("gen_ai.usage.output_tokens"), None);
+
+        recorded.clear();
+        let turn = invoke_agent("mock", Some("s1"));
+        end_turn(
+            &turn,
+            br#"{"id":1,"result":{"stopReason":"refusal","usage":{"inputTokens":1.5,"outputTokens":18446744073709551615}}}"#,
+        );
+        assert_eq!(
+            recorded.last("acp.stop_reason").as_deref(),
+            Some("str refusal")
+        );
+        assert_eq!(recorded.last("gen_ai.usage.input_tokens"), None);
+        assert_eq!(recorded.last("gen_ai.usage.output_tokens"), None);
+
+        recorded.clear();
+        let turn = invoke_agent("mock", Some("s1"));
+        end_turn(
+            &turn,
+            br#"{"id":1,"result":{"stopReason":"end_turn","usage":"lots"}}"#,
+        );
+        assert_eq!(
+            recorded.last("acp.stop_reason").as_deref(),
+            Some("str end_turn")
+        );
     }
 
     fn meta_gets_the_trace_context_and_keeps_the_rest_as_written() {

@@ -162,18 +162,22 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A span's attribute as text (strings as they are, integers in decimal).
-fn attr(span: &Span, key: &str) -> Option<String> {
-    let value = span
-        .attributes
+/// A span's attribute as OTLP typed it.
+fn attr_value(span: &Span, key: &str) -> Option<AnyValue> {
+    span.attributes
         .iter()
         .find(|kv| kv.key == key)?
         .value
         .as_ref()?
         .value
-        .as_ref()?;
+        .clone()
+}
+
+/// A span's attribute as text (strings as they are, integers in decimal).
+fn attr(span: &Span, key: &str) -> Option<String> {
+    let value = attr_value(span, key)?;
     Some(match value {
-        AnyValue::StringValue(text) => text.clone(),
+        AnyValue::StringValue(text) => text,
         AnyValue::IntValue(n) => n.to_string(),
         AnyValue::BoolValue(b) => b.to_string(),
         other => format!("{other:?}"),
@@ -375,13 +379,14 @@ async fn spans_continue_the_clients_trace_and_reach_the_agent() {
     }
     let (tool_turn, permission_turn, echo_turn, usage_turn) =
         (turns[0], turns[1], turns[2], turns[3]);
+    // Integers, as OpenTelemetry's GenAI conventions type them.
     assert_eq!(
-        attr(usage_turn, "gen_ai.usage.input_tokens").as_deref(),
-        Some("12")
+        attr_value(usage_turn, "gen_ai.usage.input_tokens"),
+        Some(AnyValue::IntValue(12))
     );
     assert_eq!(
-        attr(usage_turn, "gen_ai.usage.output_tokens").as_deref(),
-        Some("34")
+        attr_value(usage_turn, "gen_ai.usage.output_tokens"),
+        Some(AnyValue::IntValue(34))
     );
     assert_eq!(
         attr(tool_turn, "gen_ai.usage.input_tokens"),
