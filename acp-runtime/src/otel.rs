@@ -59,14 +59,67 @@ pub(crate) fn http_request(
         http.route = route,
         http.response.status_code = Empty,
     );
-    if !span.is_disabled() && headers.contains_key(TRACEPARENT) {
-        let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
-            propagator.extract(&HeaderCarrier(headers))
-        });
+    if !span.is_disabled()
+        && let Some(parent) = client_context(headers)
+    {
         // Fails only once the span has started, which it has not.
         let _ = span.set_parent(parent);
     }
     span
+}
+
+/// The client's trace context from W3C trace context headers: `None`
+/// without exactly one `traceparent` of the W3C format
+/// ([`valid_traceparent`]; the request then starts a trace). Several
+/// `tracestate` lines are one list, joined with `,` (W3C trace context,
+/// "tracestate": combining header lines).
+fn client_context(headers: &HeaderMap) -> Option<opentelemetry::Context> {
+    let mut traceparents = headers.get_all(TRACEPARENT).iter();
+    let traceparent = traceparents.next()?.to_str().ok()?;
+    if traceparents.next().is_some() || !valid_traceparent(traceparent) {
+        return None;
+    }
+    let tracestate = headers
+        .get_all(TRACESTATE)
+        .iter()
+        .filter_map(|line| line.to_str().ok())
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(",");
+    let carrier = TraceHeaders {
+        traceparent,
+        tracestate,
+    };
+    Some(opentelemetry::global::get_text_map_propagator(
+        |propagator| propagator.extract(&carrier),
+    ))
+}
+
+/// Whether `value` is a W3C `traceparent`: `version-traceid-parentid-flags`,
+/// version two lowercase hex digits but `ff` (and for `00` nothing after the
+/// flags), trace id 32 and parent id 16 lowercase hex digits, neither all
+/// zero, flags two hex digits. OpenTelemetry's propagator alone would take
+/// `00-0af7-b7ad-01`, padding the ids with zeros.
+fn valid_traceparent(value: &str) -> bool {
+    let hex = |part: &str, len: usize| {
+        part.len() == len && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let nonzero = |part: &str| part.bytes().any(|b| b != b'0');
+    let mut parts = value.split('-');
+    let (Some(version), Some(trace_id), Some(parent_id), Some(flags)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    hex(version, 2)
+        && version != "ff"
+        && (version != "00" || parts.next().is_none())
+        && hex(trace_id, 32)
+        && nonzero(trace_id)
+        && hex(parent_id, 16)
+        && nonzero(parent_id)
+        && hex(flags, 2)
 }
 
 /// Records the answer's status on an [`http_request`] span; a 5xx is an
@@ -312,10 +365,12 @@ impl TurnTrace {
 }
 
 /// `params` with `span`'s trace context added to its `_meta`
-/// (`traceparent`, `tracestate`: ACP's `_meta` propagation convention),
-/// for the request forwarded to the agent. The client's other `_meta` keys
-/// are kept; a `traceparent` of its own is replaced, since the agent works
-/// under the runtime's span. Each top-level value is copied as it was
+/// (`traceparent`, and `tracestate` when it is not empty: ACP's `_meta`
+/// propagation convention), for the request forwarded to the agent. The
+/// client's other `_meta` keys are kept; a `traceparent` of its own is
+/// replaced, since the agent works under the runtime's span, and a
+/// `tracestate` of its own only by a non-empty one of the runtime's
+/// (research/contract.md, "Traces": propagation out). Each top-level value is copied as it was
 /// written. `None` (send `params` as it is) when `span` is not recorded,
 /// or `params` is absent, or it or its `_meta` is not an object.
 pub(crate) fn with_trace_meta(span: &Span, params: Option<&RawValue>) -> Option<Box<RawValue>> {
@@ -345,25 +400,36 @@ pub(crate) fn with_trace_meta(span: &Span, params: Option<&RawValue>) -> Option<
     serde_json::value::to_raw_value(&members).ok()
 }
 
-/// HTTP request headers as a propagator reads them.
-struct HeaderCarrier<'a>(&'a HeaderMap);
+/// A request's W3C trace context headers as a propagator reads them: the
+/// one valid `traceparent`, the `tracestate` lines joined.
+struct TraceHeaders<'a> {
+    traceparent: &'a str,
+    tracestate: String,
+}
 
-impl Extractor for HeaderCarrier<'_> {
+impl Extractor for TraceHeaders<'_> {
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|value| value.to_str().ok())
+        match key {
+            TRACEPARENT => Some(self.traceparent),
+            TRACESTATE => Some(&self.tracestate),
+            _ => None,
+        }
     }
 
     fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(http::HeaderName::as_str).collect()
+        vec![TRACEPARENT, TRACESTATE]
     }
 }
 
-/// The `_meta` keys a propagator writes.
+/// The `_meta` keys a propagator writes; an empty value (a `tracestate`
+/// with no member) is not one.
 struct MetaCarrier<'a>(&'a mut HashMap<String, String>);
 
 impl Injector for MetaCarrier<'_> {
     fn set(&mut self, key: &str, value: String) {
-        self.0.insert(key.to_owned(), value);
+        if !value.is_empty() {
+            self.0.insert(key.to_owned(), value);
+        }
     }
 }
 
@@ -478,6 +544,76 @@ mod tests {
         traced(|_| meta_gets_the_trace_context_and_keeps_the_rest_as_written());
         traced(|_| a_tool_call_span_ends_at_its_final_status_or_with_the_turn());
         traced(a_bad_usage_value_costs_only_itself);
+        traced(|_| only_a_w3c_traceparent_is_followed());
+        traced(|_| tracestate_is_sent_only_when_there_is_one());
+    }
+
+    fn headers(lines: &[(&'static str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in lines {
+            if let Ok(value) = value.parse() {
+                headers.append(*name, value);
+            }
+        }
+        headers
+    }
+
+    fn only_a_w3c_traceparent_is_followed() {
+        let good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert!(valid_traceparent(good));
+        assert!(valid_traceparent(
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-later"
+        ));
+        for bad in [
+            "00-0af7-b7ad-01",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-1",
+            "0-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+        ] {
+            assert!(!valid_traceparent(bad), "{bad}");
+        }
+        assert!(client_context(&headers(&[(TRACEPARENT, "00-0af7-b7ad-01")])).is_none());
+        assert!(client_context(&headers(&[(TRACEPARENT, good), (TRACEPARENT, good)])).is_none());
+        // Several tracestate lines are one list.
+        let context = client_context(&headers(&[
+            (TRACEPARENT, good),
+            (TRACESTATE, "a=1"),
+            (TRACESTATE, "b=2"),
+        ]))
+        .expect("a valid traceparent");
+        let span = context.span();
+        let parent = span.span_context();
+        assert_eq!(
+            parent.trace_id().to_string(),
+            "0af7651916cd43dd8448eb211c80319c"
+        );
+        assert_eq!(parent.trace_state().header(), "a=1,b=2");
+    }
+
+    fn tracestate_is_sent_only_when_there_is_one() {
+        let meta = |span: &Span, params: &str| -> Value {
+            let params = RawValue::from_string(params.to_owned()).ok();
+            let traced = with_trace_meta(span, params.as_deref()).expect("traced params");
+            serde_json::from_str::<Value>(traced.get()).expect("JSON")["_meta"].clone()
+        };
+        // No tracestate of the runtime's: none sent, the client's kept.
+        let span = invoke_agent("mock", Some("s1"));
+        let alone = meta(&span, "{}");
+        assert!(alone.get(TRACESTATE).is_none(), "{alone}");
+        let own = meta(&span, r#"{"_meta":{"tracestate":"client=1"}}"#);
+        assert_eq!(own[TRACESTATE], "client=1");
+        // One of the runtime's (from the client's header) wins.
+        let span = invoke_agent("mock", Some("s1"));
+        let good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let context = client_context(&headers(&[(TRACEPARENT, good), (TRACESTATE, "r=2")]));
+        let _ = span.set_parent(context.expect("a valid traceparent"));
+        let own = meta(&span, r#"{"_meta":{"tracestate":"client=1"}}"#);
+        assert_eq!(own[TRACESTATE], "r=2");
     }
 
     fn a_bad_usage_value_costs_only_itself(recorded: &Recorded) {
