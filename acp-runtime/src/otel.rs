@@ -12,11 +12,13 @@
 //! The propagator is OpenTelemetry's global one, which the binary sets to
 //! W3C trace context when it turns tracing on.
 
+use crate::protocol::method;
 use http::HeaderMap;
 use opentelemetry::propagation::{Extractor, Injector};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use tracing::Span;
 use tracing::field::Empty;
@@ -33,6 +35,51 @@ pub const TRACEPARENT: &str = "traceparent";
 pub const TRACESTATE: &str = "tracestate";
 /// The member of ACP params that carries extension data.
 const META: &str = "_meta";
+/// The most bytes of a client's or an agent's string that a span name or
+/// attribute takes (research/contract.md, "Traces": bounds).
+pub(crate) const MAX_VALUE_BYTES: usize = 256;
+/// The span name of a client request whose method is neither ACP's nor
+/// this product's, which keeps span names a bounded set.
+const OTHER_METHOD: &str = "other";
+/// ACP's methods a client sends an agent (the ACP schema).
+const ACP_METHODS: [&str; 13] = [
+    method::INITIALIZE,
+    method::AUTHENTICATE,
+    method::SESSION_NEW,
+    method::SESSION_LOAD,
+    method::SESSION_RESUME,
+    method::SESSION_FORK,
+    method::SESSION_PROMPT,
+    method::SESSION_CANCEL,
+    method::SESSION_LIST,
+    method::SESSION_SET_MODE,
+    method::SESSION_SET_MODEL,
+    method::SESSION_SET_CONFIG_OPTION,
+    method::CANCEL_REQUEST,
+];
+
+/// `text` as a span takes it: at most [`MAX_VALUE_BYTES`] bytes, cut at a
+/// character boundary and ended with `…` when it was longer.
+fn bounded(text: &str) -> Cow<'_, str> {
+    if text.len() <= MAX_VALUE_BYTES {
+        return Cow::Borrowed(text);
+    }
+    let mut end = MAX_VALUE_BYTES - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…", &text[..end]))
+}
+
+/// The span name of a client request with method `method`: the method
+/// when ACP or `ext-methods` defines it, else [`OTHER_METHOD`].
+fn request_span_name(method: &str) -> &'static str {
+    ACP_METHODS
+        .into_iter()
+        .find(|known| *known == method)
+        .or_else(|| ext_methods::names::find(method).map(|known| known.name))
+        .unwrap_or(OTHER_METHOD)
+}
 
 /// Whether spans of [`TARGET`] are recorded at all (tracing is on): the
 /// check that keeps the hot path free of parsing when it is off.
@@ -49,13 +96,14 @@ pub(crate) fn http_request(
     route: &'static str,
     headers: &HeaderMap,
 ) -> Span {
+    let method = http_method(method);
     let span = tracing::info_span!(
         target: TARGET,
         "http.request",
-        otel.name = %format_args!("{method} {route}"),
+        otel.name = %format_args!("{} {route}", if method == OTHER_HTTP_METHOD { "HTTP" } else { method }),
         otel.kind = "server",
         otel.status_code = Empty,
-        http.request.method = %method,
+        http.request.method = method,
         http.route = route,
         http.response.status_code = Empty,
     );
@@ -66,6 +114,29 @@ pub(crate) fn http_request(
         let _ = span.set_parent(parent);
     }
     span
+}
+
+/// `http.request.method` of OpenTelemetry's HTTP conventions for a method
+/// none of HTTP's own: the client's verb is not recorded, so it is bounded.
+const OTHER_HTTP_METHOD: &str = "_OTHER";
+
+/// `method` as a span records it: one of HTTP's methods, else
+/// [`OTHER_HTTP_METHOD`] (the span is then named `HTTP {route}`).
+fn http_method(method: &http::Method) -> &'static str {
+    [
+        http::Method::GET,
+        http::Method::HEAD,
+        http::Method::POST,
+        http::Method::PUT,
+        http::Method::DELETE,
+        http::Method::CONNECT,
+        http::Method::OPTIONS,
+        http::Method::TRACE,
+        http::Method::PATCH,
+    ]
+    .iter()
+    .find(|known| *known == method)
+    .map_or(OTHER_HTTP_METHOD, http::Method::as_str)
 }
 
 /// The client's trace context from W3C trace context headers: `None`
@@ -132,16 +203,18 @@ pub(crate) fn http_status(span: &Span, status: u16) {
 }
 
 /// The span of one client ACP request (`rpc.method`, the connection id
-/// when it has one, `params.sessionId` when there is one).
+/// when it has one, `params.sessionId` when there is one), named by
+/// [`request_span_name`]; the client's strings [`bounded`].
 pub(crate) fn rpc_request(method: &str, connection: Option<&str>, session: Option<&str>) -> Span {
+    let session = session.map(bounded);
     tracing::info_span!(
         target: TARGET,
         "rpc.request",
-        otel.name = method,
+        otel.name = request_span_name(method),
         rpc.system = "jsonrpc",
-        rpc.method = method,
+        rpc.method = &*bounded(method),
         acp.connection.id = connection,
-        acp.session.id = session,
+        acp.session.id = session.as_deref(),
     )
 }
 
@@ -149,6 +222,7 @@ pub(crate) fn rpc_request(method: &str, connection: Option<&str>, session: Optio
 /// agent's answer: OpenTelemetry's GenAI `invoke_agent` (the agent is
 /// another process, hence kind client), a child of the current span.
 pub(crate) fn invoke_agent(agent: &str, session: Option<&str>) -> Span {
+    let session = session.map(bounded);
     tracing::info_span!(
         target: TARGET,
         "invoke_agent",
@@ -157,7 +231,7 @@ pub(crate) fn invoke_agent(agent: &str, session: Option<&str>) -> Span {
         otel.status_code = Empty,
         gen_ai.operation.name = "invoke_agent",
         gen_ai.agent.name = agent,
-        gen_ai.conversation.id = session,
+        gen_ai.conversation.id = session.as_deref(),
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
         acp.stop_reason = Empty,
@@ -196,7 +270,7 @@ pub(crate) fn end_turn(span: &Span, line: &[u8]) {
     }
     let Some(result) = answer.result else { return };
     if let Some(stop_reason) = result.get("stopReason").and_then(Value::as_str) {
-        span.record("acp.stop_reason", stop_reason);
+        span.record("acp.stop_reason", &*bounded(stop_reason));
     }
     let usage = result.get("usage");
     for (member, attribute) in USAGE_ATTRIBUTES {
@@ -307,7 +381,8 @@ impl TurnTrace {
             .iter()
             .position(|(id, _)| **id == *update.tool_call_id);
         if opens && at.is_none() {
-            let title = update.title.as_deref().unwrap_or("");
+            let title = bounded(update.title.as_deref().unwrap_or(""));
+            let kind = update.kind.as_deref().map(bounded);
             let span = tracing::info_span!(
                 target: TARGET,
                 parent: &self.turn,
@@ -315,9 +390,9 @@ impl TurnTrace {
                 otel.name = %format_args!("execute_tool {title}"),
                 otel.status_code = Empty,
                 gen_ai.operation.name = "execute_tool",
-                gen_ai.tool.call.id = update.tool_call_id.as_str(),
-                gen_ai.tool.name = title,
-                acp.tool_call.kind = update.kind.as_deref(),
+                gen_ai.tool.call.id = &*bounded(&update.tool_call_id),
+                gen_ai.tool.name = &*title,
+                acp.tool_call.kind = kind.as_deref(),
                 acp.tool_call.status = Empty,
             );
             self.tools.push((update.tool_call_id.as_str().into(), span));
@@ -354,6 +429,7 @@ impl TurnTrace {
             .as_deref()
             .and_then(|call| self.tools.iter().find(|(id, _)| **id == *call))
             .map_or(&self.turn, |(_, span)| span);
+        let call = call.as_deref().map(bounded);
         tracing::info_span!(
             target: TARGET,
             parent: parent,
@@ -546,6 +622,92 @@ mod tests {
         traced(a_bad_usage_value_costs_only_itself);
         traced(|_| only_a_w3c_traceparent_is_followed());
         traced(|_| tracestate_is_sent_only_when_there_is_one());
+        traced(client_and_agent_strings_are_bounded);
+    }
+
+    fn client_and_agent_strings_are_bounded(recorded: &Recorded) {
+        let size = |field: &str| {
+            let value = recorded.last(field).unwrap_or_default();
+            let (_, text) = value.split_once(' ').unwrap_or_default();
+            text.len()
+        };
+        // 'é' is two bytes: the cut falls inside one.
+        let long = format!("x{}", "é".repeat(4 << 20));
+        let verb = http::Method::from_bytes(long.as_bytes());
+        if let Ok(verb) = verb {
+            let _span = http_request(&verb, "/v2/rpc", &HeaderMap::new());
+            assert_eq!(
+                recorded.last("http.request.method").as_deref(),
+                Some("str _OTHER")
+            );
+            assert_eq!(
+                recorded.last("otel.name").as_deref(),
+                Some("debug HTTP /v2/rpc")
+            );
+        }
+        let verb = http::Method::from_bytes(b"FROB").expect("a token");
+        let _span = http_request(&verb, "/v2/rpc", &HeaderMap::new());
+        assert_eq!(
+            recorded.last("otel.name").as_deref(),
+            Some("debug HTTP /v2/rpc")
+        );
+        let _span = http_request(&http::Method::POST, "/acp", &HeaderMap::new());
+        assert_eq!(
+            recorded.last("otel.name").as_deref(),
+            Some("debug POST /acp")
+        );
+        let _span = rpc_request(&long, Some("c1"), Some(&long));
+        assert_eq!(recorded.last("otel.name").as_deref(), Some("str other"));
+        assert!(size("rpc.method") <= MAX_VALUE_BYTES);
+        assert!(
+            recorded
+                .last("rpc.method")
+                .is_some_and(|m| m.ends_with("é…"))
+        );
+        assert!(size("acp.session.id") <= MAX_VALUE_BYTES);
+        let _span = rpc_request("session/prompt", None, Some("s1"));
+        assert_eq!(
+            recorded.last("otel.name").as_deref(),
+            Some("str session/prompt")
+        );
+        let _span = rpc_request("_sandboxagent/session/detach", None, None);
+        assert_eq!(
+            recorded.last("otel.name").as_deref(),
+            Some("str _sandboxagent/session/detach")
+        );
+        let _span = rpc_request("_vendor/anything", None, None);
+        assert_eq!(recorded.last("otel.name").as_deref(), Some("str other"));
+        assert_eq!(
+            recorded.last("rpc.method").as_deref(),
+            Some("str _vendor/anything")
+        );
+
+        let turn = invoke_agent("mock", Some(&long));
+        assert!(size("gen_ai.conversation.id") <= MAX_VALUE_BYTES);
+        let answer = format!(r#"{{"id":1,"result":{{"stopReason":"{long}"}}}}"#);
+        end_turn(&turn, answer.as_bytes());
+        assert!(size("acp.stop_reason") <= MAX_VALUE_BYTES);
+        let mut trace = TurnTrace::default();
+        trace.begin(&turn);
+        let update = format!(
+            r#"{{"params":{{"update":{{"toolCallId":"{long}","title":"{long}","kind":"{long}"}}}}}}"#
+        );
+        trace.on_update("tool_call", update.as_bytes());
+        assert_eq!(trace.tools.len(), 1);
+        for field in [
+            "otel.name",
+            "gen_ai.tool.call.id",
+            "gen_ai.tool.name",
+            "acp.tool_call.kind",
+        ] {
+            assert!(
+                size(field) <= MAX_VALUE_BYTES + "execute_tool ".len(),
+                "{field}"
+            );
+        }
+        let permission = format!(r#"{{"params":{{"toolCall":{{"toolCallId":"{long}"}}}}}}"#);
+        let _wait = trace.permission(permission.as_bytes());
+        assert!(size("gen_ai.tool.call.id") <= MAX_VALUE_BYTES);
     }
 
     fn headers(lines: &[(&'static str, &str)]) -> HeaderMap {
