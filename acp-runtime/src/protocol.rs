@@ -67,6 +67,8 @@ pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub mod method {
     /// `initialize`
     pub const INITIALIZE: &str = "initialize";
+    /// `authenticate`
+    pub const AUTHENTICATE: &str = "authenticate";
     /// `session/new`
     pub const SESSION_NEW: &str = "session/new";
     /// `session/load`

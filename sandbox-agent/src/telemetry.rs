@@ -32,14 +32,23 @@ fn wanted(var: impl Fn(&str) -> Option<String>) -> Result<bool, String> {
     if var("OTEL_SDK_DISABLED").is_some_and(|value| value.eq_ignore_ascii_case("true")) {
         return Ok(false);
     }
-    let endpoint = [
+    let endpoints = [
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
         "OTEL_EXPORTER_OTLP_ENDPOINT",
-    ]
-    .iter()
-    .any(|name| var(name).is_some());
-    if !endpoint {
+    ];
+    if !endpoints.iter().any(|name| var(name).is_some()) {
         return Ok(false);
+    }
+    // A user or password in the URL would reach the HTTP client's debug
+    // logs (they print the authority): refused, naming the variable and
+    // never its value (research/contract.md, "Traces").
+    if let Some(name) = endpoints
+        .iter()
+        .find(|name| var(name).is_some_and(|url| has_userinfo(&url)))
+    {
+        return Err(format!(
+            "{name} has a user or password in its URL: give the collector's credentials in OTEL_EXPORTER_OTLP_HEADERS instead; traces are off"
+        ));
     }
     match var("OTEL_TRACES_EXPORTER") {
         None => Ok(true),
@@ -49,6 +58,14 @@ fn wanted(var: impl Fn(&str) -> Option<String>) -> Result<bool, String> {
             "OTEL_TRACES_EXPORTER={exporters}: only `otlp` and `none` are supported; traces are off"
         )),
     }
+}
+
+/// Whether `url` has userinfo (`user:password@`) in its authority, the
+/// part between `scheme://` and the first `/`, `?` or `#`.
+fn has_userinfo(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    authority.contains('@')
 }
 
 /// A variable of the process environment; an empty one counts as unset.
@@ -178,5 +195,29 @@ mod tests {
             wanted(with(&[base, ("OTEL_SDK_DISABLED", "TRUE")])),
             Ok(false)
         );
+    }
+
+    #[test]
+    fn an_endpoint_with_a_password_is_refused_without_naming_it() {
+        for name in [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ] {
+            let error = wanted(with(&[(name, "http://user:PASSWORD@127.0.0.1:4318")]))
+                .expect_err("userinfo refused");
+            assert!(error.contains(name), "{error}");
+            assert!(error.contains("OTEL_EXPORTER_OTLP_HEADERS"), "{error}");
+            assert!(!error.contains("PASSWORD"), "{error}");
+        }
+        assert!(
+            wanted(with(&[(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "http://u@c:4318/p"
+            )]))
+            .is_err()
+        );
+        // An `@` past the authority is not userinfo.
+        let path = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/a@b?x=@#@");
+        assert_eq!(wanted(with(&[path])), Ok(true));
     }
 }

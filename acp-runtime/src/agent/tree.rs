@@ -77,9 +77,16 @@ const PARENT_DEATH: Signal = Signal::SIGUSR1;
 /// supervisor before it reached the escapees.
 pub const KILL_NOW: Signal = Signal::SIGUSR2;
 /// The server's secrets, which no process it starts inherits (agents and
-/// processes of the process API alike): the bearer token and the store URL
-/// (it may hold a database password).
-pub const SECRET_ENV: [&str; 2] = ["SANDBOX_AGENT_TOKEN", "SANDBOX_AGENT_STORE"];
+/// processes of the process API alike): the bearer token, the store URL
+/// (it may hold a database password) and the OTLP exporter's headers (they
+/// carry the collector's credentials; research/contract.md, "Traces"). The
+/// OTLP endpoint itself stays: an agent may export to the same collector.
+pub const SECRET_ENV: [&str; 4] = [
+    "SANDBOX_AGENT_TOKEN",
+    "SANDBOX_AGENT_STORE",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+];
 /// Names of the variables that carry a sealed program environment
 /// ([`seal_env`]), numbered from 0.
 pub const SEALED_ENV_PREFIX: &str = "SANDBOX_AGENT_SUPERVISED_ENV_";

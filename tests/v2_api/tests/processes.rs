@@ -731,6 +731,15 @@ async fn the_environment_holds_no_runtime_secret() {
         &[
             ("SANDBOX_AGENT_TOKEN", "very-secret-token"),
             ("SANDBOX_AGENT_STORE", &store),
+            // The collector's credentials (research/contract.md, "Traces").
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "authorization=Basic b3RlbC1zZWNyZXQ=",
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                "x-api-key=otel-traces-secret",
+            ),
         ],
     )
     .await;
@@ -739,6 +748,8 @@ async fn the_environment_holds_no_runtime_secret() {
     assert!(env.contains("PATH="), "{env}");
     assert!(!env.contains("very-secret-token"), "{env}");
     assert!(!env.contains("SANDBOX_AGENT_STORE"), "{env}");
+    assert!(!env.contains("OTEL_EXPORTER_OTLP_HEADERS"), "{env}");
+    assert!(!env.contains("otel-traces-secret"), "{env}");
 }
 
 #[tokio::test]

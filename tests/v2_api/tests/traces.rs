@@ -162,18 +162,22 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A span's attribute as text (strings as they are, integers in decimal).
-fn attr(span: &Span, key: &str) -> Option<String> {
-    let value = span
-        .attributes
+/// A span's attribute as OTLP typed it.
+fn attr_value(span: &Span, key: &str) -> Option<AnyValue> {
+    span.attributes
         .iter()
         .find(|kv| kv.key == key)?
         .value
         .as_ref()?
         .value
-        .as_ref()?;
+        .clone()
+}
+
+/// A span's attribute as text (strings as they are, integers in decimal).
+fn attr(span: &Span, key: &str) -> Option<String> {
+    let value = attr_value(span, key)?;
     Some(match value {
-        AnyValue::StringValue(text) => text.clone(),
+        AnyValue::StringValue(text) => text,
         AnyValue::IntValue(n) => n.to_string(),
         AnyValue::BoolValue(b) => b.to_string(),
         other => format!("{other:?}"),
@@ -375,13 +379,14 @@ async fn spans_continue_the_clients_trace_and_reach_the_agent() {
     }
     let (tool_turn, permission_turn, echo_turn, usage_turn) =
         (turns[0], turns[1], turns[2], turns[3]);
+    // Integers, as OpenTelemetry's GenAI conventions type them.
     assert_eq!(
-        attr(usage_turn, "gen_ai.usage.input_tokens").as_deref(),
-        Some("12")
+        attr_value(usage_turn, "gen_ai.usage.input_tokens"),
+        Some(AnyValue::IntValue(12))
     );
     assert_eq!(
-        attr(usage_turn, "gen_ai.usage.output_tokens").as_deref(),
-        Some("34")
+        attr_value(usage_turn, "gen_ai.usage.output_tokens"),
+        Some(AnyValue::IntValue(34))
     );
     assert_eq!(
         attr(tool_turn, "gen_ai.usage.input_tokens"),
@@ -605,4 +610,61 @@ async fn a_post_to_acp_continues_the_trace_too() {
         Some("202")
     );
     assert_eq!(echoed, format!("00-{trace_id}-{}-01", hex(&turn.span_id)));
+}
+
+/// Bounds and validation (research/contract.md, "Traces"): a `traceparent`
+/// that is not of the W3C format starts a trace of its own (its ids are not
+/// zero-padded into one), and a long unknown method and session id come out
+/// as a span named `other` with attributes of at most 256 bytes.
+#[tokio::test]
+async fn a_malformed_traceparent_starts_a_trace_and_long_strings_are_capped() {
+    let receiver = Receiver::start().await;
+    let endpoint = receiver.endpoint();
+    let mut server =
+        TestServer::start_with_env(&[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())])
+            .await;
+    let conn = server.initialize(MOCK).await;
+    let session = server.new_session(&conn).await;
+    let api = server.api();
+    let answer = traced_prompt(&api, &conn, &session, 5, "hello", "00-0af7-b7ad-01").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let long = "m".repeat(1 << 20);
+    let request = acp::request(
+        6,
+        &format!("_vendor/{long}"),
+        json!({"sessionId": long.as_str()}),
+    );
+    // Answered somehow (the agent does not know the method): only the span
+    // matters here.
+    let _ = Api::send(api.rpc_post(Some(&conn)).body(request.to_string())).await;
+
+    server.send_sigterm();
+    server
+        .wait_exit(SHUTDOWN_GRACE)
+        .await
+        .expect("the server exits on SIGTERM");
+    let spans: Vec<Span> = receiver.spans().into_iter().map(|(_, s)| s).collect();
+    let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
+    let turn = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent mock")
+        .expect("the turn's span");
+    assert_ne!(hex(&turn.trace_id), "00000000000000000000000000000af7");
+    let rpc = by_id[&turn.parent_span_id];
+    let http = by_id[&rpc.parent_span_id];
+    assert_eq!(http.name, "POST /v2/rpc");
+    assert!(http.parent_span_id.is_empty(), "a trace of its own");
+
+    let other = spans
+        .iter()
+        .find(|s| attr(s, "rpc.method").is_some_and(|m| m.starts_with("_vendor/")))
+        .expect("the long method's span");
+    assert_eq!(other.name, "other");
+    let method = attr(other, "rpc.method").unwrap_or_default();
+    assert!(method.len() <= 256 && method.ends_with('…'), "{method}");
+    let session_id = attr(other, "acp.session.id").unwrap_or_default();
+    assert!(
+        session_id.len() <= 256 && session_id.starts_with("mmm"),
+        "{session_id}"
+    );
 }
