@@ -137,6 +137,23 @@ pub(crate) fn init_server(default: &str, format: LogFormat, traces: Option<&Trac
         Ok(directive) => filter.add_directive(directive),
         Err(_) => filter,
     };
+    let Some(traces) = traces else {
+        // No exporter: one global filter, as every other command logs. Per-
+        // layer filters were seen to drop the store writer's warnings here
+        // (tests/v2_api/tests/durable_files.rs), and a global filter is the
+        // cheaper check besides.
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .log_internal_errors(false);
+        match format {
+            LogFormat::Text => builder
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .init(),
+            LogFormat::Json => builder.json().with_ansi(false).init(),
+        }
+        return;
+    };
     let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .log_internal_errors(false);
@@ -147,16 +164,14 @@ pub(crate) fn init_server(default: &str, format: LogFormat, traces: Option<&Trac
             .boxed(),
         LogFormat::Json => lines.json().with_ansi(false).with_filter(filter).boxed(),
     };
-    let spans = traces.map(|traces| {
-        tracing_opentelemetry::layer()
-            .with_tracer(traces.provider.tracer("sandbox-agent"))
-            .with_location(false)
-            .with_threads(false)
-            .with_tracked_inactivity(false)
-            .with_target(false)
-            .with_level(false)
-            .with_filter(Targets::new().with_target(TARGET, tracing::Level::INFO))
-    });
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(traces.provider.tracer("sandbox-agent"))
+        .with_location(false)
+        .with_threads(false)
+        .with_tracked_inactivity(false)
+        .with_target(false)
+        .with_level(false)
+        .with_filter(Targets::new().with_target(TARGET, tracing::Level::INFO));
     tracing_subscriber::registry()
         .with(lines)
         .with(spans)
