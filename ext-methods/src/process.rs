@@ -450,6 +450,18 @@ pub enum OutputStream {
     Tty,
 }
 
+impl OutputStream {
+    /// The name it has on the wire (`"stdout"`, `"stderr"`, `"tty"`), as
+    /// serde writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stdout => "stdout",
+            Self::Stderr => "stderr",
+            Self::Tty => "tty",
+        }
+    }
+}
+
 /// One chunk of output: `{offset, stream, data, encoding?}`, an element of
 /// an output page and the data of each followed output event (whose SSE
 /// `id:` is [`OutputChunk::end`]).
@@ -583,6 +595,16 @@ mod tests {
             serde_json::from_value(json!({"state": "exited", "limit": 2})).unwrap_or_default();
         assert_eq!(params.state, Some(ProcessState::Exited));
         assert_eq!(ProcessState::Running.as_str(), "running");
+        for stream in [
+            OutputStream::Stdout,
+            OutputStream::Stderr,
+            OutputStream::Tty,
+        ] {
+            assert_eq!(
+                serde_json::to_value(stream).ok(),
+                Some(json!(stream.as_str()))
+            );
+        }
         assert!(serde_json::from_value::<ProcessListParams>(json!({"state": "gone"})).is_err());
     }
 }

@@ -32,6 +32,7 @@ pub mod cross_site;
 pub mod fs;
 pub mod headers;
 pub mod health;
+mod json_string;
 mod message;
 pub mod metrics;
 pub mod openapi;

@@ -5,13 +5,14 @@
 
 use super::body::{Body, HttpRequest, empty, full, read_body};
 use super::headers::{accepts, is_json_content, last_event_id};
+use super::json_string;
 use super::problem::Problem;
 use crate::error::Error;
 use crate::process::Process;
-use crate::process::output::Page;
+use crate::process::output::{Page, PageChunk};
 use crate::protocol::{APPLICATION_JSON, EVENT_STREAM, X_ACCEL_BUFFERING_HEADER};
 use crate::runtime::Runtime;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use ext_methods::{
     OutputPage, ProcessInfo, ProcessListParams, ProcessPage, ProcessRequest, ProcessState,
     ResizeBody, RunResult, SignalBody,
@@ -339,7 +340,7 @@ fn output(
             &OutputPage {
                 next_offset: page.next_offset,
                 dropped: page.dropped,
-                chunks: page.chunks.into_iter().map(|(chunk, _)| chunk).collect(),
+                chunks: page.chunks.iter().map(PageChunk::to_wire).collect(),
             },
         );
     }
@@ -428,12 +429,17 @@ fn follow(
 }
 
 /// One frame of SSE events: the dropped marker (when bytes after `asked`
-/// are gone), then each chunk with its end offset as `id:`.
+/// are gone), then each chunk with its end offset as `id:`. A text chunk's
+/// JSON is written here, byte for byte what `serde_json` writes for its
+/// [`OutputChunk`](ext_methods::OutputChunk) (`{offset, stream, data}`),
+/// with the string escaped in one pass ([`json_string`]); a chunk that is
+/// not UTF-8 goes through `serde_json` as base64.
 fn frame_page(asked: u64, page: &Page) -> Bytes {
-    let mut out = BytesMut::new();
+    let text: usize = page.chunks.iter().map(|chunk| chunk.data.len()).sum();
+    let mut out = Vec::with_capacity(text * 2 + page.chunks.len() * 96 + 128);
     if page.dropped > 0 {
         let resumed = asked + page.dropped;
-        out.put_slice(
+        out.extend_from_slice(
             format!(
                 "event: dropped\nid: {resumed}\ndata: {{\"offset\":{asked},\"nextOffset\":{resumed},\"dropped\":{}}}\n\n",
                 page.dropped
@@ -441,14 +447,28 @@ fn frame_page(asked: u64, page: &Page) -> Bytes {
             .as_bytes(),
         );
     }
-    for (chunk, length) in &page.chunks {
-        out.put_slice(b"id: ");
-        out.put_slice(itoa::Buffer::new().format(chunk.end(*length)).as_bytes());
-        out.put_slice(b"\ndata: ");
-        let _ = serde_json::to_writer((&mut out).writer(), chunk);
-        out.put_slice(b"\n\n");
+    let mut number = itoa::Buffer::new();
+    for chunk in &page.chunks {
+        out.extend_from_slice(b"id: ");
+        out.extend_from_slice(number.format(chunk.end()).as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        match std::str::from_utf8(&chunk.data) {
+            Ok(text) => {
+                out.extend_from_slice(b"{\"offset\":");
+                out.extend_from_slice(number.format(chunk.offset).as_bytes());
+                out.extend_from_slice(b",\"stream\":\"");
+                out.extend_from_slice(chunk.stream.as_str().as_bytes());
+                out.extend_from_slice(b"\",\"data\":");
+                json_string::put(&mut out, text);
+                out.push(b'}');
+            }
+            Err(_) => {
+                let _ = serde_json::to_writer(&mut out, &chunk.to_wire());
+            }
+        }
+        out.extend_from_slice(b"\n\n");
     }
-    out.freeze()
+    Bytes::from(out)
 }
 
 /// `POST /v2/processes/{id}/input` (raw body; `?eof=true` closes stdin
@@ -593,4 +613,54 @@ async fn resize(
         .resize_process(process, body.cols, body.rows)
         .await?;
     Ok(empty(StatusCode::NO_CONTENT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::output::Output;
+    use ext_methods::OutputStream;
+
+    /// What `frame_page` wrote before it escaped text itself: `serde_json`
+    /// for every chunk.
+    fn with_serde(asked: u64, page: &Page) -> Vec<u8> {
+        let mut out = Vec::new();
+        if page.dropped > 0 {
+            let resumed = asked + page.dropped;
+            out.extend_from_slice(
+                format!(
+                    "event: dropped\nid: {resumed}\ndata: {{\"offset\":{asked},\"nextOffset\":{resumed},\"dropped\":{}}}\n\n",
+                    page.dropped
+                )
+                .as_bytes(),
+            );
+        }
+        for chunk in &page.chunks {
+            out.extend_from_slice(format!("id: {}\ndata: ", chunk.end()).as_bytes());
+            out.extend_from_slice(&serde_json::to_vec(&chunk.to_wire()).expect("serializes"));
+            out.extend_from_slice(b"\n\n");
+        }
+        out
+    }
+
+    #[test]
+    fn a_frame_is_what_serde_json_would_write() {
+        let mut output = Output::new(40);
+        output.push(OutputStream::Stdout, Bytes::from_static(b"dropped later"));
+        output.push(
+            OutputStream::Stdout,
+            Bytes::from_static(b"y\ny\n\"q\" \\ \x01\t"),
+        );
+        output.push(OutputStream::Stderr, Bytes::from("é€😀 warning\r\n"));
+        output.push(OutputStream::Tty, Bytes::from_static(&[0xff, 0x00, b'a']));
+        output.push(OutputStream::Stdout, Bytes::from_static(b""));
+        for asked in [0, 13, 20] {
+            let page = output.read(asked, usize::MAX);
+            assert_eq!(
+                frame_page(asked, &page).as_ref(),
+                with_serde(asked, &page).as_slice()
+            );
+        }
+        assert!(output.read(0, usize::MAX).dropped > 0);
+    }
 }

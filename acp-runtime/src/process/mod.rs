@@ -17,7 +17,7 @@ use crate::agent::tree::{self, TreeSupervisor};
 use crate::error::Error;
 use crate::time::rfc3339;
 use bytes::{Bytes, BytesMut};
-use ext_methods::{Encoding, Exit, OutputChunk, ProcessInfo, ProcessPage, ProcessState, RunResult};
+use ext_methods::{Encoding, Exit, ProcessInfo, ProcessPage, ProcessState, RunResult};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use output::{BytesPage, Output, OutputStream, Page};
@@ -445,11 +445,10 @@ impl Processes {
             let state = process.state.lock();
             let page = state.output.read(0, usize::MAX);
             let mut streams = (Vec::new(), Vec::new());
-            for (chunk, _) in &page.chunks {
-                let bytes = chunk_bytes(chunk);
+            for chunk in &page.chunks {
                 match chunk.stream {
-                    OutputStream::Stderr => streams.1.extend_from_slice(&bytes),
-                    _ => streams.0.extend_from_slice(&bytes),
+                    OutputStream::Stderr => streams.1.extend_from_slice(&chunk.data),
+                    _ => streams.0.extend_from_slice(&chunk.data),
                 }
             }
             (streams.0, streams.1, state.exit.clone())
@@ -634,11 +633,6 @@ impl Drop for Forget {
     fn drop(&mut self) {
         self.processes.forget(&self.process.id);
     }
-}
-
-/// The bytes of a chunk read out of the ring (which encoded them itself).
-fn chunk_bytes(chunk: &OutputChunk) -> Vec<u8> {
-    chunk.bytes().unwrap_or_default()
 }
 
 /// `bytes` cut to `max`, as text when it is UTF-8, else base64.

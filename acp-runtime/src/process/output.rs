@@ -21,11 +21,36 @@ struct Chunk {
     data: Bytes,
 }
 
+/// One chunk of a [`Page`]: a slice of the ring's bytes (shared, not
+/// copied), encoded for the wire only by whoever sends it.
+#[derive(Debug, Clone)]
+pub struct PageChunk {
+    /// Offset of the chunk's first byte.
+    pub offset: u64,
+    /// Its stream.
+    pub stream: OutputStream,
+    /// Its bytes.
+    pub data: Bytes,
+}
+
+impl PageChunk {
+    /// The offset after the chunk's last byte (a followed event's `id:`).
+    pub fn end(&self) -> u64 {
+        self.offset + self.data.len() as u64
+    }
+
+    /// The chunk as the wire carries it (`{offset, stream, data,
+    /// encoding?}`: text when UTF-8, else base64).
+    pub fn to_wire(&self) -> OutputChunk {
+        OutputChunk::of(self.offset, self.stream, &self.data)
+    }
+}
+
 /// What a read from an offset finds.
 #[derive(Debug, Clone, Default)]
 pub struct Page {
-    /// The chunks from the offset on, with their byte lengths.
-    pub chunks: Vec<(OutputChunk, usize)>,
+    /// The chunks from the offset on.
+    pub chunks: Vec<PageChunk>,
     /// The offset to read from next.
     pub next_offset: u64,
     /// Bytes between the asked offset and the oldest retained byte that
@@ -149,11 +174,11 @@ impl Output {
             if take < rest.len() {
                 take = char_boundary(rest, take);
             }
-            let bytes = &rest[..take];
-            page.chunks.push((
-                OutputChunk::of(chunk.offset + skip as u64, chunk.stream, bytes),
-                take,
-            ));
+            page.chunks.push(PageChunk {
+                offset: chunk.offset + skip as u64,
+                stream: chunk.stream,
+                data: chunk.data.slice(skip..skip + take),
+            });
             page.next_offset = chunk.offset + (skip + take) as u64;
             budget -= take;
             if take < rest.len() {
@@ -266,7 +291,7 @@ mod tests {
     use super::*;
 
     fn text(page: &Page) -> String {
-        page.chunks.iter().map(|(c, _)| c.data.as_str()).collect()
+        page.chunks.iter().map(|c| c.to_wire().data).collect()
     }
 
     #[test]
@@ -277,8 +302,8 @@ mod tests {
         let page = output.read(2, 100);
         assert_eq!(text(&page), "cdefgh");
         assert_eq!(page.next_offset, 8);
-        assert_eq!(page.chunks[0].0.offset, 2);
-        assert_eq!(page.chunks[1].0.stream, OutputStream::Stderr);
+        assert_eq!(page.chunks[0].offset, 2);
+        assert_eq!(page.chunks[1].stream, OutputStream::Stderr);
         output.push(OutputStream::Stdout, Bytes::from_static(b"ij"));
         // "abcd" left whole: 6 retained, 4 dropped.
         let page = output.read(0, 100);
@@ -297,7 +322,7 @@ mod tests {
         let page = output.read(0, 100);
         assert_eq!(page.dropped, 6);
         assert_eq!(text(&page), "6789");
-        assert_eq!(page.chunks[0].0.offset, 6);
+        assert_eq!(page.chunks[0].offset, 6);
     }
 
     #[test]
@@ -317,10 +342,10 @@ mod tests {
         output.push(OutputStream::Stdout, Bytes::from_static(&[0xff, 0x00]));
         let page = output.read(0, 100);
         assert_eq!(
-            page.chunks[0].0.encoding,
+            page.chunks[0].to_wire().encoding,
             Some(ext_methods::Encoding::Base64)
         );
-        assert_eq!(page.chunks[0].0.data, "/wA=");
+        assert_eq!(page.chunks[0].to_wire().data, "/wA=");
     }
 
     #[test]
