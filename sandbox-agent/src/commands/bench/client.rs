@@ -10,8 +10,9 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::process::Stdio;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use acp_runtime::protocol::CONNECTION_ID_HEADER;
@@ -338,12 +339,22 @@ pub async fn count_events(
 }
 
 /// The mock agent driven directly over its stdin/stdout: the physical limit.
-pub struct StdioAgent {
+pub type StdioAgent = LineAgent<ChildStdin, ChildStdout>;
+
+/// The mock agent behind `socat`, which relays lines between a TCP
+/// connection and the agent's stdio: what any relay process costs (two
+/// more process crossings per round trip), the floor under a server's
+/// ratio to stdio.
+pub type RelayedAgent = LineAgent<OwnedWriteHalf, OwnedReadHalf>;
+
+/// A mock agent spoken to in newline-delimited JSON-RPC over `W` and `R`.
+pub struct LineAgent<W, R> {
+    /// The process behind the lines (the agent, or `socat`).
     child: Child,
     /// Lines to the agent.
-    pub stdin: BufWriter<ChildStdin>,
+    pub stdin: BufWriter<W>,
     /// Lines from the agent.
-    pub stdout: BufReader<ChildStdout>,
+    pub stdout: BufReader<R>,
 }
 
 impl StdioAgent {
@@ -362,6 +373,57 @@ impl StdioAgent {
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(BenchError::Unexpected("mock agent stdio not piped".into()));
         };
+        LineAgent::open(child, stdin, stdout).await
+    }
+}
+
+impl RelayedAgent {
+    /// Starts `socat` listening on a free loopback port with `program
+    /// mock-agent` behind it, connects (`TCP_NODELAY`, as socat's side),
+    /// initializes the agent and creates a session.
+    ///
+    /// # Errors
+    /// No `socat` on `PATH`, spawn, connect (5 s) or protocol failures.
+    pub async fn start(program: &std::path::Path) -> Result<(Self, String), BenchError> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = Command::new("socat")
+            .arg(format!(
+                "TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,nodelay"
+            ))
+            .arg(format!("EXEC:{} mock-agent", program.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|error| {
+                BenchError::Unexpected(format!(
+                    "cannot start socat (apt-get install socat): {error}"
+                ))
+            })?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let stream = loop {
+            match TcpStream::connect(("127.0.0.1", port)).await {
+                Ok(stream) => break stream,
+                Err(error) if std::time::Instant::now() > deadline => return Err(error.into()),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            }
+        };
+        stream.set_nodelay(true)?;
+        let (read, write) = stream.into_split();
+        LineAgent::open(child, write, read).await
+    }
+}
+
+impl<W, R> LineAgent<W, R>
+where
+    W: AsyncWrite + Unpin,
+    R: AsyncRead + Unpin,
+{
+    /// Initializes the agent behind `stdin`/`stdout` and creates a session.
+    async fn open(child: Child, stdin: W, stdout: R) -> Result<(Self, String), BenchError> {
         let mut agent = Self {
             child,
             stdin: BufWriter::new(stdin),

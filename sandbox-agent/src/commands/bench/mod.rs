@@ -37,6 +37,11 @@ pub enum Scenario {
     Roundtrip,
     /// The same requests straight to a mock agent over stdio.
     Stdio,
+    /// The same requests over TCP through `socat` to a mock agent: what a
+    /// relay that only copies lines adds to stdio, the floor under the
+    /// websocket and roundtrip ratios (needs `socat`; not in the default
+    /// run).
+    Relay,
     /// One prompt emitting M updates: SSE versus raw stdio.
     Stream,
     /// Resume with `Last-Event-ID` against a full ring.
@@ -355,6 +360,7 @@ pub async fn measure(options: BenchOptions) -> Result<report::Report, BenchError
         let outcome = match scenario {
             Scenario::Roundtrip => scenarios::roundtrip(&target, &options).await,
             Scenario::Stdio => scenarios::stdio(&options).await,
+            Scenario::Relay => scenarios::relay(&options).await,
             Scenario::Stream => scenarios::stream(&target, &options).await,
             Scenario::Replay => scenarios::replay(&target, &options).await,
             Scenario::Connections => scenarios::connections(&target, &options).await,

@@ -1,11 +1,15 @@
 //! One function per benchmark scenario. Each returns named results; the
 //! report compares them.
 
-use super::client::{BenchError, EventCounter, HttpClient, StdioAgent, count_events, is_response};
+use super::client::{
+    BenchError, EventCounter, HttpClient, LineAgent, RelayedAgent, StdioAgent, count_events,
+    is_response,
+};
 use super::report::ScenarioResult;
 use super::{BenchOptions, Target};
 use bytes::Bytes;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 pub(super) const AGENT: &str = "mock";
 /// Requests before measuring, to warm caches, allocators and the agent.
@@ -143,7 +147,41 @@ pub async fn roundtrip(
 /// # Errors
 /// Agent failures.
 pub async fn stdio(options: &BenchOptions) -> Result<Vec<ScenarioResult>, BenchError> {
-    let (mut agent, _) = StdioAgent::start(&options.program).await?;
+    let (agent, _) = StdioAgent::start(&options.program).await?;
+    echo_lines(agent, "stdio", options).await
+}
+
+/// `relay`: the same echo requests over TCP through `socat` to a mock
+/// agent ([`RelayedAgent`]): what a relay process that does nothing but
+/// copy lines adds to stdio, measured in the same run as the others.
+///
+/// # Errors
+/// No `socat`, or agent failures.
+pub async fn relay(options: &BenchOptions) -> Result<Vec<ScenarioResult>, BenchError> {
+    let (agent, _) = RelayedAgent::start(&options.program).await?;
+    let mut results = echo_lines(agent, "relay", options).await?;
+    for result in &mut results {
+        result.note(
+            "socat TCP-LISTEN:PORT,nodelay EXEC:'PROGRAM mock-agent', newline-delimited JSON-RPC over loopback TCP; \
+             its ratio to stdio is the floor of any relay's"
+                .to_owned(),
+        );
+    }
+    Ok(results)
+}
+
+/// Echo requests over `agent`'s lines, one at a time and then pipelined
+/// [`PIPELINE_DEPTH`] deep: results named `"{label} (1 in flight)"` and
+/// `"{label} (16 in flight)"`.
+async fn echo_lines<W, R>(
+    mut agent: LineAgent<W, R>,
+    label: &str,
+    options: &BenchOptions,
+) -> Result<Vec<ScenarioResult>, BenchError>
+where
+    W: AsyncWrite + Unpin,
+    R: AsyncRead + Unpin,
+{
     for id in 0..WARMUP as u64 {
         agent.call(&echo(id)).await?;
     }
@@ -157,7 +195,8 @@ pub async fn stdio(options: &BenchOptions) -> Result<Vec<ScenarioResult>, BenchE
         agent.call(&echo(id)).await?;
         latencies.push(sent.elapsed());
     }
-    let single = ScenarioResult::timed("stdio (1 in flight)", started.elapsed(), latencies, 0);
+    let name = format!("{label} (1 in flight)");
+    let single = ScenarioResult::timed(&name, started.elapsed(), latencies, 0);
 
     // Pipelined: keep PIPELINE_DEPTH requests outstanding.
     let mut sent_at = std::collections::VecDeque::with_capacity(PIPELINE_DEPTH);
@@ -185,7 +224,7 @@ pub async fn stdio(options: &BenchOptions) -> Result<Vec<ScenarioResult>, BenchE
             sent_at.push_back(Instant::now());
         }
     }
-    let name = format!("stdio ({PIPELINE_DEPTH} in flight)");
+    let name = format!("{label} ({PIPELINE_DEPTH} in flight)");
     let pipelined = ScenarioResult::timed(&name, started.elapsed(), latencies, 0);
     agent.stop().await;
     Ok(vec![single, pipelined])
