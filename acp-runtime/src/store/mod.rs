@@ -930,8 +930,8 @@ impl Store {
                 Write::Remove { agent, session } => {
                     counts.retain(|(a, s, _, _)| !(a == agent && s == session));
                     keys.forget(&(agent.clone(), session.clone()));
+                    self.delete_events(&mut tx, agent, session, None).await?;
                     for sql in [
-                        self.delete_events_sql(),
                         "DELETE FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3",
                         "DELETE FROM sessions WHERE runtime_id = $1 AND agent = $2 AND session_id = $3",
                     ] {
@@ -1161,47 +1161,70 @@ impl Store {
     /// Deletes the events of a session below `offset` (the per-session
     /// event cap, `--event-log-events`).
     async fn prune(&self, agent: &str, session: &str, below: u64) -> Result<(), sqlx::Error> {
-        let sql = match self.backend {
-            Backend::Postgres => Cow::Borrowed(
-                "DELETE FROM events WHERE session_key = (SELECT session_key FROM session_keys \
-                 WHERE runtime_id = $1 AND agent = $2 AND session_id = $3) AND event_offset < $4",
-            ),
-            // One range of the rowid (see `event_id`).
-            Backend::Sqlite => self.sql(
-                "WITH k (first) AS (SELECT session_key * 4294967296 FROM session_keys \
-                 WHERE runtime_id = $1 AND agent = $2 AND session_id = $3 \
-                 AND session_key BETWEEN 0 AND 2147483647) \
-                 DELETE FROM events WHERE event_id >= (SELECT first FROM k) \
-                 AND event_id < (SELECT first FROM k) + $4",
-            ),
-        };
-        sqlx::query(&sql)
-            .bind(&*self.runtime_id)
-            .bind(agent)
-            .bind(session)
-            .bind(self.offset_bound(below))
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        let mut connection = self.pool.acquire().await?;
+        self.delete_events(&mut connection, agent, session, Some(below))
+            .await
     }
 
-    /// The SQL deleting every event of session ($1 runtime id, $2 agent,
-    /// $3 session id).
-    fn delete_events_sql(&self) -> &'static str {
-        match self.backend {
-            Backend::Postgres => {
-                "DELETE FROM events WHERE session_key = (SELECT session_key \
-                 FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3)"
-            }
-            // One range of the rowid (see `event_id`).
-            Backend::Sqlite => {
-                "WITH k (first) AS (SELECT session_key * 4294967296 FROM session_keys \
-                 WHERE runtime_id = $1 AND agent = $2 AND session_id = $3 \
-                 AND session_key BETWEEN 0 AND 2147483647) \
-                 DELETE FROM events WHERE event_id >= (SELECT first FROM k) \
-                 AND event_id < (SELECT first FROM k) + 4294967296"
-            }
+    /// Deletes the events of (`agent`, `session`) at offsets below `below`
+    /// (`None`: all of them).
+    async fn delete_events(
+        &self,
+        connection: &mut sqlx::AnyConnection,
+        agent: &str,
+        session: &str,
+        below: Option<u64>,
+    ) -> Result<(), sqlx::Error> {
+        if self.backend == Backend::Postgres {
+            let query = match below {
+                Some(below) => sqlx::query(
+                    "DELETE FROM events WHERE session_key = (SELECT session_key \
+                     FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3) \
+                     AND event_offset < $4",
+                )
+                .bind(&*self.runtime_id)
+                .bind(agent)
+                .bind(session)
+                .bind(self.offset_bound(below)),
+                None => sqlx::query(
+                    "DELETE FROM events WHERE session_key = (SELECT session_key \
+                     FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3)",
+                )
+                .bind(&*self.runtime_id)
+                .bind(agent)
+                .bind(session),
+            };
+            query.execute(&mut *connection).await?;
+            return Ok(());
         }
+        // SQLite: the key first, then one range of event ids given as
+        // numbers. With a subquery in its WHERE, SQLite's DELETE gathers
+        // the rowids first and finds each one again from the root; without,
+        // it deletes as it scans (research/decisions.md, "The writer's cost
+        // per event").
+        let key: Option<i64> = sqlx::query_scalar(
+            "SELECT session_key FROM session_keys \
+             WHERE runtime_id = ?1 AND agent = ?2 AND session_id = ?3",
+        )
+        .bind(&*self.runtime_id)
+        .bind(agent)
+        .bind(session)
+        .fetch_optional(&mut *connection)
+        .await?;
+        // A key past what an event id holds has no events stored.
+        let Some(first) = key.and_then(|key| event_id(key, 0)) else {
+            return Ok(());
+        };
+        let count = self.offset_bound(below.unwrap_or(u64::MAX));
+        if count == 0 {
+            return Ok(());
+        }
+        sqlx::query("DELETE FROM events WHERE event_id BETWEEN ?1 AND ?2")
+            .bind(first)
+            .bind(first + (count - 1))
+            .execute(&mut *connection)
+            .await?;
+        Ok(())
     }
 
     /// An offset as bound in an event query: SQLite's event ids hold
