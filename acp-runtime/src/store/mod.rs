@@ -9,7 +9,8 @@
 //!
 //! Entries are keyed by (runtime id, agent, session id); events by an
 //! integer per session (`session_keys`, which maps the two) and their
-//! offset. Both backends go
+//! offset (SQLite: both in one integer, the rowid; see [`event_id`]). Both
+//! backends go
 //! through one `sqlx` `Any` pool; the SQL is written once with `$N`
 //! placeholders and rewritten to SQLite's `?N` form.
 
@@ -41,11 +42,11 @@ pub const DEFAULT_SQLITE_FILE: &str = "sessions.db";
 pub const RUNTIME_ID_FILE: &str = "runtime-id";
 /// Longest a connection attempt may take at start-up and on each retry.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Rows per multi-row `INSERT` of events (5 parameters each: 1280, within
-/// SQLite's 32766 and PostgreSQL's 65535 bound parameters).
+/// Rows per multi-row `INSERT` of events (at most 5 parameters each: 1280,
+/// within SQLite's 32766 and PostgreSQL's 65535 bound parameters).
 const EVENTS_PER_INSERT: usize = 256;
-/// Parameters per event row: session key, offset, time, direction, message.
-const EVENT_COLUMNS: usize = 5;
+/// Bits of a SQLite `event_id` below the session key: the offset's.
+const OFFSET_BITS: u32 = 32;
 
 /// Where sessions are kept (`--store`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,6 +207,28 @@ enum Backend {
     Postgres,
 }
 
+/// What a batch did: the event count each session reached in it, and how
+/// many of its events SQLite could not store (see [`event_id`]).
+#[derive(Debug)]
+pub(crate) struct Applied {
+    pub(crate) counts: Vec<(Arc<str>, Arc<str>, u64)>,
+    pub(crate) unstorable: u64,
+}
+
+/// A SQLite event's `event_id` (schema version 5): `key * 2^32 + offset`,
+/// the table's rowid, so a session's events are one range of it in offset
+/// order and a burst appends at the table's end (research/decisions.md,
+/// "The writer's cost per event"). `None` past what it holds: a key from
+/// 2^31, an offset from 2^32.
+fn event_id(key: i64, offset: u64) -> Option<i64> {
+    let offset = i64::try_from(offset)
+        .ok()
+        .filter(|offset| *offset < 1 << OFFSET_BITS)?;
+    (0..1 << (63 - OFFSET_BITS))
+        .contains(&key)
+        .then_some((key << OFFSET_BITS) | offset)
+}
+
 /// An open store, migrated to this binary's schema, scoped to one runtime id.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -246,8 +269,15 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
         "integer session keys",
         include_str!("../../migrations/sqlite/0004_integer_session_keys.sql"),
     ),
+    (
+        5,
+        "events as a rowid table",
+        include_str!("../../migrations/sqlite/0005_events_as_a_rowid_table.sql"),
+    ),
 ]);
 
+// PostgreSQL stays at version 4: its events table is a heap, which appends
+// cheaply as it is (research/decisions.md, "The writer's cost per event").
 const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (
         1,
@@ -773,15 +803,27 @@ impl Store {
         // Read in small steps, so a page of large messages stops at the
         // byte budget instead of loading `limit` of them at once.
         const STEP: usize = 64;
-        let sql = self.sql(
-            "SELECT event_offset, at_ns, direction, message FROM events \
-             WHERE session_key = (SELECT session_key FROM session_keys \
-             WHERE runtime_id = $1 AND agent = $2 AND session_id = $3) AND event_offset >= $4 \
-             ORDER BY event_offset LIMIT $5",
-        );
+        let sql = match self.backend {
+            Backend::Postgres => Cow::Borrowed(
+                "SELECT event_offset, at_ns, direction, message FROM events \
+                 WHERE session_key = (SELECT session_key FROM session_keys \
+                 WHERE runtime_id = $1 AND agent = $2 AND session_id = $3) AND event_offset >= $4 \
+                 ORDER BY event_offset LIMIT $5",
+            ),
+            // One range of the rowid (see `event_id`).
+            Backend::Sqlite => self.sql(
+                "SELECT e.event_offset, e.at_ns, e.direction, e.message \
+                 FROM session_keys k JOIN events e \
+                 ON e.event_id >= k.session_key * 4294967296 + $4 \
+                 AND e.event_id < (k.session_key + 1) * 4294967296 \
+                 WHERE k.runtime_id = $1 AND k.agent = $2 AND k.session_id = $3 \
+                 AND k.session_key BETWEEN 0 AND 2147483647 \
+                 ORDER BY e.event_id LIMIT $5",
+            ),
+        };
         let mut events = Vec::new();
         let mut bytes = 0_usize;
-        let mut next = i64::try_from(offset).unwrap_or(i64::MAX);
+        let mut next = self.offset_bound(offset);
         while events.len() < limit {
             let step = STEP.min(limit - events.len());
             let rows = sqlx::query(&sql)
@@ -825,7 +867,8 @@ impl Store {
     }
 
     /// Writes `batch` in one transaction, in order; returns the event count
-    /// each session reached in it (for pruning). An entry change is written
+    /// each session reached in it (for pruning) and the events not stored
+    /// for want of a SQLite event id. An entry change is written
     /// with its row in `rows` (the newest, see [`writer`]), or skipped when
     /// `rows` has none of its sequence number (removed or superseded).
     /// `keys` holds the sessions' integer keys the writer knows; the ones
@@ -842,7 +885,7 @@ impl Store {
         batch: &[Write],
         rows: &RowSnapshot,
         keys: &mut SessionKeys,
-    ) -> Result<Vec<(Arc<str>, Arc<str>, u64)>, sqlx::Error> {
+    ) -> Result<Applied, sqlx::Error> {
         let held = match connection {
             Some(held) => held,
             None => connection.insert(self.pool.acquire().await?),
@@ -861,17 +904,18 @@ impl Store {
         batch: &[Write],
         rows: &RowSnapshot,
         keys: &mut SessionKeys,
-    ) -> Result<Vec<(Arc<str>, Arc<str>, u64)>, sqlx::Error> {
+    ) -> Result<Applied, sqlx::Error> {
         keys.begin();
         let mut tx = connection.begin().await?;
         let mut counts: Vec<(Arc<str>, Arc<str>, u64, i64)> = Vec::new();
         let mut events: Vec<&Write> = Vec::new();
+        let mut unstorable = 0;
         for write in batch {
             if matches!(write, Write::Event { .. }) {
                 events.push(write);
                 continue;
             }
-            self.insert_events(&mut tx, &mut events, &mut counts, keys)
+            self.insert_events(&mut tx, &mut events, &mut counts, keys, &mut unstorable)
                 .await?;
             match write {
                 Write::Session {
@@ -886,9 +930,8 @@ impl Store {
                 Write::Remove { agent, session } => {
                     counts.retain(|(a, s, _, _)| !(a == agent && s == session));
                     keys.forget(&(agent.clone(), session.clone()));
+                    self.delete_events(&mut tx, agent, session, None).await?;
                     for sql in [
-                        "DELETE FROM events WHERE session_key = (SELECT session_key \
-                         FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3)",
                         "DELETE FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3",
                         "DELETE FROM sessions WHERE runtime_id = $1 AND agent = $2 AND session_id = $3",
                     ] {
@@ -903,7 +946,7 @@ impl Store {
                 Write::Event { .. } | Write::Flush(_) | Write::Barrier(_) => {}
             }
         }
-        self.insert_events(&mut tx, &mut events, &mut counts, keys)
+        self.insert_events(&mut tx, &mut events, &mut counts, keys, &mut unstorable)
             .await?;
         let sql = self.sql(
             "UPDATE sessions SET event_count = $1, updated_ns = $2 \
@@ -921,10 +964,13 @@ impl Store {
         }
         tx.commit().await?;
         keys.committed();
-        Ok(counts
-            .into_iter()
-            .map(|(agent, session, count, _)| (agent, session, count))
-            .collect())
+        Ok(Applied {
+            counts: counts
+                .into_iter()
+                .map(|(agent, session, count, _)| (agent, session, count))
+                .collect(),
+            unstorable,
+        })
     }
 
     /// The integer key of (`agent`, `session`)'s events: known to the
@@ -965,14 +1011,17 @@ impl Store {
     }
 
     /// Inserts the gathered events (multi-row `INSERT`s) and notes each
-    /// session's new count and latest time.
+    /// session's new count and latest time. An event SQLite's `event_id`
+    /// cannot hold is not inserted; it is counted in `unstorable`.
     async fn insert_events(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         events: &mut Vec<&Write>,
         counts: &mut Vec<(Arc<str>, Arc<str>, u64, i64)>,
         keys: &mut SessionKeys,
+        unstorable: &mut u64,
     ) -> Result<(), sqlx::Error> {
+        let sqlite = self.backend == Backend::Sqlite;
         let mut rows = Vec::with_capacity(events.len().min(EVENTS_PER_INSERT));
         for chunk in events.chunks(EVENTS_PER_INSERT) {
             rows.clear();
@@ -985,7 +1034,14 @@ impl Store {
                 } = write
                 {
                     let key = self.session_key(tx, keys, agent, session).await?;
-                    rows.push((key, event));
+                    let offset = i64::try_from(event.offset).unwrap_or(i64::MAX);
+                    if !sqlite {
+                        rows.push((key, offset, event));
+                    } else if let Some(id) = event_id(key, event.offset) {
+                        rows.push((id, offset, event));
+                    } else {
+                        *unstorable += 1;
+                    }
                     let count = event.offset + 1;
                     match counts
                         .iter_mut()
@@ -999,12 +1055,18 @@ impl Store {
                     }
                 }
             }
+            if rows.is_empty() {
+                continue;
+            }
             let sql = self.insert_sql(rows.len());
             let mut query = sqlx::query(&sql);
-            for (key, event) in &rows {
+            for (key, offset, event) in &rows {
+                // SQLite: `key` is the event id, which holds the offset.
+                query = query.bind(*key);
+                if !sqlite {
+                    query = query.bind(*offset);
+                }
                 query = query
-                    .bind(*key)
-                    .bind(i64::try_from(event.offset).unwrap_or(i64::MAX))
                     .bind(event.at_ns)
                     .bind(direction_text(event.direction))
                     .bind(&*event.message);
@@ -1018,9 +1080,17 @@ impl Store {
     /// `INSERT INTO events … VALUES` for `rows` rows; an event already
     /// stored at its key and offset is left as it is.
     fn insert_sql(&self, rows: usize) -> String {
-        let mut sql = String::from(
-            "INSERT INTO events (session_key, event_offset, at_ns, direction, message) VALUES ",
-        );
+        let (columns, per_row) = match self.backend {
+            Backend::Postgres => (
+                "INSERT INTO events (session_key, event_offset, at_ns, direction, message) VALUES ",
+                5,
+            ),
+            Backend::Sqlite => (
+                "INSERT INTO events (event_id, at_ns, direction, message) VALUES ",
+                4,
+            ),
+        };
+        let mut sql = String::from(columns);
         // SQLite: bare `?`s. A numbered parameter costs a linear scan
         // of the statement's parameter names at every bind (SQLite's
         // `sqlite3_bind_parameter_name`), quadratic in a 1280-parameter
@@ -1031,13 +1101,13 @@ impl Store {
                 sql.push(',');
             }
             sql.push('(');
-            for column in 0..EVENT_COLUMNS {
+            for column in 0..per_row {
                 if column > 0 {
                     sql.push(',');
                 }
                 if numbered {
                     sql.push('$');
-                    sql.push_str(itoa::Buffer::new().format(row * EVENT_COLUMNS + column + 1));
+                    sql.push_str(itoa::Buffer::new().format(row * per_row + column + 1));
                 } else {
                     sql.push('?');
                 }
@@ -1091,18 +1161,81 @@ impl Store {
     /// Deletes the events of a session below `offset` (the per-session
     /// event cap, `--event-log-events`).
     async fn prune(&self, agent: &str, session: &str, below: u64) -> Result<(), sqlx::Error> {
-        let sql = self.sql(
-            "DELETE FROM events WHERE session_key = (SELECT session_key FROM session_keys \
-             WHERE runtime_id = $1 AND agent = $2 AND session_id = $3) AND event_offset < $4",
-        );
-        sqlx::query(&sql)
-            .bind(&*self.runtime_id)
-            .bind(agent)
-            .bind(session)
-            .bind(i64::try_from(below).unwrap_or(i64::MAX))
-            .execute(&self.pool)
+        let mut connection = self.pool.acquire().await?;
+        self.delete_events(&mut connection, agent, session, Some(below))
+            .await
+    }
+
+    /// Deletes the events of (`agent`, `session`) at offsets below `below`
+    /// (`None`: all of them).
+    async fn delete_events(
+        &self,
+        connection: &mut sqlx::AnyConnection,
+        agent: &str,
+        session: &str,
+        below: Option<u64>,
+    ) -> Result<(), sqlx::Error> {
+        if self.backend == Backend::Postgres {
+            let query = match below {
+                Some(below) => sqlx::query(
+                    "DELETE FROM events WHERE session_key = (SELECT session_key \
+                     FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3) \
+                     AND event_offset < $4",
+                )
+                .bind(&*self.runtime_id)
+                .bind(agent)
+                .bind(session)
+                .bind(self.offset_bound(below)),
+                None => sqlx::query(
+                    "DELETE FROM events WHERE session_key = (SELECT session_key \
+                     FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3)",
+                )
+                .bind(&*self.runtime_id)
+                .bind(agent)
+                .bind(session),
+            };
+            query.execute(&mut *connection).await?;
+            return Ok(());
+        }
+        // SQLite: the key first, then one range of event ids given as
+        // numbers. With a subquery in its WHERE, SQLite's DELETE gathers
+        // the rowids first and finds each one again from the root; without,
+        // it deletes as it scans (research/decisions.md, "The writer's cost
+        // per event").
+        let key: Option<i64> = sqlx::query_scalar(
+            "SELECT session_key FROM session_keys \
+             WHERE runtime_id = ?1 AND agent = ?2 AND session_id = ?3",
+        )
+        .bind(&*self.runtime_id)
+        .bind(agent)
+        .bind(session)
+        .fetch_optional(&mut *connection)
+        .await?;
+        // A key past what an event id holds has no events stored.
+        let Some(first) = key.and_then(|key| event_id(key, 0)) else {
+            return Ok(());
+        };
+        let count = self.offset_bound(below.unwrap_or(u64::MAX));
+        if count == 0 {
+            return Ok(());
+        }
+        sqlx::query("DELETE FROM events WHERE event_id BETWEEN ?1 AND ?2")
+            .bind(first)
+            .bind(first + (count - 1))
+            .execute(&mut *connection)
             .await?;
         Ok(())
+    }
+
+    /// An offset as bound in an event query: SQLite's event ids hold
+    /// offsets below 2^32, so a larger one is 2^32 there (past every
+    /// stored offset, and no overflow in `key * 2^32 + offset`).
+    fn offset_bound(&self, offset: u64) -> i64 {
+        let offset = match self.backend {
+            Backend::Postgres => offset,
+            Backend::Sqlite => offset.min(1 << OFFSET_BITS),
+        };
+        i64::try_from(offset).unwrap_or(i64::MAX)
     }
 
     /// Closes the pool (waits for connections in use to come back). A
@@ -1361,5 +1494,25 @@ mod tests {
             url.redacted(),
             "postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem"
         );
+    }
+
+    #[test]
+    fn sqlite_event_ids_hold_a_key_below_2_31_and_an_offset_below_2_32() {
+        assert_eq!(event_id(0, 0), Some(0));
+        assert_eq!(event_id(1, 0), Some(1 << 32));
+        assert_eq!(event_id(3, 7), Some(3 * (1 << 32) + 7));
+        let last_offset = (1_u64 << 32) - 1;
+        assert_eq!(
+            event_id(1, last_offset),
+            Some((1 << 32) + i64::try_from(last_offset).expect("small"))
+        );
+        // Offsets of one key never reach the next key's ids.
+        assert!(event_id(1, last_offset) < event_id(2, 0));
+        assert_eq!(event_id(1, 1 << 32), None);
+        assert_eq!(event_id(1, u64::MAX), None);
+        let last_key = (1_i64 << 31) - 1;
+        assert_eq!(event_id(last_key, last_offset), Some(i64::MAX));
+        assert_eq!(event_id(1 << 31, 0), None);
+        assert_eq!(event_id(-1, 0), None);
     }
 }

@@ -491,6 +491,13 @@ async fn run(
     let failure_warning = LogLimit::new(WARN_INTERVAL, |count, interval| {
         tracing::warn!(count, ?interval, "session store: writes still failing");
     });
+    let unstorable_warning = LogLimit::new(WARN_INTERVAL, |count, interval| {
+        tracing::warn!(
+            count,
+            ?interval,
+            "session store: more batches with events SQLite cannot store"
+        );
+    });
     loop {
         if queue.is_empty() {
             if persist.is_shutting_down() {
@@ -541,7 +548,21 @@ async fn run(
             .write_duration
             .observe(started.elapsed().as_secs_f64());
         let error = match outcome {
-            Ok(Ok(counts)) => {
+            Ok(Ok(applied)) => {
+                if applied.unstorable > 0 {
+                    let rejected = persist
+                        .rejected
+                        .fetch_add(applied.unstorable, Ordering::Relaxed)
+                        + applied.unstorable;
+                    if unstorable_warning.admit() {
+                        tracing::warn!(
+                            store = store.describe(),
+                            rejected,
+                            "session store: events at offset 2^32 or later of a session \
+                             (or of a session key from 2^31) have no SQLite event id: not stored"
+                        );
+                    }
+                }
                 written(&mut queue, take, &persist, &mut pruned);
                 persist.written_rows(rows);
                 persist.batches.fetch_add(1, Ordering::Relaxed);
@@ -551,7 +572,7 @@ async fn run(
                     tracing::info!(store = store.describe(), "session store is writable again");
                 }
                 retry = RETRY_FIRST;
-                prune(&store, counts, &mut pruned, event_cap).await;
+                prune(&store, applied.counts, &mut pruned, event_cap).await;
                 continue;
             }
             Ok(Err(error)) => error,

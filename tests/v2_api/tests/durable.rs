@@ -81,6 +81,7 @@ on_both_backends!(
     runtime_ids_see_only_their_own_sessions,
     a_store_at_schema_version_1_is_migrated_at_start,
     a_store_at_schema_version_3_keeps_every_session_and_event,
+    a_store_at_schema_version_4_keeps_every_session_and_event,
 );
 
 async fn new_session_with_metadata(server: &TestServer, conn: &str, title: &str) -> String {
@@ -423,9 +424,9 @@ impl<'s> MigrationSource<'s> for OlderSchema {
     }
 }
 
-/// The migrations of schema versions 1 to 3 of `backend` (`"sqlite"` or
-/// `"postgres"`), as the binaries before integer session keys had them.
-fn schema_3(backend: &str) -> OlderSchema {
+/// The migrations of schema versions 1 to `version` (3 or 4) of `backend`
+/// (`"sqlite"` or `"postgres"`), as the binaries of that version had them.
+fn older_schema(backend: &str, version: usize) -> OlderSchema {
     let sql = match backend {
         "postgres" => [
             include_str!("../../../acp-runtime/migrations/postgres/0001_sessions_and_events.sql"),
@@ -435,6 +436,7 @@ fn schema_3(backend: &str) -> OlderSchema {
             include_str!(
                 "../../../acp-runtime/migrations/postgres/0003_first_prompt_and_id_index.sql"
             ),
+            include_str!("../../../acp-runtime/migrations/postgres/0004_integer_session_keys.sql"),
         ],
         _ => [
             include_str!("../../../acp-runtime/migrations/sqlite/0001_sessions_and_events.sql"),
@@ -442,13 +444,22 @@ fn schema_3(backend: &str) -> OlderSchema {
             include_str!(
                 "../../../acp-runtime/migrations/sqlite/0003_first_prompt_and_id_index.sql"
             ),
+            include_str!("../../../acp-runtime/migrations/sqlite/0004_integer_session_keys.sql"),
         ],
     };
-    OlderSchema(vec![
-        (1, "sessions and events", sql[0]),
-        (2, "hints and listing index", sql[1]),
-        (3, "first prompt and id index", sql[2]),
-    ])
+    let descriptions = [
+        "sessions and events",
+        "hints and listing index",
+        "first prompt and id index",
+        "integer session keys",
+    ];
+    OlderSchema(
+        (1..)
+            .zip(descriptions.into_iter().zip(sql))
+            .take(version)
+            .map(|(number, (description, sql))| (number, description, sql))
+            .collect(),
+    )
 }
 
 async fn a_store_at_schema_version_1_is_migrated_at_start(backend: Backend) {
@@ -555,7 +566,7 @@ async fn a_store_at_schema_version_1_is_migrated_at_start(backend: Backend) {
     assert_eq!(entry(&server, &fresh).await["title"], "v2");
 }
 
-/// The text of event `offset` of `session` in the schema 3 store below.
+/// The text of event `offset` of `session` in the older stores below.
 fn old_text(runtime: &str, session: &str, offset: i64) -> String {
     format!("{runtime}/{session} #{offset}")
 }
@@ -565,7 +576,19 @@ fn old_text(runtime: &str, session: &str, offset: i64) -> String {
 /// log, an entry without events, a log longer than a page) opens, and every
 /// session and event is there with its offset, time, direction and bytes.
 async fn a_store_at_schema_version_3_keeps_every_session_and_event(backend: Backend) {
-    let data = TempDir::new("migrate-3");
+    an_older_store_keeps_every_session_and_event(backend, 3).await;
+}
+
+/// Schema version 5 (SQLite) keeps events in a rowid table: the same for a
+/// version 4 store. PostgreSQL is at version 4: the store opens as it is.
+async fn a_store_at_schema_version_4_keeps_every_session_and_event(backend: Backend) {
+    an_older_store_keeps_every_session_and_event(backend, 4).await;
+}
+
+/// A store at schema `version` (3 or 4), filled as a binary of that version
+/// would, opens with every session and event (see the two tests above).
+async fn an_older_store_keeps_every_session_and_event(backend: Backend, version: usize) {
+    let data = TempDir::new(&format!("migrate-{version}"));
     let (url, kind) = match &backend.store {
         Some(url) => (url.clone(), "postgres"),
         None => (
@@ -578,12 +601,12 @@ async fn a_store_at_schema_version_3_keeps_every_session_and_event(backend: Back
     };
     sqlx::any::install_default_drivers();
     let pool = sqlx::AnyPool::connect(&url).await.expect("open the store");
-    Migrator::new(schema_3(kind))
+    Migrator::new(older_schema(kind, version))
         .await
-        .expect("version 3 migrator")
+        .expect("older migrator")
         .run(&pool)
         .await
-        .expect("schema version 3");
+        .expect("older schema version");
     let mark = if kind == "postgres" { "$" } else { "?" };
     let placeholders = |n: usize| -> String {
         (1..=n)
@@ -619,7 +642,19 @@ async fn a_store_at_schema_version_3_keeps_every_session_and_event(backend: Back
         .bind(format!("{runtime} {session}"))
         .execute(&mut *tx)
         .await
-        .expect("a version 3 session");
+        .expect("an older session");
+        if version >= 4 && !offsets.is_empty() {
+            sqlx::query(&format!(
+                "INSERT INTO session_keys (runtime_id, agent, session_id) VALUES ({})",
+                placeholders(3)
+            ))
+            .bind(*runtime)
+            .bind(MOCK)
+            .bind(*session)
+            .execute(&mut *tx)
+            .await
+            .expect("a session key");
+        }
         for offset in offsets.clone() {
             let direction = if offset % 3 == 0 {
                 "client_to_agent"
@@ -634,24 +669,33 @@ async fn a_store_at_schema_version_3_keeps_every_session_and_event(backend: Back
                     "content": {"type": "text", "text": old_text(runtime, session, offset)}
                 }}
             });
-            sqlx::query(&format!(
-                "INSERT INTO events (runtime_id, agent, session_id, event_offset, at_ns, \
-                 direction, message) VALUES ({})",
-                placeholders(7)
-            ))
-            .bind(*runtime)
-            .bind(MOCK)
-            .bind(*session)
-            .bind(offset)
-            .bind(created + offset * 1_000_000)
-            .bind(direction)
-            .bind(message.to_string().into_bytes())
-            .execute(&mut *tx)
-            .await
-            .expect("a version 3 event");
+            let insert = if version >= 4 {
+                format!(
+                    "INSERT INTO events (session_key, event_offset, at_ns, direction, message) \
+                     SELECT session_key, {mark}4, {mark}5, {mark}6, {mark}7 FROM session_keys \
+                     WHERE runtime_id = {mark}1 AND agent = {mark}2 AND session_id = {mark}3"
+                )
+            } else {
+                format!(
+                    "INSERT INTO events (runtime_id, agent, session_id, event_offset, at_ns, \
+                     direction, message) VALUES ({})",
+                    placeholders(7)
+                )
+            };
+            sqlx::query(&insert)
+                .bind(*runtime)
+                .bind(MOCK)
+                .bind(*session)
+                .bind(offset)
+                .bind(created + offset * 1_000_000)
+                .bind(direction)
+                .bind(message.to_string().into_bytes())
+                .execute(&mut *tx)
+                .await
+                .expect("an older event");
         }
     }
-    tx.commit().await.expect("commit the version 3 rows");
+    tx.commit().await.expect("commit the older rows");
     pool.close().await;
 
     for runtime in ["old-runtime", "other-runtime"] {
@@ -715,7 +759,7 @@ async fn a_store_at_schema_version_3_keeps_every_session_and_event(backend: Back
     let conn = server.initialize(MOCK).await;
     let fresh = new_session_with_metadata(&server, &conn, "after the upgrade").await;
     let answer = server
-        .prompt(&conn, &fresh, json!(2), "written under schema 4")
+        .prompt(&conn, &fresh, json!(2), "written after the upgrade")
         .await;
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     server.store_caught_up(TIMEOUT).await;
@@ -724,7 +768,7 @@ async fn a_store_at_schema_version_3_keeps_every_session_and_event(backend: Back
     drop(server);
     let server = backend.start(data.path(), Some("old-runtime")).await;
     assert_eq!(server.all_events(&fresh).await, before);
-    assert!(agent_text(&before).contains("written under schema 4"));
+    assert!(agent_text(&before).contains("written after the upgrade"));
     assert_eq!(offsets(&server.all_events("long").await).len(), 1200);
 }
 

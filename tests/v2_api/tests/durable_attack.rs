@@ -133,12 +133,16 @@ async fn one_unreadable_event_row_does_not_hide_the_rest_of_the_log() {
              end_reason, metadata, event_count) VALUES (?1, 'mock', 's', '/tmp', 1, 2, \
              'completed', '{}', 3)",
             "INSERT INTO session_keys (runtime_id, agent, session_id) VALUES (?1, 'mock', 's')",
-            "INSERT INTO events SELECT session_key, 0, 10, 'client_to_agent', \
+            // Schema version 5: the event id is session_key * 2^32 + offset.
+            "INSERT INTO events (event_id, at_ns, direction, message) \
+             SELECT session_key * 4294967296 + 0, 10, 'client_to_agent', \
              CAST('{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\"}' AS BLOB) \
              FROM session_keys WHERE runtime_id = ?1 AND session_id = 's'",
-            "INSERT INTO events SELECT session_key, 1, 11, 'sideways', CAST('{}' AS BLOB) \
+            "INSERT INTO events (event_id, at_ns, direction, message) \
+             SELECT session_key * 4294967296 + 1, 11, 'sideways', CAST('{}' AS BLOB) \
              FROM session_keys WHERE runtime_id = ?1 AND session_id = 's'",
-            "INSERT INTO events SELECT session_key, 2, 12, 'agent_to_client', 'text' \
+            "INSERT INTO events (event_id, at_ns, direction, message) \
+             SELECT session_key * 4294967296 + 2, 12, 'agent_to_client', 'text' \
              FROM session_keys WHERE runtime_id = ?1 AND session_id = 's'",
         ],
     )
