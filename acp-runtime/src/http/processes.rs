@@ -438,14 +438,7 @@ fn frame_page(asked: u64, page: &Page) -> Bytes {
     let text: usize = page.chunks.iter().map(|chunk| chunk.data.len()).sum();
     let mut out = Vec::with_capacity(text * 2 + page.chunks.len() * 96 + 128);
     if page.dropped > 0 {
-        let resumed = asked + page.dropped;
-        out.extend_from_slice(
-            format!(
-                "event: dropped\nid: {resumed}\ndata: {{\"offset\":{asked},\"nextOffset\":{resumed},\"dropped\":{}}}\n\n",
-                page.dropped
-            )
-            .as_bytes(),
-        );
+        out.extend_from_slice(dropped_event(asked, page.dropped).as_bytes());
     }
     let mut number = itoa::Buffer::new();
     for chunk in &page.chunks {
@@ -469,6 +462,16 @@ fn frame_page(asked: u64, page: &Page) -> Bytes {
         out.extend_from_slice(b"\n\n");
     }
     Bytes::from(out)
+}
+
+/// The `event: dropped` of a follower that asked for `asked` when the
+/// ring had already let `dropped` bytes after it go: `id:` and
+/// `nextOffset` are where it goes on.
+fn dropped_event(asked: u64, dropped: u64) -> String {
+    let resumed = asked + dropped;
+    format!(
+        "event: dropped\nid: {resumed}\ndata: {{\"offset\":{asked},\"nextOffset\":{resumed},\"dropped\":{dropped}}}\n\n"
+    )
 }
 
 /// `POST /v2/processes/{id}/input` (raw body; `?eof=true` closes stdin
@@ -626,14 +629,7 @@ mod tests {
     fn with_serde(asked: u64, page: &Page) -> Vec<u8> {
         let mut out = Vec::new();
         if page.dropped > 0 {
-            let resumed = asked + page.dropped;
-            out.extend_from_slice(
-                format!(
-                    "event: dropped\nid: {resumed}\ndata: {{\"offset\":{asked},\"nextOffset\":{resumed},\"dropped\":{}}}\n\n",
-                    page.dropped
-                )
-                .as_bytes(),
-            );
+            out.extend_from_slice(dropped_event(asked, page.dropped).as_bytes());
         }
         for chunk in &page.chunks {
             out.extend_from_slice(format!("id: {}\ndata: ", chunk.end()).as_bytes());
