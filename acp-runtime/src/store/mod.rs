@@ -906,7 +906,14 @@ impl Store {
         keys: &mut SessionKeys,
     ) -> Result<Applied, sqlx::Error> {
         keys.begin();
-        let mut tx = connection.begin().await?;
+        // SQLite: take the write lock at the start. A deferred `BEGIN`
+        // whose first statement reads (a session key lookup) gets
+        // SQLITE_BUSY at once, without `busy_timeout`'s wait, when another
+        // server on the same file commits before its first write.
+        let mut tx = match self.backend {
+            Backend::Sqlite => connection.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => connection.begin().await?,
+        };
         let mut counts: Vec<(Arc<str>, Arc<str>, u64, i64)> = Vec::new();
         let mut events: Vec<&Write> = Vec::new();
         let mut unstorable = 0;
