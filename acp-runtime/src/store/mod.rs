@@ -1183,25 +1183,18 @@ impl Store {
         below: Option<u64>,
     ) -> Result<(), sqlx::Error> {
         if self.backend == Backend::Postgres {
-            let query = match below {
-                Some(below) => sqlx::query(
-                    "DELETE FROM events WHERE session_key = (SELECT session_key \
-                     FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3) \
-                     AND event_offset < $4",
-                )
-                .bind(&*self.runtime_id)
-                .bind(agent)
-                .bind(session)
-                .bind(self.offset_bound(below)),
-                None => sqlx::query(
-                    "DELETE FROM events WHERE session_key = (SELECT session_key \
-                     FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3)",
-                )
-                .bind(&*self.runtime_id)
-                .bind(agent)
-                .bind(session),
-            };
-            query.execute(&mut *connection).await?;
+            // No bound: every offset is below `i64::MAX`.
+            sqlx::query(
+                "DELETE FROM events WHERE session_key = (SELECT session_key \
+                 FROM session_keys WHERE runtime_id = $1 AND agent = $2 AND session_id = $3) \
+                 AND event_offset < $4",
+            )
+            .bind(&*self.runtime_id)
+            .bind(agent)
+            .bind(session)
+            .bind(self.offset_bound(below.unwrap_or(u64::MAX)))
+            .execute(&mut *connection)
+            .await?;
             return Ok(());
         }
         // SQLite: the key first, then one range of event ids given as
