@@ -14,22 +14,23 @@
 //! through one `sqlx` `Any` pool; the SQL is written once with `$N`
 //! placeholders and rewritten to SQLite's `?N` form.
 
+mod connection;
 mod file;
 mod keys;
 mod rows;
 pub(crate) mod share;
 mod tls;
 pub(crate) mod writer;
+use connection::WriterConnection;
 use keys::SessionKeys;
 pub use rows::{EventRow, PageQuery, SessionRow, StoreError};
-use rows::{Key, RowSnapshot, Write, row_of};
+use rows::{Key, Pruning, RowSnapshot, Write, row_of};
 
 use bytes::Bytes;
 use ext_methods::{Direction, EndReason};
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
-use sqlx::pool::PoolConnection;
 use sqlx::{AnyPool, Connection as _, Row};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -42,6 +43,9 @@ pub const DEFAULT_SQLITE_FILE: &str = "sessions.db";
 pub const RUNTIME_ID_FILE: &str = "runtime-id";
 /// Longest a connection attempt may take at start-up and on each retry.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Entries per multi-row upsert of `sessions` rows (14 parameters each:
+/// 896) and per `UPDATE` of their counts.
+const ENTRIES_PER_STATEMENT: usize = 64;
 /// Rows per multi-row `INSERT` of events (at most 5 parameters each: 1280,
 /// within SQLite's 32766 and PostgreSQL's 65535 bound parameters).
 const EVENTS_PER_INSERT: usize = 256;
@@ -207,11 +211,11 @@ enum Backend {
     Postgres,
 }
 
-/// What a batch did: the event count each session reached in it, and how
-/// many of its events SQLite could not store (see [`event_id`]).
+/// What a batch did: the sessions it pruned (and below which offset), and
+/// how many of its events SQLite could not store (see [`event_id`]).
 #[derive(Debug)]
 pub(crate) struct Applied {
-    pub(crate) counts: Vec<(Arc<str>, Arc<str>, u64)>,
+    pub(crate) pruned: Vec<(Key, u64)>,
     pub(crate) unstorable: u64,
 }
 
@@ -242,6 +246,9 @@ pub struct Store {
     /// PostgreSQL's TLS settings, to name a failed check in errors
     /// (`None` for SQLite).
     tls: Option<Arc<tls::Settings>>,
+    /// The URL the SQLite writer opens its own connection with (`None`
+    /// for PostgreSQL, whose writer takes one from the pool).
+    writer_url: Option<Arc<str>>,
 }
 
 /// The embedded migrations of one backend (`acp-runtime/migrations/<backend>/`).
@@ -495,6 +502,7 @@ impl Store {
             pool_connect = connect.replace("mode=rwc", "mode=rw");
         }
         let pool = options.connect(&pool_connect).await.map_err(open_error)?;
+        let writer_url = (backend == Backend::Sqlite).then(|| Arc::from(pool_connect.as_str()));
         if backend == Backend::Sqlite {
             // `min_connections` is reached in the background; hold them all
             // at once so each is open before the server serves.
@@ -537,6 +545,7 @@ impl Store {
             what: what.into(),
             file,
             tls,
+            writer_url,
         }))
     }
 
@@ -866,35 +875,48 @@ impl Store {
         Ok(events)
     }
 
-    /// Writes `batch` in one transaction, in order; returns the event count
-    /// each session reached in it (for pruning) and the events not stored
-    /// for want of a SQLite event id. An entry change is written
+    /// Writes `batch` in one transaction, in order, and in the same
+    /// transaction prunes each session `pruning` says is past its cap;
+    /// returns what it pruned and the events not stored for want of a
+    /// SQLite event id. An entry change is written
     /// with its row in `rows` (the newest, see [`writer`]), or skipped when
     /// `rows` has none of its sequence number (removed or superseded).
     /// `keys` holds the sessions' integer keys the writer knows; the ones
     /// this batch makes are known once it commits.
     ///
-    /// `connection` is the writer's own connection, taken from the pool on
-    /// first use and kept: SQLite's page cache is per connection and is
-    /// dropped when another connection has written, so a batch on whichever
-    /// connection the pool hands out re-reads the pages the last batch
-    /// wrote. It is given back (and a new one taken) after a failure.
+    /// `connection` is the writer's own connection, opened on first use
+    /// and kept (see [`connection`]): SQLite's page cache is per connection
+    /// and is dropped when another connection has written, so a batch on
+    /// whichever connection the pool hands out re-reads the pages the last
+    /// batch wrote. It is dropped (and a new one opened) after a failure.
     async fn apply(
         &self,
-        connection: &mut Option<PoolConnection<sqlx::Any>>,
+        connection: &mut Option<WriterConnection>,
         batch: &[Write],
         rows: &RowSnapshot,
         keys: &mut SessionKeys,
+        pruning: &Pruning<'_>,
     ) -> Result<Applied, sqlx::Error> {
         let held = match connection {
             Some(held) => held,
-            None => connection.insert(self.pool.acquire().await?),
+            None => connection.insert(self.writer_connection().await?),
         };
-        let written = self.write_batch(held, batch, rows, keys).await;
+        let written = self.write_batch(held, batch, rows, keys, pruning).await;
         if written.is_err() {
             *connection = None;
         }
         written
+    }
+
+    /// A new connection for the writer: SQLite's own at a lower CPU
+    /// priority, PostgreSQL's from the pool (see [`connection`]).
+    async fn writer_connection(&self) -> Result<WriterConnection, sqlx::Error> {
+        match &self.writer_url {
+            Some(url) => Ok(WriterConnection::Own(
+                connection::open_lowered(url.to_string()).await?,
+            )),
+            None => Ok(WriterConnection::Pooled(self.pool.acquire().await?)),
+        }
     }
 
     /// [`Self::apply`] on `connection`.
@@ -904,6 +926,7 @@ impl Store {
         batch: &[Write],
         rows: &RowSnapshot,
         keys: &mut SessionKeys,
+        pruning: &Pruning<'_>,
     ) -> Result<Applied, sqlx::Error> {
         keys.begin();
         // SQLite: take the write lock at the start. A deferred `BEGIN`
@@ -914,27 +937,30 @@ impl Store {
             Backend::Sqlite => connection.begin_with("BEGIN IMMEDIATE").await?,
             Backend::Postgres => connection.begin().await?,
         };
+        // Events and entry rows are gathered and written a few statements
+        // per batch (each statement is a round trip to SQLite's thread):
+        // the two tables are independent, so only a removal orders them.
         let mut counts: Vec<(Arc<str>, Arc<str>, u64, i64)> = Vec::new();
         let mut events: Vec<&Write> = Vec::new();
+        let mut entries: Vec<&SessionRow> = Vec::new();
         let mut unstorable = 0;
         for write in batch {
-            if matches!(write, Write::Event { .. }) {
-                events.push(write);
-                continue;
-            }
-            self.insert_events(&mut tx, &mut events, &mut counts, keys, &mut unstorable)
-                .await?;
             match write {
+                Write::Event { .. } => events.push(write),
                 Write::Session {
                     agent,
                     session,
                     seq,
                 } => {
+                    // Only the newest change of an entry has its row.
                     if let Some(row) = row_of(rows, agent, session, *seq) {
-                        self.upsert(&mut tx, row).await?;
+                        entries.push(row);
                     }
                 }
                 Write::Remove { agent, session } => {
+                    self.insert_events(&mut tx, &mut events, &mut counts, keys, &mut unstorable)
+                        .await?;
+                    self.upsert(&mut tx, &mut entries).await?;
                     counts.retain(|(a, s, _, _)| !(a == agent && s == session));
                     keys.forget(&(agent.clone(), session.clone()));
                     self.delete_events(&mut tx, agent, session, None).await?;
@@ -950,34 +976,27 @@ impl Store {
                             .await?;
                     }
                 }
-                Write::Event { .. } | Write::Flush(_) | Write::Barrier(_) => {}
+                Write::Flush(_) | Write::Barrier(_) => {}
             }
         }
         self.insert_events(&mut tx, &mut events, &mut counts, keys, &mut unstorable)
             .await?;
-        let sql = self.sql(
-            "UPDATE sessions SET event_count = $1, updated_ns = $2 \
-             WHERE runtime_id = $3 AND agent = $4 AND session_id = $5 AND event_count < $1",
-        );
-        for (agent, session, count, updated) in &counts {
-            sqlx::query(&sql)
-                .bind(i64::try_from(*count).unwrap_or(i64::MAX))
-                .bind(*updated)
-                .bind(&*self.runtime_id)
-                .bind(&**agent)
-                .bind(&**session)
-                .execute(&mut *tx)
-                .await?;
+        self.upsert(&mut tx, &mut entries).await?;
+        self.raise_counts(&mut tx, &counts).await?;
+        // The prune rides the batch: one commit, on the writer's own
+        // connection (a commit may run SQLite's checkpoint, two fsyncs).
+        let mut pruned = Vec::new();
+        for (agent, session, count, _) in counts {
+            let key = (agent, session);
+            if let Some(below) = pruning.below(&key, count) {
+                self.delete_events(&mut tx, &key.0, &key.1, Some(below))
+                    .await?;
+                pruned.push((key, below));
+            }
         }
         tx.commit().await?;
         keys.committed();
-        Ok(Applied {
-            counts: counts
-                .into_iter()
-                .map(|(agent, session, count, _)| (agent, session, count))
-                .collect(),
-            unstorable,
-        })
+        Ok(Applied { pruned, unstorable })
     }
 
     /// The integer key of (`agent`, `session`)'s events: known to the
@@ -1097,7 +1116,14 @@ impl Store {
                 4,
             ),
         };
-        let mut sql = String::from(columns);
+        self.values_sql(columns, rows, per_row, " ON CONFLICT DO NOTHING")
+    }
+
+    /// `prefix`, then `rows` parenthesised lists of `per_row` parameters,
+    /// then `suffix` (which takes no parameters).
+    fn values_sql(&self, prefix: &str, rows: usize, per_row: usize, suffix: &str) -> String {
+        let mut sql = String::with_capacity(prefix.len() + suffix.len() + rows * per_row * 6);
+        sql.push_str(prefix);
         // SQLite: bare `?`s. A numbered parameter costs a linear scan
         // of the statement's parameter names at every bind (SQLite's
         // `sqlite3_bind_parameter_name`), quadratic in a 1280-parameter
@@ -1121,56 +1147,88 @@ impl Store {
             }
             sql.push(')');
         }
-        sql.push_str(" ON CONFLICT DO NOTHING");
+        sql.push_str(suffix);
         sql
     }
 
+    /// Writes the gathered entry rows (multi-row upserts, at most one row
+    /// per entry: the writer keeps only an entry's newest row).
     async fn upsert(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-        row: &SessionRow,
+        entries: &mut Vec<&SessionRow>,
     ) -> Result<(), sqlx::Error> {
-        let sql = self.sql(
-            "INSERT INTO sessions (runtime_id, agent, session_id, cwd, created_ns, updated_ns, \
-             end_reason, metadata, event_count, title, model, mode, models, first_prompt) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
-             ON CONFLICT (runtime_id, agent, session_id) DO UPDATE SET cwd = excluded.cwd, \
-             created_ns = excluded.created_ns, updated_ns = excluded.updated_ns, \
-             end_reason = excluded.end_reason, metadata = excluded.metadata, \
-             event_count = excluded.event_count, title = excluded.title, \
-             model = excluded.model, mode = excluded.mode, models = excluded.models, \
-             first_prompt = excluded.first_prompt",
-        );
-        sqlx::query(&sql)
-            .bind(&*self.runtime_id)
-            .bind(&*row.agent)
-            .bind(&*row.session_id)
-            .bind(row.cwd.as_deref().map(text))
-            .bind(row.created_ns)
-            .bind(row.updated_ns)
-            .bind(row.end_reason.map(end_reason_text))
-            .bind(serde_json::to_string(&row.metadata).unwrap_or_else(|_| "{}".into()))
-            .bind(i64::try_from(row.event_count).unwrap_or(i64::MAX))
-            .bind(row.title.as_deref().map(text))
-            .bind(row.model.as_deref().map(text))
-            .bind(row.mode.as_deref().map(text))
-            .bind(
-                row.models
-                    .as_ref()
-                    .and_then(|models| serde_json::to_string(models).ok()),
-            )
-            .bind(row.first_prompt.as_deref().map(text))
-            .execute(&mut **tx)
-            .await?;
+        for chunk in entries.chunks(ENTRIES_PER_STATEMENT) {
+            let sql = self.values_sql(
+                "INSERT INTO sessions (runtime_id, agent, session_id, cwd, created_ns, updated_ns, \
+                 end_reason, metadata, event_count, title, model, mode, models, first_prompt) VALUES ",
+                chunk.len(),
+                14,
+                " ON CONFLICT (runtime_id, agent, session_id) DO UPDATE SET cwd = excluded.cwd, \
+                 created_ns = excluded.created_ns, updated_ns = excluded.updated_ns, \
+                 end_reason = excluded.end_reason, metadata = excluded.metadata, \
+                 event_count = excluded.event_count, title = excluded.title, \
+                 model = excluded.model, mode = excluded.mode, models = excluded.models, \
+                 first_prompt = excluded.first_prompt",
+            );
+            let mut query = sqlx::query(&sql);
+            for row in chunk {
+                query = query
+                    .bind(&*self.runtime_id)
+                    .bind(&*row.agent)
+                    .bind(&*row.session_id)
+                    .bind(row.cwd.as_deref().map(text))
+                    .bind(row.created_ns)
+                    .bind(row.updated_ns)
+                    .bind(row.end_reason.map(end_reason_text))
+                    .bind(serde_json::to_string(&row.metadata).unwrap_or_else(|_| "{}".into()))
+                    .bind(i64::try_from(row.event_count).unwrap_or(i64::MAX))
+                    .bind(row.title.as_deref().map(text))
+                    .bind(row.model.as_deref().map(text))
+                    .bind(row.mode.as_deref().map(text))
+                    .bind(
+                        row.models
+                            .as_ref()
+                            .and_then(|models| serde_json::to_string(models).ok()),
+                    )
+                    .bind(row.first_prompt.as_deref().map(text));
+            }
+            query.execute(&mut **tx).await?;
+        }
+        entries.clear();
         Ok(())
     }
 
-    /// Deletes the events of a session below `offset` (the per-session
-    /// event cap, `--event-log-events`).
-    async fn prune(&self, agent: &str, session: &str, below: u64) -> Result<(), sqlx::Error> {
-        let mut connection = self.pool.acquire().await?;
-        self.delete_events(&mut connection, agent, session, Some(below))
-            .await
+    /// Raises each entry's `event_count` (and `updated_ns`) to what the
+    /// batch's events reached, never lowering it (`counts`: agent, session,
+    /// count, latest event time in ns); one statement per
+    /// [`ENTRIES_PER_STATEMENT`] entries.
+    async fn raise_counts(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        counts: &[(Arc<str>, Arc<str>, u64, i64)],
+    ) -> Result<(), sqlx::Error> {
+        for chunk in counts.chunks(ENTRIES_PER_STATEMENT) {
+            // `VALUES` columns are `column1`… in both SQLite and PostgreSQL.
+            let sql = self.values_sql(
+                "UPDATE sessions SET event_count = v.column4, updated_ns = v.column5 FROM (VALUES ",
+                chunk.len(),
+                5,
+                ") AS v WHERE sessions.runtime_id = v.column1 AND sessions.agent = v.column2 \
+                 AND sessions.session_id = v.column3 AND sessions.event_count < v.column4",
+            );
+            let mut query = sqlx::query(&sql);
+            for (agent, session, count, updated) in chunk {
+                query = query
+                    .bind(&*self.runtime_id)
+                    .bind(&**agent)
+                    .bind(&**session)
+                    .bind(i64::try_from(*count).unwrap_or(i64::MAX))
+                    .bind(*updated);
+            }
+            query.execute(&mut **tx).await?;
+        }
+        Ok(())
     }
 
     /// Deletes the events of (`agent`, `session`) at offsets below `below`
@@ -1322,25 +1380,16 @@ async fn open_lock(file: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, Stor
     .map_err(failed)
 }
 
-/// Per-connection settings. SQLite: WAL (readers never wait for the
-/// writer), `synchronous = NORMAL` (a power cut may lose the last commits,
-/// never corrupt the file; SQLite docs, "WAL mode"), and a busy timeout.
+/// Per-connection settings (see [`connection::prepare_sqlite`]; none for
+/// PostgreSQL).
 async fn prepare(
     connection: &mut sqlx::AnyConnection,
     backend: Backend,
 ) -> Result<(), sqlx::Error> {
-    if backend == Backend::Sqlite {
-        // The busy timeout first: switching to WAL takes a lock another
-        // process may hold for a moment.
-        for pragma in [
-            "PRAGMA busy_timeout = 5000",
-            "PRAGMA journal_mode = WAL",
-            "PRAGMA synchronous = NORMAL",
-        ] {
-            sqlx::query(pragma).execute(&mut *connection).await?;
-        }
+    match backend {
+        Backend::Sqlite => connection::prepare_sqlite(connection).await,
+        Backend::Postgres => Ok(()),
     }
-    Ok(())
 }
 
 /// Characters of a SQLite path escaped in its URL (`%`, `?`, `#`: the URL

@@ -177,3 +177,29 @@ impl Write {
         }
     }
 }
+
+/// Which sessions a batch prunes to keep each stored log within `cap`
+/// events: in steps of an eighth of the cap, so a busy session costs one
+/// `DELETE` per step ([`super::Store::apply`] runs them in the batch's
+/// transaction).
+#[derive(Debug)]
+pub(crate) struct Pruning<'a> {
+    /// Events a session keeps in the store (`--event-log-events`).
+    pub(crate) cap: u64,
+    /// The offset each session was last pruned below.
+    pub(crate) done: &'a HashMap<Key, u64>,
+}
+
+impl Pruning<'_> {
+    /// The offset to prune `key`'s events below, now that its log holds
+    /// `count` events; `None` while it is within the cap or within a step
+    /// of its last prune.
+    pub(crate) fn below(&self, key: &Key, count: u64) -> Option<u64> {
+        let step = (self.cap / 8).max(1);
+        let below = count.checked_sub(self.cap).filter(|below| *below > 0)?;
+        match self.done.get(key) {
+            Some(done) if below < done + step => None,
+            _ => Some(below),
+        }
+    }
+}

@@ -31,9 +31,10 @@
 //!   changed a thousand times while the store is down costs one row.
 
 use super::Store;
+use super::connection::WriterConnection;
 use super::file::Problem;
 use super::keys::SessionKeys;
-use super::rows::{EventRow, Key, RowSnapshot, SessionRow, Write};
+use super::rows::{EventRow, Key, Pruning, RowSnapshot, SessionRow, Write};
 use super::share::Share;
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use crate::metrics;
@@ -510,9 +511,15 @@ async fn run(
                     None => return,
                 },
                 () = tokio::time::sleep(FILE_CHECK_INTERVAL) => {
-                    // Idle: back to the pool, which tests a connection
-                    // before handing it out (one a server closed is replaced).
-                    connection = None;
+                    // Idle: PostgreSQL's back to the pool, which tests a
+                    // connection before handing it out (one a server closed
+                    // is replaced); SQLite's own is kept.
+                    if connection
+                        .as_ref()
+                        .is_some_and(WriterConnection::released_when_idle)
+                    {
+                        connection = None;
+                    }
                     file_ready(&store, &persist);
                     continue;
                 }
@@ -541,7 +548,16 @@ async fn run(
         let started = Instant::now();
         let outcome = tokio::time::timeout(
             WRITE_TIMEOUT,
-            store.apply(&mut connection, batch, &rows, &mut keys),
+            store.apply(
+                &mut connection,
+                batch,
+                &rows,
+                &mut keys,
+                &Pruning {
+                    cap: event_cap,
+                    done: &pruned,
+                },
+            ),
         )
         .await;
         persist
@@ -572,7 +588,7 @@ async fn run(
                     tracing::info!(store = store.describe(), "session store is writable again");
                 }
                 retry = RETRY_FIRST;
-                prune(&store, applied.counts, &mut pruned, event_cap).await;
+                pruned.extend(applied.pruned);
                 continue;
             }
             Ok(Err(error)) => error,
@@ -779,36 +795,6 @@ fn shed(queue: &mut VecDeque<Write>, persist: &Persist) {
             }
         } else {
             index += 1;
-        }
-    }
-}
-
-/// Keeps each session's stored log within `event_cap`, pruning in steps of
-/// an eighth of the cap so a busy session costs one `DELETE` per step.
-async fn prune(
-    store: &Store,
-    counts: Vec<(Arc<str>, Arc<str>, u64)>,
-    pruned: &mut HashMap<(Arc<str>, Arc<str>), u64>,
-    event_cap: u64,
-) {
-    let step = (event_cap / 8).max(1);
-    for (agent, session, count) in counts {
-        if count <= event_cap {
-            continue;
-        }
-        let below = count - event_cap;
-        let key = (agent, session);
-        if pruned.get(&key).is_some_and(|done| below < done + step) {
-            continue;
-        }
-        // Bounded like a batch: a prune waiting on a lock must not hold
-        // the writer (and the readers waiting on it) for ever.
-        match tokio::time::timeout(WRITE_TIMEOUT, store.prune(&key.0, &key.1, below)).await {
-            Ok(Ok(())) => {
-                pruned.insert(key, below);
-            }
-            Ok(Err(error)) => tracing::debug!(%error, "pruning a session's stored events failed"),
-            Err(_) => tracing::debug!("pruning a session's stored events timed out"),
         }
     }
 }

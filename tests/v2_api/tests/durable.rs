@@ -44,16 +44,43 @@ impl Backend {
 
     /// Starts a server on `data_dir` with this store and `runtime_id`.
     async fn start(&self, data_dir: &Path, runtime_id: Option<&str>) -> TestServer {
+        match runtime_id {
+            Some(id) => self.start_with(data_dir, &["--runtime-id", id]).await,
+            None => self.start_with(data_dir, &[]).await,
+        }
+    }
+
+    /// Starts a server on `data_dir` with this store and `extra` arguments.
+    async fn start_with(&self, data_dir: &Path, extra: &[&str]) -> TestServer {
         let data_dir = data_dir.to_str().expect("UTF-8 temp dir").to_owned();
         let mut args = vec!["--data-dir".to_owned(), data_dir];
         if let Some(store) = &self.store {
             args.extend(["--store".to_owned(), store.clone()]);
         }
-        if let Some(id) = runtime_id {
-            args.extend(["--runtime-id".to_owned(), id.to_owned()]);
-        }
+        args.extend(extra.iter().map(|arg| (*arg).to_owned()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         TestServer::start(&args).await
+    }
+
+    /// The stored events' count and lowest and highest offsets, read from
+    /// the database itself (no server running on it).
+    async fn stored_offsets(&self, data_dir: &Path) -> (i64, i64, i64) {
+        sqlx::any::install_default_drivers();
+        let url = match &self.store {
+            Some(url) => url.clone(),
+            None => format!(
+                "sqlite://{}?mode=ro",
+                data_dir.join("sessions.db").display()
+            ),
+        };
+        let pool = sqlx::AnyPool::connect(&url).await.expect("open the store");
+        let row: (i64, i64, i64) =
+            sqlx::query_as("SELECT COUNT(*), MIN(event_offset), MAX(event_offset) FROM events")
+                .fetch_one(&pool)
+                .await
+                .expect("read the events table");
+        pool.close().await;
+        row
     }
 }
 
@@ -82,6 +109,7 @@ on_both_backends!(
     a_store_at_schema_version_1_is_migrated_at_start,
     a_store_at_schema_version_3_keeps_every_session_and_event,
     a_store_at_schema_version_4_keeps_every_session_and_event,
+    a_session_past_its_event_cap_keeps_its_newest_events_stored,
 );
 
 async fn new_session_with_metadata(server: &TestServer, conn: &str, title: &str) -> String {
@@ -328,6 +356,43 @@ async fn sigterm_loses_nothing_and_live_sessions_come_back_dormant(backend: Back
     assert!(
         after["_meta"]["sandboxagent.dev"].get("dormant").is_none(),
         "{after}"
+    );
+}
+
+/// A session past `--event-log-events` keeps its newest events in the
+/// store, one run of offsets ending at its last: the writer prunes in each
+/// batch's transaction, in steps of an eighth of the cap, so the store
+/// holds between the cap and the cap plus a step (research/contract.md,
+/// "What is stored").
+async fn a_session_past_its_event_cap_keeps_its_newest_events_stored(backend: Backend) {
+    const CAP: i64 = 800;
+    let data = TempDir::new("cap");
+    let mut server = backend
+        .start_with(data.path(), &["--event-log-events", "800"])
+        .await;
+    let conn = server.initialize(MOCK).await;
+    let session = server.new_session(&conn).await;
+    let answer = server
+        .prompt(&conn, &session, json!(2), "!emit 5000 16")
+        .await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let count = entry(&server, &session).await["_meta"]["sandboxagent.dev"]["eventCount"]
+        .as_i64()
+        .expect("an event count");
+    assert!(count > 5000, "every update is an event: {count}");
+    server.send_sigterm();
+    server
+        .wait_exit(TIMEOUT)
+        .await
+        .expect("SIGTERM ends the server");
+    drop(server);
+
+    let (rows, first, last) = backend.stored_offsets(data.path()).await;
+    assert_eq!(last, count - 1, "the newest event is stored");
+    assert_eq!(rows, last - first + 1, "one run of offsets, no hole");
+    assert!(
+        (count - CAP - CAP / 8 < first) && (first <= count - CAP),
+        "{rows} events stored from offset {first} of {count}: the cap ({CAP}) plus less than a step"
     );
 }
 
@@ -849,6 +914,51 @@ async fn run_server_expecting_exit(args: &[&str]) -> (std::process::ExitStatus, 
     v2_api_tests::server::start_up_outcome(args, TIMEOUT)
         .await
         .expect("the server exits at once")
+}
+
+/// SQLite's writer runs on a thread of its own, 10 nice steps below the
+/// server's; the pool's threads (reads) keep the server's priority
+/// (research/contract.md, "Writes leave the request path").
+#[tokio::test]
+async fn the_sqlite_writer_thread_runs_ten_nice_steps_lower() {
+    let data = TempDir::new("nice");
+    let server = Backend::sqlite().start(data.path(), None).await;
+    let conn = server.initialize(MOCK).await;
+    let session = server.new_session(&conn).await;
+    // An answer waits for its commit: the writer's connection is open.
+    let answer = server.prompt(&conn, &session, json!(2), "hello").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", server.pid()));
+    let nice_of = |task: &Path| -> Option<(String, i64)> {
+        let comm = std::fs::read_to_string(task.join("comm")).ok()?;
+        let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+        // Fields after the parenthesised name: state is field 3, nice 19.
+        let after = stat.rsplit_once(") ")?.1;
+        let nice = after.split(' ').nth(16)?.parse().ok()?;
+        Some((comm.trim().to_owned(), nice))
+    };
+    let threads: Vec<(String, i64)> = std::fs::read_dir(&tasks)
+        .expect("the server's threads")
+        .filter_map(|task| nice_of(&task.ok()?.path()))
+        .collect();
+    let server_nice = nice_of(Path::new(&format!("/proc/{}", server.pid())))
+        .expect("the server's nice value")
+        .1;
+    let sqlite: Vec<i64> = threads
+        .iter()
+        .filter(|(name, _)| name.starts_with("sqlx-sqlite"))
+        .map(|(_, nice)| *nice)
+        .collect();
+    let lowered = (server_nice + 10).min(19);
+    assert_eq!(
+        sqlite.iter().filter(|nice| **nice == lowered).count(),
+        1,
+        "one SQLite thread (the writer's) at {lowered}: {threads:?}"
+    );
+    assert!(
+        sqlite.iter().filter(|nice| **nice == server_nice).count() >= 1,
+        "the pool's SQLite threads at the server's {server_nice}: {threads:?}"
+    );
 }
 
 #[tokio::test]
