@@ -5,7 +5,8 @@
 //!    with the default SQLite store, each in a private data dir: an SSE
 //!    stream of M updates (every update is an event-log row) and 16
 //!    connections each prompting its own session back to back (requests,
-//!    updates and answers are all rows).
+//!    updates and answers are all rows), once the store has written the
+//!    stream's backlog.
 //! 2. Seeding through the real server: 10,000 sessions with 100 updates
 //!    each (about a million events) plus one long session, then SIGTERM.
 //! 3. Start-up on that store: process start to the first `/v2/health` 200
@@ -65,6 +66,9 @@ async fn run(options: &BenchOptions, root: &Path) -> Result<Vec<ScenarioResult>,
         std::fs::create_dir_all(dir)?;
         let target = start(options, dir, &store).await?;
         results.push(stream(&target, options, label).await?);
+        // The prompts measure their own writes: the burst's backlog is
+        // written first (each answer waits for every earlier commit).
+        super::inventory::caught_up(&target).await?;
         results.push(prompts(&target, options, label).await?);
         target.stop().await;
     }
