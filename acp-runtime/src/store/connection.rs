@@ -24,17 +24,19 @@ pub(crate) const WRITER_NICE: i32 = 10;
 /// The connection [`super::Store::apply`] writes batches on.
 #[derive(Debug)]
 pub(crate) enum WriterConnection {
-    /// SQLite: opened by [`open_lowered`], kept until a write fails or the
-    /// server stops.
+    /// SQLite: opened by [`open_lowered`] at start, kept until a batch
+    /// times out or the server stops.
     Own(AnyConnection),
-    /// PostgreSQL: taken from the pool, given back while idle.
+    /// PostgreSQL (or a SQLite file deleted or replaced since the start):
+    /// taken from the pool, given back while idle.
     Pooled(PoolConnection<sqlx::Any>),
 }
 
 impl WriterConnection {
-    /// Whether the writer gives it back while idle (the pool tests a
-    /// connection before handing it out; one a server closed is replaced).
-    pub(crate) fn released_when_idle(&self) -> bool {
+    /// Whether it is the pool's: given back while idle (the pool tests a
+    /// connection before handing it out; one a server closed is replaced)
+    /// and after a failed batch.
+    pub(crate) fn is_pooled(&self) -> bool {
         matches!(self, Self::Pooled(_))
     }
 }

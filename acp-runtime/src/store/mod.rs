@@ -249,6 +249,9 @@ pub struct Store {
     /// The URL the SQLite writer opens its own connection with (`None`
     /// for PostgreSQL, whose writer takes one from the pool).
     writer_url: Option<Arc<str>>,
+    /// SQLite: the writer's connection, opened with the pool at start (on
+    /// the file as found then) and taken by the writer on its first batch.
+    writer_first: Arc<parking_lot::Mutex<Option<sqlx::AnyConnection>>>,
 }
 
 /// The embedded migrations of one backend (`acp-runtime/migrations/<backend>/`).
@@ -502,7 +505,16 @@ impl Store {
             pool_connect = connect.replace("mode=rwc", "mode=rw");
         }
         let pool = options.connect(&pool_connect).await.map_err(open_error)?;
-        let writer_url = (backend == Backend::Sqlite).then(|| Arc::from(pool_connect.as_str()));
+        let writer_url: Option<Arc<str>> =
+            (backend == Backend::Sqlite).then(|| Arc::from(pool_connect.as_str()));
+        let writer_first = match &writer_url {
+            Some(url) => Some(
+                connection::open_lowered(url.to_string())
+                    .await
+                    .map_err(open_error)?,
+            ),
+            None => None,
+        };
         if backend == Backend::Sqlite {
             // `min_connections` is reached in the background; hold them all
             // at once so each is open before the server serves.
@@ -546,6 +558,7 @@ impl Store {
             file,
             tls,
             writer_url,
+            writer_first: Arc::new(parking_lot::Mutex::new(writer_first)),
         }))
     }
 
@@ -902,20 +915,29 @@ impl Store {
             None => connection.insert(self.writer_connection().await?),
         };
         let written = self.write_batch(held, batch, rows, keys, pruning).await;
-        if written.is_err() {
+        // A pool connection goes back after a failure (a new one next
+        // time); SQLite's own stays: it is on the file opened at start,
+        // and its failed transaction is rolled back before its next use.
+        if written.is_err() && held.is_pooled() {
             *connection = None;
         }
         written
     }
 
-    /// A new connection for the writer: SQLite's own at a lower CPU
-    /// priority, PostgreSQL's from the pool (see [`connection`]).
+    /// A connection for the writer: SQLite's own at a lower CPU priority
+    /// (the one opened at start, else a new one while the file is the one
+    /// opened then), else one from the pool (PostgreSQL, or a SQLite file
+    /// deleted or replaced: the pool's connections hold the file opened at
+    /// start, and a new one would open another); see [`connection`].
     async fn writer_connection(&self) -> Result<WriterConnection, sqlx::Error> {
+        if let Some(first) = self.writer_first.lock().take() {
+            return Ok(WriterConnection::Own(first));
+        }
         match &self.writer_url {
-            Some(url) => Ok(WriterConnection::Own(
+            Some(url) if self.check_file().is_ok() => Ok(WriterConnection::Own(
                 connection::open_lowered(url.to_string()).await?,
             )),
-            None => Ok(WriterConnection::Pooled(self.pool.acquire().await?)),
+            _ => Ok(WriterConnection::Pooled(self.pool.acquire().await?)),
         }
     }
 
@@ -1296,7 +1318,8 @@ impl Store {
         i64::try_from(offset).unwrap_or(i64::MAX)
     }
 
-    /// Closes the pool (waits for connections in use to come back). A
+    /// Closes the pool (waits for connections in use to come back; the
+    /// SQLite writer closes its own once the queue is empty at shutdown). A
     /// SQLite file deleted or replaced while open is first copied, whole, to
     /// `<file>.recovered-<ms since the epoch>` (logged), since its content
     /// is gone with the last connection.

@@ -178,6 +178,9 @@ impl Write {
     }
 }
 
+/// Most offsets one batch prunes of one session.
+const PRUNE_MOST: u64 = 65_536;
+
 /// Which sessions a batch prunes to keep each stored log within `cap`
 /// events: in steps of an eighth of the cap, so a busy session costs one
 /// `DELETE` per step ([`super::Store::apply`] runs them in the batch's
@@ -197,9 +200,62 @@ impl Pruning<'_> {
     pub(crate) fn below(&self, key: &Key, count: u64) -> Option<u64> {
         let step = (self.cap / 8).max(1);
         let below = count.checked_sub(self.cap).filter(|below| *below > 0)?;
-        match self.done.get(key) {
-            Some(done) if below < done + step => None,
-            _ => Some(below),
+        let done = self.done.get(key).copied();
+        if done.is_some_and(|done| below < done + step) {
+            return None;
         }
+        // At most PRUNE_MOST offsets past the last prune (from 0 after a
+        // restart), so one batch never deletes a whole log's excess (a
+        // cap lowered across a restart) and outlasts its timeout.
+        Some(below.min(done.unwrap_or(0).saturating_add(PRUNE_MOST)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> Key {
+        (Arc::from("mock"), Arc::from("s1"))
+    }
+
+    #[test]
+    fn a_session_is_pruned_past_its_cap_in_steps_of_an_eighth() {
+        let mut done = HashMap::new();
+        let pruning = Pruning {
+            cap: 800,
+            done: &done,
+        };
+        assert_eq!(pruning.below(&key(), 800), None, "within the cap");
+        assert_eq!(pruning.below(&key(), 801), Some(1));
+        done.insert(key(), 1);
+        let pruning = Pruning {
+            cap: 800,
+            done: &done,
+        };
+        assert_eq!(pruning.below(&key(), 900), None, "within a step (100)");
+        assert_eq!(pruning.below(&key(), 901), Some(101));
+    }
+
+    #[test]
+    fn one_batch_prunes_at_most_prune_most_offsets_of_a_session() {
+        let mut done = HashMap::new();
+        let pruning = Pruning {
+            cap: 1000,
+            done: &done,
+        };
+        // A restart (nothing pruned yet) with a log far past its cap.
+        assert_eq!(pruning.below(&key(), 10_000_000), Some(PRUNE_MOST));
+        done.insert(key(), PRUNE_MOST);
+        let pruning = Pruning {
+            cap: 1000,
+            done: &done,
+        };
+        assert_eq!(pruning.below(&key(), 10_000_000), Some(2 * PRUNE_MOST));
+        assert_eq!(
+            pruning.below(&key(), PRUNE_MOST + 1100),
+            None,
+            "within a step"
+        );
     }
 }

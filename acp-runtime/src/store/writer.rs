@@ -149,7 +149,7 @@ pub(crate) struct Persist {
     /// (retention asks again every pass until the store has it).
     removing: Mutex<std::collections::HashSet<Key>>,
     /// Batches written so far: a paused reader that sees none for
-    /// [`WRITE_TIMEOUT`] stops waiting (a writer stuck outside a batch).
+    /// [`WRITE_TIMEOUT`] stops waiting (a writer stuck).
     batches: AtomicU64,
     pauses: AtomicU64,
     paused_ns: AtomicU64,
@@ -318,8 +318,8 @@ impl Persist {
             if share.may_resume() || self.is_degraded() {
                 break;
             }
-            // A writer that commits nothing for WRITE_TIMEOUT is stuck
-            // outside a batch (a prune waiting on a lock): go on, as for a
+            // A writer that commits nothing for WRITE_TIMEOUT is stuck (a
+            // batch that never ends without failing): go on, as for a
             // degraded store.
             let batches = self.batches.load(Ordering::Relaxed);
             if batches != progress.0 {
@@ -502,8 +502,14 @@ async fn run(
     loop {
         if queue.is_empty() {
             if persist.is_shutting_down() {
-                // `Store::close` waits for every connection to come back.
-                connection = None;
+                // `Store::close` waits for the pool's connections to come
+                // back; SQLite's own is closed here.
+                match connection.take() {
+                    Some(WriterConnection::Own(own)) => {
+                        let _ = sqlx::Connection::close(own).await;
+                    }
+                    Some(WriterConnection::Pooled(_)) | None => {}
+                }
             }
             tokio::select! {
                 write = rx.recv() => match write {
@@ -516,7 +522,7 @@ async fn run(
                     // is replaced); SQLite's own is kept.
                     if connection
                         .as_ref()
-                        .is_some_and(WriterConnection::released_when_idle)
+                        .is_some_and(WriterConnection::is_pooled)
                     {
                         connection = None;
                     }

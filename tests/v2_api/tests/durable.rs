@@ -950,6 +950,10 @@ async fn the_sqlite_writer_thread_runs_ten_nice_steps_lower() {
         .map(|(_, nice)| *nice)
         .collect();
     let lowered = (server_nice + 10).min(19);
+    if lowered == server_nice {
+        eprintln!("the server runs at nice {server_nice}: nothing lower to check");
+        return;
+    }
     assert_eq!(
         sqlite.iter().filter(|nice| **nice == lowered).count(),
         1,
