@@ -32,7 +32,7 @@ use tokio_util::task::TaskTracker;
 
 use super::MockAgentArgs;
 use super::handlers::{SetModelRequest, SetModelResponse};
-use super::state_dir::StateDir;
+use super::state_dir::{Encoded, StateDir};
 use super::stdio::Stdout;
 
 /// `agentInfo.name` in the `initialize` result.
@@ -147,7 +147,7 @@ impl MockAgent {
             turns: TaskTracker::new(),
             require_auth: args.require_auth.clone(),
             authenticated: AtomicBool::new(false),
-            state: args.state_dir.clone().map(|dir| StateDir { dir }),
+            state: args.state_dir.clone().map(StateDir::new),
         }
     }
 
@@ -346,11 +346,12 @@ impl MockAgent {
         cx: &ConnectionTo<Client>,
     ) -> Result<SetSessionModeResponse, Error> {
         let mode = known_id(&MODES, &request.mode_id.0, "mode")?;
-        self.with_session(&request.session_id, |session| {
+        let saved = self.with_session(&request.session_id, |session| {
             session.mode = SessionModeId::new(mode);
             session.updated_at = SystemTime::now();
-            self.save(&request.session_id, session);
+            self.save(&request.session_id, session)
         })?;
+        self.write_saved(saved);
         let update = CurrentModeUpdate::new(SessionModeId::new(mode));
         notify(
             cx,
@@ -388,12 +389,13 @@ impl MockAgent {
         model: &SessionConfigValueId,
     ) -> Result<SessionState, Error> {
         let model = known_id(&MODELS, &model.0, "model")?;
-        self.with_session(session_id, |session| {
+        let (state, saved) = self.with_session(session_id, |session| {
             session.model = SessionConfigValueId::new(model);
             session.updated_at = SystemTime::now();
-            self.save(session_id, session);
-            session.state()
-        })
+            (session.state(), self.save(session_id, session))
+        })?;
+        self.write_saved(saved);
+        Ok(state)
     }
 
     /// Stores a session under a new id (`mock-<uuid>`, or the fixed
@@ -406,8 +408,10 @@ impl MockAgent {
         let mut sessions = self.sessions.lock();
         sessions.created += 1;
         session.created = sessions.created;
-        self.save(&session_id, &session);
+        let saved = self.save(&session_id, &session);
         sessions.by_id.insert(session_id.clone(), session);
+        drop(sessions);
+        self.write_saved(saved);
         session_id
     }
 
@@ -445,14 +449,40 @@ impl MockAgent {
         Ok(())
     }
 
-    /// Writes a session to `--state-dir`, if set, after each change of it
-    /// (called with the session map locked, so writes of one session land
-    /// in order). A failure is reported on stderr; the session goes on in
-    /// memory.
-    pub(super) fn save(&self, id: &SessionId, session: &Session) {
-        if let Some(state) = &self.state
-            && let Err(error) = state.save(id, session)
-        {
+    /// Encodes a session for `--state-dir`, if set, after each change of
+    /// it; called with the session map locked (see [`StateDir`]), and
+    /// written by [`Self::write_saved`] once it is released. A failure is
+    /// reported on stderr; the session goes on in memory.
+    pub(super) fn save(&self, id: &SessionId, session: &Session) -> Option<Encoded> {
+        let state = self.state.as_ref()?;
+        state
+            .encode(id, session)
+            .map_err(|error| self.report_save_error(id, &error))
+            .ok()
+    }
+
+    /// Writes what [`Self::save`] encoded (with the session map unlocked).
+    pub(super) fn write_saved(&self, encoded: Option<Encoded>) {
+        let (Some(state), Some(encoded)) = (&self.state, encoded) else {
+            return;
+        };
+        let id = encoded.id().clone();
+        if let Err(error) = state.write(encoded) {
+            self.report_save_error(&id, &error);
+        }
+    }
+
+    /// [`Self::write_saved`] on a blocking thread, awaited.
+    pub(super) async fn write_saved_off_thread(self: &Arc<Self>, encoded: Option<Encoded>) {
+        if encoded.is_none() {
+            return;
+        }
+        let agent = Arc::clone(self);
+        let _ = tokio::task::spawn_blocking(move || agent.write_saved(encoded)).await;
+    }
+
+    fn report_save_error(&self, id: &SessionId, error: &std::io::Error) {
+        if let Some(state) = &self.state {
             eprintln!(
                 "mock agent: cannot save session {:?} to {}: {error}",
                 id.0,

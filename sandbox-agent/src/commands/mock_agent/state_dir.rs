@@ -2,9 +2,14 @@
 //! in a later process (after a runtime restart) finds it.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
 
 use agent_client_protocol::v1::schema::{SessionConfigValueId, SessionId, SessionModeId};
 use serde::{Deserialize, Serialize};
@@ -16,8 +21,33 @@ use super::agent::{Message, Session};
 /// (a name safe for any session id), holding a [`SavedSession`]. Each write
 /// goes to a temp file first and is renamed over the old one, so a process
 /// killed mid-write leaves the previous version whole.
+///
+/// A save is encoded while the session map is locked ([`Self::encode`])
+/// and written once it is released ([`Self::write`]): sessions save side
+/// by side, and a session's saves land in the order they were encoded (an
+/// older one that comes second is skipped). Under one lock, a file write
+/// and rename per turn start and end held every other session's turn.
 pub(super) struct StateDir {
     pub(super) dir: PathBuf,
+    /// Numbers the encoded saves, in the order of the changes they hold.
+    next: AtomicU64,
+    /// Per session, the number of the newest save written (its lock is held
+    /// while a save of that session is written).
+    written: Mutex<HashMap<SessionId, Arc<Mutex<u64>>>>,
+}
+
+/// A session's state file contents, numbered ([`StateDir::encode`]).
+pub(super) struct Encoded {
+    id: SessionId,
+    number: u64,
+    bytes: Vec<u8>,
+}
+
+impl Encoded {
+    /// The session it holds.
+    pub(super) fn id(&self) -> &SessionId {
+        &self.id
+    }
 }
 
 /// A session as kept in its state file (`Cow`, so saving borrows the
@@ -44,7 +74,17 @@ impl StateDir {
         self.dir.join(format!("{hex}.json"))
     }
 
-    pub(super) fn save(&self, id: &SessionId, session: &Session) -> io::Result<()> {
+    pub(super) fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            next: AtomicU64::new(1),
+            written: Mutex::default(),
+        }
+    }
+
+    /// Encodes session `id` for [`Self::write`]; called with the session
+    /// map locked, so numbers follow the order of the changes.
+    pub(super) fn encode(&self, id: &SessionId, session: &Session) -> io::Result<Encoded> {
         let saved = SavedSession {
             session_id: Cow::Borrowed(id),
             cwd: Cow::Borrowed(&session.cwd),
@@ -59,13 +99,31 @@ impl StateDir {
             history: Cow::Borrowed(&session.history),
         };
         let bytes = serde_json::to_vec(&saved).map_err(io::Error::other)?;
-        let path = self.path(id);
+        Ok(Encoded {
+            id: id.clone(),
+            number: self.next.fetch_add(1, Ordering::Relaxed),
+            bytes,
+        })
+    }
+
+    /// Writes an encoded save unless a newer one of the session is
+    /// already written.
+    pub(super) fn write(&self, encoded: Encoded) -> io::Result<()> {
+        let Encoded { id, number, bytes } = encoded;
+        let newest = Arc::clone(self.written.lock().entry(id.clone()).or_default());
+        let mut newest = newest.lock();
+        if *newest > number {
+            return Ok(());
+        }
+        let path = self.path(&id);
         let mut temp = path.clone().into_os_string();
         temp.push(format!(".{}.tmp", std::process::id()));
         let temp = PathBuf::from(temp);
         let written = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, &path));
         if written.is_err() {
             let _ = std::fs::remove_file(&temp);
+        } else {
+            *newest = number;
         }
         written
     }

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::agent::{Message, MockAgent, RunningTurn, Speaker, notify, session_not_found};
 use super::behaviour::{Behaviour, prompt_text};
+use super::state_dir::Encoded;
 
 /// The variable whose value `!fail` writes to stderr: a secret the
 /// runtime masks in the error (research/contract.md, "Agent errors: stderr
@@ -75,7 +76,7 @@ impl MockAgent {
                 .and_then(|value| value.as_str())
                 .map(str::to_owned);
         }
-        let running = match self.begin_turn(&request.session_id, &text) {
+        let (running, begun) = match self.begin_turn(&request.session_id, &text) {
             Ok(running) => running,
             Err(error) => return responder.respond_with_error(error),
         };
@@ -94,6 +95,10 @@ impl MockAgent {
         };
         let request_cancelled = responder.cancellation();
         let task = self.turns.track_future(async move {
+            // The state file is written off the connection's thread (a
+            // rename over a file can wait on the disk), before the turn
+            // plays and before it is answered, as if inline.
+            turn.agent.write_saved_off_thread(begun).await;
             let result = tokio::select! {
                 biased;
                 () = running.cancel.cancelled() => Ok(StopReason::Cancelled),
@@ -101,7 +106,8 @@ impl MockAgent {
                 () = request_cancelled.cancelled() => Ok(StopReason::Cancelled),
                 result = turn.play(behaviour, &text) => result,
             };
-            turn.agent.end_turn(&turn.session_id, running.id);
+            let ended = turn.agent.end_turn(&turn.session_id, running.id);
+            turn.agent.write_saved_off_thread(ended).await;
             // Fails only when the connection is gone.
             responder.respond_with_result(
                 result.map(|stop_reason| PromptResponse::new(stop_reason).usage(usage)),
@@ -110,8 +116,13 @@ impl MockAgent {
         cx.spawn(task)
     }
 
-    /// Marks a turn as running in the session and records the user's message.
-    fn begin_turn(&self, session_id: &SessionId, text: &str) -> Result<RunningTurn, Error> {
+    /// Marks a turn as running in the session and records the user's
+    /// message; returns the turn and the session's save to write.
+    fn begin_turn(
+        &self,
+        session_id: &SessionId,
+        text: &str,
+    ) -> Result<(RunningTurn, Option<Encoded>), Error> {
         let mut sessions = self.sessions.lock();
         sessions.turns_started += 1;
         let id = sessions.turns_started;
@@ -134,21 +145,24 @@ impl MockAgent {
             from: Speaker::User,
             text: text.to_owned(),
         });
-        self.save(session_id, session);
-        Ok(running)
+        let saved = self.save(session_id, session);
+        Ok((running, saved))
     }
 
-    /// Marks the turn as over and saves the session with the agent's reply
-    /// (the reply's chunks are not saved one by one: `!emit` sends 100,000).
-    fn end_turn(&self, session_id: &SessionId, turn_id: u64) {
+    /// Marks the turn as over; returns the session's save to write, with
+    /// the agent's reply (the reply's chunks are not saved one by one:
+    /// `!emit` sends 100,000).
+    fn end_turn(&self, session_id: &SessionId, turn_id: u64) -> Option<Encoded> {
         let mut sessions = self.sessions.lock();
+        let mut saved = None;
         if let Some(session) = sessions.by_id.get_mut(session_id)
             && session.turn.as_ref().is_some_and(|turn| turn.id == turn_id)
         {
             session.turn = None;
             session.updated_at = SystemTime::now();
-            self.save(session_id, session);
+            saved = self.save(session_id, session);
         }
+        saved
     }
 
     /// `session/cancel`: ends the session's running turn, if any, with stop
