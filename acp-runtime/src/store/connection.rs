@@ -84,7 +84,7 @@ pub(super) async fn prepare_sqlite(connection: &mut AnyConnection) -> Result<(),
 /// by [`WRITER_NICE`] first, with [`prepare_sqlite`]'s settings; the
 /// thread sqlx spawns for the connection inherits the lowered priority.
 /// A nice value that cannot be raised (a seccomp filter, say) is logged
-/// once at debug and the connection opens at the normal priority.
+/// at debug and the connection opens at the normal priority.
 ///
 /// # Errors
 /// The open's or the settings' error; [`sqlx::Error::Io`] when the opening

@@ -897,11 +897,12 @@ impl Store {
     /// `keys` holds the sessions' integer keys the writer knows; the ones
     /// this batch makes are known once it commits.
     ///
-    /// `connection` is the writer's own connection, opened on first use
-    /// and kept (see [`connection`]): SQLite's page cache is per connection
+    /// `connection` is the writer's own connection, taken on first use and
+    /// kept (see [`connection`]): SQLite's page cache is per connection
     /// and is dropped when another connection has written, so a batch on
     /// whichever connection the pool hands out re-reads the pages the last
-    /// batch wrote. It is dropped (and a new one opened) after a failure.
+    /// batch wrote. A pool connection is given back after a failure;
+    /// SQLite's own is kept (the writer drops it when a batch times out).
     async fn apply(
         &self,
         connection: &mut Option<WriterConnection>,
