@@ -215,45 +215,32 @@ impl Pruning<'_> {
 mod tests {
     use super::*;
 
-    fn key() -> Key {
-        (Arc::from("mock"), Arc::from("s1"))
+    /// [`Pruning::below`] for one session with `cap`, last pruned below
+    /// `done` (`None`: never), at `count` events.
+    fn below(cap: u64, done: Option<u64>, count: u64) -> Option<u64> {
+        let key: Key = (Arc::from("mock"), Arc::from("s1"));
+        let done: HashMap<Key, u64> = done.map(|d| (key.clone(), d)).into_iter().collect();
+        Pruning { cap, done: &done }.below(&key, count)
     }
 
     #[test]
     fn a_session_is_pruned_past_its_cap_in_steps_of_an_eighth() {
-        let mut done = HashMap::new();
-        let pruning = Pruning {
-            cap: 800,
-            done: &done,
-        };
-        assert_eq!(pruning.below(&key(), 800), None, "within the cap");
-        assert_eq!(pruning.below(&key(), 801), Some(1));
-        done.insert(key(), 1);
-        let pruning = Pruning {
-            cap: 800,
-            done: &done,
-        };
-        assert_eq!(pruning.below(&key(), 900), None, "within a step (100)");
-        assert_eq!(pruning.below(&key(), 901), Some(101));
+        assert_eq!(below(800, None, 800), None, "within the cap");
+        assert_eq!(below(800, None, 801), Some(1));
+        assert_eq!(below(800, Some(1), 900), None, "within a step (100)");
+        assert_eq!(below(800, Some(1), 901), Some(101));
     }
 
     #[test]
     fn one_batch_prunes_at_most_prune_most_offsets_of_a_session() {
-        let mut done = HashMap::new();
-        let pruning = Pruning {
-            cap: 1000,
-            done: &done,
-        };
         // A restart (nothing pruned yet) with a log far past its cap.
-        assert_eq!(pruning.below(&key(), 10_000_000), Some(PRUNE_MOST));
-        done.insert(key(), PRUNE_MOST);
-        let pruning = Pruning {
-            cap: 1000,
-            done: &done,
-        };
-        assert_eq!(pruning.below(&key(), 10_000_000), Some(2 * PRUNE_MOST));
+        assert_eq!(below(1000, None, 10_000_000), Some(PRUNE_MOST));
         assert_eq!(
-            pruning.below(&key(), PRUNE_MOST + 1100),
+            below(1000, Some(PRUNE_MOST), 10_000_000),
+            Some(2 * PRUNE_MOST)
+        );
+        assert_eq!(
+            below(1000, Some(PRUNE_MOST), PRUNE_MOST + 1100),
             None,
             "within a step"
         );
