@@ -290,10 +290,11 @@ pub enum EnvelopeError {
     /// surrogate escape, or nesting deeper than [`MAX_DEPTH`].
     #[error("{0}")]
     Undecodable(String),
-    /// `params` names one member twice (after unescaping): the runtime and
-    /// the agent could read different values (the runtime the first
-    /// `sessionId`, the agent the last), so the message is refused.
-    #[error("\"params\" has the member {0:?} more than once")]
+    /// An object of the message, at any depth, names one member twice
+    /// (after unescaping): the runtime and the agent could read different
+    /// values (the runtime the first `sessionId`, the agent the last), so
+    /// the message is refused.
+    #[error("an object names the member {0:?} more than once")]
     DuplicateMember(String),
 }
 
@@ -332,11 +333,6 @@ impl<'a> Envelope<'a> {
         }
         if strict {
             check_decodable(bytes)?;
-            if let Some(params) = envelope.params
-                && params.get().starts_with('{')
-            {
-                check_unique_members(params)?;
-            }
         }
         Ok((envelope, kind))
     }
@@ -371,35 +367,84 @@ fn classify(method: bool, id: bool, result: bool, error: bool) -> Result<Kind, E
     }
 }
 
-/// Rejects what a JSON parser lets through but a strict agent cannot decode,
-/// in one pass over `bytes`, which must already be valid JSON:
+/// Rejects what a JSON parser lets through but a strict agent cannot decode
+/// or could read differently from the runtime, in one pass over `bytes`,
+/// which must already be valid JSON:
 /// - a `\uD800`–`\uDFFF` escape that is not a high surrogate followed by a
 ///   low one (RFC 8259 section 8.2: such a string is not Unicode; `serde_json`
 ///   and so every Rust agent refuse the whole message, and answer with an
 ///   `id: null` error that cannot be routed back, leaving the request hanging);
 /// - arrays and objects nested deeper than [`MAX_DEPTH`];
 /// - a number too large for an `f64` (`1e400`, a 400-digit integer), which
-///   `serde_json` refuses as "number out of range".
+///   `serde_json` refuses as "number out of range";
+/// - an object, at any depth, that names a member twice (escapes decoded):
+///   RFC 8259 section 4 leaves duplicates to the reader, and the runtime
+///   routes and checks by members it reads (`sessionId`, `_meta` and the
+///   runtime's own key in it) while the agent may keep another occurrence
+///   (research/contract.md, "Transport: /v2/rpc").
 ///
 /// # Errors
-/// [`EnvelopeError::Undecodable`] naming the byte offset.
+/// [`EnvelopeError::Undecodable`] naming the byte offset;
+/// [`EnvelopeError::DuplicateMember`] naming the member.
 pub fn check_decodable(bytes: &[u8]) -> Result<(), EnvelopeError> {
-    let mut depth = 0usize;
+    // Open containers, innermost last; an object's member names so far sit
+    // in `names` from its `first` on (nested objects' names after them,
+    // dropped when they close), so the scan allocates once per message.
+    let mut open: Vec<Container> = Vec::new();
+    let mut names: Vec<Cow<'_, [u8]>> = Vec::new();
+    let mut expect_name = false;
     let mut at = 0;
     while at < bytes.len() {
         match bytes[at] {
-            b'"' => at = string_end(bytes, at + 1)?,
-            b'{' | b'[' => {
-                depth += 1;
-                if depth > MAX_DEPTH {
+            b'"' => {
+                let end = string_end(bytes, at + 1)?;
+                if expect_name && let Some(Container::Object { first, set }) = open.last_mut() {
+                    let name = member_name(&bytes[at + 1..end - 1]);
+                    let twice = match set {
+                        Some(set) => !set.insert(name.clone()),
+                        None => names[*first..].contains(&name),
+                    };
+                    if twice {
+                        return Err(EnvelopeError::DuplicateMember(
+                            String::from_utf8_lossy(&name).into_owned(),
+                        ));
+                    }
+                    names.push(name);
+                    // A large object: a set from here on, so a hostile
+                    // message of many members costs linear time.
+                    if set.is_none() && names.len() - *first > SCANNED_NAMES {
+                        *set = Some(names[*first..].iter().cloned().collect());
+                    }
+                    expect_name = false;
+                }
+                at = end;
+            }
+            bracket @ (b'{' | b'[') => {
+                if open.len() >= MAX_DEPTH {
                     return Err(EnvelopeError::Undecodable(format!(
                         "JSON nested deeper than {MAX_DEPTH} levels (at byte {at})"
                     )));
                 }
+                expect_name = bracket == b'{';
+                open.push(if expect_name {
+                    Container::Object {
+                        first: names.len(),
+                        set: None,
+                    }
+                } else {
+                    Container::Array
+                });
                 at += 1;
             }
             b'}' | b']' => {
-                depth = depth.saturating_sub(1);
+                if let Some(Container::Object { first, .. }) = open.pop() {
+                    names.truncate(first);
+                }
+                expect_name = false;
+                at += 1;
+            }
+            b',' => {
+                expect_name = matches!(open.last(), Some(Container::Object { .. }));
                 at += 1;
             }
             b'-' | b'0'..=b'9' => at = number_end(bytes, at)?,
@@ -409,44 +454,35 @@ pub fn check_decodable(bytes: &[u8]) -> Result<(), EnvelopeError> {
     Ok(())
 }
 
-/// Refuses a `params` object that names a member twice (research/contract.md,
-/// "Transport: /v2/rpc"): JSON leaves duplicates to the reader, and the
-/// runtime routes by the members it reads (`sessionId`, `_meta`) while the
-/// agent may keep another occurrence. One more pass over the params of a
-/// client message; values are skipped, only the top-level names are kept.
-///
-/// # Errors
-/// [`EnvelopeError::DuplicateMember`] naming the member.
-fn check_unique_members(params: &RawValue) -> Result<(), EnvelopeError> {
-    struct Members(Result<(), String>);
-    impl<'de> Deserialize<'de> for Members {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            struct Visit;
-            impl<'de> Visitor<'de> for Visit {
-                type Value = Members;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("an object")
-                }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
-                    // A set: a hostile client may send many members.
-                    let mut seen = std::collections::HashSet::new();
-                    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                        map.next_value::<IgnoredAny>()?;
-                        if seen.contains(&key) {
-                            return Ok(Members(Err(key.into_owned())));
-                        }
-                        seen.insert(key);
-                    }
-                    Ok(Members(Ok(())))
-                }
-            }
-            deserializer.deserialize_map(Visit)
-        }
+/// Members of one object compared by a scan of its names before a set is
+/// built for it.
+const SCANNED_NAMES: usize = 32;
+
+/// An open array or object of [`check_decodable`]'s scan.
+enum Container<'a> {
+    Array,
+    Object {
+        /// Where this object's member names start in the scan's list.
+        first: usize,
+        /// The names as a set, once there are more than [`SCANNED_NAMES`].
+        set: Option<std::collections::HashSet<Cow<'a, [u8]>>>,
+    },
+}
+
+/// A member name's text (the bytes between its quotes), its escapes
+/// decoded: two spellings of one name (`"a"`, `"\u0061"`) compare equal.
+fn member_name(raw: &[u8]) -> Cow<'_, [u8]> {
+    if !raw.contains(&b'\\') {
+        return Cow::Borrowed(raw);
     }
-    match serde_json::from_str::<Members>(params.get()) {
-        Ok(Members(Err(member))) => Err(EnvelopeError::DuplicateMember(member)),
-        // The envelope parsed already: params are an object.
-        Ok(Members(Ok(()))) | Err(_) => Ok(()),
+    let mut quoted = Vec::with_capacity(raw.len() + 2);
+    quoted.push(b'"');
+    quoted.extend_from_slice(raw);
+    quoted.push(b'"');
+    // Valid JSON with paired surrogates (checked by the scan): decodes.
+    match serde_json::from_slice::<String>(&quoted) {
+        Ok(text) => Cow::Owned(text.into_bytes()),
+        Err(_) => Cow::Borrowed(raw),
     }
 }
 
@@ -1052,6 +1088,11 @@ mod tests {
             r#"{"sessionId":"x","prompt":[],"sessionId":"ended"}"#,
             r#"{"sessionId":"s","sessi\u006fnId":"t"}"#,
             r#"{"_meta":{"traceparent":"a"},"_meta":"s"}"#,
+            r#"{"sessionId":"s","sessionId":"s","prompt":[{"type":"text","text":"hi"}]}"#,
+            r#"{"sessionId":"s","_meta":{"traceparent":"a","traceparent":"a"},"prompt":[]}"#,
+            r#"{"_meta":{"sandboxagent.dev":{"agent":"mock","agent":"mock"}}}"#,
+            r#"{"prompt":[{"type":"text","text":"a","text":"a"}]}"#,
+            r#"{"a":{"b":[{"c":{"d":1,"e":2,"d":1}}]}}"#,
         ] {
             let line = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","params":{params}}}"#);
             let error = Envelope::parse(line.as_bytes(), true).expect_err(params);
@@ -1062,8 +1103,29 @@ mod tests {
         }
         // Nested objects may repeat names of the top level, and agent output
         // is relayed as it is.
-        let nested = br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":{"a":1,"b":{"a":2}},"b":[{"a":1},{"a":1}]}}"#;
+        let nested = br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":{"a":1,"b":{"a":2}},"b":[{"a":1},{"a":1}],"c":{}}}"#;
         Envelope::parse(nested, true).expect("nested names");
+        // Members of the message itself, and past the scanned names of a
+        // large object (where a set takes over).
+        let top = br#"{"jsonrpc":"2.0","id":1,"method":"x","x":1,"x":1}"#;
+        assert!(matches!(
+            Envelope::parse(top, true),
+            Err(EnvelopeError::DuplicateMember(name)) if name == "x"
+        ));
+        let many: Vec<String> = (0..100).map(|n| format!(r#""m{n}":{n}"#)).collect();
+        let wide = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"x","params":{{{}}}}}"#,
+            many.join(",")
+        );
+        Envelope::parse(wide.as_bytes(), true).expect("100 names, each once");
+        let wide_twice = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"x","params":{{{},"m7":0,"z":1}}}}"#,
+            many.join(",")
+        );
+        assert!(matches!(
+            Envelope::parse(wide_twice.as_bytes(), true),
+            Err(EnvelopeError::DuplicateMember(name)) if name == "m7"
+        ));
         let twice = br#"{"jsonrpc":"2.0","method":"x","params":{"a":1,"a":2}}"#;
         Envelope::parse(twice, false).expect("agent output is not checked");
     }

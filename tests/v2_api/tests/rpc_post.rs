@@ -605,6 +605,50 @@ async fn a_member_named_twice_in_params_is_refused() {
             "request {id}: {problem}"
         );
     }
+    // The same value twice, with members after it (the scan of `params`
+    // used to stop at the second name and then fail on the rest, which let
+    // the message through), and names repeated deeper: in `_meta`, in the
+    // runtime's own key of it, in a content block.
+    let prompt = r#"[{"type":"text","text":"hi"}]"#;
+    for (id, params, member) in [
+        (
+            4,
+            format!(r#"{{"sessionId":"{live}","sessionId":"{live}","prompt":{prompt}}}"#),
+            "sessionId",
+        ),
+        (
+            5,
+            format!(r#"{{"sessionId":"{live}","prompt":{prompt},"_meta":{{"a":1,"a":1}}}}"#),
+            "a",
+        ),
+        (
+            6,
+            format!(
+                r#"{{"sessionId":"{live}","prompt":{prompt},"_meta":{{"sandboxagent.dev":{{"agent":"mock","agent":"mock"}}}}}}"#
+            ),
+            "agent",
+        ),
+        (
+            7,
+            format!(
+                r#"{{"sessionId":"{live}","prompt":[{{"type":"text","text":"a","text":"a"}}]}}"#
+            ),
+            "text",
+        ),
+    ] {
+        for method in ["session/prompt", "session/set_mode"] {
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+            let reply = Api::send(server.rpc_post(Some(&conn)).body(body)).await;
+            let problem = assert_problem(&reply, 400, "invalid-request");
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.contains(&format!("{member:?} more than once"))),
+                "{method} {id}: {problem}"
+            );
+        }
+    }
     // Neither reached the agent: no turn in either session's log.
     for session in [&ended, &live] {
         let events = server
