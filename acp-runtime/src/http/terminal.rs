@@ -51,9 +51,10 @@ const MAX_WRITE_BUFFER: usize = 1024 * 1024;
 /// The terminal's largest side, in cells (as `POST …/resize`).
 const MAX_SIDE: u16 = 4096;
 
-/// A text frame from the client.
-#[derive(Debug, Deserialize, PartialEq, Eq)]
-#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+/// A text frame from the client: exactly one of two shapes, member for
+/// member (research/contract.md, "Terminal WebSocket"); read by
+/// [`control`].
+#[derive(Debug, PartialEq, Eq)]
 enum Control {
     /// `{"type":"resize","cols":N,"rows":N}`.
     Resize {
@@ -317,22 +318,83 @@ fn problem_of(error: &Error) -> Option<Box<serde_json::value::RawValue>> {
         .and_then(|json| serde_json::value::RawValue::from_string(json).ok())
 }
 
-/// A client's text frame as a [`Control`], or how to close the socket.
+/// A client's text frame as a [`Control`], or how to close the socket:
+/// 1003 for any other shape (not a JSON object, another `type`, a member
+/// missing, another member, a member named twice, a side that is not an
+/// integer), 1007 for a resize whose integer side is outside 1–4096
+/// (research/contract.md, "Terminal WebSocket"). The members are read by
+/// hand: serde's internally tagged enums let unknown members of a unit
+/// variant through, and a side past `u16` would fail as a shape.
 fn control(text: &str) -> Result<Control, Ending> {
-    let request: Control = serde_json::from_str(text).map_err(|_| Ending {
+    const SHAPE: Ending = Ending {
         code: CloseCode::Unsupported,
         reason: "a text frame must be {\"type\":\"resize\",\"cols\":N,\"rows\":N} or {\"type\":\"eof\"}",
-    })?;
-    let fits = |side: u16| (1..=MAX_SIDE).contains(&side);
-    if let Control::Resize { cols, rows } = request
-        && !(fits(cols) && fits(rows))
-    {
-        return Err(Ending {
-            code: CloseCode::Invalid,
-            reason: "resize: cols and rows must be between 1 and 4096",
-        });
+    };
+    const RANGE: Ending = Ending {
+        code: CloseCode::Invalid,
+        reason: "resize: cols and rows must be between 1 and 4096",
+    };
+    let members = frame_members(text).ok_or(SHAPE)?;
+    let get = |name: &str| {
+        members
+            .iter()
+            .find(|(member, _)| member == name)
+            .map(|(_, value)| value)
+    };
+    match get("type").and_then(serde_json::Value::as_str) {
+        Some("eof") if members.len() == 1 => Ok(Control::Eof),
+        Some("resize") if members.len() == 3 => {
+            let side = |name: &str| -> Result<u16, Ending> {
+                let value = get(name).ok_or(SHAPE)?;
+                if !(value.is_i64() || value.is_u64()) {
+                    return Err(SHAPE);
+                }
+                value
+                    .as_u64()
+                    .and_then(|side| u16::try_from(side).ok())
+                    .filter(|side| (1..=MAX_SIDE).contains(side))
+                    .ok_or(RANGE)
+            };
+            Ok(Control::Resize {
+                cols: side("cols")?,
+                rows: side("rows")?,
+            })
+        }
+        _ => Err(SHAPE),
     }
-    Ok(request)
+}
+
+/// The members of the JSON object `text`, in order, or `None` when it is
+/// not an object or names a member twice.
+fn frame_members(text: &str) -> Option<Vec<(String, serde_json::Value)>> {
+    struct Members(Option<Vec<(String, serde_json::Value)>>);
+    impl<'de> Deserialize<'de> for Members {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Members;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Members, A::Error> {
+                    let mut members: Vec<(String, serde_json::Value)> = Vec::new();
+                    while let Some((name, value)) = map.next_entry::<String, serde_json::Value>()? {
+                        // Frames are at most a few members: a scan beats a set.
+                        if members.len() >= 8 || members.iter().any(|(seen, _)| *seen == name) {
+                            return Ok(Members(None));
+                        }
+                        members.push((name, value));
+                    }
+                    Ok(Members(Some(members)))
+                }
+            }
+            deserializer.deserialize_map(Visit)
+        }
+    }
+    serde_json::from_str::<Members>(text).ok()?.0
 }
 
 /// Sends a text frame; `false` as [`send_message`].
@@ -366,8 +428,36 @@ mod tests {
             r#"{"type":"resize","cols":5000,"rows":30}"#,
             r#"{"type":"resize","cols":80}"#,
             r#"{"type":"paste","data":"x"}"#,
+            r#"{"type":"eof","x":1}"#,
+            r#"{"type":"eof","type":"eof"}"#,
+            r#"{"type":"resize","cols":80,"rows":24,"x":1}"#,
+            r#"{"type":"resize","cols":"80","rows":24}"#,
+            r#"{"type":"resize","cols":80.5,"rows":24}"#,
+            r#"["eof"]"#,
         ] {
             assert!(control(bad).is_err(), "{bad}");
+        }
+        for shape in [
+            r#"{"type":"eof","x":1}"#,
+            r#"{"type":"eof","type":"eof"}"#,
+            r#"{"type":"resize","cols":"80","rows":24}"#,
+        ] {
+            assert_eq!(
+                control(shape).err().map(|e| e.code),
+                Some(CloseCode::Unsupported),
+                "{shape}"
+            );
+        }
+        for range in [
+            r#"{"type":"resize","cols":70000,"rows":24}"#,
+            r#"{"type":"resize","cols":80,"rows":-1}"#,
+            r#"{"type":"resize","cols":4097,"rows":24}"#,
+        ] {
+            assert_eq!(
+                control(range).err().map(|e| e.code),
+                Some(CloseCode::Invalid),
+                "{range}"
+            );
         }
         assert_eq!(
             control(r#"{"type":"resize","cols":0,"rows":1}"#)

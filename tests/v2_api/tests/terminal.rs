@@ -303,8 +303,10 @@ async fn a_process_without_a_terminal() {
     );
 }
 
-/// A text frame that is not a control message closes the socket with 1003
-/// and a reason naming what is accepted.
+/// A text frame that is not one of the two control shapes, member for
+/// member, closes the socket with 1003 and a reason naming what is
+/// accepted; a resize whose side is an integer out of 1–4096 with 1007
+/// (research/contract.md, "Terminal WebSocket"). The process lives on.
 #[tokio::test]
 async fn an_unknown_text_frame_closes_the_socket() {
     let server = TestServer::start(&[]).await;
@@ -314,27 +316,48 @@ async fn an_unknown_text_frame_closes_the_socket() {
         json!({"command": "sleep", "args": ["100"], "tty": true}),
     )
     .await;
-    let mut socket = open(&api, &id, "").await;
-    socket
-        .send(Message::text("ls\n"))
-        .await
-        .expect("send a text frame");
-    let read = async {
-        loop {
-            match socket.next().await {
-                Some(Ok(Message::Close(frame))) => return frame,
-                Some(Ok(_)) => {}
-                other => panic!("want a close frame, got {other:?}"),
+    for (frame, code) in [
+        ("ls\n", CloseCode::Unsupported),
+        (r#"{"type":"eof","x":1}"#, CloseCode::Unsupported),
+        (r#"{"type":"eof","type":"eof"}"#, CloseCode::Unsupported),
+        (
+            r#"{"type":"resize","cols":80,"rows":24,"x":1}"#,
+            CloseCode::Unsupported,
+        ),
+        (
+            r#"{"type":"resize","cols":70000,"rows":24}"#,
+            CloseCode::Invalid,
+        ),
+        (
+            r#"{"type":"resize","cols":80,"rows":0}"#,
+            CloseCode::Invalid,
+        ),
+    ] {
+        let mut socket = open(&api, &id, "").await;
+        socket
+            .send(Message::text(frame))
+            .await
+            .expect("send a text frame");
+        let read = async {
+            loop {
+                match socket.next().await {
+                    Some(Ok(Message::Close(frame))) => return frame,
+                    Some(Ok(_)) => {}
+                    other => panic!("want a close frame, got {other:?}"),
+                }
             }
-        }
-    };
-    let frame = tokio::time::timeout(OUTPUT_TIMEOUT, read)
-        .await
-        .expect("closed in time")
-        .expect("a close frame with a code");
-    assert_eq!(frame.code, CloseCode::Unsupported);
-    assert!(frame.reason.contains("resize"), "{}", frame.reason);
-    // The process lives on.
+        };
+        let closed = tokio::time::timeout(OUTPUT_TIMEOUT, read)
+            .await
+            .expect("closed in time")
+            .expect("a close frame with a code");
+        assert_eq!(closed.code, code, "{frame}: {}", closed.reason);
+        assert!(
+            closed.reason.contains("resize"),
+            "{frame}: {}",
+            closed.reason
+        );
+    }
     let process = api.get_json(&format!("/v2/processes/{id}")).await;
     assert_eq!(process["state"], "running");
 }
