@@ -457,6 +457,41 @@ async fn the_terminal_round_trip_runs_in_the_sandbox() {
     gone.assert_status(404);
 }
 
+/// At `--max-processes`, `terminal/create` is answered as the contract
+/// says: `-32603` (a limit of the sandbox, not bad params), with the
+/// problem's type `too-many-processes` in `data`.
+#[tokio::test]
+async fn a_terminal_past_max_processes_is_an_internal_error_naming_the_limit() {
+    let server = TestServer::start(&["--max-processes", "1"]).await;
+    let started = v2_api_tests::Api::send(
+        server
+            .api()
+            .request(reqwest::Method::POST, "/v2/processes")
+            .json(&json!({"command": "sleep", "args": ["100"]})),
+    )
+    .await;
+    started.assert_status(201);
+    let conn = server.initialize(MOCK).await;
+    let work = TempDir::new("client-terminal-limit");
+    let session = session_in(&server, &conn, MOCK, work.path()).await;
+    let reply = turn(&server, &conn, MOCK, &session, "use terminal true").await;
+    assert!(reply.starts_with("terminal error -32603: "), "{reply}");
+    let messages = logged(&server, MOCK, &session).await;
+    let create = messages
+        .iter()
+        .find(|m| m["method"] == "terminal/create")
+        .expect("create");
+    let answer = messages
+        .iter()
+        .find(|m| m["id"] == create["id"] && m.get("method").is_none())
+        .expect("the create answer is logged");
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    assert_eq!(
+        answer["error"]["data"]["type"], "urn:sandbox-agent:error:too-many-processes",
+        "{answer}"
+    );
+}
+
 #[tokio::test]
 async fn an_agent_terminal_is_a_process_followed_live_with_its_session_and_tool_call() {
     let server = TestServer::start(&[]).await;

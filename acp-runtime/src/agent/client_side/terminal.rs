@@ -5,8 +5,9 @@
 //! it), so a person follows the agent's command on `/v2/processes`.
 
 use super::reply::{empty, fs_error, to_value};
+use crate::error::Error;
 use crate::fs::Scope;
-use crate::process::{Processes, StartRequest};
+use crate::process::{MAX_TITLE_BYTES, Processes, StartRequest};
 use crate::protocol::{RpcError, code};
 use crate::state::session::Session;
 use agent_client_protocol::v1::schema::{
@@ -87,10 +88,19 @@ impl Terminals {
                 usize::try_from(limit).unwrap_or(usize::MAX)
             })
             .min(MAX_OUTPUT_BYTES);
-        let title = std::iter::once(request.command.as_str())
+        let mut title = std::iter::once(request.command.as_str())
             .chain(request.args.iter().map(String::as_str))
             .collect::<Vec<_>>()
             .join(" ");
+        // The command line as a label: cut to the title's bound (at a
+        // character boundary) rather than refuse a long one.
+        if title.len() > MAX_TITLE_BYTES {
+            let mut end = MAX_TITLE_BYTES;
+            while !title.is_char_boundary(end) {
+                end -= 1;
+            }
+            title.truncate(end);
+        }
         let start = StartRequest {
             command: request.command,
             args: request.args,
@@ -102,10 +112,16 @@ impl Terminals {
             output_bytes: request.output_byte_limit.is_some().then_some(limit),
             ..StartRequest::default()
         };
-        let process = processes
-            .start(start)
-            .await
-            .map_err(|error| fs_error(&error))?;
+        let process = processes.start(start).await.map_err(|error| {
+            let mut rpc = fs_error(&error);
+            // A limit of the sandbox, not a bad request: ACP's internal
+            // error, the problem's `type` in `data` (research/contract.md,
+            // "Files and terminals of the agent, served in the sandbox").
+            if matches!(error, Error::TooManyProcesses { .. }) {
+                rpc.code = code::INTERNAL_ERROR;
+            }
+            rpc
+        })?;
         self.by_id.lock().insert(
             process.id().to_owned(),
             Owned {
