@@ -15,6 +15,7 @@ mod spawn;
 
 use crate::agent::tree::{self, TreeSupervisor};
 use crate::error::Error;
+use crate::state::budget::{Charge, MemoryBudget};
 use crate::time::rfc3339;
 use bytes::{Bytes, BytesMut};
 use ext_methods::{Encoding, Exit, ProcessInfo, ProcessPage, ProcessState, RunResult};
@@ -43,6 +44,24 @@ pub struct ProcessLimits {
     /// is forgotten past it.
     pub kept_exited: usize,
 }
+
+/// Most bytes of a process's `title` (research/contract.md, "Process
+/// trees, bounds, shutdown"): 400 `invalid-request` past it.
+pub const MAX_TITLE_BYTES: usize = 1024;
+/// Most bytes of a process's `command`, `args` and `env` together, each
+/// string counted with one byte more (its NUL or `=`): what a record keeps
+/// for reading and the program is started with. 400 past it.
+pub const MAX_COMMAND_LINE_BYTES: usize = 64 * 1024;
+/// Most bytes of the `sessionId` a process names. 400 past it.
+pub const MAX_SESSION_ID_BYTES: usize = 1024;
+/// Most bytes one page of the process list may take as JSON, counted as
+/// the worst case (every byte of every string escaped as `\u00XX`): a
+/// page stops early, with `nextCursor`, rather than pass it. One process
+/// always fits.
+pub const MAX_LIST_PAGE_BYTES: usize = 4 << 20;
+/// What a record costs beyond its strings, as counted in the memory
+/// budget and a list page: the fixed fields, the allocations' headers.
+const RECORD_OVERHEAD_BYTES: usize = 512;
 
 impl Default for ProcessLimits {
     fn default() -> Self {
@@ -91,6 +110,12 @@ impl StartRequest {
     /// # Errors
     /// 400 `invalid-request` naming what is wrong.
     pub fn check_args_and_env(args: &[String], env: &[(String, String)]) -> Result<(), Error> {
+        let bytes = command_line_bytes("", args, env);
+        if bytes > MAX_COMMAND_LINE_BYTES {
+            return Err(Error::InvalidRequest(format!(
+                "args and env hold {bytes} bytes; at most {MAX_COMMAND_LINE_BYTES} together"
+            )));
+        }
         for (key, value) in env {
             if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
                 return Err(Error::InvalidRequest(format!(
@@ -105,6 +130,47 @@ impl StartRequest {
         }
         Ok(())
     }
+
+    /// Checks the bounds of what a process record keeps (research/
+    /// contract.md, "Process trees, bounds, shutdown"): `command`, `args`
+    /// and `env` together at most [`MAX_COMMAND_LINE_BYTES`], `title` at
+    /// most [`MAX_TITLE_BYTES`], `sessionId` at most
+    /// [`MAX_SESSION_ID_BYTES`]; and [`StartRequest::check_args_and_env`].
+    ///
+    /// # Errors
+    /// 400 `invalid-request` naming the member and its bound.
+    pub fn check(&self) -> Result<(), Error> {
+        Self::check_args_and_env(&self.args, &self.env)?;
+        let bytes = command_line_bytes(&self.command, &self.args, &self.env);
+        if bytes > MAX_COMMAND_LINE_BYTES {
+            return Err(Error::InvalidRequest(format!(
+                "command, args and env hold {bytes} bytes; at most {MAX_COMMAND_LINE_BYTES} together"
+            )));
+        }
+        let too_long = |member: &str, value: Option<&String>, max: usize| match value {
+            Some(value) if value.len() > max => Err(Error::InvalidRequest(format!(
+                "{member} holds {} bytes; at most {max}",
+                value.len()
+            ))),
+            _ => Ok(()),
+        };
+        too_long("title", self.title.as_ref(), MAX_TITLE_BYTES)?;
+        too_long("sessionId", self.session_id.as_ref(), MAX_SESSION_ID_BYTES)
+    }
+}
+
+/// The bytes of `command` (none when empty), `args` and `env`, each string
+/// with one more (its NUL, or the `=` of a variable).
+fn command_line_bytes(command: &str, args: &[String], env: &[(String, String)]) -> usize {
+    let command = if command.is_empty() {
+        0
+    } else {
+        command.len() + 1
+    };
+    args.iter()
+        .map(String::len)
+        .chain(env.iter().map(|(key, value)| key.len() + value.len()))
+        .fold(command, |sum, len| sum.saturating_add(len + 1))
 }
 
 /// How `status` reads to a client; `killed`: the server killed the tree,
@@ -154,6 +220,10 @@ pub struct Processes {
     table: Mutex<Table>,
     /// Numbers processes in start order (list order, cursors).
     next_seq: AtomicU64,
+    /// The server's memory budget, which every record is charged to while
+    /// it lives (research/contract.md, "Memory budget"); `None`: not
+    /// counted.
+    budget: Option<Arc<MemoryBudget>>,
 }
 
 #[derive(Debug, Default)]
@@ -217,6 +287,12 @@ pub struct Process {
     title: Option<String>,
     /// Session.
     session_id: Option<String>,
+    /// The record's size, bounded by [`StartRequest::check`]: its strings
+    /// plus [`RECORD_OVERHEAD_BYTES`] (a list page's and the memory
+    /// budget's measure).
+    record_bytes: usize,
+    /// The record's charge to the memory budget, released with the record.
+    _charge: Option<Charge>,
     /// The tool call showing it.
     tool_call_id: Mutex<Option<String>>,
     /// When it started.
@@ -261,16 +337,25 @@ impl Processes {
             supervisor,
             table: Mutex::new(Table::default()),
             next_seq: AtomicU64::new(1),
+            budget: None,
         }
+    }
+
+    /// This table with every record charged to `budget` while it lives.
+    #[must_use]
+    pub fn with_budget(mut self, budget: Arc<MemoryBudget>) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// Starts `request`'s program.
     ///
     /// # Errors
     /// 429 `too-many-processes` at `--max-processes`; 400
-    /// `program-not-found`, `invalid-request`; 500 when it cannot be
-    /// started otherwise.
+    /// `program-not-found`, `invalid-request` (also past the bounds of
+    /// [`StartRequest::check`]); 500 when it cannot be started otherwise.
     pub async fn start(self: &Arc<Self>, request: StartRequest) -> Result<Arc<Process>, Error> {
+        request.check()?;
         // Checked here for a clear error; started by its name, so the
         // program sees the `argv[0]` it was asked by (as `execvp` gives).
         spawn::find_program(&request.command, &request.cwd, &request.env)?;
@@ -318,15 +403,26 @@ impl Processes {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let (input_tx, input_rx) = mpsc::channel(INPUT_QUEUE);
         let supervised = self.supervisor.is_some();
+        let cwd = request.cwd.to_string_lossy().into_owned();
+        let record_bytes = RECORD_OVERHEAD_BYTES
+            + command_line_bytes(&request.command, &request.args, &[])
+            + cwd.len()
+            + request.title.as_ref().map_or(0, String::len)
+            + request.session_id.as_ref().map_or(0, String::len);
         let process = Arc::new(Process {
             id: Arc::from(uuid::Uuid::new_v4().simple().to_string()),
             seq,
             command: request.command,
             args: request.args,
-            cwd: request.cwd.to_string_lossy().into_owned(),
+            cwd,
             tty: request.tty.is_some(),
             title: request.title,
             session_id: request.session_id,
+            record_bytes,
+            _charge: self
+                .budget
+                .as_ref()
+                .map(|budget| MemoryBudget::hold(budget, record_bytes)),
             tool_call_id: Mutex::new(None),
             started_at: SystemTime::now(),
             started: Instant::now(),
@@ -546,6 +642,7 @@ impl Processes {
         let table = self.table.lock();
         let mut processes = Vec::new();
         let mut next_cursor = None;
+        let mut page_bytes = 0usize;
         for (seq, process) in table.by_seq.range(..before).rev() {
             if filter
                 .session_id
@@ -561,10 +658,15 @@ impl Processes {
             {
                 continue;
             }
-            if processes.len() == limit {
+            // Every string byte escaped at worst as six (`\u00XX`).
+            let bytes = process.record_bytes.saturating_mul(6);
+            if processes.len() == limit
+                || (!processes.is_empty() && page_bytes.saturating_add(bytes) > MAX_LIST_PAGE_BYTES)
+            {
                 next_cursor = Some(format!("p{}", seq + 1));
                 break;
             }
+            page_bytes = page_bytes.saturating_add(bytes);
             processes.push(info);
         }
         Ok(ProcessPage {
@@ -662,6 +764,11 @@ impl Process {
     /// Records the tool call that shows this process (an agent's terminal
     /// named in a tool call's content).
     pub fn tag_tool_call(&self, tool_call_id: &str) {
+        // The agent's string: one past the title's bound is not kept, so a
+        // record stays within what the list page and the budget counted.
+        if tool_call_id.len() > MAX_TITLE_BYTES {
+            return;
+        }
         *self.tool_call_id.lock() = Some(tool_call_id.to_owned());
     }
 

@@ -153,9 +153,11 @@ impl Runtime {
             ended_sessions: config.ended_sessions,
         };
         let memory = Arc::new(MemoryBudget::new(config.memory_budget_bytes));
-        let processes = config
-            .processes
-            .map(|limits| Arc::new(Processes::new(limits, config.tree_supervisor.clone())));
+        let processes = config.processes.map(|limits| {
+            Arc::new(
+                Processes::new(limits, config.tree_supervisor.clone()).with_budget(memory.clone()),
+            )
+        });
         let metrics = Arc::new(if config.metrics {
             Metrics::default()
         } else {

@@ -5,6 +5,7 @@
 //! evictor (`runtime::memory`), which frees the oldest in-memory events off
 //! the hot path.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::Notify;
 
@@ -82,6 +83,30 @@ impl MemoryBudget {
     pub async fn crossed(&self) {
         self.over.notified().await;
     }
+
+    /// Charges `bytes` for as long as the returned guard lives (a record
+    /// the evictor cannot free, e.g. a process's, which then leaves less
+    /// room to logs and rings).
+    pub fn hold(budget: &Arc<Self>, bytes: usize) -> Charge {
+        budget.charge(bytes);
+        Charge {
+            budget: budget.clone(),
+            bytes,
+        }
+    }
+}
+
+/// Bytes charged to a [`MemoryBudget`] until dropped ([`MemoryBudget::hold`]).
+#[derive(Debug)]
+pub struct Charge {
+    budget: Arc<MemoryBudget>,
+    bytes: usize,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes);
+    }
 }
 
 #[cfg(test)]
@@ -100,5 +125,14 @@ mod tests {
         budget.count_evicted(3);
         assert_eq!(budget.evicted_events(), 3);
         assert_eq!(budget.target(), 88);
+    }
+
+    #[test]
+    fn a_hold_is_released_when_dropped() {
+        let budget = Arc::new(MemoryBudget::new(100));
+        let held = MemoryBudget::hold(&budget, 70);
+        assert_eq!(budget.used(), 70);
+        drop(held);
+        assert_eq!(budget.used(), 0);
     }
 }

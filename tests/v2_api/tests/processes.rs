@@ -985,3 +985,121 @@ async fn limits_of_the_system_and_of_parsing_are_400s() {
         .await;
     assert_problem(&reply, 400, "invalid-request");
 }
+
+/// `memoryUsedBytes` of `GET /v2/health`.
+async fn memory_used(api: &Api) -> u64 {
+    api.get_json("/v2/health").await["memoryUsedBytes"]
+        .as_u64()
+        .expect("memoryUsedBytes")
+}
+
+/// What a process record may hold is bounded (research/contract.md,
+/// "Process trees, bounds, shutdown"): `title` 1 KiB, `command`, `args`
+/// and `env` 64 KiB together, 400 past each (a `sessionId` must name a
+/// session: a long unknown one is 404); one list
+/// page stops at 4 MiB of JSON with a cursor to the rest; and the records
+/// are charged to the memory budget while they are kept.
+#[tokio::test]
+async fn process_records_are_bounded_and_counted_in_the_memory_budget() {
+    let server = TestServer::start(&[]).await;
+    let api = server.api();
+    for (body, member) in [
+        (
+            json!({"command": "true", "title": "t".repeat(1025)}),
+            "title",
+        ),
+        (
+            json!({"command": "true", "args": ["a".repeat(40_000), "b".repeat(30_000)]}),
+            "args",
+        ),
+        (
+            json!({"command": "true", "env": {"BIG": "v".repeat(70_000)}}),
+            "env",
+        ),
+    ] {
+        for path in ["/v2/processes", "/v2/processes/run"] {
+            let reply = post_json(&api, path, &body).await;
+            let problem = assert_problem(&reply, 400, "invalid-request");
+            assert!(
+                problem["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.contains(member)),
+                "{path} {member}: {problem}"
+            );
+        }
+    }
+    let page = api.get_json("/v2/processes").await;
+    assert_eq!(page["processes"], json!([]), "nothing refused was kept");
+
+    // Records at the bounds: each about 62 KiB of strings.
+    let before = memory_used(&api).await;
+    let args: Vec<String> = (0..30)
+        .map(|n| format!("{n:02}{}", "x".repeat(2_000)))
+        .collect();
+    let mut started = Vec::new();
+    for _ in 0..40 {
+        let process = start(
+            &api,
+            &json!({"command": "true", "args": args, "title": "t".repeat(1024)}),
+        )
+        .await;
+        started.push(process["id"].as_str().expect("id").to_owned());
+    }
+    let charged = memory_used(&api).await - before;
+    assert!(
+        charged >= 40 * 61_000,
+        "40 records of ~62 KiB are in the budget: {charged} bytes charged"
+    );
+
+    // One page stays under 4 MiB; the cursor reaches every process once.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let path = match &cursor {
+            Some(cursor) => format!("/v2/processes?limit=1000&cursor={cursor}"),
+            None => "/v2/processes?limit=1000".to_owned(),
+        };
+        let reply = api.get(&path).await;
+        reply.assert_status(200);
+        assert!(
+            reply.body.len() <= 4 << 20,
+            "a page of {} bytes",
+            reply.body.len()
+        );
+        let page = reply.json();
+        let processes = page["processes"].as_array().expect("processes");
+        assert!(!processes.is_empty(), "{page}");
+        seen.extend(
+            processes
+                .iter()
+                .map(|p| p["id"].as_str().unwrap_or("").to_owned()),
+        );
+        pages += 1;
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert!(pages > 1, "40 records of ~62 KiB do not fit one 4 MiB page");
+    seen.sort();
+    started.sort();
+    assert_eq!(seen, started);
+
+    // Forgotten, they leave the budget.
+    for id in &started {
+        forget(&api, id).await.assert_status(204);
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let after = memory_used(&api).await;
+        if after <= before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "released: {before} before, {after} after"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
