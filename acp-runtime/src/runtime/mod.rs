@@ -80,6 +80,9 @@ pub struct Runtime {
     /// What `GET /metrics` encodes: `metrics`, the store's write times and
     /// the values read at scrape time ([`Scraped`]).
     pub registry: Registry,
+    /// `--agent-user`, whose file system credentials the host file system
+    /// API acts with ([`Runtime::fs_scope`]).
+    agent_user: Option<Arc<crate::agent::user::AgentUser>>,
 }
 
 /// An opened store and its writer task, as [`Runtime::new`] takes them.
@@ -228,6 +231,7 @@ impl Runtime {
             processes,
             metrics,
             registry,
+            agent_user: config.agent_user.clone().map(Arc::new),
             config,
         })
     }
