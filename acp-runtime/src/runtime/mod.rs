@@ -197,7 +197,8 @@ impl Runtime {
                 config.request_timeout,
                 Arc::new(
                     Installer::new(config.data_dir.clone(), config.install_timeout)
-                        .with_retry_backoff(config.install_retry_backoff),
+                        .with_retry_backoff(config.install_retry_backoff)
+                        .with_agent_user(config.tree_supervisor.clone()),
                 ),
                 config.require_preinstall,
             )

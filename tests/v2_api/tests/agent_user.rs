@@ -1009,3 +1009,107 @@ async fn the_file_api_does_not_follow_the_users_links_into_what_the_user_cannot_
     .assert_status(200);
     assert_eq!(owner(&mine.join("ok.txt")), (user.uid, user.gid));
 }
+
+#[tokio::test]
+async fn an_npm_install_runs_as_the_user_under_the_supervisor_without_the_servers_secrets() {
+    use v2_api_tests::agents::{
+        INSTALL_TIMEOUT, agents_file, install_within, mock_agent_script, npm_registry_with_scripts,
+    };
+    let Some(user) = user_or_skip("npm install as the user") else {
+        return;
+    };
+    // The package's install script writes what it ran as into a folder of
+    // the user's: its uid, its environment, and the command lines of its
+    // ancestors.
+    let record = owned_dir("agent-user-npm-record", user);
+    let at = v2_api_tests::shell_quote(record.utf8());
+    let script = format!(
+        "id -u > {at}/uid; env > {at}/env; p=$$; while [ \"$p\" -gt 1 ]; do \
+         tr '\\0' ' ' < /proc/$p/cmdline; echo; \
+         p=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$p/status); done > {at}/ancestry"
+    );
+    let npm = npm_registry_with_scripts(
+        "sa-user-agent",
+        "1.0.0",
+        &mock_agent_script(),
+        Some(json!({ "install": script })),
+    )
+    .await;
+    let dir = TempDir::new("agent-user-npm");
+    let manifest = agents_file(
+        &dir,
+        json!([{"id": "npmuser", "name": "Npm as the user", "version": "1.0.0",
+                "distribution": {"npx": {"package": "sa-user-agent"}}}]),
+    );
+    let registry = npm.registry.url("/");
+    let server = TestServer::start_with_env(
+        &["--agent-user", AGENT_USER, "--agents-file", &manifest],
+        &[
+            TOKEN_ENV,
+            ("SANDBOX_AGENT_STORE", "memory"),
+            ("npm_config_registry", &registry),
+        ],
+    )
+    .await;
+    let reply = install_within(&server.api(), "npmuser", None, INSTALL_TIMEOUT).await;
+    reply.assert_status(200);
+
+    let read = |name: &str| {
+        std::fs::read_to_string(record.path().join(name))
+            .unwrap_or_else(|error| panic!("the install script wrote no {name}: {error}"))
+    };
+    assert_eq!(
+        read("uid").trim(),
+        user.uid.to_string(),
+        "npm ran as the user"
+    );
+    let env = read("env");
+    for secret in ["SANDBOX_AGENT_TOKEN=", "SANDBOX_AGENT_STORE="] {
+        assert!(
+            !env.lines().any(|line| line.starts_with(secret)),
+            "{secret} reached npm:\n{env}"
+        );
+    }
+    assert!(!env.contains(TOKEN_ENV.1), "the token reached npm:\n{env}");
+    let home = server.data_dir().join("homes").join("npmuser");
+    assert!(
+        env.lines()
+            .any(|line| line == format!("HOME={}", home.display())),
+        "npm's HOME is the agent's home:\n{env}"
+    );
+    let ancestry = read("ancestry");
+    assert!(
+        ancestry
+            .lines()
+            .any(|line| line.contains(" supervise ") && line.contains("--user")),
+        "npm ran under the tree supervisor:\n{ancestry}"
+    );
+
+    // What npm made is root's again, and nobody else may change it.
+    let installed = server.data_dir().join("agents/npmuser/1.0.0");
+    let mut folders = vec![installed.clone()];
+    let mut seen = 0;
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("list") {
+            let path = entry.expect("entry").path();
+            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            seen += 1;
+            assert_eq!((meta.uid(), meta.gid()), (0, 0), "{}", path.display());
+            if !meta.file_type().is_symlink() {
+                assert_eq!(
+                    meta.mode() & 0o7022,
+                    0,
+                    "{} mode {:o}",
+                    path.display(),
+                    meta.mode()
+                );
+            }
+            if meta.is_dir() {
+                folders.push(path);
+            }
+        }
+    }
+    assert!(seen > 3, "the install has files");
+    // The installed agent runs (as the user).
+    server.initialize("npmuser").await;
+}
