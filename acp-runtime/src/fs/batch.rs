@@ -21,7 +21,10 @@
 //! - a hard link may only point to a file this same archive unpacked, still
 //!   the same inode;
 //! - no absolute paths, no `..`, no device files or FIFOs (skipped), caps on
-//!   unpacked bytes and entries ([`Limits`]).
+//!   unpacked bytes and entries ([`Limits`]);
+//! - under `--agent-user`, all of it with the user's file system
+//!   credentials ([`Scope::act`]): what is made is the user's, and the
+//!   kernel refuses what the user could not reach.
 
 use super::{Dir, Scope, metadata_at, shown};
 use crate::archive::{self, Budget, Limits, check_link_target, safe_relative};
@@ -71,6 +74,12 @@ pub(crate) fn unpack(
     reader: impl Read,
     limits: Limits,
 ) -> Result<FsUploadBatchResult, Error> {
+    // The scope's user (`--agent-user`) for the whole archive: every
+    // directory, file and link is made with that user's credentials, so
+    // it is the user's and goes nowhere the user could not. The body is
+    // read on this thread too (the caller's bridge blocks on it); that
+    // reading touches no path.
+    let _acting = scope.act()?;
     let dir = scope.make_dirs(path)?;
     let mut reader = BufReader::with_capacity(256 * 1024, reader);
     let gzip = reader

@@ -38,6 +38,13 @@
 //! and the use, or plant a hard link to an outside file (which cannot be told
 //! from any multiply-linked file); research/decisions.md.
 //!
+//! Under `--agent-user`, both the agents' `fs/*` requests and the host file
+//! system API act as that user ([`Scope::act`]): each operation's blocking
+//! thread takes on the user's file system uid, gid and groups from its first
+//! path to its last, so what it creates is the user's and the kernel refuses
+//! what the user could not reach, through the user's own symlinks too
+//! (research/decisions.md, "The host file system API under --agent-user").
+//!
 //! Every function here blocks; callers run them on the blocking pool.
 
 pub(crate) mod batch;
@@ -75,8 +82,9 @@ pub(crate) struct Scope {
     /// the host file system API.
     excluded: Vec<PathBuf>,
     /// The user whose file permissions bind this scope's opens, creates
-    /// and renames (an agent's `fs/*` requests under `--agent-user`,
-    /// [`Scope::acting_as`]); `None`: the server's own.
+    /// and renames (under `--agent-user`: an agent's `fs/*` requests and
+    /// every operation of the host file system API, [`Scope::acting_as`]);
+    /// `None`: the server's own.
     user: Option<Arc<AgentUser>>,
 }
 

@@ -1,5 +1,8 @@
 //! List, stat, mkdir, move and delete (research/contract.md, "Host file
 //! system"): the control operations, the same on `/v2/rpc` and `/v2/fs/*`.
+//! Each one holds its scope's user ([`Scope::act`], `--agent-user`) from
+//! its first path to its last: the kernel judges every open, create,
+//! rename and unlink by that user's permissions.
 
 use super::{Beneath, Scope, metadata_at, shown};
 use crate::error::{Error, FsConflict};
@@ -25,6 +28,7 @@ use std::path::{Path, PathBuf};
 /// # Errors
 /// 400, 403, 404, 409 `not-a-directory`.
 pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error> {
+    let _acting = scope.act()?;
     let raw = path.unwrap_or(".");
     let absolute = scope.absolute(raw)?;
     let dir = scope.open_dir_at(&absolute, Path::new(raw))?;
@@ -70,6 +74,7 @@ pub(crate) fn list(scope: &Scope, path: Option<&str>) -> Result<FsEntries, Error
 /// 400, 403 (also for a link whose target is outside the root, and for any
 /// path outside whether or not it exists), 404.
 pub(crate) fn stat(scope: &Scope, path: &str) -> Result<FsEntry, Error> {
+    let _acting = scope.act()?;
     let absolute = scope.absolute(path)?;
     if !scope.confined()
         && absolute
@@ -198,6 +203,7 @@ const RAW_NAME_ESCAPES: &percent_encoding::AsciiSet = &percent_encoding::NON_ALP
 /// # Errors
 /// 400, 403, 409 `already-exists` (a file is there) / `not-a-directory`.
 pub(crate) fn mkdir(scope: &Scope, path: &str) -> Result<FsPathResult, Error> {
+    let _acting = scope.act()?;
     let dir = scope.make_dirs(path).map_err(|error| match error {
         Error::FsConflict {
             conflict: FsConflict::NotADirectory,
@@ -221,6 +227,7 @@ pub(crate) fn mkdir(scope: &Scope, path: &str) -> Result<FsPathResult, Error> {
 /// `is-a-directory` / `not-a-directory` / `directory-not-empty` (replacing
 /// an entry of the other kind or a non-empty directory), `cross-device`.
 pub(crate) fn rename(scope: &Scope, params: &FsMoveParams) -> Result<FsMoveResult, Error> {
+    let _acting = scope.act()?;
     let from = scope.locate(&params.from, false)?;
     let to = scope.locate(&params.to, false)?;
     from.metadata()?;
@@ -270,6 +277,7 @@ pub(crate) fn rename(scope: &Scope, params: &FsMoveParams) -> Result<FsMoveResul
 /// # Errors
 /// 400, 403, 404, 409 `directory-not-empty`.
 pub(crate) fn delete(scope: &Scope, params: &FsDeleteParams) -> Result<FsPathResult, Error> {
+    let _acting = scope.act()?;
     let located = scope.locate(&params.path, false)?;
     let real = located.real();
     let meta = located.metadata()?;

@@ -22,7 +22,7 @@ use super::layout::{
     read_json, remove_leftovers, write_current, write_json,
 };
 use super::manifest::{AGENT_HOME_PLACEHOLDER, Chosen, check_version_spec, is_exact_version};
-use super::npm::{npm_install, npm_view_version};
+use super::npm::{AsUser, npm_install, npm_view_version};
 use super::progress::Progress;
 use crate::error::Error;
 use futures::FutureExt;
@@ -137,6 +137,9 @@ pub struct Installer {
     state: parking_lot::Mutex<InstallState>,
     /// HTTPS client for archives, built on first use.
     http: OnceLock<reqwest::Client>,
+    /// The tree supervisor that becomes the agents' user (`--agent-user`):
+    /// npm runs through it, as that user ([`Installer::with_agent_user`]).
+    agent_user: Option<crate::agent::tree::TreeSupervisor>,
 }
 
 impl Installer {
@@ -151,7 +154,44 @@ impl Installer {
             locks: parking_lot::Mutex::new(HashMap::new()),
             state: parking_lot::Mutex::new(InstallState::default()),
             http: OnceLock::new(),
+            agent_user: None,
         }
+    }
+
+    /// The same installer, whose npm runs (`npm install`, which runs the
+    /// packages' scripts, and `npm view`) go through `supervisor` as its
+    /// user, when it has one (`--agent-user`; research/contract.md,
+    /// "Agents under an unprivileged user"): `HOME` the agent's home, none
+    /// of the server's secrets, and the installed files the server's again
+    /// before it reads them.
+    #[must_use]
+    pub fn with_agent_user(
+        mut self,
+        supervisor: Option<crate::agent::tree::TreeSupervisor>,
+    ) -> Self {
+        self.agent_user = supervisor.filter(|supervisor| supervisor.user.is_some());
+        self
+    }
+
+    /// How npm runs for agent `id`: as the server's user, or as the agents'
+    /// user with the agent's home (made the user's first) as `HOME`.
+    async fn npm_as(&self, id: &str) -> Result<Option<AsUser>, String> {
+        let Some(supervisor) = &self.agent_user else {
+            return Ok(None);
+        };
+        let Some(user) = supervisor.user.clone() else {
+            return Ok(None);
+        };
+        let home = self.agent_home(id);
+        let made = home.clone();
+        tokio::task::spawn_blocking(move || crate::agent::user::prepare_home(&user, &made))
+            .await
+            .map_err(|e| format!("the task that makes the agent home failed: {e}"))?
+            .map_err(|e| format!("cannot make the agent home {}: {e}", home.display()))?;
+        Ok(Some(AsUser {
+            supervisor: supervisor.clone(),
+            home,
+        }))
     }
 
     /// The same installer, whose lazy installs answer with the last failure
@@ -448,8 +488,12 @@ impl Installer {
         std::fs::create_dir_all(&dir)
             .map_err(|e| InstallError::Failed(format!("cannot create {}: {e}", dir.display())))?;
         progress.step(&format!("resolving {name}@{}", plan.requested));
-        let viewed =
-            tokio::time::timeout(self.timeout, npm_view_version(&dir, name, &plan.requested)).await;
+        let as_user = self.npm_as(id).await.map_err(InstallError::Failed)?;
+        let viewed = tokio::time::timeout(
+            self.timeout,
+            npm_view_version(&dir, name, &plan.requested, as_user.as_ref()),
+        )
+        .await;
         let version = match viewed {
             Ok(Ok(version)) => version,
             Ok(Err(reason)) => {
@@ -546,11 +590,21 @@ impl Installer {
     ) -> Result<(String, PathBuf), String> {
         match &plan.chosen {
             Chosen::Npm { npx, name, .. } => {
+                let as_user = self.npm_as(plan.id).await?;
+                if let Some(user) = as_user.as_ref().and_then(|a| a.supervisor.user.as_ref()) {
+                    // npm fills the staging folder as the user; it is the
+                    // server's again before anything in it is read.
+                    std::os::unix::fs::chown(&staging.dir, Some(user.uid), Some(user.gid))
+                        .map_err(|e| {
+                            format!("cannot hand {} to the user: {e}", staging.dir.display())
+                        })?;
+                }
                 npm_install(
                     &staging.dir,
                     name,
                     &plan.requested,
                     npx.cmd.as_deref(),
+                    as_user.as_ref(),
                     progress,
                 )
                 .await

@@ -10,7 +10,10 @@
 //!   its callers, in its own task; resolving versions, locks, the failure
 //!   back-off.
 //! - `npm`: the npm driver: `npm install` into a fresh prefix, `npm view`,
-//!   the package's `bin`.
+//!   the package's `bin`; under `--agent-user` as that user, through the
+//!   tree supervisor.
+//! - `reclaim`: the prefix npm filled as the agents' user made the
+//!   server's again before it is read.
 //! - `download`: release archives: HTTPS download, size cap, SHA-256 check,
 //!   unpacking by `crate::archive`.
 //! - `layout`: the data dir's `agents/<id>/…` and `homes/<id>/`: receipts,
@@ -24,6 +27,7 @@ mod layout;
 pub mod manifest;
 mod npm;
 mod progress;
+mod reclaim;
 
 pub use catalog::{AgentSpec, Launch};
 pub use installer::{

@@ -4,18 +4,45 @@
 //! the agent is the package's `bin`. npm gets bounded network retries and
 //! timeouts ([`NPM_NETWORK_DEFAULTS`]), so an unreachable registry fails in
 //! seconds; it runs in a process group of its own, killed with its children
-//! when the install times out or is dropped.
+//! when the install times out or is dropped. None of the server's secrets
+//! reaches it ([`tree::SECRET_ENV`]).
+//!
+//! Under `--agent-user` ([`AsUser`]) npm, which runs the packages' install
+//! scripts, runs as that user through the tree supervisor, as agents do,
+//! with `HOME` the agent's home; the prefix it fills is the user's while it
+//! runs and is taken back by the server before anything in it is read
+//! ([`super::reclaim`]).
 
 use super::layout::make_executable;
 use super::manifest::{check_version_dir_name, is_exact_version};
 use super::progress::Progress;
+use crate::agent::tree::{self, TreeSupervisor};
 use crate::archive;
 use crate::process_group::signal_group;
 use nix::sys::signal::Signal;
 use std::collections::VecDeque;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+
+/// Largest `package.json` of an installed package read, in bytes.
+const MAX_PACKAGE_JSON_BYTES: u64 = 16 << 20;
+/// How long a timed-out npm's supervisor gets to kill npm's whole tree
+/// (its escapees included) before its process group is killed.
+const KILL_NOW_BOUND: Duration = Duration::from_secs(2);
+
+/// npm run as the agents' user (`--agent-user`; research/contract.md,
+/// "Agents under an unprivileged user").
+#[derive(Debug, Clone)]
+pub(super) struct AsUser {
+    /// The tree supervisor, which becomes the user (its `user` is set).
+    pub(super) supervisor: TreeSupervisor,
+    /// npm's `HOME` (its cache, its logs): the agent's home in the data
+    /// dir, the user's.
+    pub(super) home: PathBuf,
+}
 
 /// Lines of npm output kept for the error message of a failed install.
 const OUTPUT_TAIL_LINES: usize = 25;
@@ -34,35 +61,39 @@ pub const NPM_NETWORK_DEFAULTS: [(&str, &str); 5] = [
     ("fetch-timeout", "60000"),
 ];
 
-/// Runs `npm install` of `name@version` into the prefix `prefix`; returns the
-/// installed version and the program relative to `prefix`.
+/// Runs `npm install` of `name@version` into the prefix `prefix` (as
+/// `as_user` when given; the prefix must then be the user's, and is the
+/// server's again, [`super::reclaim`], before anything in it is read);
+/// returns the installed version and the program relative to `prefix`.
 pub(super) async fn npm_install(
     prefix: &Path,
     name: &str,
     version: &str,
     cmd: Option<&str>,
+    as_user: Option<&AsUser>,
     progress: &dyn Progress,
 ) -> Result<(String, PathBuf), String> {
     let spec = format!("{name}@{version}");
-    let mut command = npm_command(prefix)?;
-    command
-        .arg("install")
-        .arg("--prefix")
-        .arg(prefix)
-        .args([
+    let mut args: Vec<String> = vec!["install".to_owned(), "--prefix".to_owned()];
+    args.push(prefix.to_string_lossy().into_owned());
+    args.extend(
+        [
             "--no-audit",
             "--no-fund",
             "--no-save",
             "--omit=dev",
             "--global=false",
-        ])
-        .arg(&spec);
+        ]
+        .map(str::to_owned),
+    );
+    args.push(spec.clone());
+    let mut command = npm_command(prefix, &args, as_user)?;
     progress.step(&format!("npm install {spec}"));
-    tracing::info!(prefix = %prefix.display(), "running npm install {spec}");
+    tracing::info!(prefix = %prefix.display(), as_user = as_user.and_then(|a| a.supervisor.user.as_ref()).map(|u| u.name.as_str()), "running npm install {spec}");
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot run npm: {e}"))?;
-    let group = GroupGuard(child.id());
+    let mut group = GroupGuard::new(child.id(), as_user.is_some());
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err("npm's output was not piped".to_owned());
     };
@@ -72,6 +103,7 @@ pub(super) async fn npm_install(
         pump(stdout, &tail, progress),
         pump(stderr, &tail, progress)
     );
+    group.exited();
     drop(group);
     let status = status.map_err(|e| format!("cannot wait for npm: {e}"))?;
     if !status.success() {
@@ -82,26 +114,32 @@ pub(super) async fn npm_install(
             tail.join("\n")
         ));
     }
+    if as_user.is_some() {
+        let owned = prefix.to_owned();
+        tokio::task::spawn_blocking(move || super::reclaim::reclaim(&owned))
+            .await
+            .map_err(|e| format!("the task that takes the install back failed: {e}"))??;
+    }
     resolve_npm_bin(prefix, name, cmd)
 }
 
-/// `npm` (found on `PATH`) in `dir`, in a process group of its own (a
-/// timeout or a dropped caller stops its children too), with stdin closed,
-/// stdout and stderr piped, no update check, and the network settings of
-/// [`NPM_NETWORK_DEFAULTS`] that the environment does not set.
-fn npm_command(dir: &Path) -> Result<tokio::process::Command, String> {
+/// `npm args…` (npm found on `PATH`) in `dir`, in a process group of its
+/// own (a timeout or a dropped caller stops its children too), with stdin
+/// closed, stdout and stderr piped, no update check, none of the server's
+/// secrets ([`tree::SECRET_ENV`]), and the network settings of
+/// [`NPM_NETWORK_DEFAULTS`] that the environment does not set. With
+/// `as_user`, through the tree supervisor as that user, `HOME`, `USER` and
+/// `LOGNAME` the user's ([`AsUser`]); `dir` is then entered by npm, as the
+/// user.
+fn npm_command(
+    dir: &Path,
+    args: &[String],
+    as_user: Option<&AsUser>,
+) -> Result<tokio::process::Command, String> {
     let npm = find_on_path("npm").ok_or(
         "npm was not found on PATH; install Node.js (it ships npm) to install npm-based agents",
     )?;
-    let mut command = tokio::process::Command::new(npm);
-    command
-        .arg("--update-notifier=false")
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    let mut env = Vec::new();
     for (name, value) in NPM_NETWORK_DEFAULTS {
         let variable = format!("npm_config_{}", name.replace('-', "_"));
         // npm reads its variables in any case.
@@ -110,27 +148,57 @@ fn npm_command(dir: &Path) -> Result<tokio::process::Command, String> {
                 .is_some_and(|k| k.eq_ignore_ascii_case(&variable))
         });
         if !set {
-            command.env(variable, value);
+            env.push((variable, value.to_owned()));
         }
     }
+    let mut all = vec!["--update-notifier=false".to_owned()];
+    all.extend(args.iter().cloned());
+    let supervisor = match as_user {
+        Some(as_user) => {
+            let Some(user) = &as_user.supervisor.user else {
+                return Err(
+                    "npm as the agents' user needs a supervisor that switches to it".to_owned(),
+                );
+            };
+            env.extend(crate::agent::user::login_env(user, &as_user.home));
+            Some(&as_user.supervisor)
+        }
+        None => None,
+    };
+    let mut command = tree::command(supervisor, false, &npm, &all, Some(dir), &env);
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        // A supervised npm is stopped by its supervisor ([`GroupGuard`]): a
+        // SIGKILL to it first would leave npm's escapees behind.
+        .kill_on_drop(as_user.is_none());
     Ok(command)
 }
 
 /// The concrete version `npm view name@spec version --json` names: the
-/// one version, or the newest of those a range matches.
-pub(super) async fn npm_view_version(dir: &Path, name: &str, spec: &str) -> Result<String, String> {
+/// one version, or the newest of those a range matches (run as `as_user`
+/// when given).
+pub(super) async fn npm_view_version(
+    dir: &Path,
+    name: &str,
+    spec: &str,
+    as_user: Option<&AsUser>,
+) -> Result<String, String> {
     let package = format!("{name}@{spec}");
-    let mut command = npm_command(dir)?;
-    command.args(["view", &package, "version", "--json"]);
+    let args = ["view", &package, "version", "--json"].map(str::to_owned);
+    let mut command = npm_command(dir, &args, as_user)?;
     tracing::info!("running npm view {package} version");
     let child = command
         .spawn()
         .map_err(|e| format!("cannot run npm: {e}"))?;
-    let group = GroupGuard(child.id());
+    let mut group = GroupGuard::new(child.id(), as_user.is_some());
     let output = child
         .wait_with_output()
         .await
         .map_err(|e| format!("cannot wait for npm: {e}"))?;
+    group.exited();
     drop(group);
     if !output.status.success() {
         let said: Vec<&str> = std::str::from_utf8(&output.stderr)
@@ -195,6 +263,7 @@ fn exit_text(status: std::process::ExitStatus) -> String {
 
 /// Reads the installed package's `package.json`: its version and the `bin`
 /// to run (`cmd`, else the one named like the package, else the only one).
+/// Neither may lead out of `prefix` through a symlink.
 fn resolve_npm_bin(
     prefix: &Path,
     name: &str,
@@ -202,17 +271,24 @@ fn resolve_npm_bin(
 ) -> Result<(String, PathBuf), String> {
     let package_dir = Path::new("node_modules").join(name);
     let manifest_path = prefix.join(&package_dir).join("package.json");
-    let package: serde_json::Value = std::fs::read(&manifest_path)
-        .map_err(|e| {
-            format!(
-                "npm did not install {name} ({}: {e})",
-                manifest_path.display()
-            )
+    let not_installed = |e: std::io::Error| {
+        format!(
+            "npm did not install {name} ({}: {e})",
+            manifest_path.display()
+        )
+    };
+    let real_manifest = inside(prefix, &manifest_path).map_err(not_installed)?;
+    let mut bytes = Vec::new();
+    std::fs::File::open(&real_manifest)
+        .and_then(|file| {
+            if !file.metadata()?.is_file() {
+                return Err(std::io::Error::other("not a regular file"));
+            }
+            file.take(MAX_PACKAGE_JSON_BYTES).read_to_end(&mut bytes)
         })
-        .and_then(|bytes| {
-            serde_json::from_slice(&bytes)
-                .map_err(|e| format!("{} is not JSON: {e}", manifest_path.display()))
-        })?;
+        .map_err(not_installed)?;
+    let package: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("{} is not JSON: {e}", manifest_path.display()))?;
     let version = package
         .get("version")
         .and_then(|v| v.as_str())
@@ -247,9 +323,26 @@ fn resolve_npm_bin(
         archive::safe_relative(Path::new(&bin))
             .map_err(|e| format!("package {name} has an unsafe bin: {e}"))?,
     );
-    make_executable(&prefix.join(&program))
-        .map_err(|e| format!("the bin {} of {name} is missing ({e})", program.display()))?;
+    let missing =
+        |e: std::io::Error| format!("the bin {} of {name} is missing ({e})", program.display());
+    make_executable(&inside(prefix, &prefix.join(&program)).map_err(missing)?).map_err(missing)?;
     Ok((version, program))
+}
+
+/// The real path of `path`, which must be inside `prefix` once every
+/// symlink is resolved.
+///
+/// # Errors
+/// As the system's; `PermissionDenied` when it leads outside.
+fn inside(prefix: &Path, path: &Path) -> std::io::Result<PathBuf> {
+    let real = path.canonicalize()?;
+    if !real.starts_with(prefix.canonicalize()?) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("it leads out of the install, to {}", real.display()),
+        ));
+    }
+    Ok(real)
 }
 
 /// Copies lines of npm output into `tail` (last [`OUTPUT_TAIL_LINES`]) and
@@ -281,13 +374,53 @@ async fn pump(
     }
 }
 
-/// Kills a process group when dropped (a timed-out npm and its children).
-struct GroupGuard(Option<u32>);
+/// Kills npm's process group when dropped (a timed-out npm and its
+/// children). A supervised npm's supervisor is asked first to kill npm's
+/// whole tree ([`tree::KILL_NOW`]: it also finds what left the group), and
+/// its group is killed [`KILL_NOW_BOUND`] later.
+struct GroupGuard {
+    pid: Option<u32>,
+    supervised: bool,
+    /// The child was waited for: a supervisor has already killed what was
+    /// left of its tree.
+    exited: bool,
+}
+
+impl GroupGuard {
+    fn new(pid: Option<u32>, supervised: bool) -> Self {
+        Self {
+            pid,
+            supervised,
+            exited: false,
+        }
+    }
+
+    /// The child was waited for.
+    fn exited(&mut self) {
+        self.exited = true;
+    }
+}
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        if let Some(pid) = self.0 {
+        let Some(pid) = self.pid else {
+            return;
+        };
+        if !self.supervised || self.exited {
             signal_group(pid, Signal::SIGKILL);
+            return;
+        }
+        if let Ok(raw) = i32::try_from(pid) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), tree::KILL_NOW);
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(KILL_NOW_BOUND).await;
+                    signal_group(pid, Signal::SIGKILL);
+                });
+            }
+            Err(_) => signal_group(pid, Signal::SIGKILL),
         }
     }
 }
@@ -358,7 +491,7 @@ mod tests {
     #[test]
     fn npm_gets_bounded_network_settings_unless_the_environment_sets_them() {
         let dir = std::env::temp_dir();
-        let Ok(command) = npm_command(&dir) else {
+        let Ok(command) = npm_command(&dir, &[], None) else {
             return; // no npm on this machine
         };
         let env: HashMap<String, String> = command

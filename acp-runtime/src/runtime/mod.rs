@@ -80,6 +80,9 @@ pub struct Runtime {
     /// What `GET /metrics` encodes: `metrics`, the store's write times and
     /// the values read at scrape time ([`Scraped`]).
     pub registry: Registry,
+    /// `--agent-user`, whose file system credentials the host file system
+    /// API acts with ([`Runtime::fs_scope`]).
+    agent_user: Option<Arc<crate::agent::user::AgentUser>>,
 }
 
 /// An opened store and its writer task, as [`Runtime::new`] takes them.
@@ -196,7 +199,8 @@ impl Runtime {
                 config.request_timeout,
                 Arc::new(
                     Installer::new(config.data_dir.clone(), config.install_timeout)
-                        .with_retry_backoff(config.install_retry_backoff),
+                        .with_retry_backoff(config.install_retry_backoff)
+                        .with_agent_user(config.tree_supervisor.clone()),
                 ),
                 config.require_preinstall,
             )
@@ -230,6 +234,7 @@ impl Runtime {
             processes,
             metrics,
             registry,
+            agent_user: config.agent_user.clone().map(Arc::new),
             config,
         })
     }

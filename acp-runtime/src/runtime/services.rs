@@ -268,7 +268,10 @@ impl Runtime {
     /// The file system scope of a request naming `session` (its `cwd` is the
     /// base of relative paths). `agent` picks among sessions of several
     /// agents that share the id (the calling connection's agent on
-    /// `/v2/rpc`).
+    /// `/v2/rpc`). Under `--agent-user` the scope acts as that user: every
+    /// operation of the host file system API takes on the user's file
+    /// system credentials ([`Scope::act`]; research/contract.md, "Agents
+    /// under an unprivileged user").
     ///
     /// # Errors
     /// 404 `unknown-session`; 409 `ambiguous-session` when sessions of
@@ -301,6 +304,7 @@ impl Runtime {
             self.config.fs_root_as_given.clone(),
             cwd,
         )
+        .map(|scope| scope.acting_as(self.agent_user.clone()))
     }
 }
 

@@ -124,23 +124,41 @@ pub fn mock_agent_script() -> Vec<u8> {
 /// from its own [`FileServer`]. Point npm at it with `npm_config_registry`
 /// set to `registry.url("/")`.
 pub async fn npm_registry(name: &str, version: &str, script: &[u8]) -> NpmRegistry {
-    let package_json = serde_json::json!({
+    npm_registry_with_scripts(name, version, script, None).await
+}
+
+/// [`npm_registry`] with `scripts` (npm's `scripts` object: `install`,
+/// `postinstall`, …) in the package's `package.json` and its registry
+/// document (`hasInstallScript`), so `npm install` runs them.
+pub async fn npm_registry_with_scripts(
+    name: &str,
+    version: &str,
+    script: &[u8],
+    scripts: Option<serde_json::Value>,
+) -> NpmRegistry {
+    let mut package = serde_json::json!({
         "name": name, "version": version, "bin": { name: "bin/agent" }
-    })
-    .to_string();
+    });
+    let mut entry = serde_json::json!({
+        "name": name, "version": version, "bin": { name: "bin/agent" }
+    });
+    if let Some(scripts) = scripts {
+        package["scripts"] = scripts.clone();
+        entry["scripts"] = scripts;
+        entry["hasInstallScript"] = serde_json::Value::Bool(true);
+    }
+    let package_json = package.to_string();
     let tarball = tar_gz(&[
         ("package/package.json", package_json.as_bytes(), 0o644),
         ("package/bin/agent", script, 0o755),
     ]);
     let tarball_path = format!("/{name}-{version}.tgz");
     let tarballs = FileServer::start(vec![(tarball_path.as_str(), tarball)]).await;
+    entry["dist"] = serde_json::json!({ "tarball": tarballs.url(&tarball_path) });
     let document = serde_json::json!({
         "name": name,
         "dist-tags": { "latest": version },
-        "versions": { version: {
-            "name": name, "version": version, "bin": { name: "bin/agent" },
-            "dist": { "tarball": tarballs.url(&tarball_path) }
-        }}
+        "versions": { version: entry },
     })
     .to_string();
     let registry =

@@ -734,3 +734,382 @@ async fn a_symlink_in_an_agent_home_is_handed_over_itself_never_its_target() {
         assert_eq!(meta.uid(), 0, "{} stays root's", path.display());
     }
 }
+
+/// `request` of the host file system API (`/v2/fs/{route}?path=PATH`)
+/// with `body`.
+async fn fs_request(
+    server: &TestServer,
+    method: reqwest::Method,
+    route: &str,
+    path: &Path,
+    body: Option<(&str, Vec<u8>)>,
+) -> v2_api_tests::Reply {
+    let url = format!(
+        "/v2/fs/{route}?path={}",
+        v2_api_tests::query_path(&path.to_string_lossy())
+    );
+    let mut request = server.api().request(method, &url);
+    if let Some((content_type, bytes)) = body {
+        request = request.header("content-type", content_type).body(bytes);
+    }
+    v2_api_tests::Api::send(request).await
+}
+
+/// (owner uid, owner gid) of `path` itself (a symlink not followed).
+fn owner(path: &Path) -> (u32, u32) {
+    let meta = std::fs::symlink_metadata(path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    (meta.uid(), meta.gid())
+}
+
+/// A tar of a small project: `README.md`, `src/` and `src/main.rs`.
+fn project_tar() -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut add = |path: &str, kind: tar::EntryType, mode: u32, data: &[u8]| {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_mode(mode);
+        header.set_size(data.len() as u64);
+        builder
+            .append_data(&mut header, path, data)
+            .expect("append");
+    };
+    add("README.md", tar::EntryType::Regular, 0o644, b"# project\n");
+    add("src/", tar::EntryType::Directory, 0o755, b"");
+    add(
+        "src/main.rs",
+        tar::EntryType::Regular,
+        0o644,
+        b"fn main() {}\n",
+    );
+    builder.into_inner().expect("tar")
+}
+
+#[tokio::test]
+async fn what_the_file_api_makes_is_the_users_and_an_uploaded_project_can_be_worked_in() {
+    let Some(user) = user_or_skip("file API owners") else {
+        return;
+    };
+    let server = as_user(&[]).await;
+    let work = owned_dir("agent-user-file-api", user);
+    let theirs = (user.uid, user.gid);
+
+    // PUT, with a parent it makes.
+    let put = work.path().join("put/new.txt");
+    let reply = fs_request(
+        &server,
+        reqwest::Method::PUT,
+        "file",
+        &put,
+        Some(("application/octet-stream", b"hello".to_vec())),
+    )
+    .await;
+    reply.assert_status(200);
+    assert_eq!(owner(&put), theirs, "the PUT file");
+    assert_eq!(owner(&work.path().join("put")), theirs, "its parent");
+
+    // mkdir, parents too; and on /v2/rpc.
+    let made = work.path().join("made/deep");
+    fs_request(&server, reqwest::Method::POST, "mkdir", &made, None)
+        .await
+        .assert_status(200);
+    assert_eq!(owner(&made), theirs);
+    assert_eq!(owner(&work.path().join("made")), theirs);
+    let conn = server.initialize(MOCK).await;
+    let by_rpc = work.path().join("by-rpc");
+    let answer = server
+        .call(
+            &conn,
+            &acp::request(2, "_sandboxagent/fs/mkdir", json!({"path": by_rpc})),
+        )
+        .await;
+    v2_api_tests::ext::expect_result(&answer);
+    assert_eq!(owner(&by_rpc), theirs);
+
+    // upload-batch: a project, every entry the user's.
+    let project = work.path().join("project");
+    fs_request(
+        &server,
+        reqwest::Method::POST,
+        "upload-batch",
+        &project,
+        Some(("application/x-tar", project_tar())),
+    )
+    .await
+    .assert_status(200);
+    for entry in ["", "README.md", "src", "src/main.rs"] {
+        assert_eq!(owner(&project.join(entry)), theirs, "{entry:?}");
+    }
+
+    // README: "upload a project, then prompt in it".
+    let answer = new_session(&server, &conn, &project).await;
+    let session = answer["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("session/new in the uploaded project: {answer}"))
+        .to_owned();
+    let reply = server
+        .prompt(&conn, &session, json!(3), "write file README.md edited")
+        .await;
+    assert_eq!(stop_reason(&reply), Some("end_turn"), "{reply}");
+    assert_eq!(
+        last_chunk(&server, &session).await,
+        "Wrote 6 bytes to README.md."
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join("README.md")).expect("read"),
+        "edited"
+    );
+
+    // Move and delete in the user's folder work as the user.
+    let reply = v2_api_tests::Api::send(
+        server
+            .api()
+            .request(reqwest::Method::POST, "/v2/fs/move")
+            .json(&json!({"from": project.join("src/main.rs"), "to": project.join("main.rs")})),
+    )
+    .await;
+    reply.assert_status(200);
+    fs_request(
+        &server,
+        reqwest::Method::DELETE,
+        "entry",
+        &project.join("src"),
+        None,
+    )
+    .await
+    .assert_status(200);
+    assert!(!project.join("src").exists());
+}
+
+#[tokio::test]
+async fn the_file_api_does_not_follow_the_users_links_into_what_the_user_cannot_reach() {
+    let Some(user) = user_or_skip("file API links") else {
+        return;
+    };
+    let root = TempDir::new("agent-user-fs-root");
+    let server = as_user(&["--fs-root", root.utf8()]).await;
+    // A folder only root may enter, inside the root.
+    let closed = root.path().join("closed");
+    std::fs::create_dir(&closed).expect("mkdir");
+    std::fs::write(closed.join("secret.txt"), "root's secret").expect("write");
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    // The user's folder, and the user's links into the closed one.
+    let mine = root.path().join("mine");
+    std::fs::create_dir(&mine).expect("mkdir");
+    std::os::unix::fs::chown(&mine, Some(user.uid), Some(user.gid)).expect("chown");
+    let plant = |name: &str, target: &Path| {
+        let link = mine.join(name);
+        std::os::unix::fs::symlink(target, &link).expect("symlink");
+        std::os::unix::fs::lchown(&link, Some(user.uid), Some(user.gid)).expect("lchown");
+        link
+    };
+    let to_dir = plant("to-dir", &closed);
+    let to_file = plant("to-file", Path::new("../closed/secret.txt"));
+
+    // Reads through either link: 403, no byte of the secret.
+    for path in [to_dir.join("secret.txt"), to_file.clone()] {
+        let reply = fs_request(&server, reqwest::Method::GET, "file", &path, None).await;
+        v2_api_tests::assert_problem(&reply, 403, "permission-denied");
+        assert!(!reply.text().contains("root's secret"), "{}", reply.text());
+    }
+    // Writes through them: 403, nothing lands in the closed folder, the
+    // secret is unchanged.
+    let planted = to_dir.join("planted.txt");
+    let reply = fs_request(
+        &server,
+        reqwest::Method::PUT,
+        "file",
+        &planted,
+        Some(("application/octet-stream", b"planted".to_vec())),
+    )
+    .await;
+    v2_api_tests::assert_problem(&reply, 403, "permission-denied");
+    let reply = fs_request(
+        &server,
+        reqwest::Method::PUT,
+        "file",
+        &to_file,
+        Some(("application/octet-stream", b"replaced".to_vec())),
+    )
+    .await;
+    v2_api_tests::assert_problem(&reply, 403, "permission-denied");
+    let reply = fs_request(
+        &server,
+        reqwest::Method::POST,
+        "upload-batch",
+        &to_dir.join("unpacked"),
+        Some(("application/x-tar", project_tar())),
+    )
+    .await;
+    v2_api_tests::assert_problem(&reply, 403, "permission-denied");
+    let reply = fs_request(
+        &server,
+        reqwest::Method::POST,
+        "mkdir",
+        &to_dir.join("made"),
+        None,
+    )
+    .await;
+    v2_api_tests::assert_problem(&reply, 403, "permission-denied");
+    let mut names: Vec<String> = std::fs::read_dir(&closed)
+        .expect("list")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["secret.txt"],
+        "nothing was made in the closed folder"
+    );
+    assert_eq!(
+        std::fs::read_to_string(closed.join("secret.txt")).expect("read"),
+        "root's secret"
+    );
+    // Listing and deleting through the link are refused too, on both
+    // surfaces.
+    let reply = fs_request(&server, reqwest::Method::GET, "entries", &to_dir, None).await;
+    v2_api_tests::assert_problem(&reply, 403, "permission-denied");
+    let reply = fs_request(
+        &server,
+        reqwest::Method::DELETE,
+        "entry",
+        &to_dir.join("secret.txt"),
+        None,
+    )
+    .await;
+    v2_api_tests::assert_problem(&reply, 403, "permission-denied");
+    assert!(closed.join("secret.txt").exists());
+    let conn = server.initialize(MOCK).await;
+    let answer = server
+        .call(
+            &conn,
+            &acp::request(2, "_sandboxagent/fs/list_entries", json!({"path": to_dir})),
+        )
+        .await;
+    let error = v2_api_tests::ext::expect_error(&answer, -32602);
+    assert_eq!(
+        error["data"]["type"], "urn:sandbox-agent:error:permission-denied",
+        "{answer}"
+    );
+    // The user's own folder stays usable.
+    fs_request(
+        &server,
+        reqwest::Method::PUT,
+        "file",
+        &mine.join("ok.txt"),
+        Some(("application/octet-stream", b"ok".to_vec())),
+    )
+    .await
+    .assert_status(200);
+    assert_eq!(owner(&mine.join("ok.txt")), (user.uid, user.gid));
+}
+
+#[tokio::test]
+async fn an_npm_install_runs_as_the_user_under_the_supervisor_without_the_servers_secrets() {
+    use v2_api_tests::agents::{
+        INSTALL_TIMEOUT, agents_file, install_within, mock_agent_script, npm_registry_with_scripts,
+    };
+    let Some(user) = user_or_skip("npm install as the user") else {
+        return;
+    };
+    // The package's install script writes what it ran as into a folder of
+    // the user's: its uid, its environment, and the command lines of its
+    // ancestors.
+    let record = owned_dir("agent-user-npm-record", user);
+    let at = v2_api_tests::shell_quote(record.utf8());
+    let script = format!(
+        "id -u > {at}/uid; env > {at}/env; p=$$; while [ \"$p\" -gt 1 ]; do \
+         tr '\\0' ' ' < /proc/$p/cmdline; echo; \
+         p=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$p/status); done > {at}/ancestry"
+    );
+    let npm = npm_registry_with_scripts(
+        "sa-user-agent",
+        "1.0.0",
+        &mock_agent_script(),
+        Some(json!({ "install": script })),
+    )
+    .await;
+    let dir = TempDir::new("agent-user-npm");
+    let manifest = agents_file(
+        &dir,
+        json!([{"id": "npmuser", "name": "Npm as the user", "version": "1.0.0",
+                "distribution": {"npx": {"package": "sa-user-agent"}}}]),
+    );
+    let registry = npm.registry.url("/");
+    let server = TestServer::start_with_env(
+        &["--agent-user", AGENT_USER, "--agents-file", &manifest],
+        &[
+            TOKEN_ENV,
+            ("SANDBOX_AGENT_STORE", "memory"),
+            ("npm_config_registry", &registry),
+        ],
+    )
+    .await;
+    let reply = install_within(&server.api(), "npmuser", None, INSTALL_TIMEOUT).await;
+    reply.assert_status(200);
+
+    let read = |name: &str| {
+        std::fs::read_to_string(record.path().join(name))
+            .unwrap_or_else(|error| panic!("the install script wrote no {name}: {error}"))
+    };
+    assert_eq!(
+        read("uid").trim(),
+        user.uid.to_string(),
+        "npm ran as the user"
+    );
+    let env = read("env");
+    for secret in ["SANDBOX_AGENT_TOKEN=", "SANDBOX_AGENT_STORE="] {
+        assert!(
+            !env.lines().any(|line| line.starts_with(secret)),
+            "{secret} reached npm:\n{env}"
+        );
+    }
+    assert!(!env.contains(TOKEN_ENV.1), "the token reached npm:\n{env}");
+    let home = server.data_dir().join("homes").join("npmuser");
+    assert!(
+        env.lines()
+            .any(|line| line == format!("HOME={}", home.display())),
+        "npm's HOME is the agent's home:\n{env}"
+    );
+    let ancestry = read("ancestry");
+    assert!(
+        ancestry
+            .lines()
+            .any(|line| line.contains(" supervise ") && line.contains("--user")),
+        "npm ran under the tree supervisor:\n{ancestry}"
+    );
+
+    // What npm made is root's again, and nobody else may change it.
+    let installed = server.data_dir().join("agents/npmuser/1.0.0");
+    let mut folders = vec![installed.clone()];
+    let mut seen = 0;
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("list") {
+            let path = entry.expect("entry").path();
+            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            seen += 1;
+            assert_eq!((meta.uid(), meta.gid()), (0, 0), "{}", path.display());
+            if !meta.file_type().is_symlink() {
+                assert_eq!(
+                    meta.mode() & 0o7022,
+                    0,
+                    "{} mode {:o}",
+                    path.display(),
+                    meta.mode()
+                );
+            }
+            if meta.is_dir() {
+                folders.push(path);
+            }
+        }
+    }
+    assert!(seen > 3, "the install has files");
+    // The installed agent runs (as the user).
+    server.initialize("npmuser").await;
+}
