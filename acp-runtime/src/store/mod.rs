@@ -18,6 +18,7 @@ mod connection;
 mod file;
 mod keys;
 mod rows;
+pub(crate) mod runtime_lock;
 pub(crate) mod share;
 mod tls;
 pub(crate) mod writer;
