@@ -228,7 +228,7 @@ async fn open_store(
     // Entries stay in the store (memory takes in what is asked for): only
     // their count is read here, so start-up costs the same at any size.
     let started = std::time::Instant::now();
-    let count = store.count_sessions().await.map_err(failed)?;
+    let stored = store.count_sessions().await.map_err(failed)?;
     // The newest entry, read whole: a corrupt table fails here, at start,
     // naming the file, not at the first listing.
     store
@@ -241,12 +241,16 @@ async fn open_store(
     tracing::info!(
         store = store.describe(),
         runtime_id,
-        sessions = count,
+        sessions = stored.0 + stored.1,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "session store opened"
     );
     let persist = Persist::start(store.clone(), url.backend(), config.event_log_events);
-    Ok(Some(Durable { store, persist }))
+    Ok(Some(Durable {
+        store,
+        persist,
+        stored,
+    }))
 }
 
 /// One builder for every TCP connection: HTTP/1.1, and cleartext HTTP/2 by
