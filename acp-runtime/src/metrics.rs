@@ -131,7 +131,9 @@ impl Transport {
     }
 }
 
-/// The state a session entry of the inventory is in (`sessions`).
+/// The state a session is listed in (`sessions`: what `GET /v2/sessions`
+/// lists, memory's entries and the store's alike; research/contract.md,
+/// "Metrics").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionState {
     /// Hosted by a running agent process.
@@ -178,7 +180,7 @@ pub struct Metrics {
     /// Open connections, by [`Transport`] (index of `Transport::ALL`).
     connections: [Gauge; 3],
     connections_family: Family<TransportLabel, Gauge>,
-    /// Session entries, by [`SessionState`] (index of `SessionState::ALL`).
+    /// Sessions listed, by [`SessionState`] (index of `SessionState::ALL`).
     sessions: [Gauge; 3],
     sessions_family: Family<StateLabel, Gauge>,
     prompt_turns: Family<TurnLabels, Counter>,
@@ -273,7 +275,7 @@ impl Metrics {
         );
         registry.register(
             "sessions",
-            "Session entries in the inventory, by state",
+            "Sessions the control plane lists (GET /v2/sessions), by state",
             self.sessions_family.clone(),
         );
         registry.register(
@@ -368,7 +370,7 @@ impl Metrics {
         &self.connections[transport as usize]
     }
 
-    /// The gauge of session entries in `state`.
+    /// The gauge of the sessions listed in `state` (see [`SessionState`]).
     pub fn sessions(&self, state: SessionState) -> &Gauge {
         &self.sessions[state as usize]
     }

@@ -66,10 +66,33 @@ pub async fn run(mut config: ServerConfig) -> std::io::Result<()> {
             ));
         }
     }
+    let url = config
+        .store
+        .clone()
+        .unwrap_or_else(|| StoreUrl::default_for(&config.data_dir));
+    let failed = |e: crate::store::StoreError| std::io::Error::other(e.to_string());
+    let runtime_id = match (&url, &config.runtime_id) {
+        (StoreUrl::Memory, _) => None,
+        (_, Some(id)) => Some(id.clone()),
+        (_, None) => Some(crate::store::default_runtime_id(&config.data_dir).map_err(failed)?),
+    };
+    // Before anything else acts on the data dir or the store: a second
+    // server with this runtime id stops here, having touched nothing
+    // (research/contract.md, "One server per runtime id"). Held until
+    // `run` returns; it dies with the process however that ends.
+    let _runtime_lock = match &runtime_id {
+        Some(id) => {
+            crate::store::runtime_lock::acquire(&url, &config.data_dir, id).map_err(failed)?
+        }
+        None => None,
+    };
     // Before any agent can start: never two trees of one agent
     // (research/contract.md, "Agent process trees and a server that dies").
     crate::agent::orphans::reap_leftovers(&config.data_dir).await;
-    let durable = open_store(&config).await?;
+    let durable = match runtime_id {
+        Some(id) => open_store(&config, &url, id).await?,
+        None => None,
+    };
     let listener = TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
     let runtime = Runtime::new(config, durable);
@@ -187,31 +210,25 @@ pub async fn run(mut config: ServerConfig) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Opens the store `config` names (default: SQLite in the data dir), with
-/// its writer task (the inventory stays in the store; see `runtime::inventory`).
+/// Opens the store at `url` for `runtime_id` (`None` for
+/// [`StoreUrl::Memory`]), with its writer task (the inventory stays in the
+/// store; see `runtime::inventory`).
 ///
 /// # Errors
 /// The store's error, naming the file or the redacted URL.
-async fn open_store(config: &ServerConfig) -> std::io::Result<Option<Durable>> {
-    let url = config
-        .store
-        .clone()
-        .unwrap_or_else(|| StoreUrl::default_for(&config.data_dir));
+async fn open_store(
+    config: &ServerConfig,
+    url: &StoreUrl,
+    runtime_id: String,
+) -> std::io::Result<Option<Durable>> {
     let failed = |e: crate::store::StoreError| std::io::Error::other(e.to_string());
-    if url == StoreUrl::Memory {
-        return Ok(None);
-    }
-    let runtime_id = match &config.runtime_id {
-        Some(id) => id.clone(),
-        None => crate::store::default_runtime_id(&config.data_dir).map_err(failed)?,
-    };
-    let Some(store) = Store::open(&url, &runtime_id).await.map_err(failed)? else {
+    let Some(store) = Store::open(url, &runtime_id).await.map_err(failed)? else {
         return Ok(None);
     };
     // Entries stay in the store (memory takes in what is asked for): only
     // their count is read here, so start-up costs the same at any size.
     let started = std::time::Instant::now();
-    let count = store.count_sessions().await.map_err(failed)?;
+    let stored = store.count_sessions().await.map_err(failed)?;
     // The newest entry, read whole: a corrupt table fails here, at start,
     // naming the file, not at the first listing.
     store
@@ -224,12 +241,16 @@ async fn open_store(config: &ServerConfig) -> std::io::Result<Option<Durable>> {
     tracing::info!(
         store = store.describe(),
         runtime_id,
-        sessions = count,
+        sessions = stored.0 + stored.1,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "session store opened"
     );
     let persist = Persist::start(store.clone(), url.backend(), config.event_log_events);
-    Ok(Some(Durable { store, persist }))
+    Ok(Some(Durable {
+        store,
+        persist,
+        stored,
+    }))
 }
 
 /// One builder for every TCP connection: HTTP/1.1, and cleartext HTTP/2 by

@@ -847,7 +847,8 @@ async fn install_agent_calls_the_install_route() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forcing_a_mode_against_the_options_is_refused() -> TestResult {
-    let embedded_with_url = embedded_options()
+    let data = v2_api_tests::TempDir::new("sdk-embedded");
+    let embedded_with_url = embedded_options(&data)
         .base_url("http://127.0.0.1:9")
         .mode(sandbox_agent_sdk::Mode::Embedded);
     assert!(matches!(

@@ -8,6 +8,7 @@ use common::{TestResult, embedded_options, run_turn, within};
 use sandbox_agent_sdk::schema::{NewSessionRequest, StopReason};
 use sandbox_agent_sdk::{ClientOptions, Error, SandboxAgentClient};
 use std::time::{Duration, Instant};
+use v2_api_tests::TempDir;
 use v2_api_tests::procfs::{self, ProcessRef};
 
 /// The embedded server and every process under it (its agents), as seen
@@ -49,7 +50,12 @@ fn nix_sigkill() -> nix::sys::signal::Signal {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_mode_runs_a_turn_and_drop_leaves_no_process() -> TestResult {
-    let client = within("connect", SandboxAgentClient::connect(embedded_options())).await?;
+    let data = TempDir::new("sdk-embedded");
+    let client = within(
+        "connect",
+        SandboxAgentClient::connect(embedded_options(&data)),
+    )
+    .await?;
     assert!(client.base_url().starts_with("http://127.0.0.1:"));
     assert!(client.is_connected());
     assert_eq!(client.health().await?.status, "ok");
@@ -80,7 +86,8 @@ async fn embedded_mode_runs_a_turn_and_drop_leaves_no_process() -> TestResult {
 async fn a_panic_while_holding_the_client_leaves_no_process() -> TestResult {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
-        let client = match SandboxAgentClient::connect(embedded_options()).await {
+        let data = TempDir::new("sdk-embedded");
+        let client = match SandboxAgentClient::connect(embedded_options(&data)).await {
             Ok(client) => client,
             Err(error) => panic!("connect: {error}"),
         };
@@ -105,7 +112,8 @@ async fn a_panic_while_holding_the_client_leaves_no_process() -> TestResult {
         let mut seen = Vec::new();
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             runtime.block_on(async {
-                let client = match SandboxAgentClient::connect(embedded_options()).await {
+                let data = TempDir::new("sdk-embedded");
+                let client = match SandboxAgentClient::connect(embedded_options(&data)).await {
                     Ok(client) => client,
                     Err(error) => panic!("connect: {error}"),
                 };
@@ -127,7 +135,12 @@ async fn a_panic_while_holding_the_client_leaves_no_process() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_the_server_and_later_calls_fail() -> TestResult {
-    let client = within("connect", SandboxAgentClient::connect(embedded_options())).await?;
+    let data = TempDir::new("sdk-embedded");
+    let client = within(
+        "connect",
+        SandboxAgentClient::connect(embedded_options(&data)),
+    )
+    .await?;
     client.new_session(NewSessionRequest::new("/tmp")).await?;
     let tree = process_tree(&client);
     // A clone shares the server: shutting one down stops it for all.
@@ -148,7 +161,8 @@ async fn shutdown_stops_the_server_and_later_calls_fail() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_cannot_start_is_reported_with_its_stderr() -> TestResult {
     // An argument the server rejects: it exits at once with a message.
-    let options = embedded_options().server_arg("--no-such-option");
+    let data = TempDir::new("sdk-embedded");
+    let options = embedded_options(&data).server_arg("--no-such-option");
     match within("connect", SandboxAgentClient::connect(options)).await {
         Err(Error::ServerStart { message, stderr }) => {
             assert!(message.contains("exited"), "{message}");
@@ -184,6 +198,7 @@ async fn child_connects_without_naming_the_binary() -> TestResult {
 async fn embedded_mode_finds_the_binary_through_sandbox_agent_bin() -> TestResult {
     let me = std::env::current_exe()?;
     let bin = v2_api_tests::server::sandbox_agent_bin();
+    let data = TempDir::new("sdk-embedded-child");
     let output = tokio::process::Command::new(me)
         .args([
             "child_connects_without_naming_the_binary",
@@ -192,6 +207,10 @@ async fn embedded_mode_finds_the_binary_through_sandbox_agent_bin() -> TestResul
             "--test-threads=1",
         ])
         .env(sandbox_agent_sdk::BINARY_ENV, &bin)
+        // The child's embedded server inherits both: a data dir of its own,
+        // never the developer's.
+        .env("SANDBOX_AGENT_DATA_DIR", data.path())
+        .env("XDG_DATA_HOME", v2_api_tests::server::no_default_data_dir())
         .output();
     let output = within("child test", output).await?;
     let stdout = String::from_utf8_lossy(&output.stdout);

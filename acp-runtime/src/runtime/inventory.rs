@@ -178,9 +178,9 @@ impl Runtime {
             let keep = (self.config.ended_sessions + live.len()) as u64;
             match store.keys_past(keep, RETENTION_BATCH).await {
                 Ok(keys) => {
-                    for (agent, id) in keys {
+                    for (agent, id, ended) in keys {
                         if !live.contains(&(Arc::from(agent.as_str()), Arc::from(id.as_str()))) {
-                            self.sessions.forget(&agent, &id);
+                            self.sessions.forget(&agent, &id, ended);
                         }
                     }
                 }

@@ -92,6 +92,10 @@ pub struct Durable {
     pub store: Store,
     /// The writer task's handle.
     pub persist: Arc<Persist>,
+    /// The store's entries of this runtime id at start, `(not ended,
+    /// ended)`: what `sessions{state}` starts from (they are dormant and
+    /// ended until loaded).
+    pub stored: (u64, u64),
 }
 
 /// The successful outcome of a POST.
@@ -140,9 +144,13 @@ impl Runtime {
         {
             config.fs_root = Some(real);
         }
-        let (store, persist) = match durable {
-            Some(Durable { store, persist }) => (Some(store), Some(persist)),
-            None => (None, None),
+        let (store, persist, stored) = match durable {
+            Some(Durable {
+                store,
+                persist,
+                stored,
+            }) => (Some(store), Some(persist), stored),
+            None => (None, None, (0, 0)),
         };
         let limits = ReplayLimits {
             events: config.replay_buffer_events.max(1),
@@ -170,7 +178,7 @@ impl Runtime {
         let mut connections =
             Connections::new(config.max_connections, limits).with_budget(memory.clone());
         if metrics.is_on() {
-            sessions = sessions.with_metrics(metrics.clone());
+            sessions = sessions.with_metrics(metrics.clone(), stored);
             connections = connections.with_metrics(metrics.clone());
         }
         let routes = RouteTargets {

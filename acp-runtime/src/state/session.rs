@@ -62,8 +62,9 @@ pub struct Session {
     /// so nothing of this one is stored any more.
     retired: std::sync::atomic::AtomicBool,
     state: Mutex<SessionState>,
-    /// Counts the entry in `sessions{state}` while it lives (`None`:
-    /// uncounted, an inventory without metrics).
+    /// Where the entry is counted in `sessions{state}` while it is one of
+    /// the listing's (`None`: an inventory without metrics); see
+    /// `SessionState::counted`.
     metrics: Option<Arc<Metrics>>,
     /// When the current prompt turn started, until its first update.
     pub(crate) turn_clock: TurnClock,
@@ -83,10 +84,14 @@ fn counted_state(state: &SessionState) -> metrics::SessionState {
     }
 }
 
-impl Drop for Session {
-    fn drop(&mut self) {
-        if let Some(metrics) = &self.metrics {
-            metrics.sessions(counted_state(self.state.get_mut())).dec();
+impl Session {
+    /// Takes the entry out of `sessions{state}`: it left the listing
+    /// (forgotten, or replaced by a newer entry of its key).
+    fn uncount(&self, state: &mut SessionState) {
+        if std::mem::take(&mut state.counted)
+            && let Some(metrics) = &self.metrics
+        {
+            metrics.sessions(counted_state(state)).dec();
         }
     }
 }
@@ -156,6 +161,14 @@ struct SessionState {
     /// When memory last took it in (created, or read from the store): the
     /// cache drops the longest untouched first, never one just recalled.
     touched: std::time::Instant,
+    /// Whether `sessions{state}` counts this entry: the gauge counts what
+    /// the listing shows, each key once wherever it is held (research/
+    /// contract.md, "Metrics"). Set for an entry of the inventory (made, or
+    /// read from the store into memory, whose key was counted already),
+    /// cleared when it leaves the listing; never set for the entries a
+    /// listing page reads from the store to show. Memory dropping a cached
+    /// entry leaves it counted: the store still lists it.
+    counted: bool,
 }
 
 /// Most characters of a first prompt an entry keeps.
@@ -407,7 +420,9 @@ impl Session {
         if state.ended.is_some() {
             return None;
         }
-        if let Some(metrics) = &self.metrics {
+        if state.counted
+            && let Some(metrics) = &self.metrics
+        {
             metrics.sessions(counted_state(&state)).dec();
             metrics.sessions(metrics::SessionState::Ended).inc();
         }
@@ -866,18 +881,27 @@ impl Sessions {
         }
     }
 
-    /// Counts every entry made from now on in `sessions{state}`
+    /// Counts the inventory in `sessions{state}` from now on, starting
+    /// from `stored`: the store's entries at start, `(dormant, ended)`
     /// (research/contract.md, "Metrics").
-    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<Metrics>, stored: (u64, u64)) -> Self {
+        let gauge = |count: u64| i64::try_from(count).unwrap_or(i64::MAX);
+        metrics
+            .sessions(metrics::SessionState::Dormant)
+            .inc_by(gauge(stored.0));
+        metrics
+            .sessions(metrics::SessionState::Ended)
+            .inc_by(gauge(stored.1));
         self.metrics = Some(metrics);
         self
     }
 
-    /// Counts a new entry in `state`; the handle its `Drop` uncounts with.
-    fn count(&self, state: &SessionState) -> Option<Arc<Metrics>> {
-        let metrics = self.metrics.clone()?;
-        metrics.sessions(counted_state(state)).inc();
-        Some(metrics)
+    /// Counts a new key of the listing in `state`.
+    fn count(&self, state: &mut SessionState) {
+        if let Some(metrics) = &self.metrics {
+            metrics.sessions(counted_state(state)).inc();
+        }
+        state.counted = true;
     }
 
     /// Charges every log made from now on to `budget` (research/contract.md,
@@ -900,8 +924,15 @@ impl Sessions {
     /// An entry of `row` as read from the store: ended as it was, live
     /// dormant (no agent process hosts it until a `session/load` or
     /// `session/resume`; research/contract.md, "Durable sessions"). Its
-    /// events stay in the store: memory holds none of them. Not registered.
+    /// events stay in the store: memory holds none of them. Not registered,
+    /// not counted.
     pub fn entry_of_row(&self, row: SessionRow) -> Arc<Session> {
+        self.entry_of_stored(row, false)
+    }
+
+    /// [`Self::entry_of_row`]; `counted`: an entry memory takes in, whose
+    /// key `sessions{state}` counts already (see `SessionState::counted`).
+    fn entry_of_stored(&self, row: SessionRow, counted: bool) -> Arc<Session> {
         let state = SessionState {
             cwd: row.cwd,
             attached: Vec::new(),
@@ -918,6 +949,7 @@ impl Sessions {
             dormant: row.end_reason.is_none(),
             first_prompt: row.first_prompt,
             touched: std::time::Instant::now(),
+            counted,
         };
         Arc::new(Session {
             id: row.session_id,
@@ -927,7 +959,7 @@ impl Sessions {
             created_at: store::time_of(row.created_ns),
             persist: self.persist.clone(),
             retired: std::sync::atomic::AtomicBool::new(false),
-            metrics: self.count(&state),
+            metrics: self.metrics.clone(),
             turn_clock: TurnClock::default(),
             turn_trace: Mutex::default(),
             state: Mutex::new(state),
@@ -943,7 +975,7 @@ impl Sessions {
             if of_agent.iter().any(|s| s.agent == row.agent) {
                 continue;
             }
-            of_agent.push(self.entry_of_row(row));
+            of_agent.push(self.entry_of_stored(row, true));
         }
         self.trim();
     }
@@ -1024,19 +1056,48 @@ impl Sessions {
     }
 
     /// Forgets session `id` of `agent` from memory and the store (store
-    /// retention), unless it is live.
-    pub fn forget(&self, agent: &str, id: &str) {
+    /// retention), unless it is live. `stored_ended`: whether the store's
+    /// row ended, which `sessions{state}` counts it by when memory does not
+    /// hold it.
+    pub fn forget(&self, agent: &str, id: &str, stored_ended: bool) {
         let gone = |s: &Arc<Session>| s.is_ended() || s.is_dormant();
         let mut live = false;
+        let mut held = Vec::new();
         self.map.remove_if_mut(id, |_, of_agent| {
             live = of_agent.iter().any(|s| &*s.agent == agent && !gone(s));
             if !live {
-                of_agent.retain(|s| &*s.agent != agent);
+                of_agent.retain(|s| {
+                    let keep = &*s.agent != agent;
+                    if !keep {
+                        held.push(s.clone());
+                    }
+                    keep
+                });
             }
             of_agent.is_empty()
         });
-        if !live && let Some(persist) = &self.persist {
-            persist.remove(&Arc::from(agent), &Arc::from(id));
+        if live {
+            return;
+        }
+        for forgotten in &held {
+            forgotten.uncount(&mut forgotten.state.lock());
+        }
+        let queued = self
+            .persist
+            .as_ref()
+            .is_some_and(|persist| persist.remove(&Arc::from(agent), &Arc::from(id)));
+        // Only the store held it: counted by its row, once (a removal
+        // already queued was uncounted when it was queued).
+        if held.is_empty()
+            && queued
+            && let Some(metrics) = &self.metrics
+        {
+            let state = if stored_ended {
+                metrics::SessionState::Ended
+            } else {
+                metrics::SessionState::Dormant
+            };
+            metrics.sessions(state).dec();
         }
     }
 
@@ -1094,7 +1155,9 @@ impl Sessions {
                 dormant: false,
                 first_prompt: None,
                 touched: std::time::Instant::now(),
+                counted: false,
             };
+            self.count(&mut state);
             let mut created_at = now;
             if let Some(old) = revived {
                 let old_state = old.state.lock();
@@ -1118,7 +1181,7 @@ impl Sessions {
                 share: self.persist.as_ref().map(|p| p.share(&agent)),
                 persist: self.persist.clone(),
                 retired: std::sync::atomic::AtomicBool::new(false),
-                metrics: self.count(&state),
+                metrics: self.metrics.clone(),
                 turn_clock: TurnClock::default(),
                 turn_trace: Mutex::default(),
                 state: Mutex::new(state),
@@ -1138,12 +1201,14 @@ impl Sessions {
                 }
                 Some(dormant) if load && dormant.is_dormant() => {
                     dormant.retire();
+                    dormant.uncount(&mut dormant.state.lock());
                     *dormant = make(Some(dormant));
                     dormant.clone()
                 }
                 Some(replaced) => {
                     // The old history goes with the old entry, in the store too.
                     replaced.retire();
+                    replaced.uncount(&mut replaced.state.lock());
                     if let Some(persist) = &self.persist {
                         persist.remove(&replaced.agent, &replaced.id);
                     }
@@ -1262,6 +1327,7 @@ impl Sessions {
             // id may have replaced it meanwhile, and its rows stay.
             if dropped {
                 forgotten.retire();
+                forgotten.uncount(&mut forgotten.state.lock());
                 if let Some(persist) = &self.persist {
                     persist.remove(&forgotten.agent, &forgotten.id);
                 }

@@ -18,6 +18,7 @@ mod connection;
 mod file;
 mod keys;
 mod rows;
+pub(crate) mod runtime_lock;
 pub(crate) mod share;
 mod tls;
 pub(crate) mod writer;
@@ -728,24 +729,32 @@ impl Store {
         Ok(self.readable(&rows))
     }
 
-    /// How many entries this runtime id has.
+    /// How many entries this runtime id has: `(not ended, ended)`, the
+    /// dormant and ended entries of a listing made before any session is
+    /// loaded (research/contract.md, "Metrics": `sessions{state}`).
     ///
     /// # Errors
     /// [`StoreError::Read`] naming the store when the query fails.
-    pub async fn count_sessions(&self) -> Result<u64, StoreError> {
-        let sql = self.sql("SELECT count(*) AS n FROM sessions WHERE runtime_id = $1");
+    pub async fn count_sessions(&self) -> Result<(u64, u64), StoreError> {
+        let sql = self.sql(
+            "SELECT count(*) AS n, count(end_reason) AS ended FROM sessions WHERE runtime_id = $1",
+        );
         let row = sqlx::query(&sql)
             .bind(&*self.runtime_id)
             .fetch_one(&self.pool)
             .bounded()
             .await
             .map_err(|source| self.read_error(source))?;
-        Ok(u64::try_from(row.try_get::<i64, _>("n").unwrap_or(0)).unwrap_or(0))
+        let count =
+            |column: &str| u64::try_from(row.try_get::<i64, _>(column).unwrap_or(0)).unwrap_or(0);
+        let ended = count("ended");
+        Ok((count("n").saturating_sub(ended), ended))
     }
 
     /// The keys (agent, session id) of this runtime id's entries past the
-    /// newest `keep`, at most `at_most` of them, oldest last: what retention (`--ended-sessions`)
-    /// deletes, once the caller has spared the live ones.
+    /// newest `keep`, at most `at_most` of them, oldest last, each with
+    /// whether it ended: what retention (`--ended-sessions`) deletes, once
+    /// the caller has spared the live ones.
     ///
     /// # Errors
     /// [`StoreError::Read`] naming the store when the query fails.
@@ -753,9 +762,11 @@ impl Store {
         &self,
         keep: u64,
         at_most: usize,
-    ) -> Result<Vec<(String, String)>, StoreError> {
+    ) -> Result<Vec<(String, String, bool)>, StoreError> {
         let sql = self.sql(
-            "SELECT agent, session_id FROM sessions WHERE runtime_id = $1 \
+            "SELECT agent, session_id, \
+             CAST(CASE WHEN end_reason IS NULL THEN 0 ELSE 1 END AS BIGINT) AS ended FROM sessions \
+             WHERE runtime_id = $1 \
              ORDER BY created_ns DESC, agent DESC, session_id DESC LIMIT $3 OFFSET $2",
         );
         let rows = sqlx::query(&sql)
@@ -772,6 +783,7 @@ impl Store {
                 Some((
                     row.try_get::<String, _>("agent").ok()?,
                     row.try_get::<String, _>("session_id").ok()?,
+                    row.try_get::<i64, _>("ended").ok()? != 0,
                 ))
             })
             .collect())

@@ -391,17 +391,19 @@ impl Persist {
     }
 
     /// Queues the removal of a session and its events (and drops its
-    /// unwritten row).
-    pub(crate) fn remove(&self, agent: &Arc<str>, session: &Arc<str>) {
+    /// unwritten row). `false` when its removal was already queued and not
+    /// done yet (nothing more is queued).
+    pub(crate) fn remove(&self, agent: &Arc<str>, session: &Arc<str>) -> bool {
         let key: Key = (agent.clone(), session.clone());
         self.rows.lock().remove(&key);
         if !self.removing.lock().insert(key) {
-            return;
+            return false;
         }
         self.send(Write::Remove {
             agent: agent.clone(),
             session: session.clone(),
         });
+        true
     }
 
     fn send(&self, write: Write) {

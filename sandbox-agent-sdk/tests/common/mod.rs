@@ -10,7 +10,7 @@ use sandbox_agent_sdk::{
     ClientOptions, Error, Event, Events, PermissionRequest, SandboxAgentClient,
 };
 use std::time::Duration;
-use v2_api_tests::TestServer;
+use v2_api_tests::{TempDir, TestServer};
 
 /// Upper bound on one step of a test (a call, a turn, a wait for events).
 pub const STEP: Duration = Duration::from_secs(60);
@@ -28,11 +28,15 @@ pub fn server_options(server: &TestServer) -> ClientOptions {
 }
 
 /// Options for the mock agent on an embedded server started from the
-/// workspace's binary (`$SANDBOX_AGENT_BIN` or `target/debug`).
-pub fn embedded_options() -> ClientOptions {
+/// workspace's binary (`$SANDBOX_AGENT_BIN` or `target/debug`), with `data`
+/// as its data dir: never the developer's own (a server given none stops
+/// at start; see `v2_api_tests::server::no_default_data_dir`).
+pub fn embedded_options(data: &TempDir) -> ClientOptions {
     ClientOptions::new("mock")
         .binary(v2_api_tests::server::sandbox_agent_bin())
         .startup_timeout(Duration::from_secs(30))
+        .server_env("SANDBOX_AGENT_DATA_DIR", data.path())
+        .server_env("XDG_DATA_HOME", v2_api_tests::server::no_default_data_dir())
 }
 
 /// `future`, or a panic naming `what` after [`STEP`].

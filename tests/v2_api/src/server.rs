@@ -63,6 +63,11 @@ pub fn sandbox_agent_bin() -> PathBuf {
 /// every inherited `SANDBOX_AGENT_*` variable is removed (a developer's own
 /// token or timeouts must not change what the tests see), except
 /// `SANDBOX_AGENT_BIN` which only the harness reads.
+///
+/// `XDG_DATA_HOME` is [`no_default_data_dir`]: a test must give every
+/// command a data dir of its own (`SANDBOX_AGENT_DATA_DIR` or
+/// `--data-dir`); one that forgets fails at once instead of writing into
+/// the developer's `~/.local/share/sandbox-agent`.
 pub fn sandbox_agent_command() -> Command {
     let mut command = Command::new(sandbox_agent_bin());
     for (key, _) in std::env::vars_os() {
@@ -73,14 +78,46 @@ pub fn sandbox_agent_command() -> Command {
             command.env_remove(key);
         }
     }
+    command.env("XDG_DATA_HOME", no_default_data_dir());
     command
+}
+
+/// What the binary's default data dir resolves to in the tests: an
+/// `XDG_DATA_HOME` whose `sandbox-agent` is a regular file, not a folder,
+/// so nothing can be created or read under it. A command run without a
+/// data dir of its own stops at its first use of the data dir, with an
+/// error naming `…/v2-api-tests-gave-no-data-dir/sandbox-agent/…: Not a
+/// directory`. Other programs that use `XDG_DATA_HOME` (the agents) still
+/// can: only the `sandbox-agent` entry is taken.
+///
+/// # Panics
+/// If the folder or the file cannot be made.
+pub fn no_default_data_dir() -> PathBuf {
+    let base = std::env::temp_dir().join("v2-api-tests-gave-no-data-dir");
+    let blocker = base.join("sandbox-agent");
+    if !blocker.is_file() {
+        std::fs::create_dir_all(&base).expect("create the no-default-data-dir folder");
+        // Written beside, then renamed: test binaries run at once.
+        let temporary = base.join(format!(".sandbox-agent.{}", std::process::id()));
+        std::fs::write(
+            &temporary,
+            "A test ran sandbox-agent without a data dir of its own: give it \
+             SANDBOX_AGENT_DATA_DIR or --data-dir (a temporary folder).\n",
+        )
+        .expect("write the no-default-data-dir file");
+        std::fs::rename(&temporary, &blocker).expect("place the no-default-data-dir file");
+    }
+    base
 }
 
 /// Runs `sandbox-agent server --no-token` (unless `args` give `--token`) on
 /// a free loopback port with `args` until it exits (a start-up error): its exit status and stderr.
 /// `None` when it still runs after `within` (it started; it is killed).
 pub async fn start_up_outcome(args: &[&str], within: Duration) -> Option<(ExitStatus, String)> {
+    // A data dir of its own, unless `args` name one (`--data-dir` wins).
+    let data_dir = crate::agents::TempDir::new("start-up");
     let mut command = sandbox_agent_command();
+    command.env("SANDBOX_AGENT_DATA_DIR", data_dir.path());
     command.args(["server", "--host", "127.0.0.1", "--port", "0"]);
     if !args
         .iter()

@@ -509,7 +509,9 @@ async fn one_install_at_a_time_even_across_servers_sharing_a_data_dir() {
         data_arg.as_str(),
     ];
     let first = TestServer::start(&args).await;
-    let second = TestServer::start(&args).await;
+    // Its own runtime id: two servers with one runtime id on one store
+    // refuse each other (research/contract.md, "One server per runtime id").
+    let second = TestServer::start(&[&args[..], &["--runtime-id", "second"]].concat()).await;
     let apis = [first.api(), second.api(), first.api(), second.api()];
     let tasks: Vec<_> = apis
         .into_iter()

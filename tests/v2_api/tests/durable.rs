@@ -52,14 +52,20 @@ impl Backend {
 
     /// Starts a server on `data_dir` with this store and `extra` arguments.
     async fn start_with(&self, data_dir: &Path, extra: &[&str]) -> TestServer {
+        let args = self.args(data_dir, extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        TestServer::start(&args).await
+    }
+
+    /// The server arguments for `data_dir`, this store and `extra`.
+    fn args(&self, data_dir: &Path, extra: &[&str]) -> Vec<String> {
         let data_dir = data_dir.to_str().expect("UTF-8 temp dir").to_owned();
         let mut args = vec!["--data-dir".to_owned(), data_dir];
         if let Some(store) = &self.store {
             args.extend(["--store".to_owned(), store.clone()]);
         }
         args.extend(extra.iter().map(|arg| (*arg).to_owned()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        TestServer::start(&args).await
+        args
     }
 
     /// The stored events' count and lowest and highest offsets, read from
@@ -110,6 +116,7 @@ on_both_backends!(
     a_store_at_schema_version_3_keeps_every_session_and_event,
     a_store_at_schema_version_4_keeps_every_session_and_event,
     a_session_past_its_event_cap_keeps_its_newest_events_stored,
+    a_second_server_with_one_runtime_id_is_refused_until_the_first_dies,
 );
 
 async fn new_session_with_metadata(server: &TestServer, conn: &str, title: &str) -> String {
@@ -978,30 +985,110 @@ async fn with_store_memory_nothing_is_written_and_health_says_so() {
     assert!(!data.path().join("sessions.db").exists());
 }
 
-/// Servers started at once on one data dir (the real-agent tests share an
-/// agent cache this way) all open and migrate the same SQLite file: SQLite
-/// answers "database is locked" at once, without waiting, when two
-/// migrations race, so opening takes turns (research/contract.md,
-/// "Durable sessions").
+/// Servers started at once on one SQLite file, each with its own runtime
+/// id, all open and migrate it: SQLite answers "database is locked" at
+/// once, without waiting, when two migrations race, so opening takes turns
+/// (research/contract.md, "Durable sessions").
 #[tokio::test]
 async fn servers_started_at_once_on_one_sqlite_file_all_start() {
     let data = TempDir::new("together");
     let dir = data.utf8().to_owned();
-    let starts = (0..4).map(|_| {
+    let starts = (0..4).map(|n| {
         let dir = dir.clone();
-        tokio::spawn(async move { TestServer::start(&["--data-dir", &dir]).await })
+        tokio::spawn(async move {
+            TestServer::start(&["--data-dir", &dir, "--runtime-id", &format!("together-{n}")]).await
+        })
     });
     let servers = futures::future::join_all(starts).await;
-    let mut ids = Vec::new();
     for server in servers {
         let server = server.expect("every server starts");
         let health = server.health().await.json();
         assert_eq!(health["store"], "ok", "{health}");
-        ids.push(health["runtimeId"].as_str().expect("runtimeId").to_owned());
     }
+}
+
+/// Servers started at once on a new data dir with its default runtime id:
+/// they agree on one id (the first one's file stays), so exactly one runs
+/// and the others are refused, naming that id (research/contract.md, "One
+/// server per runtime id").
+#[tokio::test]
+async fn servers_started_at_once_on_a_new_data_dir_agree_on_one_runtime_id() {
+    let data = TempDir::new("together-default");
+    let starts = (0..3).map(|_| {
+        let args = ["--data-dir".to_owned(), data.utf8().to_owned()];
+        tokio::spawn(async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            v2_api_tests::server::start_up_outcome(&args, Duration::from_secs(8)).await
+        })
+    });
+    let outcomes: Vec<_> = futures::future::join_all(starts)
+        .await
+        .into_iter()
+        .map(|outcome| outcome.expect("the start-up task"))
+        .collect();
     let written = std::fs::read_to_string(data.path().join("runtime-id")).expect("runtime-id");
+    let running = outcomes.iter().filter(|o| o.is_none()).count();
+    assert_eq!(running, 1, "exactly one server runs: {outcomes:?}");
+    for (status, stderr) in outcomes.iter().flatten() {
+        assert!(!status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("runtime id {:?}", written.trim())),
+            "refused for the file's id {written:?}: {stderr}"
+        );
+    }
+}
+
+/// A second server with the runtime id of one that runs, on its store, is
+/// refused at start with a message naming the runtime id, the data dir and
+/// how to run a second server; one with another runtime id starts beside
+/// it. The lock dies with its holder: after a SIGKILL of the first server
+/// (its agent process still running) a new one starts at once and sees the
+/// first one's session (research/contract.md, "One server per runtime id").
+async fn a_second_server_with_one_runtime_id_is_refused_until_the_first_dies(backend: Backend) {
+    let data = TempDir::new("one-runtime");
+    let mut first = backend
+        .start_with(data.path(), &["--runtime-id", "rid-1"])
+        .await;
+    let conn = first.initialize(MOCK).await;
+    let session = first.new_session(&conn).await;
     assert!(
-        ids.iter().all(|id| id == written.trim()),
-        "one data dir, one runtime id (the file's): {ids:?} vs {written:?}"
+        !first.mock_agent_processes().is_empty(),
+        "an agent process runs (it must not hold the lock)"
+    );
+
+    let args = backend.args(data.path(), &["--runtime-id", "rid-1"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (status, stderr) = run_server_expecting_exit(&args).await;
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    for part in [
+        "another sandbox-agent server runs with runtime id \"rid-1\"",
+        data.utf8(),
+        "--data-dir",
+        "--runtime-id",
+    ] {
+        assert!(stderr.contains(part), "{part:?} missing: {stderr}");
+    }
+    assert_eq!(
+        stderr.matches("sandbox-agent: ").count(),
+        1,
+        "one line, no log of a start-up: {stderr}"
+    );
+
+    let other = backend
+        .start_with(data.path(), &["--runtime-id", "rid-2"])
+        .await;
+    assert_eq!(other.health().await.json()["runtimeId"], "rid-2");
+
+    first
+        .kill_now(TIMEOUT)
+        .await
+        .expect("the first server dies");
+    let again = backend
+        .start_with(data.path(), &["--runtime-id", "rid-1"])
+        .await;
+    let listed = again.get_json("/v2/sessions?state=dormant").await;
+    assert!(
+        listed.to_string().contains(&session),
+        "the first server's session: {listed}"
     );
 }

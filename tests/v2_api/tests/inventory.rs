@@ -304,6 +304,19 @@ async fn retention_deletes_the_oldest_stored_sessions_past_the_limit() {
         .get(&format!("/v2/sessions/{}", path_segment(&created[0])))
         .await
         .assert_status(404);
+    // The sessions gauge counts what the listing shows, the forgotten ones
+    // no more (research/contract.md, "Metrics"), also after the next
+    // retention pass has seen the deleted rows.
+    for pass in 0..2 {
+        if pass > 0 {
+            tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+        }
+        let metrics = server.get("/metrics").await.text();
+        assert!(
+            metrics.contains("\nsandbox_agent_sessions{state=\"dormant\"} 10\n"),
+            "{metrics}"
+        );
+    }
 }
 
 /// What the inventory keeps per entry is bounded, and what a store cannot

@@ -242,3 +242,101 @@ async fn no_metrics_records_nothing_and_answers_404() {
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("--metrics-public"), "{stderr}");
 }
+
+/// `sandbox_agent_sessions{state}` as the scrape shows it: live, dormant
+/// and ended.
+async fn session_gauges(server: &TestServer) -> [f64; 3] {
+    let text = scrape(server).await;
+    ["live", "dormant", "ended"].map(|state| {
+        sample(
+            &text,
+            &format!("sandbox_agent_sessions{{state=\"{state}\"}}"),
+        )
+        .unwrap_or_else(|| panic!("no sessions gauge for {state}:\n{text}"))
+    })
+}
+
+/// How many sessions `GET /v2/sessions?state=…` lists in each state (live,
+/// dormant, ended), page after page.
+async fn listed(server: &TestServer) -> [f64; 3] {
+    let mut counts = [0.0; 3];
+    for (slot, state) in ["live", "dormant", "ended"].iter().enumerate() {
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut path = format!("/v2/sessions?state={state}&limit=2");
+            if let Some(cursor) = &cursor {
+                path.push_str(&format!("&cursor={}", v2_api_tests::path_segment(cursor)));
+            }
+            let page = server.get_json(&path).await;
+            counts[slot] += page["sessions"].as_array().expect("sessions").len() as f64;
+            match page["nextCursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => break,
+            }
+        }
+    }
+    counts
+}
+
+/// The sessions gauge counts what the control plane lists
+/// (research/contract.md, "Metrics"): after a restart the stored sessions
+/// are dormant (or ended) in both, listing them pages changes nothing,
+/// and loading one moves it from dormant to live in both.
+#[tokio::test]
+async fn the_sessions_gauge_counts_what_the_listing_shows_across_a_restart() {
+    let data = v2_api_tests::TempDir::new("metrics-dormant");
+    let args = ["--token", TOKEN, "--data-dir", data.utf8()];
+    let mut first = TestServer::start(&args).await;
+    let conn = first.initialize("mock").await;
+    let mut sessions = Vec::new();
+    for _ in 0..4 {
+        sessions.push(first.new_session(&conn).await);
+    }
+    let ended = first
+        .rpc(
+            &conn,
+            9,
+            "_sandboxagent/session/terminate",
+            json!({"sessionId": sessions[3]}),
+        )
+        .await;
+    assert!(ended.get("result").is_some(), "terminate: {ended}");
+    assert_eq!(session_gauges(&first).await, [3.0, 0.0, 1.0]);
+    assert_eq!(listed(&first).await, [3.0, 0.0, 1.0]);
+    first.send_sigterm();
+    first
+        .wait_exit(Duration::from_secs(20))
+        .await
+        .expect("SIGTERM ends the server");
+    drop(first);
+
+    let second = TestServer::start(&args).await;
+    assert_eq!(
+        listed(&second).await,
+        [0.0, 3.0, 1.0],
+        "the live sessions come back dormant"
+    );
+    assert_eq!(
+        session_gauges(&second).await,
+        [0.0, 3.0, 1.0],
+        "the gauge counts what the listing shows (and the listing read changed nothing)"
+    );
+
+    let conn = second.initialize("mock").await;
+    let load = second
+        .rpc(
+            &conn,
+            10,
+            "session/load",
+            json!({"sessionId": sessions[0], "cwd": "/tmp", "mcpServers": []}),
+        )
+        .await;
+    assert!(load.get("result").is_some(), "session/load: {load}");
+    assert_eq!(listed(&second).await, [1.0, 2.0, 1.0]);
+    assert_eq!(session_gauges(&second).await, [1.0, 2.0, 1.0]);
+    assert_eq!(
+        listed(&second).await,
+        session_gauges(&second).await,
+        "a listing again changes nothing"
+    );
+}

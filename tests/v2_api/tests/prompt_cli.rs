@@ -9,8 +9,8 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
-use v2_api_tests::TestServer;
 use v2_api_tests::server::sandbox_agent_command;
+use v2_api_tests::{TempDir, TestServer};
 
 /// Bound on one `prompt` run (it starts a server and an agent).
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -54,12 +54,15 @@ async fn prompt_with_env(
     marker: &str,
     env: &[(&str, &str)],
 ) -> Run {
+    // The embedded server's data dir: its own, unless `env` names one.
+    let data = TempDir::new("prompt");
     let mut command = tokio::process::Command::from(sandbox_agent_command());
     let (key, value) = marker.split_once('=').unwrap_or((marker, ""));
     command
         .arg("prompt")
         .args(args)
         .env(key, value)
+        .env("SANDBOX_AGENT_DATA_DIR", data.path())
         .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -411,7 +414,9 @@ async fn a_refused_session_prints_the_line_and_the_root_hint() {
 #[tokio::test]
 async fn ctrl_c_cancels_the_turn_and_exits_non_zero() {
     let marker = marker("interrupt");
+    let data = TempDir::new("prompt-interrupt");
     let mut command = tokio::process::Command::from(sandbox_agent_command());
+    command.env("SANDBOX_AGENT_DATA_DIR", data.path());
     let (key, value) = marker.split_once('=').unwrap_or_default();
     let child = command
         .args(["prompt", "!stall"])
@@ -456,7 +461,9 @@ async fn a_sigkilled_prompt_leaves_no_server_or_agent_behind() {
     // SIGKILL runs no destructor: the embedded server must notice on its own
     // (its stdin pipe closes with the process that held it).
     let marker = marker("sigkill");
+    let data = TempDir::new("prompt-sigkill");
     let mut command = tokio::process::Command::from(sandbox_agent_command());
+    command.env("SANDBOX_AGENT_DATA_DIR", data.path());
     let (key, value) = marker.split_once('=').unwrap_or_default();
     let mut child = command
         .args(["prompt", "!stall"])
@@ -690,6 +697,7 @@ async fn in_a_pseudo_terminal_with_spinner_and_question() {
     }
     let bin = v2_api_tests::server::sandbox_agent_bin();
     let marker = marker("pty");
+    let data = TempDir::new("prompt-pty");
     let quoted = v2_api_tests::shell_quote(&bin.to_string_lossy());
     let run_in_pty = async |prompt_text: &str, typed: Option<&str>| {
         let mut command = tokio::process::Command::new("script");
@@ -701,6 +709,8 @@ async fn in_a_pseudo_terminal_with_spinner_and_question() {
                 "/dev/null",
             ])
             .env(key, value)
+            .env("SANDBOX_AGENT_DATA_DIR", data.path())
+            .env("XDG_DATA_HOME", v2_api_tests::server::no_default_data_dir())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -771,4 +781,31 @@ async fn an_unreachable_url_is_named_without_its_password() {
     assert!(run.stderr.contains("127.0.0.1:1"), "{run:?}");
     assert!(!run.stderr.contains("s3cretPW"), "{run:?}");
     assert!(run.stderr.contains("***"), "{run:?}");
+}
+
+/// The harness's guard: a run given no data dir of its own (here, the
+/// embedded server of `prompt`) fails at once, naming the folder that
+/// stands in for the default, and writes nothing into the developer's
+/// `~/.local/share/sandbox-agent` (`v2_api_tests::server::no_default_data_dir`).
+#[tokio::test]
+async fn a_run_without_a_data_dir_of_its_own_fails_instead_of_using_the_users() {
+    let marker = marker("no-data-dir");
+    let mut command = tokio::process::Command::from(sandbox_agent_command());
+    let (key, value) = marker.split_once('=').unwrap_or_default();
+    let output = command
+        .args(["prompt", "hello"])
+        .env(key, value)
+        .stdin(Stdio::null())
+        .output();
+    let output = tokio::time::timeout(RUN_TIMEOUT, output)
+        .await
+        .expect("prompt ends")
+        .expect("run sandbox-agent prompt");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("v2-api-tests-gave-no-data-dir/sandbox-agent"),
+        "the error names the stand-in for the default data dir: {stderr}"
+    );
+    assert_nothing_left(&marker).await;
 }

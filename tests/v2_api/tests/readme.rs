@@ -95,6 +95,9 @@ async fn run_shell(script: &str, cwd: &Path, bin: &Path, env: &[(&str, String)])
             command.env_remove(key);
         }
     }
+    // A command of the README run without a data dir fails here, instead
+    // of writing into the developer's own.
+    command.env("XDG_DATA_HOME", v2_api_tests::server::no_default_data_dir());
     let path = std::env::var("PATH").unwrap_or_default();
     command.env("PATH", format!("{}:{path}", bin.display()));
     for (key, value) in env {

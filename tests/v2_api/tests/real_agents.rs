@@ -66,9 +66,13 @@ fn agent_cache() -> String {
     target_dir("agent-cache")
 }
 
-/// A server on the agent cache, with `env` added to its environment.
+/// A server on the agent cache, with `env` added to its environment. The
+/// tests here run at once on the one cache: `--store memory`, since servers
+/// with one runtime id on one store refuse each other (research/contract.md,
+/// "One server per runtime id"), and a cache kept across runs must not pile
+/// up sessions.
 async fn server_with_env(env: &[(&str, &str)]) -> TestServer {
-    TestServer::start_with_env(&["--data-dir", &agent_cache()], env).await
+    TestServer::start_with_env(&["--data-dir", &agent_cache(), "--store", "memory"], env).await
 }
 
 /// A server on the agent cache, with a dummy OpenAI key in its environment
