@@ -487,6 +487,19 @@ impl Store {
             if let StoreUrl::Sqlite(path) = url {
                 file::owner_only(path)?;
             }
+        } else {
+            // PostgreSQL likewise: a refused port or a bad password is said
+            // at once as the driver's own error ("connection refused"), not
+            // after the pool's 10 s as "pool timed out".
+            let probe =
+                tokio::time::timeout(CONNECT_TIMEOUT, sqlx::AnyConnection::connect(&connect))
+                    .await
+                    .unwrap_or(Err(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {CONNECT_TIMEOUT:?}"),
+                    ))))
+                    .map_err(open_error)?;
+            let _ = sqlx::Connection::close(probe).await;
         }
         let mut options = AnyPoolOptions::new()
             .max_connections(pool_size)

@@ -373,6 +373,28 @@ async fn a_sqlite_store_on_a_read_only_file_system_is_a_prompt_clear_error() {
     );
 }
 
+/// A PostgreSQL URL whose port refuses connections is a start-up error
+/// that says so at once ("connection refused"), not after the pool's 10 s
+/// as "pool timed out".
+#[tokio::test]
+async fn a_refused_postgres_port_is_said_at_once() {
+    let data = TempDir::new("pg-refused");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("postgres://sandbox@127.0.0.1:{port}/db");
+    let started = std::time::Instant::now();
+    let stderr = start_up_error(&["--data-dir", data.utf8(), "--store", &url]).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(5)
+            && stderr.to_lowercase().contains("connection refused")
+            && !stderr.contains("pool timed out"),
+        "after {took:?}: {stderr}"
+    );
+}
+
 /// The default runtime id comes from `<data-dir>/runtime-id`, under the
 /// rules of `--runtime-id` ("1–200 characters, no control characters"). A
 /// file with a control character (or megabytes of text: PostgreSQL cannot
