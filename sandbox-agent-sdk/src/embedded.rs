@@ -307,7 +307,9 @@ impl Drop for EmbeddedServer {
 /// Where the binary is: `env_bin` (`$SANDBOX_AGENT_BIN`) if set; else
 /// `sandbox-agent` next to `current_exe` (also one directory up when that
 /// directory is cargo's `deps` or `examples`, so tests and examples find
-/// the workspace's binary); else the first `sandbox-agent` on `path`.
+/// the workspace's binary, and in the other of cargo's `debug` and
+/// `release` profile directories beside it); else the first
+/// `sandbox-agent` on `path`. Each candidate is looked at once.
 ///
 /// # Errors
 /// [`Error::BinaryNotFound`] listing the candidates; a set
@@ -328,18 +330,43 @@ pub(crate) fn find_binary(
             })
         };
     }
-    let mut searched = Vec::new();
+    let mut searched: Vec<PathBuf> = Vec::new();
+    let mut search = |candidate: PathBuf| {
+        // A directory named twice (PATH repeats one, or names the
+        // program's own) is looked at, and listed, once.
+        if !searched.contains(&candidate) {
+            searched.push(candidate);
+        }
+    };
     if let Some(dir) = current_exe.as_deref().and_then(Path::parent) {
-        searched.push(dir.join(BINARY_NAME));
+        search(dir.join(BINARY_NAME));
         let cargo_subdir = dir
             .file_name()
             .is_some_and(|name| name == OsStr::new("deps") || name == OsStr::new("examples"));
-        if cargo_subdir && let Some(up) = dir.parent() {
-            searched.push(up.join(BINARY_NAME));
+        let profile = if cargo_subdir {
+            dir.parent()
+        } else {
+            Some(dir)
+        };
+        if let Some(profile) = profile {
+            search(profile.join(BINARY_NAME));
+            // A debug program finds the workspace's release build, and the
+            // other way round: `cargo build --release` is what README has
+            // a user run, while the program itself is often a debug build.
+            let other = match profile.file_name().and_then(OsStr::to_str) {
+                Some("debug") => Some("release"),
+                Some("release") => Some("debug"),
+                _ => None,
+            };
+            if let (Some(other), Some(target)) = (other, profile.parent()) {
+                search(target.join(other).join(BINARY_NAME));
+            }
         }
     }
     if let Some(path) = path {
-        searched.extend(std::env::split_paths(&path).map(|dir| dir.join(BINARY_NAME)));
+        for dir in std::env::split_paths(&path) {
+            search(dir.join(BINARY_NAME));
+        }
     }
     match searched.iter().find(|candidate| is_executable(candidate)) {
         Some(found) => Ok(found.clone()),
@@ -497,6 +524,37 @@ mod tests {
         );
         let error = find_binary(None, Some(elsewhere), None);
         assert!(matches!(error, Err(Error::BinaryNotFound { searched }) if !searched.is_empty()));
+    }
+
+    #[test]
+    fn a_debug_program_finds_the_release_build_and_no_directory_is_listed_twice() {
+        let scratch = Scratch::new("other-profile");
+        let release = scratch.executable("target/release/sandbox-agent");
+        for exe in [
+            "target/debug/app",
+            "target/debug/deps/app-1234",
+            "target/debug/examples/stream_prompt",
+        ] {
+            assert_eq!(
+                find_binary(None, Some(scratch.0.join(exe)), None).ok(),
+                Some(release.clone()),
+                "{exe}"
+            );
+        }
+        let bin = scratch.0.join("bin");
+        let path = std::env::join_paths([bin.clone(), bin.clone(), scratch.0.join("target/x")])
+            .expect("PATH");
+        let error = find_binary(None, Some(scratch.0.join("target/x/app")), Some(path));
+        let Err(Error::BinaryNotFound { searched }) = error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(
+            searched,
+            [
+                scratch.0.join("target/x/sandbox-agent"),
+                scratch.0.join("bin/sandbox-agent")
+            ]
+        );
     }
 
     #[test]

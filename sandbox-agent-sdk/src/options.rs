@@ -346,7 +346,9 @@ impl ClientOptions {
     /// set, it must exist: a path that does not is
     /// [`Error::BinaryNotFound`], not a fallback), `sandbox-agent` next to
     /// the current executable (and one directory up when that is a cargo
-    /// `deps` or `examples` directory), then `sandbox-agent` on `PATH`.
+    /// `deps` or `examples` directory, then in the other of cargo's
+    /// `debug` and `release` directories, so a debug program finds
+    /// `target/release/sandbox-agent`), then `sandbox-agent` on `PATH`.
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.embedded.binary = Some(path.into());
         self
