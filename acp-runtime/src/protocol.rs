@@ -142,6 +142,9 @@ pub mod code {
     /// Server error (JSON-RPC's implementation-defined range): too many
     /// requests in flight on one connection.
     pub const TOO_MANY_REQUESTS: i64 = -32001;
+    /// Authentication required (ACP): the agent needs `authenticate` or a
+    /// credential in its environment first.
+    pub const AUTH_REQUIRED: i64 = -32000;
 }
 
 /// What kind of JSON-RPC object an [`Envelope`] is.

@@ -118,6 +118,20 @@ fn cut(line: &str, max: usize) -> String {
     format!("{}…", &line[..end])
 }
 
+/// Whether running as root may be why the agent answered with `error`:
+/// not when the agent said it needs authentication (ACP's `-32000`: codex
+/// without a key, which runs as root well), where the root hint would
+/// send the reader the wrong way.
+pub(crate) fn may_be_root(error: &RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Code {
+        code: Option<i64>,
+    }
+    serde_json::from_str::<Code>(error.get()).map_or(true, |error| {
+        error.code != Some(crate::protocol::code::AUTH_REQUIRED)
+    })
+}
+
 /// The hint for a failed `session/new` or `session/load` of a server that
 /// runs as root without `--agent-user`: Claude Code's refusal named when
 /// the agent is Claude Code or its stderr mentions root.

@@ -927,7 +927,8 @@ impl Router {
                 error: error.to_owned(),
             }));
         }
-        let details = error_data::details(&self.agent, None, 0, request.hint_on_error);
+        let hint = request.hint_on_error && error_data::may_be_root(error);
+        let details = error_data::details(&self.agent, None, 0, hint);
         let error = error_data::with_details(error, &details);
         self.relay_error(request, &error).map(Deferred::Durable)
     }
@@ -943,7 +944,7 @@ impl Router {
             &self.agent,
             self.stderr.as_deref(),
             request.stderr_mark,
-            request.hint_on_error,
+            request.hint_on_error && error_data::may_be_root(&error),
         );
         let error = error_data::with_details(&error, &details);
         self.relay_error(request, &error)

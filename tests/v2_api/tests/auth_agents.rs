@@ -113,6 +113,12 @@ async fn without_the_credential_prompt_names_it_and_auth_method_works() {
         reply["error"]["message"], "Authentication required",
         "{reply}"
     );
+    // Not the root hint (the tests run as root, without --agent-user): the
+    // agent said what it needs, and running as root is not it.
+    assert!(
+        reply["error"]["data"]["sandboxagent.dev"]["hint"].is_null(),
+        "{reply}"
+    );
 
     let (code, stdout, stderr) = prompt(&server, &[]).await;
     assert_eq!(code, Some(1), "stdout: {stdout}\nstderr: {stderr}");
