@@ -738,8 +738,13 @@ class SessionsView {
     );
     for (const filter of [this.agentFilter, this.stateFilter]) filter.addEventListener("change", () => this.pager.firstPage());
     const newAgent = el("select", { id: "new-agent", name: "agent" }, agents.map((a) => el("option", { value: a.id }, a.id)));
-    const installed = agents.find((a) => a.installed);
-    if (installed) newAgent.value = installed.id;
+    // The default a first try works with: an agent already running (it
+    // started once, so it has what it needs), else the built-in mock (no
+    // install, no key), else the first installed one. Never an agent that
+    // would be installed, or fail for a missing key, on the first click.
+    const preferred =
+      agents.find((a) => a.running && a.id !== "mock") || agents.find((a) => a.id === "mock") || agents.find((a) => a.installed);
+    if (preferred) newAgent.value = preferred.id;
     const cwd = el("input", { id: "new-cwd", name: "cwd", type: "text", value: "/tmp", size: 24 });
     const create = el("button", { type: "submit", id: "new-session" }, "New session");
     const error = el("div", { class: "error", role: "alert", id: "new-session-error" });

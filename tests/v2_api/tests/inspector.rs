@@ -282,7 +282,9 @@ async fn two_tabs_on_one_session_both_see_the_turn() {
 
 #[tokio::test]
 async fn the_sessions_page_labels_its_create_and_filter_selects_apart() {
-    let server = TestServer::start(&[]).await;
+    // An installed agent listed before the mock: the form still starts on
+    // the mock (the flow checks it).
+    let server = TestServer::start(&["--agent-command", "aaa-first=/bin/cat"]).await;
     // The flow also creates a session the agent refuses: the hint comes
     // with it when the server runs as root (research/contract.md, "Agent
     // errors: stderr and hint").
