@@ -809,3 +809,59 @@ async fn a_run_without_a_data_dir_of_its_own_fails_instead_of_using_the_users() 
     );
     assert_nothing_left(&marker).await;
 }
+
+/// The first prompt to an agent that is not installed yet says so on
+/// stderr before the install and after it, instead of a silent wait; the
+/// turn then runs as usual.
+#[tokio::test]
+async fn the_first_prompt_to_an_agent_not_installed_says_it_installs_it() {
+    use v2_api_tests::agents::{agents_file, mock_agent_script, npm_registry};
+    let npm = npm_registry("sa-first-use-agent", "1.0.0", &mock_agent_script()).await;
+    let dir = TempDir::new("first-use");
+    let manifest = agents_file(
+        &dir,
+        serde_json::json!([{"id": "npmfirst", "name": "Npm first use", "version": "1.0.0",
+                "distribution": {"npx": {"package": "sa-first-use-agent"}}}]),
+    );
+    let cache = TempDir::new("first-use-cache");
+    let registry = npm.registry.url("/");
+    let cache_path = cache.path().to_string_lossy().into_owned();
+    let server = TestServer::start_with_env(
+        &["--token", "cli-secret", "--agents-file", &manifest],
+        &[
+            ("npm_config_registry", registry.as_str()),
+            ("npm_config_cache", cache_path.as_str()),
+        ],
+    )
+    .await;
+    let marker = marker("first-use");
+    let args = [
+        "--url",
+        server.base_url(),
+        "--token",
+        "cli-secret",
+        "--agent",
+        "npmfirst",
+        "hello",
+    ];
+    let run = prompt(&args, None, &marker).await;
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(run.stdout, HELLO_REPLY, "{run:?}");
+    let installing = run
+        .stderr
+        .find("sandbox-agent: installing agent \"npmfirst\" (its first use)")
+        .unwrap_or_else(|| panic!("{run:?}"));
+    let installed = run
+        .stderr
+        .find("sandbox-agent: installed agent \"npmfirst\" 1.0.0 in ")
+        .unwrap_or_else(|| panic!("{run:?}"));
+    let session = run
+        .stderr
+        .find("session: ")
+        .unwrap_or_else(|| panic!("{run:?}"));
+    assert!(installing < installed && installed < session, "{run:?}");
+    // Installed now: the next prompt says nothing of it.
+    let again = prompt(&args, None, &marker).await;
+    assert!(again.status.success(), "{again:?}");
+    assert!(!again.stderr.contains("install"), "{again:?}");
+}

@@ -39,8 +39,8 @@ use sandbox_agent_sdk::schema::{
     SessionNotification, SessionUpdate, StopReason, ToolCallStatus,
 };
 use sandbox_agent_sdk::{
-    ClientOptions, Error, Event, Mode, PermissionDecision, PermissionRequest, SandboxAgentClient,
-    SessionEnded,
+    AgentSource, ClientOptions, Error, Event, InstallOptions, Mode, PermissionDecision,
+    PermissionRequest, SandboxAgentClient, SessionEnded,
 };
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -120,18 +120,83 @@ pub async fn run(args: PromptArgs) -> Result<(), String> {
             options = options.binary(me).mode(Mode::Embedded);
         }
     }
-    let client = match SandboxAgentClient::connect(options).await {
+    // The connection is opened after a missing agent is installed, so the
+    // install (npm, a minute for some agents) is said, not silent.
+    let client = match SandboxAgentClient::connect(options.auto_connect(false)).await {
         Ok(client) => client,
         Err(error) => {
             spinner.stop();
             return Err(describe_connect_error(&args, &error));
         }
     };
+    let opened = match install_first(&client, &args, terminal, &mut spinner).await {
+        Ok(()) => client
+            .open()
+            .await
+            .map_err(|error| describe_connect_error(&args, &error)),
+        Err(message) => Err(message),
+    };
+    if let Err(message) = opened {
+        spinner.stop();
+        client.shutdown().await;
+        return Err(message);
+    }
     let result = one_turn(&client, &args, terminal, &mut spinner).await;
     spinner.stop();
     client.shutdown().await;
     // The message carries the agent's own words (its error, its stderr).
     result.map_err(|message| terminal_safe(&message, true).into_owned())
+}
+
+/// Installs `args.agent` first when the server lists it as not installed
+/// and installable from its registry (research/contract.md, "sandbox-agent
+/// prompt"): on a terminal the spinner says so, otherwise one line on
+/// stderr before and one after, so the wait is never silent. An agent the
+/// server does not list, or a listing that fails, is left to `initialize`
+/// to report.
+///
+/// # Errors
+/// The install's failure, for the user.
+async fn install_first(
+    client: &SandboxAgentClient,
+    args: &PromptArgs,
+    terminal: Terminal,
+    spinner: &mut Spinner,
+) -> Result<(), String> {
+    let Ok(agents) = client.agents().await else {
+        return Ok(());
+    };
+    let missing = agents.iter().any(|agent| {
+        agent.id == args.agent && !agent.installed && agent.source == AgentSource::Registry
+    });
+    if !missing {
+        return Ok(());
+    }
+    let what = format!("installing agent {:?} (its first use)", args.agent);
+    if terminal.stderr {
+        spinner.show(format!("{what}…"));
+    } else {
+        eprintln!("sandbox-agent: {what}…");
+    }
+    let installed = client
+        .install_agent(&args.agent, InstallOptions::default())
+        .await
+        .map_err(|error| format!("cannot install agent {:?}: {error}", args.agent))?;
+    let version = installed
+        .version
+        .map(|version| format!(" {version}"))
+        .unwrap_or_default();
+    let done = format!(
+        "installed agent {:?}{version} in {:.1} s",
+        args.agent,
+        installed.duration_ms as f64 / 1000.0
+    );
+    if terminal.stderr {
+        spinner.show(done);
+    } else {
+        eprintln!("sandbox-agent: {done}");
+    }
+    Ok(())
 }
 
 /// `text` with what a terminal would act on made visible: control
