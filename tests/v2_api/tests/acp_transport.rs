@@ -430,6 +430,18 @@ async fn routing_table_statuses() {
     let reply =
         Api::send(acp_post(&api, "/acp", Some(&conn), Some("s-2")).body(prompt.to_string())).await;
     assert_problem(&reply, 400, "invalid-request");
+    // A member named twice, the same value both times, with members after
+    // it: refused before any other check (research/contract.md, "Transport:
+    // /v2/rpc", the 400 table), as on /v2/rpc.
+    let twice = r#"{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"sessionId":"s-1","sessionId":"s-1","prompt":[{"type":"text","text":"hi"}]}}"#;
+    let reply = Api::send(acp_post(&api, "/acp", Some(&conn), Some("s-1")).body(twice)).await;
+    let problem = assert_problem(&reply, 400, "invalid-request");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("\"sessionId\" more than once")),
+        "{problem}"
+    );
 
     // GET: 406 without event-stream, 400 without a connection, 404 unknown
     // connection or session, 409 for a second connection stream.
