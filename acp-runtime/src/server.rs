@@ -80,7 +80,7 @@ pub async fn run(mut config: ServerConfig) -> std::io::Result<()> {
     // server with this runtime id stops here, having touched nothing
     // (research/contract.md, "One server per runtime id"). Held until
     // `run` returns; it dies with the process however that ends.
-    let _runtime_lock = match &runtime_id {
+    let runtime_lock = match &runtime_id {
         Some(id) => {
             crate::store::runtime_lock::acquire(&url, &config.data_dir, id).map_err(failed)?
         }
@@ -95,6 +95,9 @@ pub async fn run(mut config: ServerConfig) -> std::io::Result<()> {
     };
     let listener = TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
+    if let Some(lock) = &runtime_lock {
+        lock.record_url(&format!("http://{address}"));
+    }
     let runtime = Runtime::new(config, durable);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let shutdown = runtime.shutdown.clone();

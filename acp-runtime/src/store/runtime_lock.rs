@@ -24,8 +24,43 @@ const VERBATIM_ID_CHARS: usize = 64;
 /// The held lock: dropping it (or the process ending) releases it.
 #[derive(Debug)]
 pub(crate) struct RuntimeLock {
-    /// The lock file, locked; never read or written after start.
-    _file: Flock<File>,
+    /// The lock file, locked; it holds the holder's base URL once the
+    /// server listens ([`RuntimeLock::record_url`]).
+    file: Flock<File>,
+}
+
+/// Most bytes of a lock file read back for the holder's URL.
+const MAX_URL_BYTES: u64 = 512;
+
+impl RuntimeLock {
+    /// Writes `url` (the server's base URL, `http://HOST:PORT`) into the
+    /// lock file, so a second server refused by the lock can say where
+    /// the first one listens. Best effort: a failure is only logged.
+    pub(crate) fn record_url(&self, url: &str) {
+        use std::io::{Seek, Write};
+        let mut file: &File = &self.file;
+        let written = file
+            .set_len(0)
+            .and_then(|()| file.seek(std::io::SeekFrom::Start(0)))
+            .and_then(|_| file.write_all(format!("{url}\n").as_bytes()));
+        if let Err(error) = written {
+            tracing::debug!(%error, "cannot write the server's URL into its runtime lock file");
+        }
+    }
+}
+
+/// The URL a lock's holder wrote ([`RuntimeLock::record_url`]), if it
+/// reads as one (the file is the holder's, but only a URL is repeated).
+fn holder_url(file: &File) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    file.take(MAX_URL_BYTES).read_to_string(&mut text).ok()?;
+    let url = text.trim();
+    let plain = url.starts_with("http://")
+        && url[7..]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'[' | b']' | b'-'));
+    plain.then(|| url.to_owned())
 }
 
 /// The lock file of `runtime_id` on the store `url` (`None` for
@@ -97,22 +132,29 @@ pub(crate) fn acquire(
         std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
+            .read(true)
             .write(true)
             .mode(0o600)
+            // A link planted where the lock goes is refused, not followed.
+            .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| io(&e))?
     };
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(locked) => Ok(Some(RuntimeLock { _file: locked })),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(StoreError::Io(format!(
+        Ok(locked) => Ok(Some(RuntimeLock { file: locked })),
+        Err((file, nix::errno::Errno::EWOULDBLOCK)) => Err(StoreError::Io(format!(
             "another sandbox-agent server runs with runtime id {runtime_id:?} on the session \
-             store {store} (data dir {data_dir}; it holds {lock}): two servers with one \
-             runtime id would write the same sessions. Start this one with another data dir \
+             store {store} (data dir {data_dir}; it holds {lock}){listens}: two servers with \
+             one runtime id would write the same sessions. Send requests to that server \
+             (sandbox-agent prompt --url URL), or start this one with another data dir \
              (--data-dir PATH, with its own store), or with its own runtime id \
              (--runtime-id ID; servers with different runtime ids may share one store)",
             store = url.redacted(),
             data_dir = data_dir.display(),
             lock = path.display(),
+            listens = holder_url(&file)
+                .map(|url| format!(" and listens on {url}"))
+                .unwrap_or_default(),
         ))),
         Err((_, errno)) => Err(io(&errno)),
     }

@@ -1060,9 +1060,12 @@ async fn a_second_server_with_one_runtime_id_is_refused_until_the_first_dies(bac
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (status, stderr) = run_server_expecting_exit(&args).await;
     assert_eq!(status.code(), Some(1), "{stderr}");
+    let listens = format!("listens on {}", first.base_url());
     for part in [
         "another sandbox-agent server runs with runtime id \"rid-1\"",
         data.utf8(),
+        listens.as_str(),
+        "--url",
         "--data-dir",
         "--runtime-id",
     ] {
