@@ -174,10 +174,17 @@ async fn the_agent_runs_as_the_user_with_its_groups_and_its_home_in_the_data_dir
         "the agent starts in its home"
     );
 
-    // Its tree supervisor is the user too: nothing of the tree is root.
+    // Its tree supervisor stays root (no process of the user may signal
+    // it); everything below it is the user's.
     for process in server.descendants() {
         let (uid, _, _) = credentials(process.pid);
-        assert_eq!(uid, user.uid, "{}", procfs::cmdline(process.pid));
+        let command = procfs::cmdline(process.pid);
+        let expected = if command.contains(" supervise ") {
+            0
+        } else {
+            user.uid
+        };
+        assert_eq!(uid, expected, "{command}");
     }
 }
 
@@ -1112,4 +1119,130 @@ async fn an_npm_install_runs_as_the_user_under_the_supervisor_without_the_server
     assert!(seen > 3, "the install has files");
     // The installed agent runs (as the user).
     server.initialize("npmuser").await;
+}
+
+/// The four uids of `/proc/<pid>/status` (real, effective, saved, file
+/// system).
+fn uids(pid: u32) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// The tree supervisor among the server's descendants with a
+/// `sleep <marker>` below it, and that `sleep`, once both run.
+async fn supervisor_of(
+    server: &TestServer,
+    marker: &str,
+) -> (procfs::ProcessRef, procfs::ProcessRef) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        for supervisor in server
+            .descendants()
+            .into_iter()
+            .filter(|p| procfs::cmdline(p.pid).contains(" supervise "))
+        {
+            if let Some(sleep) = procfs::descendants(supervisor.pid)
+                .into_iter()
+                .find(|p| procfs::cmdline(p.pid) == format!("sleep {marker}"))
+            {
+                return (supervisor, sleep);
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sleep {marker} never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn no_program_can_signal_a_tree_supervisor_which_stays_root() {
+    let Some(user) = user_or_skip("root supervisor") else {
+        return;
+    };
+    let mut server = as_user(&[]).await;
+    let work = owned_dir("agent-user-supervisor", user);
+    // Tree A: a program with a `setsid` daemon, which only its supervisor
+    // reaches (research/contract.md, "Process trees, bounds, shutdown").
+    let id = start_process(
+        &server,
+        &json!({"command": "sh", "args": ["-c", "setsid sleep 1001 </dev/null >/dev/null 2>&1 & sleep 1000"],
+                "cwd": work.path()}),
+    )
+    .await;
+    let (supervisor, program) = supervisor_of(&server, "1000").await;
+    let (_, daemon) = supervisor_of(&server, "1001").await;
+
+    // Tree B, same user, cannot signal A's supervisor.
+    let (code, stdout, stderr) = run_sh(
+        &server,
+        &format!(
+            "kill -9 {0}; echo $?; kill -STOP {0}; echo $?",
+            supervisor.pid
+        ),
+        work.path(),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let answers: Vec<&str> = stdout.split_whitespace().collect();
+    assert!(
+        answers.len() == 2 && answers.iter().all(|code| *code != "0"),
+        "the kills failed: {stdout} {stderr}"
+    );
+    assert!(
+        stderr.contains("ermitted"),
+        "EPERM (Operation not permitted): {stderr}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(procfs::is_alive(&supervisor), "A's supervisor survived B");
+    assert_eq!(
+        procfs::stat(supervisor.pid).map(|stat| stat.state),
+        Some('S'),
+        "and is not stopped"
+    );
+    assert_eq!(uids(supervisor.pid), [0, 0, 0, 0], "the supervisor is root");
+    assert_eq!(uids(program.pid), [user.uid; 4], "the program is the user");
+    assert_eq!(uids(daemon.pid), [user.uid; 4], "the daemon is the user");
+
+    // DELETE still ends the whole tree, the daemon included.
+    let delete = server
+        .api()
+        .request(reqwest::Method::DELETE, &format!("/v2/processes/{id}"));
+    v2_api_tests::Api::send(delete).await.assert_status(204);
+    for process in [supervisor, program, daemon] {
+        assert!(!procfs::is_alive(&process), "{process:?} outlived DELETE");
+    }
+
+    // So does the server's shutdown.
+    start_process(
+        &server,
+        &json!({"command": "sh", "args": ["-c", "setsid sleep 1003 </dev/null >/dev/null 2>&1 & sleep 1002"],
+                "cwd": work.path()}),
+    )
+    .await;
+    let (supervisor, program) = supervisor_of(&server, "1002").await;
+    let (_, daemon) = supervisor_of(&server, "1003").await;
+    server.send_sigterm();
+    assert!(
+        server
+            .wait_exit(std::time::Duration::from_secs(20))
+            .await
+            .is_some(),
+        "the server stopped"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while [supervisor, program, daemon].iter().any(procfs::is_alive) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tree outlived the server"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
