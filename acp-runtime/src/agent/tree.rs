@@ -95,6 +95,15 @@ const PARENT_DEATH: Signal = Signal::SIGUSR1;
 /// every descendant, then exit. SIGKILL to the group would end the
 /// supervisor before it reached the escapees.
 pub const KILL_NOW: Signal = Signal::SIGUSR2;
+/// Signals a key typed into a terminal sends its foreground process group
+/// with no permission check (`^\`, `^Z`), which the supervisor takes and
+/// drops: a program on the supervisor's terminal (or the server's) can make
+/// the supervisor's group the foreground one and type them (`TIOCSTI`),
+/// and a supervisor that quit or stopped would leave its tree unsupervised
+/// (research/contract.md, "Agents under an unprivileged user"). `^C`
+/// (SIGINT) is a graceful stop of the supervisor's own tree, which its
+/// program may end anyway.
+const TYPED_SIGNALS: [Signal; 2] = [Signal::SIGQUIT, Signal::SIGTSTP];
 /// The server's secrets, which no process it starts inherits (agents and
 /// processes of the process API alike): the bearer token, the store URL
 /// (it may hold a database password) and the OTLP exporter's headers (they
@@ -391,7 +400,7 @@ impl Supervisor {
             .map_err(|e| setup("become a child subreaper", e))?;
         // Until the mask below is set, a stop or kill-now signal is caught
         // by a handler that only notes it (so it cannot end the supervisor
-        // and leave the program behind). The program is started before the
+        // and leave the program behind); a typed one is noted and dropped. The program is started before the
         // mask: it inherits the mask, not the handlers (exec resets caught
         // signals to their default), and it must get its signals.
         let early_stop = Arc::new(AtomicBool::new(false));
@@ -402,6 +411,11 @@ impl Supervisor {
         }
         signal_hook::flag::register(KILL_NOW as i32, early_kill.clone())
             .map_err(|e| (1, format!("cannot catch {KILL_NOW}: {e}")))?;
+        let typed = Arc::new(AtomicBool::new(false));
+        for signal in TYPED_SIGNALS {
+            signal_hook::flag::register(signal as i32, typed.clone())
+                .map_err(|e| (1, format!("cannot catch {signal}: {e}")))?;
+        }
         // With a user, the supervisor keeps root's credentials (so no
         // program of the user can signal it, and its parent-death signal,
         // asked for below, is never cleared by a change of credentials):
@@ -453,7 +467,10 @@ impl Supervisor {
             Signal::SIGCHLD,
             PARENT_DEATH,
             KILL_NOW,
-        ] {
+        ]
+        .into_iter()
+        .chain(TYPED_SIGNALS)
+        {
             mask.add(signal);
         }
         mask.thread_block().map_err(|e| setup("block signals", e))?;

@@ -484,15 +484,8 @@ async fn the_supervisor_gets_none_of_the_programs_variables_while_it_is_root() {
         }),
     )
     .await;
-    let descendants = server.descendants();
-    let supervisor = descendants
-        .iter()
-        .find(|p| procfs::cmdline(p.pid).contains(" supervise "))
-        .expect("the supervisor");
-    let program = descendants
-        .iter()
-        .find(|p| procfs::cmdline(p.pid).starts_with("sleep"))
-        .expect("the program");
+    // The program runs once it has become the user (`as-user`, then exec).
+    let (supervisor, program) = supervisor_of(&server, "30").await;
     let names = |pid: u32| -> Vec<String> {
         procfs::environ(pid)
             .into_iter()
@@ -1245,4 +1238,68 @@ async fn no_program_can_signal_a_tree_supervisor_which_stays_root() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn a_terminal_program_cannot_quit_or_stop_its_supervisor_from_the_keyboard() {
+    let Some(user) = user_or_skip("terminal signals") else {
+        return;
+    };
+    let server = as_user(&[]).await;
+    let work = owned_dir("agent-user-tty-signals", user);
+    // The program makes the supervisor's group the terminal's foreground
+    // group and types ^\ and ^Z into the terminal (TIOCSTI, 0x5412): the
+    // kernel sends SIGQUIT and SIGTSTP to that group, with no permission
+    // check.
+    let script = r#"use POSIX;
+        open(my $t, "+<", "/dev/tty") or die "tty: $!";
+        my $group = getpgrp(getppid());
+        POSIX::tcsetpgrp(fileno($t), $group) or die "tcsetpgrp: $!";
+        for my $key ("\x1c", "\x1a") { my $byte = $key; ioctl($t, 0x5412, $byte) or die "tiocsti: $!\n" }
+        print "typed\n";
+        exec "sleep", "1000";"#;
+    let id = start_process(
+        &server,
+        &json!({"command": "sh", "args": ["-c", "sleep 0.5; exec perl -e \"$0\"", script],
+                "cwd": work.path(), "tty": true}),
+    )
+    .await;
+    // The one supervisor of this server (it runs no agent), found before
+    // the keys are typed.
+    let (supervisor, _) = supervisor_of(&server, "0.5").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let output = loop {
+        let page = server
+            .api()
+            .get_json(&format!("/v2/processes/{id}/output"))
+            .await;
+        let output: String = page["chunks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|chunk| chunk["data"].as_str())
+            .collect();
+        if output.contains("typed") || output.contains(": ") || output.contains(" at -e ") {
+            break output;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    if output.contains("tiocsti:") {
+        eprintln!("terminal signals: not run: this kernel refuses TIOCSTI: {output}");
+        return;
+    }
+    assert!(output.contains("typed"), "{output}");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(procfs::is_alive(&supervisor), "the supervisor survived ^\\");
+    assert_ne!(
+        procfs::stat(supervisor.pid).map(|stat| stat.state),
+        Some('T'),
+        "the supervisor is not stopped by ^Z"
+    );
+    let delete = server
+        .api()
+        .request(reqwest::Method::DELETE, &format!("/v2/processes/{id}"));
+    v2_api_tests::Api::send(delete).await.assert_status(204);
+    assert!(!procfs::is_alive(&supervisor));
 }
