@@ -719,6 +719,26 @@ mod tests {
     }
 
     #[test]
+    fn a_process_is_signalled_only_while_it_is_the_one_found() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+        let start_time = super::super::orphans::stat_fields(child.id())
+            .expect("stat")
+            .start_time;
+        // Another start time: a recycled pid, never signalled.
+        signal_process(pid, start_time + 1, Signal::SIGKILL);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(child.try_wait().expect("wait").is_none(), "still running");
+        signal_process(pid, start_time, Signal::SIGKILL);
+        let status = child.wait().expect("wait");
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(status.signal(), Some(Signal::SIGKILL as i32));
+    }
+
+    #[test]
     fn the_command_line_names_the_grace_and_the_program() {
         let supervisor = |grace: u64, user: Option<AgentUser>| TreeSupervisor {
             binary: "/bin/sandbox-agent".into(),
