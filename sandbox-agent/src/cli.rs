@@ -11,7 +11,7 @@ use crate::commands::prompt::PromptArgs;
 use crate::commands::ps::PsArgs;
 use crate::commands::server::ServerArgs;
 use crate::commands::sessions::SessionsArgs;
-use crate::commands::supervise::SuperviseArgs;
+use crate::commands::supervise::{AsUserArgs, SuperviseArgs};
 use clap::{Parser, Subcommand};
 
 /// `sandbox-agent`: run ACP agents inside a sandbox and drive them over HTTP.
@@ -49,6 +49,9 @@ pub enum Command {
     /// The tree supervisor the server starts each agent under (internal).
     #[command(hide = true)]
     Supervise(SuperviseArgs),
+    /// What a tree supervisor with a user starts its program through: become the user, then the program (internal).
+    #[command(hide = true)]
+    AsUser(AsUserArgs),
     /// Print the OpenAPI document of the HTTP API (docs/openapi.json).
     #[command(hide = true)]
     Openapi,

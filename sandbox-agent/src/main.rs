@@ -43,6 +43,9 @@ fn main() -> ExitCode {
     if let Command::Supervise(args) = &cli.command {
         return commands::supervise::run(args);
     }
+    if let Command::AsUser(args) = &cli.command {
+        return commands::supervise::as_user(args);
+    }
     if let Command::Openapi = cli.command {
         print!("{}", acp_runtime::openapi_document());
         return ExitCode::SUCCESS;
@@ -98,7 +101,7 @@ fn main() -> ExitCode {
                 .map_err(|e| e.to_string()),
             Command::Bench(args) => commands::bench::run(args).await,
             // Handled above, before the async runtime.
-            Command::Supervise(_) | Command::Openapi => Ok(()),
+            Command::Supervise(_) | Command::AsUser(_) | Command::Openapi => Ok(()),
             Command::Fs(args) => {
                 init_logging("error");
                 commands::fs::run(args).await

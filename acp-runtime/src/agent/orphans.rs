@@ -244,7 +244,7 @@ pub(super) struct StatFields {
     /// Field 5: the process group.
     pgrp: u32,
     /// Field 22: start time in clock ticks since boot.
-    start_time: u64,
+    pub(super) start_time: u64,
 }
 
 /// Reads `/proc/<pid>/stat`; `None` when the process does not exist.

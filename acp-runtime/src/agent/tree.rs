@@ -24,9 +24,22 @@
 //! foreground group, so a `^C` typed into the terminal reaches the program
 //! and its jobs, never the supervisor.
 //!
+//! With `--user` (`--agent-user`, research/contract.md, "Agents under an
+//! unprivileged user") the supervisor stays root and only the program
+//! becomes the user: the supervisor starts it as
+//! `sandbox-agent as-user --user NAME:UID:GID [--cwd DIR] -- PROGRAM ARGS…`
+//! ([`exec_as_user`]), a child that takes the user's groups, group and uid
+//! and then executes the program in place (same pid). A process of the
+//! user may signal only processes whose real or saved uid is its own, so
+//! no program of any tree can kill or stop a supervisor and leave its
+//! `setsid` daemons unsupervised. As root the supervisor never acts on a
+//! path of the user's: it reads `/proc` and signals descendants, each
+//! through a pidfd opened on the process it found ([`signal_descendants`]),
+//! so a recycled pid is never signalled.
+//!
 //! Signals are read from a `signalfd`, not from handlers, so the whole loop
 //! is plain sequential code with no `unsafe`. This module is the one place
-//! a tree is started for the runtime: a user switch belongs here too.
+//! a tree is started for the runtime: the user switch belongs here too.
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -54,13 +67,19 @@ pub struct TreeSupervisor {
     /// own grace, so the supervisor reaches a tree's `setsid` escapees
     /// before the server's SIGKILL to the group ends the supervisor.
     pub grace: Duration,
-    /// The user the supervisor switches to before it starts the program
-    /// (`--agent-user`); `None`: the server's own.
+    /// The user the program runs as (`--agent-user`; the supervisor
+    /// itself stays root, module doc); `None`: the server's own.
     pub user: Option<super::user::AgentUser>,
 }
 
 /// The hidden subcommand that runs [`run`] (the binary's, after its name).
 pub const SUBCOMMAND: &str = "supervise";
+/// The hidden subcommand that runs [`exec_as_user`]: what a supervisor
+/// with a user starts its program through.
+pub const AS_USER_SUBCOMMAND: &str = "as-user";
+/// The supervisor's own binary, as the kernel holds it (the file on disk
+/// may have been replaced or removed since the server started).
+const OWN_BINARY: &str = "/proc/self/exe";
 /// How often the supervisor checks that its server is still its parent.
 pub const PARENT_CHECK: Duration = Duration::from_millis(200);
 /// Rounds of "find descendants, SIGKILL them" before giving up on a tree
@@ -76,6 +95,15 @@ const PARENT_DEATH: Signal = Signal::SIGUSR1;
 /// every descendant, then exit. SIGKILL to the group would end the
 /// supervisor before it reached the escapees.
 pub const KILL_NOW: Signal = Signal::SIGUSR2;
+/// Signals a key typed into a terminal sends its foreground process group
+/// with no permission check (`^\`, `^Z`), which the supervisor takes and
+/// drops: a program on the supervisor's terminal (or the server's) can make
+/// the supervisor's group the foreground one and type them (`TIOCSTI`),
+/// and a supervisor that quit or stopped would leave its tree unsupervised
+/// (research/contract.md, "Agents under an unprivileged user"). `^C`
+/// (SIGINT) is a graceful stop of the supervisor's own tree, which its
+/// program may end anyway.
+const TYPED_SIGNALS: [Signal; 2] = [Signal::SIGQUIT, Signal::SIGTSTP];
 /// The server's secrets, which no process it starts inherits (agents and
 /// processes of the process API alike): the bearer token, the store URL
 /// (it may hold a database password) and the OTLP exporter's headers (they
@@ -137,9 +165,9 @@ impl TreeSupervisor {
 /// The command that starts `program args…` in `cwd` with `env` on top of
 /// the server's environment (minus [`SECRET_ENV`]): under `supervisor`
 /// when there is one, else the program alone. With a user to switch to,
-/// the supervisor (root until it switches) gets none of the program's
-/// variables and does not enter its `cwd`: the program does both, as the
-/// user ([`seal_env`], [`TreeSupervisor::command_args`]). Stdio, process
+/// the supervisor (root) gets none of the program's variables and does not
+/// enter its `cwd`: the program does both, as the user ([`seal_env`],
+/// [`TreeSupervisor::command_args`], [`exec_as_user`]). Stdio, process
 /// group and the rest are the caller's.
 pub fn command(
     supervisor: Option<&TreeSupervisor>,
@@ -195,10 +223,11 @@ pub fn program_env(extra: impl IntoIterator<Item = (String, String)>) -> Vec<(Os
 }
 
 /// `env` packed into the variables [`SEALED_ENV_PREFIX`]`0`, `…1`, …: the
-/// whole environment of a supervisor that switches users. The supervisor
-/// itself, still root, then sees none of the program's variables (an
-/// `LD_PRELOAD` for the program must not load into a root process); it
-/// gives them to the program ([`unseal_env`]). Each pair is `KEY=VALUE`
+/// whole environment of a supervisor whose program runs as another user.
+/// The supervisor, root, then sees none of the program's variables (an
+/// `LD_PRELOAD` for the program must not load into a root process); the
+/// program gets them once it is the user ([`exec_as_user`],
+/// [`unseal_env`]). Each pair is `KEY=VALUE`
 /// and a NUL (neither may hold one), base64, cut below the kernel's 128
 /// KiB bound on one variable.
 pub fn seal_env(env: &[(OsString, OsString)]) -> Vec<(String, String)> {
@@ -263,11 +292,11 @@ fn unseal_from(lookup: impl Fn(&str) -> Option<String>) -> Option<Vec<(OsString,
 /// status to leave with; when the program died of a signal, the supervisor
 /// dies of the same signal before returning. `tty`: stdin is the terminal
 /// of the supervisor's session, and the program becomes its foreground
-/// process group. `user`: the supervisor becomes that user (supplementary
-/// groups, group, user, in that order) before it starts the program, which
-/// then enters its working directory (the `Path`) and gets the sealed
-/// environment ([`seal_env`]). Call
-/// it before any other thread exists: it blocks signals for the process.
+/// process group. `user`: the program runs as that user, started through
+/// [`exec_as_user`] with the supervisor's own (sealed) environment; it
+/// enters its working directory (the `Path`) as the user. The supervisor
+/// stays root (module doc). Call it before any other thread exists: it
+/// blocks signals for the process.
 pub fn run(
     grace: Duration,
     tty: bool,
@@ -284,10 +313,46 @@ pub fn run(
     }
 }
 
+/// Becomes `user` and then runs `program args…` in place (the same pid,
+/// the supervisor's child): what `sandbox-agent as-user` does. First the
+/// user's supplementary groups (`initgroups`, never root's), its primary
+/// group and its uid (real, effective and saved: no way back); then the
+/// program's environment, unsealed from this process's own
+/// ([`seal_env`]), and its working directory `cwd`, entered as the user
+/// (a folder closed to the user fails here, whatever root could enter).
+/// Returns only when that fails: the status to exit with (1: the switch
+/// failed; 127, [`CANNOT_RUN`]: the program or its `cwd`), after a line on
+/// stderr naming the program. Call it before any other thread exists.
+pub fn exec_as_user(
+    user: &AgentUser,
+    cwd: Option<&std::path::Path>,
+    program: &OsStr,
+    args: &[OsString],
+) -> i32 {
+    let sealed = unseal_env();
+    if let Err((status, message)) = become_user(user) {
+        eprintln!("sandbox-agent {SUBCOMMAND}: {message}");
+        return status;
+    }
+    let mut command = std::process::Command::new(program);
+    command.args(args);
+    if let Some(env) = sealed {
+        command.env_clear().envs(env);
+    }
+    if let Some(cwd) = cwd {
+        command.current_dir(cwd);
+    }
+    let error = command.exec();
+    eprintln!(
+        "sandbox-agent {SUBCOMMAND}: cannot run {}: {error}",
+        program.to_string_lossy()
+    );
+    CANNOT_RUN
+}
+
 /// Becomes `user`: its supplementary groups (`initgroups`, never root's),
 /// its primary group, then its uid (real, effective and saved, so there is
-/// no way back). The supervisor is then the user too: it can still signal
-/// and reap its tree, and the server (root) can still signal it.
+/// no way back).
 fn become_user(user: &AgentUser) -> Result<(), (i32, String)> {
     let failed = |what: &str, errno: Errno| {
         (
@@ -335,7 +400,7 @@ impl Supervisor {
             .map_err(|e| setup("become a child subreaper", e))?;
         // Until the mask below is set, a stop or kill-now signal is caught
         // by a handler that only notes it (so it cannot end the supervisor
-        // and leave the program behind). The program is started before the
+        // and leave the program behind); a typed one is noted and dropped. The program is started before the
         // mask: it inherits the mask, not the handlers (exec resets caught
         // signals to their default), and it must get its signals.
         let early_stop = Arc::new(AtomicBool::new(false));
@@ -346,20 +411,32 @@ impl Supervisor {
         }
         signal_hook::flag::register(KILL_NOW as i32, early_kill.clone())
             .map_err(|e| (1, format!("cannot catch {KILL_NOW}: {e}")))?;
-        // Before the program starts, and before the parent-death signal is
-        // asked for (a change of credentials clears it).
-        let sealed = unseal_env();
-        if let Some((user, _)) = user {
-            become_user(user)?;
+        let typed = Arc::new(AtomicBool::new(false));
+        for signal in TYPED_SIGNALS {
+            signal_hook::flag::register(signal as i32, typed.clone())
+                .map_err(|e| (1, format!("cannot catch {signal}: {e}")))?;
         }
-        let mut command = std::process::Command::new(program);
-        command.args(args);
-        if let Some(env) = sealed {
-            command.env_clear().envs(env);
-        }
-        if let Some((_, Some(cwd))) = user {
-            command.current_dir(cwd);
-        }
+        // With a user, the supervisor keeps root's credentials (so no
+        // program of the user can signal it, and its parent-death signal,
+        // asked for below, is never cleared by a change of credentials):
+        // its child becomes the user, then the program. The child gets the
+        // supervisor's environment, the sealed one alone.
+        let mut command = match user {
+            Some((user, cwd)) => {
+                let mut command = std::process::Command::new(OWN_BINARY);
+                command.args([AS_USER_SUBCOMMAND, "--user", &user.to_arg()]);
+                if let Some(cwd) = cwd {
+                    command.arg("--cwd").arg(cwd);
+                }
+                command.arg("--").arg(program).args(args);
+                command
+            }
+            None => {
+                let mut command = std::process::Command::new(program);
+                command.args(args);
+                command
+            }
+        };
         if tty {
             command.process_group(0);
         }
@@ -390,7 +467,10 @@ impl Supervisor {
             Signal::SIGCHLD,
             PARENT_DEATH,
             KILL_NOW,
-        ] {
+        ]
+        .into_iter()
+        .chain(TYPED_SIGNALS)
+        {
             mask.add(signal);
         }
         mask.thread_block().map_err(|e| setup("block signals", e))?;
@@ -524,21 +604,60 @@ fn exit_like(status: WaitStatus) -> i32 {
     }
 }
 
-/// Sends `signal` to every descendant of this process.
+/// Sends `signal` to every descendant of this process; how many were
+/// found. Each one through a pidfd opened on it, once its start time shows
+/// it is still the process found: between the walk over `/proc` and the
+/// signal a descendant may exit, be reaped by its parent and its pid go to
+/// another process, which a root supervisor must not signal. Without
+/// pidfds (Linux before 5.3) the start time is checked just before
+/// `kill`, which narrows that window to the two calls.
 fn signal_descendants(signal: Signal) -> usize {
     let found = descendants();
-    for pid in &found {
-        let _ = kill(*pid, signal);
+    for (pid, start_time) in &found {
+        signal_process(*pid, *start_time, signal);
     }
     found.len()
 }
 
-/// Every live (not zombie) descendant of this process, from `/proc`.
-fn descendants() -> Vec<Pid> {
+/// Sends `signal` to `pid` if it is still the process that started at
+/// `start_time` (field 22 of `/proc/<pid>/stat`) and not a zombie
+/// ([`signal_descendants`]).
+fn signal_process(pid: Pid, start_time: u64, signal: Signal) {
+    let same = || {
+        u32::try_from(pid.as_raw())
+            .ok()
+            .and_then(super::orphans::stat_fields)
+            .is_some_and(|stat| stat.start_time == start_time && stat.state != 'Z')
+    };
+    let Some(target) = rustix::process::Pid::from_raw(pid.as_raw()) else {
+        return;
+    };
+    match rustix::process::pidfd_open(target, rustix::process::PidfdFlags::empty()) {
+        // The pidfd names the process that had the pid when it was opened:
+        // if that is still the one found, the signal can reach no other.
+        Ok(pidfd) => {
+            if same()
+                && let Some(raw) = rustix::process::Signal::from_named_raw(signal as i32)
+            {
+                let _ = rustix::process::pidfd_send_signal(&pidfd, raw);
+            }
+        }
+        Err(rustix::io::Errno::SRCH) => {}
+        Err(_) => {
+            if same() {
+                let _ = kill(pid, signal);
+            }
+        }
+    }
+}
+
+/// Every live (not zombie) descendant of this process, from `/proc`, with
+/// its start time.
+fn descendants() -> Vec<(Pid, u64)> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    let mut children: HashMap<i32, Vec<(i32, u64)>> = HashMap::new();
     for entry in entries.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -553,15 +672,18 @@ fn descendants() -> Vec<Pid> {
             && stat.state != 'Z'
             && let Ok(ppid) = i32::try_from(stat.ppid)
         {
-            children.entry(ppid).or_default().push(pid);
+            children
+                .entry(ppid)
+                .or_default()
+                .push((pid, stat.start_time));
         }
     }
     let mut found = Vec::new();
     let mut pending = vec![getpid().as_raw()];
     while let Some(parent) = pending.pop() {
         if let Some(kids) = children.remove(&parent) {
-            for kid in kids {
-                found.push(Pid::from_raw(kid));
+            for (kid, start_time) in kids {
+                found.push((Pid::from_raw(kid), start_time));
                 pending.push(kid);
             }
         }
@@ -594,6 +716,26 @@ mod tests {
         let opened = unseal_from(|name| found.get(name).cloned()).expect("sealed");
         assert_eq!(opened, env);
         assert_eq!(unseal_from(|_| None), None, "nothing sealed");
+    }
+
+    #[test]
+    fn a_process_is_signalled_only_while_it_is_the_one_found() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+        let start_time = super::super::orphans::stat_fields(child.id())
+            .expect("stat")
+            .start_time;
+        // Another start time: a recycled pid, never signalled.
+        signal_process(pid, start_time + 1, Signal::SIGKILL);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(child.try_wait().expect("wait").is_none(), "still running");
+        signal_process(pid, start_time, Signal::SIGKILL);
+        let status = child.wait().expect("wait");
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(status.signal(), Some(Signal::SIGKILL as i32));
     }
 
     #[test]

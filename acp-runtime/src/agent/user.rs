@@ -6,9 +6,9 @@ use nix::unistd::{Gid, Uid, User};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// A user from the user database (`/etc/passwd` or NSS): what the tree
-/// supervisor switches to before it starts a program
-/// ([`crate::agent::tree`]).
+/// A user from the user database (`/etc/passwd` or NSS): whom the tree
+/// supervisor's programs run as (the supervisor stays root;
+/// [`crate::agent::tree`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentUser {
     /// The login name (`initgroups` reads the supplementary groups by it).

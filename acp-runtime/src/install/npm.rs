@@ -37,7 +37,8 @@ const KILL_NOW_BOUND: Duration = Duration::from_secs(2);
 /// "Agents under an unprivileged user").
 #[derive(Debug, Clone)]
 pub(super) struct AsUser {
-    /// The tree supervisor, which becomes the user (its `user` is set).
+    /// The tree supervisor, whose program (npm) runs as the user (its
+    /// `user` is set).
     pub(super) supervisor: TreeSupervisor,
     /// npm's `HOME` (its cache, its logs): the agent's home in the data
     /// dir, the user's.

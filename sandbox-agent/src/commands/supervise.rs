@@ -1,5 +1,7 @@
 //! `sandbox-agent supervise` (hidden): the tree supervisor the server starts
-//! each agent process under (`acp_runtime::agent::tree`).
+//! each agent process under (`acp_runtime::agent::tree`), and `sandbox-agent
+//! as-user` (hidden), what a supervisor with a user starts its program
+//! through.
 
 use clap::Args;
 use std::process::ExitCode;
@@ -15,7 +17,8 @@ pub struct SuperviseArgs {
     /// program becomes its foreground process group.
     #[arg(long)]
     pub tty: bool,
-    /// Become this user (`NAME:UID:GID`) before starting the program.
+    /// Run the program as this user (`NAME:UID:GID`); the supervisor stays
+    /// root.
     #[arg(long, value_name = "NAME:UID:GID", value_parser = acp_runtime::agent::user::AgentUser::from_arg)]
     pub user: Option<acp_runtime::agent::user::AgentUser>,
     /// With `--user`: the program's working directory, entered as the user.
@@ -36,6 +39,36 @@ pub fn run(args: &SuperviseArgs) -> ExitCode {
         std::time::Duration::from_millis(args.grace_ms),
         args.tty,
         args.user.as_ref().map(|user| (user, args.cwd.as_deref())),
+        &args.program,
+        &args.args,
+    );
+    ExitCode::from(u8::try_from(status).unwrap_or(1))
+}
+
+/// `sandbox-agent as-user --user NAME:UID:GID [--cwd DIR] -- PROGRAM ARGS…`:
+/// becomes the user, then the program (`acp_runtime::agent::tree::exec_as_user`).
+#[derive(Debug, Clone, Args)]
+pub struct AsUserArgs {
+    /// The user to become (`NAME:UID:GID`).
+    #[arg(long, value_name = "NAME:UID:GID", value_parser = acp_runtime::agent::user::AgentUser::from_arg)]
+    pub user: acp_runtime::agent::user::AgentUser,
+    /// The program's working directory, entered as the user.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<std::path::PathBuf>,
+    /// The program to run.
+    pub program: std::ffi::OsString,
+    /// Its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<std::ffi::OsString>,
+}
+
+/// Becomes the user and runs the program in place; returns only when that
+/// fails, with the status to exit with (the message is on stderr already).
+/// `main` calls it before any async runtime thread exists.
+pub fn as_user(args: &AsUserArgs) -> ExitCode {
+    let status = acp_runtime::agent::tree::exec_as_user(
+        &args.user,
+        args.cwd.as_deref(),
         &args.program,
         &args.args,
     );

@@ -174,10 +174,17 @@ async fn the_agent_runs_as_the_user_with_its_groups_and_its_home_in_the_data_dir
         "the agent starts in its home"
     );
 
-    // Its tree supervisor is the user too: nothing of the tree is root.
+    // Its tree supervisor stays root (no process of the user may signal
+    // it); everything below it is the user's.
     for process in server.descendants() {
         let (uid, _, _) = credentials(process.pid);
-        assert_eq!(uid, user.uid, "{}", procfs::cmdline(process.pid));
+        let command = procfs::cmdline(process.pid);
+        let expected = if command.contains(" supervise ") {
+            0
+        } else {
+            user.uid
+        };
+        assert_eq!(uid, expected, "{command}");
     }
 }
 
@@ -477,15 +484,8 @@ async fn the_supervisor_gets_none_of_the_programs_variables_while_it_is_root() {
         }),
     )
     .await;
-    let descendants = server.descendants();
-    let supervisor = descendants
-        .iter()
-        .find(|p| procfs::cmdline(p.pid).contains(" supervise "))
-        .expect("the supervisor");
-    let program = descendants
-        .iter()
-        .find(|p| procfs::cmdline(p.pid).starts_with("sleep"))
-        .expect("the program");
+    // The program runs once it has become the user (`as-user`, then exec).
+    let (supervisor, program) = supervisor_of(&server, "30").await;
     let names = |pid: u32| -> Vec<String> {
         procfs::environ(pid)
             .into_iter()
@@ -1112,4 +1112,194 @@ async fn an_npm_install_runs_as_the_user_under_the_supervisor_without_the_server
     assert!(seen > 3, "the install has files");
     // The installed agent runs (as the user).
     server.initialize("npmuser").await;
+}
+
+/// The four uids of `/proc/<pid>/status` (real, effective, saved, file
+/// system).
+fn uids(pid: u32) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// The tree supervisor among the server's descendants with a
+/// `sleep <marker>` below it, and that `sleep`, once both run.
+async fn supervisor_of(
+    server: &TestServer,
+    marker: &str,
+) -> (procfs::ProcessRef, procfs::ProcessRef) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        for supervisor in server
+            .descendants()
+            .into_iter()
+            .filter(|p| procfs::cmdline(p.pid).contains(" supervise "))
+        {
+            if let Some(sleep) = procfs::descendants(supervisor.pid)
+                .into_iter()
+                .find(|p| procfs::cmdline(p.pid) == format!("sleep {marker}"))
+            {
+                return (supervisor, sleep);
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sleep {marker} never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn no_program_can_signal_a_tree_supervisor_which_stays_root() {
+    let Some(user) = user_or_skip("root supervisor") else {
+        return;
+    };
+    let mut server = as_user(&[]).await;
+    let work = owned_dir("agent-user-supervisor", user);
+    // Tree A: a program with a `setsid` daemon, which only its supervisor
+    // reaches (research/contract.md, "Process trees, bounds, shutdown").
+    let id = start_process(
+        &server,
+        &json!({"command": "sh", "args": ["-c", "setsid sleep 1001 </dev/null >/dev/null 2>&1 & sleep 1000"],
+                "cwd": work.path()}),
+    )
+    .await;
+    let (supervisor, program) = supervisor_of(&server, "1000").await;
+    let (_, daemon) = supervisor_of(&server, "1001").await;
+
+    // Tree B, same user, cannot signal A's supervisor.
+    let (code, stdout, stderr) = run_sh(
+        &server,
+        &format!(
+            "kill -9 {0}; echo $?; kill -STOP {0}; echo $?",
+            supervisor.pid
+        ),
+        work.path(),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let answers: Vec<&str> = stdout.split_whitespace().collect();
+    assert!(
+        answers.len() == 2 && answers.iter().all(|code| *code != "0"),
+        "the kills failed: {stdout} {stderr}"
+    );
+    assert!(
+        stderr.contains("ermitted"),
+        "EPERM (Operation not permitted): {stderr}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(procfs::is_alive(&supervisor), "A's supervisor survived B");
+    assert_eq!(
+        procfs::stat(supervisor.pid).map(|stat| stat.state),
+        Some('S'),
+        "and is not stopped"
+    );
+    assert_eq!(uids(supervisor.pid), [0, 0, 0, 0], "the supervisor is root");
+    assert_eq!(uids(program.pid), [user.uid; 4], "the program is the user");
+    assert_eq!(uids(daemon.pid), [user.uid; 4], "the daemon is the user");
+
+    // DELETE still ends the whole tree, the daemon included.
+    let delete = server
+        .api()
+        .request(reqwest::Method::DELETE, &format!("/v2/processes/{id}"));
+    v2_api_tests::Api::send(delete).await.assert_status(204);
+    for process in [supervisor, program, daemon] {
+        assert!(!procfs::is_alive(&process), "{process:?} outlived DELETE");
+    }
+
+    // So does the server's shutdown.
+    start_process(
+        &server,
+        &json!({"command": "sh", "args": ["-c", "setsid sleep 1003 </dev/null >/dev/null 2>&1 & sleep 1002"],
+                "cwd": work.path()}),
+    )
+    .await;
+    let (supervisor, program) = supervisor_of(&server, "1002").await;
+    let (_, daemon) = supervisor_of(&server, "1003").await;
+    server.send_sigterm();
+    assert!(
+        server
+            .wait_exit(std::time::Duration::from_secs(20))
+            .await
+            .is_some(),
+        "the server stopped"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while [supervisor, program, daemon].iter().any(procfs::is_alive) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tree outlived the server"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_terminal_program_cannot_quit_or_stop_its_supervisor_from_the_keyboard() {
+    let Some(user) = user_or_skip("terminal signals") else {
+        return;
+    };
+    let server = as_user(&[]).await;
+    let work = owned_dir("agent-user-tty-signals", user);
+    // The program makes the supervisor's group the terminal's foreground
+    // group and types ^\ and ^Z into the terminal (TIOCSTI, 0x5412): the
+    // kernel sends SIGQUIT and SIGTSTP to that group, with no permission
+    // check.
+    let script = r#"use POSIX;
+        open(my $t, "+<", "/dev/tty") or die "tty: $!";
+        my $group = getpgrp(getppid());
+        POSIX::tcsetpgrp(fileno($t), $group) or die "tcsetpgrp: $!";
+        for my $key ("\x1c", "\x1a") { my $byte = $key; ioctl($t, 0x5412, $byte) or die "tiocsti: $!\n" }
+        print "typed\n";
+        exec "sleep", "1000";"#;
+    let id = start_process(
+        &server,
+        &json!({"command": "sh", "args": ["-c", "sleep 0.5; exec perl -e \"$0\"", script],
+                "cwd": work.path(), "tty": true}),
+    )
+    .await;
+    // The one supervisor of this server (it runs no agent), found before
+    // the keys are typed.
+    let (supervisor, _) = supervisor_of(&server, "0.5").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let output = loop {
+        let page = server
+            .api()
+            .get_json(&format!("/v2/processes/{id}/output"))
+            .await;
+        let output: String = page["chunks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|chunk| chunk["data"].as_str())
+            .collect();
+        if output.contains("typed") || output.contains(": ") || output.contains(" at -e ") {
+            break output;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    if output.contains("tiocsti:") {
+        eprintln!("terminal signals: not run: this kernel refuses TIOCSTI: {output}");
+        return;
+    }
+    assert!(output.contains("typed"), "{output}");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(procfs::is_alive(&supervisor), "the supervisor survived ^\\");
+    assert_ne!(
+        procfs::stat(supervisor.pid).map(|stat| stat.state),
+        Some('T'),
+        "the supervisor is not stopped by ^Z"
+    );
+    let delete = server
+        .api()
+        .request(reqwest::Method::DELETE, &format!("/v2/processes/{id}"));
+    v2_api_tests::Api::send(delete).await.assert_status(204);
+    assert!(!procfs::is_alive(&supervisor));
 }
