@@ -207,7 +207,7 @@ pub use futures::{Stream, StreamExt};
 pub use reqwest::StatusCode;
 
 #[doc(no_inline)]
-pub use acp_http_client::{HttpFailure, Problem};
+pub use acp_http_client::{HttpFailure, Problem, ReconnectPolicy};
 
 #[doc(no_inline)]
 pub use ext_methods::{FsEntry, FsEntryType, FsMoveResult, FsUploadBatchResult, FsWriteResult};
