@@ -437,6 +437,20 @@ impl SessionEvent {
     pub fn time(&self) -> Option<std::time::SystemTime> {
         crate::meta::parse_time(&self.at)
     }
+
+    /// The params of this event when it is the runtime's
+    /// `_sandboxagent/turn/interrupted` (a turn its server stopped in;
+    /// research/contract.md, "Notifications the runtime sends"); `None` for
+    /// any other event, or params that do not read as [`TurnInterrupted`].
+    pub fn turn_interrupted(&self) -> Option<TurnInterrupted> {
+        if self.direction != Direction::AgentToClient
+            || self.message.get("method").and_then(Value::as_str)
+                != Some(crate::notification::TURN_INTERRUPTED)
+        {
+            return None;
+        }
+        serde_json::from_value(self.message.get("params")?.clone()).ok()
+    }
 }
 
 /// Body of `GET /v2/sessions/{id}/events`.
