@@ -241,10 +241,14 @@ async fn open_store(
         })
         .await
         .map_err(failed)?;
+    // Before the writer starts: turns the last run left open are recorded
+    // as interrupted (research/contract.md, "Restart semantics").
+    let interrupted = store.record_interrupted_turns().await.map_err(failed)?;
     tracing::info!(
         store = store.describe(),
         runtime_id,
         sessions = stored.0 + stored.1,
+        interrupted,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "session store opened"
     );

@@ -1203,6 +1203,15 @@ class QuestionCard {
     this.showAnswer();
   }
 
+  /** Nobody can answer it any more (its turn was interrupted when the
+   * server stopped): read-only, greyed, with `reason`. */
+  closed(reason) {
+    if (this.answer) return;
+    this.lock(true);
+    this.node.dataset.question = "closed";
+    this.status.textContent = reason;
+  }
+
   /** `elicitation/complete` for this URL question: the agent says the flow finished. */
   complete() {
     if (this.node.dataset.url === "done") return;
@@ -1510,6 +1519,8 @@ class SessionView {
       this.renderPermission(message);
     } else if (message.method === "elicitation/create") {
       this.renderQuestion(message);
+    } else if (message.method === "_sandboxagent/turn/interrupted") {
+      this.renderInterrupted(params);
     } else if (message.method === "_sandboxagent/session/ended") {
       this.current = null;
       const stderr = params.stderr && (params.stderr.tail || params.stderr.head);
@@ -1523,6 +1534,31 @@ class SessionView {
         ),
       );
     }
+  }
+
+  /**
+   * A turn that was running when its server stopped (research/contract.md,
+   * "Notifications the runtime sends"): a notice ends the turn, and the
+   * permission and question cards it names are greyed out, since no agent
+   * waits for their answers any more.
+   */
+  renderInterrupted(params) {
+    this.current = null;
+    const reason = "not answered: the server stopped during the turn";
+    for (const id of params.requestIds || []) {
+      const key = JSON.stringify(id);
+      const card = this.permissions.get(key);
+      if (card) card.closed(reason);
+      const question = this.questions.get(key);
+      if (question) question.closed(reason);
+    }
+    this.add(
+      el(
+        "div",
+        { class: "item notice error", "data-interrupted": params.reason || "", "data-stop-reason": params.stopReason || "cancelled" },
+        `turn interrupted: the server stopped during it (${params.stopReason || "cancelled"})`,
+      ),
+    );
   }
 
   renderUpdate(update) {
@@ -1654,6 +1690,13 @@ class SessionView {
         node.dataset.permission = "answered";
         for (const button of choices.querySelectorAll("button")) button.disabled = true;
         outcome.textContent = selected ? `answered: ${selected}` : "answered: cancelled";
+      },
+      // No answer can reach the agent any more (`reason` says why).
+      closed: (reason) => {
+        if (node.dataset.permission !== "pending") return;
+        node.dataset.permission = "closed";
+        for (const button of choices.querySelectorAll("button")) button.disabled = true;
+        outcome.textContent = reason;
       },
     };
     for (const option of params.options || []) {

@@ -84,6 +84,10 @@ pub mod notification {
     /// [`RequestResolved`](crate::RequestResolved): an agent request another
     /// connection answered (or the runtime cancelled) is no longer open.
     pub const REQUEST_RESOLVED: &str = "_sandboxagent/request/resolved";
+    /// [`TurnInterrupted`](crate::TurnInterrupted): a prompt turn that was
+    /// running when its server stopped, recorded in the session's log when
+    /// the store is next opened; the agent requests it names are closed.
+    pub const TURN_INTERRUPTED: &str = "_sandboxagent/turn/interrupted";
 }
 
 /// One extension method: its wire name, the capability flag that advertises
@@ -219,6 +223,8 @@ pub mod capability {
     pub const STREAM_GAP_NOTIFICATION: &str = "streamGapNotification";
     /// The runtime sends `_sandboxagent/request/resolved`.
     pub const REQUEST_RESOLVED_NOTIFICATION: &str = "requestResolvedNotification";
+    /// The runtime records `_sandboxagent/turn/interrupted` in session logs.
+    pub const TURN_INTERRUPTED_NOTIFICATION: &str = "turnInterruptedNotification";
     /// `initialize` / `session/new` take the agent from `_meta["sandboxagent.dev"].agent`.
     pub const SESSION_AGENT_META: &str = "sessionAgentMeta";
     /// `session/list` answers from the server-wide inventory, with `_meta`.

@@ -224,6 +224,40 @@ pub struct SessionEnded {
     pub stderr: Option<StderrExcerpt>,
 }
 
+/// Why a prompt turn was interrupted (`reason` of
+/// `_sandboxagent/turn/interrupted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InterruptReason {
+    /// The server stopped (killed, crashed, or shut down) while the turn ran.
+    ServerStopped,
+}
+
+/// Params of `_sandboxagent/turn/interrupted` (research/contract.md,
+/// "Notifications the runtime sends"): the last `session/prompt` of
+/// `sessionId` had no answer when its server stopped. Recorded once, in the
+/// session's event log, when the store is next opened; the turn's stop
+/// reason is `cancelled` and the agent requests in `requestIds` can no
+/// longer be answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnInterrupted {
+    /// The session.
+    pub session_id: String,
+    /// Why: the server stopped.
+    pub reason: InterruptReason,
+    /// The stop reason the turn is taken to have (ACP `StopReason`):
+    /// always `cancelled`.
+    pub stop_reason: agent_client_protocol::v1::schema::StopReason,
+    /// The client's JSON-RPC id of the `session/prompt` request that got no
+    /// answer, as logged.
+    pub prompt_id: Value,
+    /// The agent's ids of its requests (`session/request_permission`,
+    /// `elicitation/create`, …) the turn left unanswered, oldest first:
+    /// an answer to them is dropped.
+    pub request_ids: Vec<Value>,
+}
+
 /// Params of `_sandboxagent/agent/unparsed`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentUnparsed {
@@ -402,6 +436,20 @@ impl SessionEvent {
     /// [`at`](Self::at) as a point in time; `None` when it is not RFC 3339.
     pub fn time(&self) -> Option<std::time::SystemTime> {
         crate::meta::parse_time(&self.at)
+    }
+
+    /// The params of this event when it is the runtime's
+    /// `_sandboxagent/turn/interrupted` (a turn its server stopped in;
+    /// research/contract.md, "Notifications the runtime sends"); `None` for
+    /// any other event, or params that do not read as [`TurnInterrupted`].
+    pub fn turn_interrupted(&self) -> Option<TurnInterrupted> {
+        if self.direction != Direction::AgentToClient
+            || self.message.get("method").and_then(Value::as_str)
+                != Some(crate::notification::TURN_INTERRUPTED)
+        {
+            return None;
+        }
+        serde_json::from_value(self.message.get("params")?.clone()).ok()
     }
 }
 

@@ -16,7 +16,7 @@ use agent_client_protocol::v1::schema::{
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
     SelectedPermissionOutcome, SessionNotification,
 };
-use ext_methods::{AgentUnparsed, SessionEnded, StreamGap, notification};
+use ext_methods::{AgentUnparsed, SessionEnded, StreamGap, TurnInterrupted, notification};
 use futures::future::BoxFuture;
 use serde_json::Value;
 use std::pin::Pin;
@@ -57,6 +57,13 @@ pub enum Event {
     /// A session ended (`_sandboxagent/session/ended`): terminated on
     /// request, or its agent process exited (with exit code and stderr).
     SessionEnded(SessionEnded),
+    /// A prompt turn was running when its server stopped
+    /// (`_sandboxagent/turn/interrupted`, recorded in the session's log
+    /// when the server started again; heard in an attach's replay of that
+    /// log): the turn ended `cancelled` without an answer, and the agent
+    /// requests it names can no longer be answered. Read from an events
+    /// page with [`SessionEvent::turn_interrupted`](crate::SessionEvent::turn_interrupted).
+    TurnInterrupted(TurnInterrupted),
     /// The agent wrote a stdout line that is not JSON-RPC
     /// (`_sandboxagent/agent/unparsed`).
     AgentUnparsed(AgentUnparsed),
@@ -443,6 +450,10 @@ pub(crate) fn convert_notification(message: UntypedMessage) -> Event {
         serde_json::from_value(params.clone())
             .ok()
             .map(Event::SessionEnded)
+    } else if method == notification::TURN_INTERRUPTED {
+        serde_json::from_value(params.clone())
+            .ok()
+            .map(Event::TurnInterrupted)
     } else if method == notification::AGENT_UNPARSED {
         serde_json::from_value(params.clone())
             .ok()
@@ -497,6 +508,24 @@ mod tests {
             gap,
             Event::StreamGap(StreamGap { from: 3, to: 4 })
         ));
+        let interrupted = convert_notification(untyped(
+            notification::TURN_INTERRUPTED,
+            json!({"sessionId": "s", "reason": "server-stopped", "stopReason": "cancelled",
+                   "promptId": 2, "requestIds": ["r1"]}),
+        ));
+        match interrupted {
+            Event::TurnInterrupted(turn) => {
+                assert_eq!(turn.session_id, "s");
+                assert_eq!(turn.reason, ext_methods::InterruptReason::ServerStopped);
+                assert_eq!(
+                    turn.stop_reason,
+                    agent_client_protocol::v1::schema::StopReason::Cancelled
+                );
+                assert_eq!(turn.prompt_id, json!(2));
+                assert_eq!(turn.request_ids, vec![json!("r1")]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]

@@ -207,7 +207,7 @@ pub use futures::{Stream, StreamExt};
 pub use reqwest::StatusCode;
 
 #[doc(no_inline)]
-pub use acp_http_client::{HttpFailure, Problem};
+pub use acp_http_client::{HttpFailure, Problem, ReconnectPolicy};
 
 #[doc(no_inline)]
 pub use ext_methods::{FsEntry, FsEntryType, FsMoveResult, FsUploadBatchResult, FsWriteResult};
@@ -221,8 +221,9 @@ pub use ext_methods::{
 #[doc(no_inline)]
 pub use ext_methods::{
     AgentInfo, AgentSource, AgentUnparsed, AttachResult, Direction, EndReason, HistoryPolicy,
-    ListModelsResult, ModelInfo, ModelsTarget, RequestResolved, Role, SessionEnded, SessionEvent,
-    SessionEventsPage, SessionMeta, StderrExcerpt, StreamGap, TerminateResult, TerminatedBy,
+    InterruptReason, ListModelsResult, ModelInfo, ModelsTarget, RequestResolved, Role,
+    SessionEnded, SessionEvent, SessionEventsPage, SessionMeta, StderrExcerpt, StreamGap,
+    TerminateResult, TerminatedBy, TurnInterrupted,
 };
 
 /// The ACP (protocol v1) message types the client's methods take and

@@ -91,6 +91,9 @@ pub struct ClientOptions {
     /// none; `None`: none.
     pub(crate) elicitation: Option<ElicitationCapabilities>,
     pub(crate) transport: Transport,
+    /// How the event stream is reopened after a drop (the default
+    /// transport and `AcpHttp`).
+    pub(crate) reconnect: acp_http_client::ReconnectPolicy,
     pub(crate) embedded: EmbeddedSettings,
 }
 
@@ -138,6 +141,7 @@ impl ClientOptions {
                     .url(ElicitationUrlCapabilities::new()),
             ),
             transport: Transport::Http,
+            reconnect: acp_http_client::ReconnectPolicy::default(),
             embedded: EmbeddedSettings {
                 binary: None,
                 startup_timeout: DEFAULT_STARTUP_TIMEOUT,
@@ -200,6 +204,20 @@ impl ClientOptions {
     pub fn client_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
         self.client_name = name.into();
         self.client_version = version.into();
+        self
+    }
+
+    /// How the event stream is reopened after it drops (the default
+    /// transport and [`Transport::AcpHttp`]; a WebSocket is not reopened).
+    /// Default [`ReconnectPolicy::default`](crate::ReconnectPolicy):
+    /// 10 attempts, 250 ms doubling to 10 s apart (about a minute). When
+    /// the attempts run out (or the server answers that the connection is
+    /// gone, as a restarted server does) the connection ends:
+    /// [`Event::ConnectionClosed`](crate::Event::ConnectionClosed), and the
+    /// calls in flight fail. A client that must notice a dead server soon
+    /// (`sandbox-agent prompt`: within 5 s) gives fewer attempts.
+    pub fn reconnect(mut self, policy: acp_http_client::ReconnectPolicy) -> Self {
+        self.reconnect = policy;
         self
     }
 

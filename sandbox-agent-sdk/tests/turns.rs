@@ -617,3 +617,60 @@ async fn clones_share_the_connection_and_work_from_tasks() -> TestResult {
     assert!(!client.is_connected());
     Ok(())
 }
+
+/// A turn left waiting on a permission when its server is killed: after a
+/// restart the session's events page ends with the interrupted turn,
+/// typed by `SessionEvent::turn_interrupted` (research/contract.md,
+/// "Notifications the runtime sends").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_its_server_died_in_reads_as_interrupted_after_a_restart() -> TestResult {
+    let data = v2_api_tests::TempDir::new("sdk-interrupted");
+    let dir = data.path().to_str().expect("UTF-8 temp dir").to_owned();
+    let mut server = TestServer::start(&["--data-dir", &dir]).await;
+    let (client, session) = client_with(&server, |options| options).await?;
+    let mut events = client.take_events().expect("events");
+    let turn = {
+        let client = client.clone();
+        let request = prompt(&session, "ask permission");
+        tokio::spawn(async move { client.prompt(request).await })
+    };
+    let request = within("the permission request", async {
+        loop {
+            if let Some(Event::PermissionRequest(request)) = events.recv().await {
+                return request;
+            }
+        }
+    })
+    .await;
+    server.store_caught_up(Duration::from_secs(30)).await;
+    server
+        .kill_now(Duration::from_secs(30))
+        .await
+        .expect("SIGKILL");
+    drop(server);
+    drop(request);
+    turn.abort();
+
+    let server = TestServer::start(&["--data-dir", &dir]).await;
+    let reader = within(
+        "connect",
+        SandboxAgentClient::connect(server_options(&server)),
+    )
+    .await?;
+    let page = reader.session_events(session.clone(), 0, None).await?;
+    let last = page.events.last().expect("events");
+    let interrupted = last
+        .turn_interrupted()
+        .expect("the last event is the interruption");
+    assert_eq!(interrupted.session_id, *session.0);
+    assert_eq!(interrupted.stop_reason, StopReason::Cancelled);
+    assert_eq!(interrupted.request_ids.len(), 1, "{interrupted:?}");
+    assert!(
+        page.events
+            .iter()
+            .filter(|event| event.turn_interrupted().is_some())
+            .count()
+            == 1
+    );
+    Ok(())
+}

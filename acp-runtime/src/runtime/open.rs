@@ -160,6 +160,7 @@ impl Runtime {
                 capability::AGENT_UNPARSED_NOTIFICATION,
                 capability::STREAM_GAP_NOTIFICATION,
                 capability::REQUEST_RESOLVED_NOTIFICATION,
+                capability::TURN_INTERRUPTED_NOTIFICATION,
                 capability::SESSION_AGENT_META,
                 capability::SESSION_LIST_INVENTORY,
             ],

@@ -16,6 +16,7 @@
 
 mod connection;
 mod file;
+mod interrupted;
 mod keys;
 mod rows;
 pub(crate) mod runtime_lock;

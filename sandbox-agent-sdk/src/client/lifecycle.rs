@@ -121,6 +121,7 @@ impl SandboxAgentClient {
         let mut transport = TransportOptions::new(&shared.base_url)
             .map_err(Error::from_transport)?
             .transport(shared.options.transport)
+            .reconnect(shared.options.reconnect)
             .request_timeout(
                 shared
                     .options

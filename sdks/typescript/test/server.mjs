@@ -25,12 +25,14 @@ export function binaryPath() {
 
 /**
  * Starts a server; `args` are extra flags (`--token T` replaces
- * `--no-token`). Returns `{url, stop(), stderr()}`; `stop()` sends SIGTERM,
- * waits for the exit and removes the data dir.
+ * `--no-token`), `reuse.dataDir` the data dir of an earlier one (a
+ * restart). Returns `{url, dataDir, stop(), kill(), stderr()}`; `stop()`
+ * sends SIGTERM, waits for the exit and removes the data dir; `kill()`
+ * sends SIGKILL and keeps it.
  */
-export async function startServer(args = []) {
+export async function startServer(args = [], reuse = {}) {
   const bin = binaryPath();
-  const dataDir = mkdtempSync(join(tmpdir(), "sa-ts-test-"));
+  const dataDir = reuse.dataDir ?? mkdtempSync(join(tmpdir(), "sa-ts-test-"));
   const env = {};
   for (const [key, value] of Object.entries(process.env)) {
     // A developer's own token or timeouts must not change what the tests see.
@@ -78,6 +80,10 @@ export async function startServer(args = []) {
     url,
     dataDir,
     stderr: () => stderr,
+    async kill() {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+      await exited;
+    },
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
       // The server drains idle keep-alive HTTP connections (fetch's pool

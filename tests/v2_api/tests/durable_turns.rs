@@ -297,3 +297,84 @@ async fn a_crashed_turns_error_answer_is_in_the_log() {
     assert!(ended < error, "the end notice comes first");
     assert_eq!(events[error]["message"]["error"], answer["error"]);
 }
+
+/// A turn waiting on a permission when the server is killed: the next
+/// start records `_sandboxagent/turn/interrupted` as the session's last
+/// event, naming the prompt and the permission request; a further start
+/// does not record it again (research/contract.md, "Restart semantics").
+async fn a_killed_turn_is_recorded_as_interrupted_once(store: Option<&str>) {
+    let data = TempDir::new("interrupted");
+    let mut server = start(data.path(), store, &[]).await;
+    let conn = server.initialize(MOCK).await;
+    let session = server.new_session(&conn).await;
+    let mut stream = server.open_stream(&conn, None).await;
+    // The prompt's POST never gets an answer: the server dies under it.
+    let post = server
+        .api()
+        .rpc_post(Some(&conn))
+        .json(&v2_api_tests::acp::request(
+            "p7",
+            "session/prompt",
+            v2_api_tests::acp::prompt_params(&session, "ask permission"),
+        ));
+    let _turn = tokio::spawn(post.send());
+    let asked = stream
+        .next_event_matching(
+            |e| e.method() == Some("session/request_permission"),
+            TIMEOUT,
+        )
+        .await;
+    let request_id = asked.data["id"].clone();
+    server.store_caught_up(TIMEOUT).await;
+    server.kill_now(TIMEOUT).await.expect("SIGKILL ends it");
+    drop(server);
+
+    let server = start(data.path(), store, &[]).await;
+    let events = server.all_events(&session).await;
+    let last = events.last().expect("events");
+    assert_eq!(last["direction"], "agent_to_client", "{last}");
+    assert_eq!(
+        last["message"],
+        json!({"jsonrpc": "2.0", "method": "_sandboxagent/turn/interrupted", "params": {
+            "sessionId": session,
+            "reason": "server-stopped",
+            "stopReason": "cancelled",
+            "promptId": "p7",
+            "requestIds": [request_id],
+        }}),
+        "the interruption is the last event"
+    );
+    let offsets: Vec<u64> = events
+        .iter()
+        .map(|event| event["offset"].as_u64().expect("offset"))
+        .collect();
+    assert_eq!(offsets, (0..events.len() as u64).collect::<Vec<_>>());
+    let count = events.len();
+    drop(server);
+
+    let server = start(data.path(), store, &[]).await;
+    let again = server.all_events(&session).await;
+    assert_eq!(again.len(), count, "a second start records nothing more");
+    let entry = server
+        .get_json(&format!(
+            "/v2/sessions/{}?agent={MOCK}",
+            path_segment(&session)
+        ))
+        .await;
+    assert_eq!(
+        entry["_meta"]["sandboxagent.dev"]["dormant"], true,
+        "{entry}"
+    );
+}
+
+#[tokio::test]
+async fn a_turn_killed_on_a_pending_permission_is_recorded_as_interrupted_sqlite() {
+    a_killed_turn_is_recorded_as_interrupted_once(None).await;
+}
+
+#[tokio::test]
+async fn a_turn_killed_on_a_pending_permission_is_recorded_as_interrupted_postgres() {
+    let pg = PgServer::start().await;
+    pg.create_database("sessions").await;
+    a_killed_turn_is_recorded_as_interrupted_once(Some(&pg.url("sessions"))).await;
+}

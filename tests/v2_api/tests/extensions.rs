@@ -151,6 +151,7 @@ fn check_advertisement(result: &Value) -> Vec<String> {
         "sessionAgentMeta",
         "sessionAttach",
         "requestResolvedNotification",
+        "turnInterruptedNotification",
     ] {
         assert_eq!(extensions.get(flag), Some(&json!(true)), "{flag}: {block}");
     }

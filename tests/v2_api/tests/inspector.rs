@@ -235,6 +235,48 @@ async fn a_dormant_session_is_shown_and_loads_when_opened() {
     let _ = std::fs::remove_dir_all(&data);
 }
 
+/// A turn killed on a pending permission: after the restart the page shows
+/// the permission greyed out and the turn interrupted (research/contract.md,
+/// "Inspector").
+#[tokio::test]
+async fn a_permission_of_an_interrupted_turn_is_greyed_out() {
+    let data = v2_api_tests::TempDir::new("inspector-interrupted");
+    let dir = data.path().to_str().expect("UTF-8 temp dir");
+    let mut first = TestServer::start(&["--data-dir", dir]).await;
+    let conn = first.initialize("mock").await;
+    let session = first.new_session(&conn).await;
+    let mut stream = first.open_stream(&conn, None).await;
+    let post = first
+        .api()
+        .rpc_post(Some(&conn))
+        .json(&v2_api_tests::acp::request(
+            2,
+            "session/prompt",
+            v2_api_tests::acp::prompt_params(&session, "ask permission"),
+        ));
+    let _turn = tokio::spawn(post.send());
+    stream
+        .next_event_matching(
+            |e| e.method() == Some("session/request_permission"),
+            Duration::from_secs(60),
+        )
+        .await;
+    first.store_caught_up(Duration::from_secs(30)).await;
+    first
+        .kill_now(Duration::from_secs(20))
+        .await
+        .expect("SIGKILL ends the server");
+    drop(first);
+    let second = TestServer::start(&["--data-dir", dir]).await;
+    flow_with(
+        &second,
+        "interrupted",
+        None,
+        &[("SESSION", Path::new(&session))],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn the_sessions_table_pages_forward_and_back() {
     let server = TestServer::start(&[]).await;

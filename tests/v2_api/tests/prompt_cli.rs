@@ -865,3 +865,94 @@ async fn the_first_prompt_to_an_agent_not_installed_says_it_installs_it() {
     assert!(again.status.success(), "{again:?}");
     assert!(!again.stderr.contains("install"), "{again:?}");
 }
+
+/// Runs `sandbox-agent prompt --url <server> <text>` with stdin kept open,
+/// waits until its stderr shows `ready`, SIGKILLs the server, and returns
+/// the run and how long the prompt took to exit after the kill.
+async fn prompt_while_the_server_dies(text: &str, ready: &str) -> (Run, Duration) {
+    let data = TempDir::new("prompt-server-dies");
+    let mut server = TestServer::start(&["--data-dir", data.path().to_str().expect("UTF-8")]).await;
+    let mut command = tokio::process::Command::from(sandbox_agent_command());
+    let mut child = command
+        .args(["prompt", "--url", server.base_url(), text])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    // Held open: the prompt must not wait for it to close.
+    let _stdin = child.stdin.take().expect("stdin is piped");
+    let mut stderr_pipe = child.stderr.take().expect("stderr is piped");
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = stderr.clone();
+    let reader = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut buffer = [0_u8; 4096];
+        while let Ok(read) = stderr_pipe.read(&mut buffer).await {
+            if read == 0 {
+                break;
+            }
+            let text = String::from_utf8_lossy(&buffer[..read]).into_owned();
+            sink.lock().expect("stderr buffer").push_str(&text);
+        }
+    });
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    while !stderr.lock().expect("stderr buffer").contains(ready) {
+        assert!(
+            Instant::now() < deadline,
+            "never saw {ready:?}: {}",
+            stderr.lock().expect("stderr buffer")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server
+        .kill_now(RUN_TIMEOUT)
+        .await
+        .expect("SIGKILL the server");
+    let killed = Instant::now();
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the prompt still runs 30 s after its server died: {}",
+                stderr.lock().expect("stderr buffer")
+            )
+        })
+        .expect("wait");
+    let took = killed.elapsed();
+    let _ = reader.await;
+    let mut out = String::new();
+    let _ = tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut out).await;
+    let stderr = stderr.lock().expect("stderr buffer").clone();
+    (
+        Run {
+            status,
+            stdout: out,
+            stderr,
+        },
+        took,
+    )
+}
+
+/// A permission question waiting on an open stdin when the server at
+/// `--url` dies: the prompt says the server went away and exits 1 within
+/// 5 s, without waiting for stdin (research/contract.md,
+/// "`sandbox-agent prompt`").
+#[tokio::test]
+async fn a_server_killed_during_a_permission_question_ends_the_prompt_within_5_s() {
+    let (run, took) = prompt_while_the_server_dies("ask permission", "Allow?").await;
+    assert_eq!(run.status.code(), Some(1), "{run:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: {run:?}");
+    assert!(run.stderr.contains("went away during the turn"), "{run:?}");
+}
+
+/// The same while the turn streams (no question open).
+#[tokio::test]
+async fn a_server_killed_during_a_turn_ends_the_prompt_within_5_s() {
+    let (run, took) = prompt_while_the_server_dies("!stall", "session: ").await;
+    assert_eq!(run.status.code(), Some(1), "{run:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: {run:?}");
+    assert!(run.stderr.contains("went away during the turn"), "{run:?}");
+}

@@ -27,6 +27,12 @@
 //!   agent's error is followed by the stderr lines the agent wrote for
 //!   that request (`agent stderr: …`) and the server's hint (`hint: …`). Ctrl-C
 //!   cancels the turn (`session/cancel`); a second Ctrl-C gives up at once.
+//! - A server that goes away during the turn (its event stream cannot be
+//!   reopened: 4 attempts within about 3 s, or at once when a restarted
+//!   server no longer knows the connection) ends the run within 5 s with
+//!   `the server at URL went away during the turn` and status 1, also
+//!   while a permission request or a question waits on stdin (it is not
+//!   waited for: nobody could answer it).
 //! - `--auth-method ID` sends ACP `authenticate` before the session. An
 //!   agent's "Authentication required" (`-32000`) names what would satisfy
 //!   it: the environment variables the server's manifest maps to auth
@@ -40,7 +46,7 @@ use sandbox_agent_sdk::schema::{
 };
 use sandbox_agent_sdk::{
     AgentSource, ClientOptions, Error, Event, InstallOptions, Mode, PermissionDecision,
-    PermissionRequest, SandboxAgentClient, SessionEnded,
+    PermissionRequest, ReconnectPolicy, SandboxAgentClient, SessionEnded,
 };
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -57,6 +63,18 @@ const SPINNER_FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '�
 const SPINNER_FRAME: Duration = Duration::from_millis(80);
 /// What precedes the session id on stderr (scripts read the line).
 const SESSION_LINE: &str = "session: ";
+/// How often a wait for the user checks that the connection still lives.
+const CONNECTION_CHECK: Duration = Duration::from_millis(100);
+/// The event stream's reopening after a drop: 4 attempts, 250 ms doubling
+/// to 1 s apart (at most 2.75 s, jittered), so a server that is gone is
+/// noticed within 5 s of the stream closing (research/contract.md,
+/// "`sandbox-agent prompt`"), and a server that restarts meanwhile (which
+/// answers 404 for the old connection) at once.
+const RECONNECT: ReconnectPolicy = ReconnectPolicy {
+    initial_delay: Duration::from_millis(250),
+    max_delay: Duration::from_secs(1),
+    max_attempts: 4,
+};
 
 /// `sandbox-agent prompt [--agent mock] [--url URL] [--token T] [--session ID] [--yes|--deny] "text"`.
 #[derive(Debug, Clone, Args)]
@@ -104,7 +122,8 @@ pub async fn run(args: PromptArgs) -> Result<(), String> {
     let terminal = Terminal::detect();
     let mut spinner = Spinner::new(terminal.stderr);
     let mut options = ClientOptions::new(&args.agent)
-        .client_info("sandbox-agent prompt", env!("CARGO_PKG_VERSION"));
+        .client_info("sandbox-agent prompt", env!("CARGO_PKG_VERSION"))
+        .reconnect(RECONNECT);
     match &args.url {
         Some(url) => {
             spinner.show(format!("connecting to {url}"));
@@ -267,23 +286,36 @@ async fn one_turn(
         // The agent may ask a question about the sign-in (scoped to the
         // `authenticate` request): it is asked as in a turn.
         let mut view = TurnView::new(args, terminal, SessionId::new(""));
-        let mut interrupts = Interrupts::listen();
+        let mut interrupts = Interrupts::listen(client);
         let authenticating = client.authenticate(method.clone());
         tokio::pin!(authenticating);
+        let gone = interrupts.server_gone();
+        tokio::pin!(gone);
         let authenticated = loop {
             tokio::select! {
                 result = &mut authenticating => break result,
                 Some(event) = events.recv() => {
-                    if matches!(event, Event::Question(_))
-                        && view.handle(event, spinner, &mut interrupts).await == Flow::Interrupted
-                    {
-                        spinner.stop();
-                        return Err("interrupted".to_owned());
+                    if matches!(event, Event::Question(_)) {
+                        match view.handle(event, spinner, &mut interrupts).await {
+                            Flow::Continue => {}
+                            Flow::Interrupted => {
+                                spinner.stop();
+                                return Err("interrupted".to_owned());
+                            }
+                            Flow::ServerGone => {
+                                spinner.stop();
+                                return Err(server_gone(args, &view));
+                            }
+                        }
                     }
                 }
                 () = interrupts.next() => {
                     spinner.stop();
                     return Err("interrupted".to_owned());
+                }
+                () = &mut gone => {
+                    spinner.stop();
+                    return Err(server_gone(args, &view));
                 }
             }
         };
@@ -335,7 +367,7 @@ async fn one_turn(
     spinner.show(format!("waiting for {}", args.agent));
 
     let mut view = TurnView::new(args, terminal, session_id.clone());
-    let mut interrupts = Interrupts::listen();
+    let mut interrupts = Interrupts::listen(client);
     for event in held {
         view.handle(event, spinner, &mut interrupts).await;
     }
@@ -345,15 +377,30 @@ async fn one_turn(
     ));
     tokio::pin!(prompt);
     let mut interrupted = false;
-    // `None`: given up on the turn (a second Ctrl-C).
+    // The connection closed under the turn: its answer will not come.
+    let mut gone = false;
+    let closed = interrupts.server_gone();
+    tokio::pin!(closed);
+    // `None`: given up on the turn (a second Ctrl-C, or the server gone).
     let outcome = loop {
         tokio::select! {
             result = &mut prompt => break Some(result),
             Some(event) = events.recv() => {
-                if view.handle(event, spinner, &mut interrupts).await == Flow::Interrupted {
-                    interrupted = true;
-                    break None;
+                match view.handle(event, spinner, &mut interrupts).await {
+                    Flow::Continue => {}
+                    Flow::Interrupted => {
+                        interrupted = true;
+                        break None;
+                    }
+                    Flow::ServerGone => {
+                        gone = true;
+                        break None;
+                    }
                 }
+            }
+            () = &mut closed => {
+                gone = true;
+                break None;
             }
             () = interrupts.next() => {
                 spinner.stop();
@@ -369,14 +416,17 @@ async fn one_turn(
         }
     };
     // The answer is held until the turn's updates arrived: show the rest.
-    while let Some(event) = events.try_recv() {
-        if view.handle(event, spinner, &mut interrupts).await == Flow::Interrupted {
-            interrupted = true;
+    while !gone && let Some(event) = events.try_recv() {
+        match view.handle(event, spinner, &mut interrupts).await {
+            Flow::Continue => {}
+            Flow::Interrupted => interrupted = true,
+            Flow::ServerGone => gone = true,
         }
     }
     spinner.stop();
     view.end_text();
     match outcome {
+        _ if gone => Err(server_gone(args, &view)),
         None => Err("interrupted".to_owned()),
         Some(Ok(response)) if response.stop_reason == StopReason::EndTurn => Ok(()),
         Some(_) if interrupted => Err("interrupted: the turn was cancelled".to_owned()),
@@ -384,6 +434,9 @@ async fn one_turn(
             "the turn ended with stop reason {}",
             stop_reason_name(response.stop_reason)
         )),
+        Some(Err(error)) if error.is_connection_lost() || view.connection_closed.is_some() => {
+            Err(server_gone(args, &view))
+        }
         Some(Err(error)) if error.is_auth_required() => Err(format!(
             "{}{}",
             view.describe_failure(&error),
@@ -391,6 +444,23 @@ async fn one_turn(
         )),
         Some(Err(error)) => Err(view.describe_failure(&error)),
     }
+}
+
+/// The message for a turn whose server went away (the connection closed
+/// under it): names the server and says what the client saw.
+fn server_gone(args: &PromptArgs, view: &TurnView) -> String {
+    let server = match &args.url {
+        Some(url) => format!("the server at {url}"),
+        None => "the embedded server".to_owned(),
+    };
+    let mut message = format!("{server} went away during the turn");
+    if let Some(why) = &view.connection_closed {
+        message.push_str(&format!(" (the connection closed: {why})"));
+    }
+    message.push_str(
+        "; the turn's answer is lost (a restarted server records the turn as interrupted in the session's log)",
+    );
+    message
 }
 
 /// `session/load` of the stored session `id`, in `--cwd` if given, else in
@@ -498,18 +568,34 @@ agent {:?} needs authentication and names no auth method; see its documentation"
     advice
 }
 
-/// Ctrl-C presses (SIGINT), from the moment the turn starts. Listening
-/// replaces the default action (exit), so the turn can be cancelled
-/// cleanly and the embedded server stopped.
+/// What ends a wait for the user: Ctrl-C presses (SIGINT), from the
+/// moment the turn starts, and the connection to the server closing.
+/// Listening replaces SIGINT's default action (exit), so the turn can be
+/// cancelled cleanly and the embedded server stopped.
 struct Interrupts {
     signal: Option<tokio::signal::unix::Signal>,
+    /// The client whose connection is watched.
+    client: SandboxAgentClient,
 }
 
 impl Interrupts {
-    fn listen() -> Interrupts {
+    fn listen(client: &SandboxAgentClient) -> Interrupts {
         let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
         Interrupts {
             signal: signal.ok(),
+            client: client.clone(),
+        }
+    }
+
+    /// Resolves once the connection to the server has closed (its event
+    /// stream could not be reopened), checked every [`CONNECTION_CHECK`].
+    /// Borrows nothing, so it can be awaited beside [`Self::next`].
+    fn server_gone(&self) -> impl Future<Output = ()> + use<> {
+        let client = self.client.clone();
+        async move {
+            while client.is_connected() {
+                tokio::time::sleep(CONNECTION_CHECK).await;
+            }
         }
     }
 
@@ -533,6 +619,10 @@ enum Flow {
     /// Ctrl-C while a permission request or a question waited for its
     /// answer.
     Interrupted,
+    /// The connection to the server closed (while a permission request or
+    /// a question waited, or the closing was the event): the turn's answer
+    /// will not come.
+    ServerGone,
 }
 
 /// What the terminal shows of one turn, and what it learned on the way.
@@ -608,6 +698,7 @@ impl TurnView {
             }
             Event::ConnectionClosed { error } => {
                 self.connection_closed = Some(error.unwrap_or_else(|| "closed".to_owned()));
+                return Flow::ServerGone;
             }
             _ => {}
         }
@@ -731,12 +822,19 @@ impl TurnView {
         question.push_str(&format!("\nAllow? [y/n or 1-{}]: ", options.len().max(1)));
         loop {
             self.ask(&question);
+            let gone = interrupts.server_gone();
             let line = tokio::select! {
                 line = read_stdin_line() => line,
                 () = interrupts.next() => {
                     self.note("^C: cancelling the permission request and the turn");
                     self.answer(request, PermissionDecision::Cancel);
                     return Flow::Interrupted;
+                }
+                // Nobody can answer it now: not waiting for stdin.
+                () = gone => {
+                    self.note("[permission] no answer can reach the agent: the server went away");
+                    drop(request);
+                    return Flow::ServerGone;
                 }
             };
             let Some(line) = line else {

@@ -20,6 +20,8 @@ enum Reply {
     Closed,
     /// Ctrl-C.
     Interrupted,
+    /// The connection to the server closed: nobody can answer.
+    ServerGone,
 }
 
 impl TurnView {
@@ -109,6 +111,7 @@ impl TurnView {
                         }
                         return Flow::Interrupted;
                     }
+                    Reply::ServerGone => return self.unanswerable(question),
                 };
                 match field.parse(&question, &line) {
                     Ok(Some(value)) => {
@@ -182,6 +185,7 @@ impl TurnView {
                     }
                     return Err(Flow::Interrupted);
                 }
+                Reply::ServerGone => return Err(self.unanswerable(question)),
             };
             match yes_or_no(&line) {
                 Some(true) => return Ok(question),
@@ -202,12 +206,22 @@ impl TurnView {
         }
     }
 
+    /// A question nobody can answer any more (the server went away):
+    /// dropped, said so, and the turn given up.
+    fn unanswerable(&mut self, question: QuestionRequest) -> Flow {
+        self.note("[question] no answer can reach the agent: the server went away");
+        drop(question);
+        Flow::ServerGone
+    }
+
     /// One line of stdin for the prompt just asked; a piped answer is
     /// shown after it (a terminal echoes what is typed).
     async fn reply(&mut self, interrupts: &mut Interrupts) -> Reply {
+        let gone = interrupts.server_gone();
         let line = tokio::select! {
             line = read_stdin_line() => line,
             () = interrupts.next() => return Reply::Interrupted,
+            () = gone => return Reply::ServerGone,
         };
         let Some(line) = line else {
             return Reply::Closed;

@@ -20,7 +20,7 @@ import type {
 } from "@agentclientprotocol/sdk";
 import { type AcpConnection, AcpHttpConnection, AcpHttpError, AcpWebSocketConnection } from "acp-http-client";
 import { SandboxAgentError } from "./error.js";
-import { METHODS, META_NAMESPACE, isRecord, toDetails, toSummary } from "./meta.js";
+import { METHODS, META_NAMESPACE, NOTIFICATIONS, isRecord, toDetails, toSummary, toTurnInterrupted } from "./meta.js";
 import {
   type HttpCall,
   ProcessHandle,
@@ -589,6 +589,11 @@ export class SandboxAgentClient {
   }
 
   #onNotification(notification: AnyNotification): void {
+    if (notification.method === NOTIFICATIONS.turnInterrupted) {
+      const interrupted = toTurnInterrupted(notification.params);
+      if (interrupted !== undefined) this.#options.onTurnInterrupted?.(interrupted);
+      return;
+    }
     if (notification.method !== "session/update" || !isRecord(notification.params)) return;
     const event = notification.params as SessionNotification;
     this.#turns.get(event.sessionId)?.push(event.update);

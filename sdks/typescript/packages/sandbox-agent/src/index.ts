@@ -32,5 +32,6 @@ export type {
 } from "./process.js";
 export { SandboxAgentError } from "./error.js";
 export { checkAnswer } from "./question.js";
+export { turnInterruptedOf } from "./meta.js";
 export type { SandboxAgentErrorKind } from "./error.js";
 export type * from "./types.js";

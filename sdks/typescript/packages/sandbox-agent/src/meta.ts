@@ -3,7 +3,7 @@
  * "`_meta[\"sandboxagent.dev\"]`: where it appears, which keys"), read into
  * plain fields, and the other wire names this client uses.
  */
-import type { SessionDetails, SessionSummary } from "./types.js";
+import type { SessionDetails, SessionEvent, SessionSummary, TurnInterrupted } from "./types.js";
 
 /** The `_meta` key of everything the server adds. */
 export const META_NAMESPACE = "sandboxagent.dev";
@@ -30,6 +30,33 @@ export const METHODS = {
   detach: "_sandboxagent/session/detach",
   terminate: "_sandboxagent/session/terminate",
 } as const;
+
+/** Notifications the runtime sends ("Notifications the runtime sends"). */
+export const NOTIFICATIONS = {
+  turnInterrupted: "_sandboxagent/turn/interrupted",
+} as const;
+
+/**
+ * The params of `_sandboxagent/turn/interrupted` when `params` reads as
+ * them (a session id, a reason, an array of request ids), else `undefined`.
+ */
+export function toTurnInterrupted(params: unknown): TurnInterrupted | undefined {
+  if (!isRecord(params) || typeof params["sessionId"] !== "string" || !Array.isArray(params["requestIds"])) {
+    return undefined;
+  }
+  return params as unknown as TurnInterrupted;
+}
+
+/**
+ * The interrupted turn an event of a session's log records
+ * (`getSessionEvents`), or `undefined` for any other event.
+ */
+export function turnInterruptedOf(event: SessionEvent): TurnInterrupted | undefined {
+  if (event.direction !== "agent_to_client" || event.message["method"] !== NOTIFICATIONS.turnInterrupted) {
+    return undefined;
+  }
+  return toTurnInterrupted(event.message["params"]);
+}
 
 /** The namespace object of a `_meta`, or `{}`. */
 export function namespaceOf(meta: unknown): Record<string, unknown> {

@@ -75,6 +75,12 @@ export interface SandboxAgentClientOptions {
   autoConnect?: boolean;
   /** Every session update of every session of this client, in order. */
   onSessionUpdate?: (event: SessionUpdateEvent) => void;
+  /**
+   * A turn its server stopped in (`_sandboxagent/turn/interrupted`), when
+   * the connection hears it: in the history an attach replays. In an
+   * events page read it with `turnInterruptedOf`.
+   */
+  onTurnInterrupted?: (event: TurnInterrupted) => void;
   /** Answers the agent's permission requests; without it they are answered cancelled. */
   onPermissionRequest?: PermissionHandler;
   /**
@@ -199,6 +205,27 @@ export interface SessionEvent {
   direction: "client_to_agent" | "agent_to_client";
   /** The JSON-RPC message as the client sees it. */
   message: Record<string, unknown>;
+}
+
+/**
+ * A prompt turn that was running when its server stopped
+ * (`_sandboxagent/turn/interrupted`, `research/contract.md`,
+ * "Notifications the runtime sends"): recorded in the session's log when
+ * the server starts again. The turn ended without an answer, as if with
+ * stop reason `cancelled`; the agent requests named in `requestIds` can
+ * no longer be answered (a UI greys them out).
+ */
+export interface TurnInterrupted {
+  /** The session. */
+  sessionId: string;
+  /** Why: `"server-stopped"`. */
+  reason: "server-stopped";
+  /** Always `"cancelled"`. */
+  stopReason: StopReason;
+  /** The client's JSON-RPC id of the `session/prompt` that got no answer. */
+  promptId: string | number | null;
+  /** The agent's ids of its requests left unanswered, oldest first. */
+  requestIds: Array<string | number>;
 }
 
 /** One page of a session's event log. */
