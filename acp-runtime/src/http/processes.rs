@@ -578,7 +578,7 @@ async fn input(
 )]
 async fn signal(
     runtime: &Runtime,
-    process: &Process,
+    process: &Arc<Process>,
     request: &mut HttpRequest,
 ) -> Result<Response<Body>, Error> {
     let body: SignalBody = json_body(runtime, request).await?;

@@ -265,6 +265,9 @@ const READ_BYTES: usize = 64 * 1024;
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 /// How long a `DELETE` waits for the killed tree to be gone.
 const FORGET_WAIT: Duration = Duration::from_secs(5);
+/// How long a supervisor has to end its tree after the kill-now signal
+/// before the server kills its process group itself.
+const KILL_NOW_BOUND: Duration = Duration::from_secs(2);
 /// How long a stdin write may wait for a process that does not read.
 pub const INPUT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -882,7 +885,7 @@ impl Process {
     ///
     /// # Errors
     /// 409 `process-exited` once it exited.
-    pub async fn signal(&self, signal: Signal) -> Result<(), Error> {
+    pub async fn signal(self: &Arc<Self>, signal: Signal) -> Result<(), Error> {
         if self.exit().is_some() {
             return Err(Error::ProcessExited(self.id.to_string()));
         }
@@ -914,18 +917,45 @@ impl Process {
         }
     }
 
-    /// SIGKILL to the whole tree at once (through the supervisor), unless
-    /// it already exited.
-    pub fn kill_tree(&self) {
+    /// SIGKILL to the whole tree at once (through the supervisor, woken
+    /// with SIGCONT in case its program stopped it), unless it already
+    /// exited; a supervisor that has not ended the tree after
+    /// [`KILL_NOW_BOUND`] is killed with its process group
+    /// (research/contract.md, "Process trees, bounds, shutdown").
+    pub fn kill_tree(self: &Arc<Self>) {
         if self.exit().is_some() || self.child_pid.as_raw() <= 0 {
             return;
         }
         self.killed.store(true, Ordering::Relaxed);
-        if self.supervised {
-            let _ = kill(self.child_pid, tree::KILL_NOW);
-        } else {
+        if !self.supervised {
             let _ = killpg(self.child_pid, Signal::SIGKILL);
+            return;
         }
+        let _ = kill(self.child_pid, tree::KILL_NOW);
+        // A supervisor its program stopped (`kill -STOP $PPID`; possible
+        // where the program runs as the supervisor's user) takes the
+        // signal only once it runs again.
+        let _ = kill(self.child_pid, Signal::SIGCONT);
+        // And one that still does not act is killed with its group: the
+        // supervisor is this server's child, not reaped before its exit
+        // is recorded, so its pid is still its own until then.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let process = Arc::clone(self);
+        runtime.spawn(async move {
+            if tokio::time::timeout(KILL_NOW_BOUND, process.wait())
+                .await
+                .is_err()
+                && process.exit().is_none()
+            {
+                tracing::warn!(
+                    process = %process.id,
+                    "a process's supervisor did not end its tree: SIGKILL to its group"
+                );
+                let _ = killpg(process.child_pid, Signal::SIGKILL);
+            }
+        });
     }
 
     /// A graceful stop of the whole tree: SIGTERM through the supervisor

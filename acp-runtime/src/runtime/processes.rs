@@ -143,7 +143,7 @@ impl Runtime {
     /// # Errors
     /// 400 `invalid-request` for a name that is not a signal; 409
     /// `process-exited`.
-    pub async fn signal_process(&self, process: &Process, name: &str) -> Result<(), Error> {
+    pub async fn signal_process(&self, process: &Arc<Process>, name: &str) -> Result<(), Error> {
         let upper = name.to_ascii_uppercase();
         let full_name = if upper.starts_with("SIG") {
             upper

@@ -1103,3 +1103,50 @@ async fn process_records_are_bounded_and_counted_in_the_memory_budget() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A program that stops its own supervisor (`kill -STOP $PPID`: same user)
+/// does not make its tree unkillable: DELETE ends it and frees its slot
+/// under `--max-processes`, and a run's `timeoutMs` still answers
+/// (research/contract.md, "Process trees, bounds, shutdown").
+#[tokio::test]
+async fn a_stopped_supervisor_does_not_keep_its_tree_or_its_slot() {
+    let server = TestServer::start(&["--max-processes", "1"]).await;
+    let api = server.api();
+    let marker = new_marker();
+    let body = json!({
+        "command": "sh",
+        "args": ["-c", format!("kill -STOP $PPID; exec sleep {marker}")],
+    });
+    let process = start(&api, &body).await;
+    let id = process["id"].as_str().expect("id").to_owned();
+    until_sleeper(&marker).await;
+    let started = Instant::now();
+    forget(&api, &id).await.assert_status(204);
+    until_no_sleepers(&marker, "DELETE of a tree whose supervisor was stopped").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    // The slot is free again.
+    let next = run(&api, &json!({"command": "true"})).await;
+    assert_eq!(next["exitCode"], 0, "{next}");
+
+    // A run whose program stops its supervisor still times out.
+    let marker = new_marker();
+    let started = Instant::now();
+    let body = json!({
+        "command": "sh",
+        "args": ["-c", format!("kill -STOP $PPID; exec sleep {marker}")],
+        "timeoutMs": 500,
+    });
+    let reply = Api::send_within(
+        api.request(Method::POST, "/v2/processes/run").json(&body),
+        WAIT,
+    )
+    .await;
+    reply.assert_status(200);
+    assert_eq!(reply.json()["timedOut"], true, "{:?}", reply.json());
+    assert!(started.elapsed() < Duration::from_secs(10));
+    until_no_sleepers(&marker, "a run past its timeout").await;
+}
