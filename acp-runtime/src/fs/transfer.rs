@@ -160,12 +160,18 @@ fn begin(scope: &Scope, path: &str) -> Result<(TempFile, File), Error> {
     }
     let located = scope.locate(path, true)?;
     let real = located.real();
-    if located
-        .dir
-        .metadata(&located.name)
-        .is_ok_and(|meta| meta.is_dir())
-    {
-        return Err(is_a_directory(&real));
+    if let Ok(meta) = located.dir.metadata(&located.name) {
+        if meta.is_dir() {
+            return Err(is_a_directory(&real));
+        }
+        // A FIFO, socket or device node is not replaced by a file (a PUT
+        // to /dev/null would make it one), as a read refuses them too.
+        if !meta.is_file() && !meta.file_type().is_symlink() {
+            return Err(Error::InvalidPath(format!(
+                "{} is not a regular file",
+                real.display()
+            )));
+        }
     }
     let dir_meta = located
         .dir

@@ -1315,3 +1315,35 @@ async fn a_listing_stops_at_ten_thousand_entries() {
     assert_eq!(entry_names(&list).len(), 10_000);
     assert!(list.get("truncated").is_none(), "{}", list["truncated"]);
 }
+
+/// A write never replaces a FIFO (or a device) with a regular file: 400
+/// `invalid-path`, and the FIFO is still there (research/contract.md,
+/// "Host file system", writes; a PUT to /dev/null once made it a file).
+#[tokio::test]
+async fn a_write_to_a_fifo_is_refused_and_leaves_it() {
+    use std::os::unix::fs::FileTypeExt;
+    let server = TestServer::start(&[]).await;
+    let dir = TempDir::new("fs-fifo");
+    let fifo = dir.path().join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success());
+    let reply = put(&server.api(), &fifo.to_string_lossy(), "bytes").await;
+    let problem = assert_problem(&reply, 400, "invalid-path");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("not a regular file")),
+        "{problem}"
+    );
+    let meta = std::fs::symlink_metadata(&fifo).expect("still there");
+    assert!(meta.file_type().is_fifo(), "{meta:?}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("list")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "no temp file left: {leftovers:?}");
+}
