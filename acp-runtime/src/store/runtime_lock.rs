@@ -135,11 +135,15 @@ pub(crate) fn acquire(
             .read(true)
             .write(true)
             .mode(0o600)
-            // A link planted where the lock goes is refused, not followed.
-            .custom_flags(nix::libc::O_NOFOLLOW)
+            // A link planted where the lock goes is refused, not followed;
+            // a FIFO there does not block the open (refused below).
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
             .open(&path)
             .map_err(|e| io(&e))?
     };
+    if !file.metadata().map_err(|e| io(&e))?.is_file() {
+        return Err(io(&"not a regular file"));
+    }
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(locked) => Ok(Some(RuntimeLock { file: locked })),
         Err((file, nix::errno::Errno::EWOULDBLOCK)) => Err(StoreError::Io(format!(
