@@ -179,6 +179,16 @@ impl Runtime {
     async fn start_request(&self, request: ProcessRequest) -> Result<StartRequest, Error> {
         let env: Vec<(String, String)> = request.env.into_iter().collect();
         StartRequest::check_args_and_env(&request.args, &env)?;
+        // Before the session is looked up: past the bound is 400, not 404.
+        if let Some(id) = &request.session_id
+            && id.len() > crate::process::MAX_SESSION_ID_BYTES
+        {
+            return Err(Error::InvalidRequest(format!(
+                "sessionId holds {} bytes; at most {}",
+                id.len(),
+                crate::process::MAX_SESSION_ID_BYTES
+            )));
+        }
         let tty = if request.tty {
             let size = TtySize {
                 cols: request.cols.unwrap_or(DEFAULT_TTY.cols),

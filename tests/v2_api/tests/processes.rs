@@ -995,8 +995,8 @@ async fn memory_used(api: &Api) -> u64 {
 
 /// What a process record may hold is bounded (research/contract.md,
 /// "Process trees, bounds, shutdown"): `title` 1 KiB, `command`, `args`
-/// and `env` 64 KiB together, 400 past each (a `sessionId` must name a
-/// session: a long unknown one is 404); one list
+/// and `env` 64 KiB together, `sessionId` 1 KiB, 400 past each (checked
+/// before the session is looked up); one list
 /// page stops at 4 MiB of JSON with a cursor to the rest; and the records
 /// are charged to the memory budget while they are kept.
 #[tokio::test]
@@ -1015,6 +1015,10 @@ async fn process_records_are_bounded_and_counted_in_the_memory_budget() {
         (
             json!({"command": "true", "env": {"BIG": "v".repeat(70_000)}}),
             "env",
+        ),
+        (
+            json!({"command": "true", "sessionId": "s".repeat(1025)}),
+            "sessionId",
         ),
     ] {
         for path in ["/v2/processes", "/v2/processes/run"] {
