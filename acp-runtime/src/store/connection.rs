@@ -145,9 +145,10 @@ mod tests {
         let mut connection = open_lowered(url)
             .await
             .expect("the writer's connection opens");
-        let opened: Vec<_> = sqlite_threads()
+        let opened: Vec<i32> = sqlite_threads()
             .into_iter()
             .filter(|thread| !before.contains(thread))
+            .map(|(tid, _)| tid)
             .collect();
         // Other tests may open connections meanwhile: one of the new
         // threads is this connection's.
@@ -176,14 +177,25 @@ mod tests {
     }
 
     /// Thread ids of this process's sqlx SQLite threads.
-    fn sqlite_threads() -> Vec<i32> {
+    /// This process's sqlx SQLite threads as (thread id, start time in
+    /// clock ticks): a thread id another test's thread just gave up can be
+    /// the new connection's (ids are reused once the pid space wrapped, as
+    /// on a machine that ran many processes), the pair tells them apart.
+    fn sqlite_threads() -> Vec<(i32, u64)> {
         std::fs::read_dir("/proc/self/task")
             .expect("this process's threads")
             .filter_map(|task| {
                 let task = task.ok()?;
                 let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
-                name.starts_with("sqlx-sqlite")
-                    .then(|| task.file_name().to_str()?.parse().ok())?
+                if !name.starts_with("sqlx-sqlite") {
+                    return None;
+                }
+                let tid = task.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+                // Field 22, counted after the parenthesised name.
+                let after_name = stat.rsplit_once(')')?.1;
+                let start = after_name.split_whitespace().nth(19)?.parse().ok()?;
+                Some((tid, start))
             })
             .collect()
     }
