@@ -158,7 +158,7 @@ fn npm_command(
         Some(as_user) => {
             let Some(user) = &as_user.supervisor.user else {
                 return Err(
-                    "npm as the agents' user needs a supervisor that switches to it".to_owned(),
+                    "npm as the agents' user needs a tree supervisor that starts programs as that user".to_owned(),
                 );
             };
             env.extend(crate::agent::user::login_env(user, &as_user.home));
