@@ -73,7 +73,15 @@ pub async fn post(
     let connection_id = header(request.headers(), ACP_CONNECTION_ID_HEADER)?;
     let session_header = header(request.headers(), ACP_SESSION_ID_HEADER)?;
     let line = one_line(&body);
-    let message = Inbound::parse(&line).map_err(message::invalid)?;
+    let apart;
+    let message = if line.len() > message::INLINE_PARSE_BYTES {
+        apart = message::parse_apart(line.clone())
+            .await?
+            .map_err(message::invalid)?;
+        apart.inbound()
+    } else {
+        Inbound::parse(&line).map_err(message::invalid)?
+    };
     let Some(connection_id) = connection_id else {
         if !message.is_initialize() {
             return Err(Error::InvalidRequest(format!(
@@ -225,7 +233,7 @@ pub async fn delete(
 
 /// A header's value, trimmed; an empty one counts as absent.
 fn header(headers: &HeaderMap, name: &str) -> Result<Option<String>, Error> {
-    match headers.get(name) {
+    match super::headers::single(headers, name)? {
         None => Ok(None),
         Some(value) => value
             .to_str()

@@ -148,7 +148,7 @@ pub async fn sessions(
     let mut filter = ListFilter::default();
     let mut cursor = None;
     let mut limit = DEFAULT_SESSIONS_LIMIT;
-    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+    for (key, value) in super::query::pairs(query)? {
         if value.contains('\0') {
             return Err(Error::InvalidRequest(format!(
                 "query parameter {key} must not contain NUL"
@@ -227,7 +227,7 @@ impl SessionQuery {
     /// 400 for a number that is not plain decimal digits.
     fn parse(query: Option<&str>) -> Result<Self, Error> {
         let mut parsed = Self::default();
-        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        for (key, value) in super::query::pairs(query)? {
             let number = || {
                 value
                     .bytes()
@@ -433,8 +433,11 @@ pub async fn install(
             if *first != b'{' {
                 return Err(Error::InvalidRequest(shape.to_owned()));
             }
-            serde_json::from_slice::<AgentInstallParams>(&body)
-                .map_err(|error| Error::InvalidRequest(format!("{shape}: {error}")))?
+            let params = serde_json::from_slice::<AgentInstallParams>(&body)
+                .map_err(|error| Error::InvalidRequest(format!("{shape}: {error}")))?;
+            crate::protocol::check_decodable(&body)
+                .map_err(|error| Error::InvalidRequest(format!("{shape}: {error}")))?;
+            params
         }
     };
     json(&runtime.install_agent(agent, params).await?)

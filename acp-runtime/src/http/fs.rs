@@ -85,7 +85,7 @@ impl Query {
     /// 400 for a `recursive` that is not `true`/`false`/`1`/`0`.
     fn parse(query: Option<&str>) -> Result<Self, Error> {
         let mut parsed = Self::default();
-        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        for (key, value) in super::query::pairs(query)? {
             match &*key {
                 "path" => parsed.path = Some(value.into_owned()),
                 "sessionId" | "session_id" => parsed.session_id = Some(value.into_owned()),
@@ -244,6 +244,8 @@ async fn rename(
             "the body must be {{\"from\": string, \"to\": string, \"overwrite\"?: bool}}: {error}"
         ))
     })?;
+    crate::protocol::check_decodable(&body)
+        .map_err(|error| Error::InvalidRequest(format!("invalid request body: {error}")))?;
     if params.session_id.is_none() {
         params.session_id = query.session_id;
     }

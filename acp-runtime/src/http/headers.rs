@@ -160,13 +160,29 @@ pub fn is_archive_content(headers: &HeaderMap) -> bool {
         })
 }
 
+/// The one value of header `name`, or `None` when absent.
+///
+/// # Errors
+/// [`Error::InvalidRequest`] (400) when the header is sent more than once:
+/// none is picked (research/contract.md, "Edge rules").
+pub fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a HeaderValue>, Error> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(Error::InvalidRequest(format!(
+            "the {name} header is sent more than once; send it once"
+        )));
+    }
+    Ok(first)
+}
+
 /// Parses `Last-Event-ID`: absent is `None`; anything but a non-negative
-/// integer is a 400.
+/// integer, or the header twice, is a 400.
 ///
 /// # Errors
 /// [`Error::InvalidLastEventId`].
 pub fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, Error> {
-    let Some(value) = headers.get(LAST_EVENT_ID) else {
+    let Some(value) = single(headers, LAST_EVENT_ID)? else {
         return Ok(None);
     };
     value

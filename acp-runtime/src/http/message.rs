@@ -36,6 +36,27 @@ pub async fn read(runtime: &Runtime, request: &mut HttpRequest) -> Result<Bytes,
     .await
 }
 
+/// Longest message, in bytes, parsed on the async thread that read it. A
+/// longer one (up to `--max-body-bytes`, 16 MiB by default) is parsed on the
+/// blocking pool ([`parse_apart`]): its passes take milliseconds per MiB,
+/// and on the default single async thread (`--worker-threads 1`) every other
+/// exchange would wait for them.
+pub const INLINE_PARSE_BYTES: usize = 64 * 1024;
+
+/// Parses `line` (longer than [`INLINE_PARSE_BYTES`]) on the blocking pool,
+/// into a message that owns its members: one copy of them, no second parse.
+///
+/// # Errors
+/// The [`EnvelopeError`] naming what is wrong; [`Error::ShuttingDown`] (as
+/// the inner error's carrier) when the blocking pool no longer runs tasks.
+pub async fn parse_apart(line: Bytes) -> Result<Result<OwnedInbound, EnvelopeError>, Error> {
+    tokio::task::spawn_blocking(move || Inbound::parse(&line).map(|m| OwnedInbound::new(&m)))
+        .await
+        // The closure cannot panic; a join error means the runtime is
+        // dropping its blocking tasks: it is shutting down.
+        .map_err(|_| Error::ShuttingDown)
+}
+
 /// The 400 for bytes that are not a JSON-RPC message.
 pub fn invalid(error: EnvelopeError) -> Error {
     Error::InvalidRequest(format!("invalid JSON-RPC message: {error}"))

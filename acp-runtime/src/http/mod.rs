@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod problem;
 pub mod processes;
+pub mod query;
 pub mod routes;
 pub mod rpc;
 pub mod sse;

@@ -89,7 +89,8 @@ fn json(status: StatusCode, value: &impl Serialize) -> Result<Response<Body>, Er
     Ok(full(status, APPLICATION_JSON, Bytes::from(body)))
 }
 
-/// Reads a JSON body of at most [`JSON_BODY_LIMIT`] bytes into `T`.
+/// Reads a JSON body of at most [`JSON_BODY_LIMIT`] bytes into `T`: 400
+/// for one that does not decode or names a member twice.
 async fn json_body<T: serde::de::DeserializeOwned>(
     runtime: &Runtime,
     request: &mut HttpRequest,
@@ -98,8 +99,13 @@ async fn json_body<T: serde::de::DeserializeOwned>(
         return Err(Error::UnsupportedMediaType);
     }
     let body = read_body(request, JSON_BODY_LIMIT, runtime.config.read_timeout).await?;
-    serde_json::from_slice(&body)
-        .map_err(|error| Error::InvalidRequest(format!("invalid request body: {error}")))
+    let value = serde_json::from_slice(&body)
+        .map_err(|error| Error::InvalidRequest(format!("invalid request body: {error}")))?;
+    // A member named twice (an `env` key, say) is refused, not resolved
+    // (research/contract.md, "Edge rules").
+    crate::protocol::check_decodable(&body)
+        .map_err(|error| Error::InvalidRequest(format!("invalid request body: {error}")))?;
+    Ok(value)
 }
 
 /// `GET /v2/processes/{id}` → the process.
@@ -235,7 +241,7 @@ async fn run(runtime: &Runtime, request: &mut HttpRequest) -> Result<Response<Bo
 )]
 fn list(runtime: &Runtime, query: Option<&str>) -> Result<Response<Body>, Error> {
     let mut params = ProcessListParams::default();
-    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+    for (key, value) in super::query::pairs(query)? {
         match &*key {
             "limit" => {
                 let limit = bounded(&key, &value, MAX_LIST_LIMIT)?;
@@ -314,7 +320,7 @@ fn output(
 ) -> Result<Response<Body>, Error> {
     let mut offset = 0;
     let mut limit = DEFAULT_OUTPUT_LIMIT;
-    for (key, value) in form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes()) {
+    for (key, value) in super::query::pairs(request.uri().query())? {
         match &*key {
             "offset" => {
                 offset = digits(&value).ok_or_else(|| {
@@ -504,7 +510,7 @@ async fn input(
     request: &mut HttpRequest,
 ) -> Result<Response<Body>, Error> {
     let mut eof = false;
-    for (key, value) in form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes()) {
+    for (key, value) in super::query::pairs(request.uri().query())? {
         if key == "eof" {
             eof = match &*value {
                 "true" | "1" => true,

@@ -25,7 +25,15 @@ pub async fn post(
     let body = message::read(runtime, request).await?;
     let connection_id = connection_id(request.headers())?;
     let line = one_line(&body);
-    let message = Inbound::parse(&line).map_err(message::invalid)?;
+    let apart;
+    let message = if line.len() > message::INLINE_PARSE_BYTES {
+        apart = message::parse_apart(line.clone())
+            .await?
+            .map_err(message::invalid)?;
+        apart.inbound()
+    } else {
+        Inbound::parse(&line).map_err(message::invalid)?
+    };
     let connection;
     let to = match connection_id {
         None => To::Open(Opening::default()),
@@ -93,7 +101,7 @@ pub fn delete(runtime: &Arc<Runtime>, request: &HttpRequest) -> Result<Response<
 
 /// The connection id header, trimmed; an empty one counts as absent.
 fn connection_id(headers: &HeaderMap) -> Result<Option<&str>, Error> {
-    match headers.get(CONNECTION_ID_HEADER) {
+    match super::headers::single(headers, CONNECTION_ID_HEADER)? {
         None => Ok(None),
         Some(value) => value
             .to_str()

@@ -125,7 +125,7 @@ pub fn upgrade(
 /// `?offset=N` of the query, else 0.
 fn offset_of(query: Option<&str>) -> Result<u64, Error> {
     let mut offset = 0;
-    for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+    for (key, value) in super::query::pairs(query)? {
         if key == "offset" {
             offset = value.parse::<u64>().map_err(|_| {
                 Error::InvalidRequest(format!(

@@ -265,3 +265,93 @@ async fn an_idle_reaped_connection_404_says_it_expired_and_after_how_long() {
         assert!(!text.contains("expired"), "{conn}: {text}");
     }
 }
+
+/// Query strings and the headers the runtime reads are taken as sent or
+/// refused: a parameter or a header given twice, or a query that is not
+/// UTF-8 once percent-decoded, is 400, never resolved to one of the values
+/// (research/contract.md, "Edge rules"). Before, `?path=A&path=B` read B,
+/// `%FF` became U+FFFD, and the second connection id header was ignored.
+#[tokio::test]
+async fn a_repeated_query_parameter_or_header_is_refused_not_resolved() {
+    let server = TestServer::start(&[]).await;
+    let dir = v2_api_tests::TempDir::new("query-twice");
+    let a = dir.write("a", b"A");
+    let b = dir.write("b", b"B");
+    let api = server.api();
+    for path in [
+        format!("/v2/fs/file?path={}&path={}", a.display(), b.display()),
+        format!("/v2/fs/file?path={}&p%61th={}", a.display(), b.display()),
+        format!("/v2/fs/stat?path={}%FF", a.display()),
+        "/v2/processes?limit=1&limit=2".to_owned(),
+    ] {
+        let reply = api.get(&path).await;
+        let problem = assert_problem(&reply, 400, "invalid-request");
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("more than once") || detail.contains("not UTF-8"),
+            "{path}: {problem}"
+        );
+    }
+    // One of each still reads.
+    let reply = api.get(&format!("/v2/fs/file?path={}", a.display())).await;
+    reply.assert_status(200);
+    assert_eq!(reply.text(), "A");
+
+    let conn = server.initialize(MOCK).await;
+    let twice = api
+        .request(reqwest::Method::POST, "/v2/rpc")
+        .header(CONNECTION_ID_HEADER, &conn)
+        .header(CONNECTION_ID_HEADER, "another")
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "session/list", "params": {}}));
+    let reply = Api::send(twice).await;
+    assert_problem(&reply, 400, "invalid-request");
+
+    // A JSON body's member named twice: the second `env` value of PATH
+    // would otherwise win unseen.
+    let start = api
+        .request(reqwest::Method::POST, "/v2/processes/run")
+        .header(reqwest::header::CONTENT_TYPE, "application/json");
+    let reply = Api::send(start.body(r#"{"command":"true","env":{"X":"one","X":"two"}}"#)).await;
+    assert_problem(&reply, 400, "invalid-request");
+}
+
+/// A message body of megabytes is parsed off the async thread: while it is
+/// parsed, `/v2/health` answers as usual (before, every route waited for
+/// the parse; the server runs one async thread by default).
+#[tokio::test]
+async fn a_large_message_does_not_hold_up_other_exchanges() {
+    let server = TestServer::start(&[]).await;
+    let api = server.api();
+    // About 14 MB of small tokens: the costliest shape to parse per byte.
+    let mut body = String::from(r#"{"jsonrpc":"2.0","id":1,"method":"x/y","params":{"n":["#);
+    body.push_str(&"0,".repeat(7_000_000));
+    body.push_str("0]}}");
+    let big = api
+        .request(reqwest::Method::POST, "/v2/rpc")
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(CONNECTION_ID_HEADER, "no-such-connection")
+        .body(body);
+    let started = Instant::now();
+    let post = tokio::spawn(async move {
+        let reply = Api::send_within(big, Duration::from_secs(120)).await;
+        (reply, started.elapsed())
+    });
+    let mut slowest = Duration::ZERO;
+    while !post.is_finished() {
+        let asked = Instant::now();
+        server.health().await.assert_status(200);
+        slowest = slowest.max(asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (reply, took) = post.await.expect("the POST task");
+    // Parsed in full, then the connection is looked up: 404.
+    assert_problem(&reply, 404, "unknown-connection");
+    if took < Duration::from_millis(500) {
+        eprintln!("the POST took {took:?}: too fast here to tell a stall apart");
+        return;
+    }
+    assert!(
+        slowest < took / 2,
+        "a health check waited {slowest:?} while the large message took {took:?}"
+    );
+}
