@@ -190,6 +190,20 @@ impl Scope {
         self.user.as_deref().map(ActingAs::begin).transpose()
     }
 
+    /// `error` naming the scope's user when it is a 403 and there is one:
+    /// the kernel refused that user, which runs the processes a `cwd` is
+    /// looked up for (research/contract.md, "Agents under an unprivileged
+    /// user").
+    pub(crate) fn naming_user(&self, error: Error) -> Error {
+        match (error, self.user.as_deref()) {
+            (Error::PermissionDenied(detail), Some(user)) => Error::PermissionDenied(format!(
+                "{detail}: closed to user {} (--agent-user), which runs processes",
+                user.name
+            )),
+            (error, _) => error,
+        }
+    }
+
     /// Whether the scope's user (if any) may do `want` (permission bits:
     /// 4 read, 2 write, 1 search) to the file `meta` describes, by its
     /// permission bits: a second check of the opened file, after the

@@ -332,13 +332,18 @@ impl Runtime {
         let root = self.config.fs_root.clone();
         let defaulted = cwd.is_none() && session.is_none();
         tokio::task::spawn_blocking(move || {
+            // Looked up as the agents' user (when there is one): the
+            // program runs as that user, and root's look would tell apart
+            // what that user cannot see (research/contract.md, "Agents
+            // under an unprivileged user").
+            let _acting = scope.act()?;
             let absolute = scope.absolute(&raw)?;
             match scope.open_dir_at(&absolute, std::path::Path::new(&raw)) {
                 Ok(dir) => Ok(dir.current()),
                 Err(Error::OutsideRoot { .. }) if defaulted && root.is_some() => {
                     Ok(root.unwrap_or_default())
                 }
-                Err(error) => Err(error),
+                Err(error) => Err(scope.naming_user(error)),
             }
         })
         .await

@@ -562,6 +562,24 @@ async fn a_cwd_behind_a_closed_folder_is_entered_as_the_user_or_not_at_all() {
     )
     .await;
     v2_api_tests::assert_problem(&reply, 403, "permission-denied");
+
+    // What is behind the closed folder, or is not, is not told apart: a
+    // missing entry and a file there get the same 403 as the open folder
+    // (looked up as root, they were 404 and 409: an oracle).
+    std::fs::write(closed.path().join("a-file"), "root's").expect("write");
+    for cwd in [
+        closed.path().join("not-there"),
+        closed.path().join("a-file"),
+    ] {
+        let reply = v2_api_tests::Api::send(
+            server
+                .api()
+                .request(reqwest::Method::POST, "/v2/processes/run")
+                .json(&json!({"command": "true", "cwd": cwd})),
+        )
+        .await;
+        v2_api_tests::assert_problem(&reply, 403, "permission-denied");
+    }
 }
 
 #[tokio::test]

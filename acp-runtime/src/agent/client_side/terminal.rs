@@ -74,10 +74,16 @@ impl Terminals {
             .cwd
             .map_or_else(|| ".".to_owned(), |cwd| cwd.to_string_lossy().into_owned());
         let cwd = tokio::task::spawn_blocking(move || {
+            // Looked up as the agents' user (when there is one): the
+            // program runs as that user, and root's look would tell apart
+            // what that user cannot see (research/contract.md, "Agents
+            // under an unprivileged user").
+            let _acting = scope.act()?;
             let absolute = scope.absolute(&raw)?;
             scope
                 .open_dir_at(&absolute, Path::new(&raw))
                 .map(|dir| dir.current())
+                .map_err(|error| scope.naming_user(error))
         })
         .await
         .map_err(|error| RpcError::new(code::INTERNAL_ERROR, error.to_string()))?
