@@ -345,6 +345,41 @@ pub fn migrations(backend: &str) -> &'static [(i64, &'static str, &'static str)]
     }
 }
 
+/// The text of the runtime id file at `path`: a regular file, opened
+/// without following a symlink and without waiting on a FIFO, read up to
+/// 4 KiB (an id is at most 200 characters: [`check_runtime_id`]).
+///
+/// # Errors
+/// The file's `io::Error`; `InvalidData` for a symlink (`ELOOP`), a FIFO, a
+/// device or a directory there.
+fn read_runtime_id_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let not_a_file = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file; remove it (a new id is made when it is missing)",
+        )
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(nix::libc::ELOOP) {
+                not_a_file()
+            } else {
+                e
+            }
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(not_a_file());
+    }
+    let mut text = String::new();
+    file.take(4096).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// Reads `<data_dir>/runtime-id`, writing a new random id there first when
 /// it is missing: the default runtime id is stable per data dir.
 ///
@@ -353,7 +388,7 @@ pub fn migrations(backend: &str) -> &'static [(i64, &'static str, &'static str)]
 pub fn default_runtime_id(data_dir: &Path) -> Result<String, StoreError> {
     let path = data_dir.join(RUNTIME_ID_FILE);
     let io = |e: std::io::Error| StoreError::Io(format!("{}: {e}", path.display()));
-    match std::fs::read_to_string(&path) {
+    match read_runtime_id_file(&path) {
         Ok(text) if !text.trim().is_empty() => {
             let id = text.trim();
             check_runtime_id(id).map_err(|rule| {
@@ -392,7 +427,7 @@ pub fn default_runtime_id(data_dir: &Path) -> Result<String, StoreError> {
     match linked {
         Ok(()) => Ok(id),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let text = std::fs::read_to_string(&path).map_err(io)?;
+            let text = read_runtime_id_file(&path).map_err(io)?;
             let id = text.trim();
             check_runtime_id(id)
                 .map_err(|rule| StoreError::Io(format!("{}: {rule}", path.display())))?;

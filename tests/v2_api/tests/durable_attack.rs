@@ -437,6 +437,34 @@ async fn a_runtime_id_file_breaking_the_id_rules_is_not_used() {
     }
 }
 
+/// The runtime id file is read as a regular file only: a symlink there is
+/// not followed (it could name a file elsewhere whose first line would
+/// become the id) and a FIFO does not hang the start; both are refused at
+/// start-up, naming the file.
+#[tokio::test]
+async fn a_runtime_id_file_that_is_a_symlink_or_a_fifo_is_refused_at_start() {
+    let elsewhere = TempDir::new("runtime-id-elsewhere");
+    let target = elsewhere.write("id", b"an-id-from-elsewhere\n");
+    for what in ["symlink", "fifo"] {
+        let data = TempDir::new(what);
+        let file = data.path().join("runtime-id");
+        if what == "symlink" {
+            std::os::unix::fs::symlink(&target, &file).expect("symlink");
+        } else {
+            let made = std::process::Command::new("mkfifo")
+                .arg(&file)
+                .status()
+                .expect("run mkfifo");
+            assert!(made.success(), "mkfifo");
+        }
+        let stderr = start_up_error(&["--data-dir", data.utf8()]).await;
+        assert!(
+            stderr.contains("runtime-id") && stderr.contains("not a regular file"),
+            "{what}: {stderr}"
+        );
+    }
+}
+
 /// "On success [of `session/load` or `session/resume`] the entry is
 /// revived"; "a session id reused after its session ended replaces the old
 /// entry, and the old events are deleted with it". A `session/new` whose
