@@ -350,6 +350,11 @@ pub struct AgentInfo {
     /// (names only, never values); empty: none known.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub auth: Vec<AuthEnv>,
+    /// Environment variables the agent reads itself as its credential, with
+    /// no auth method to match, from the manifest (names only); the runtime
+    /// sends nothing for them. Empty: none known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credential_env: Vec<String>,
 }
 
 /// Result of `_sandboxagent/agent/list`; also the body of `GET /v2/agents`.

@@ -664,6 +664,7 @@ impl Agents {
                     models: reported.models.clone(),
                     modes: reported.modes.clone(),
                     auth: spec.auth.clone(),
+                    credential_env: spec.credential_env.clone(),
                 }
             })
             .collect()

@@ -39,6 +39,9 @@ pub struct AgentSpec {
     /// `auth`; empty for command agents): the runtime authenticates a new
     /// process with the first one that is set and advertised.
     pub auth: Vec<AuthEnv>,
+    /// Variables the agent reads itself as its credential (the manifest's
+    /// `credentialEnv`; empty for command agents).
+    pub credential_env: Vec<String>,
 }
 
 /// How an agent's program is found.
@@ -84,6 +87,7 @@ impl AgentSpec {
             client_capabilities: serde_json::json!({}),
             source: AgentSource::Builtin,
             auth: Vec::new(),
+            credential_env: Vec::new(),
         })
     }
 
@@ -120,6 +124,7 @@ impl AgentSpec {
             client_capabilities,
             source,
             auth: entry.auth.clone(),
+            credential_env: entry.credential_env.clone(),
         }
     }
 
@@ -178,6 +183,7 @@ impl AgentSpec {
             client_capabilities: serde_json::json!({}),
             source: AgentSource::Fallback,
             auth: Vec::new(),
+            credential_env: Vec::new(),
         })
     }
 }

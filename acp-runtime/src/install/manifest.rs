@@ -64,6 +64,14 @@ pub struct ManifestEntry {
     /// agent advertises (research/contract.md, "Agent authentication").
     #[serde(default)]
     pub auth: Vec<AuthEnv>,
+    /// Environment variables the agent reads itself as its credential,
+    /// with no ACP auth method to match (Claude Code reads
+    /// `ANTHROPIC_API_KEY` and offers only an interactive login): the
+    /// runtime sends nothing for them; they are named to whoever the agent
+    /// answers "Authentication required" (research/contract.md, "Agent
+    /// authentication").
+    #[serde(default)]
+    pub credential_env: Vec<String>,
 }
 
 /// The ways an agent can be obtained. Several may be given; the runtime
@@ -356,7 +364,13 @@ impl ManifestEntry {
             return Err("clientCapabilities must be an object".to_owned());
         }
         for auth in &self.auth {
-            check_auth(auth)?;
+            if auth.method_id.trim().is_empty() {
+                return Err("auth: methodId is empty".to_owned());
+            }
+            check_env_name("auth: env", &auth.env)?;
+        }
+        for env in &self.credential_env {
+            check_env_name("credentialEnv", env)?;
         }
         Ok(())
     }
@@ -383,13 +397,9 @@ pub fn check_agent_id(id: &str) -> Result<(), String> {
     }
 }
 
-/// Checks an `auth` member: a non-empty method id and an environment
-/// variable name (letters, digits and `_`, not starting with a digit).
-fn check_auth(auth: &AuthEnv) -> Result<(), String> {
-    if auth.method_id.trim().is_empty() {
-        return Err("auth: methodId is empty".to_owned());
-    }
-    let env = &auth.env;
+/// Checks an environment variable name (letters, digits and `_`, not
+/// starting with a digit) of the manifest member `what`.
+fn check_env_name(what: &str, env: &str) -> Result<(), String> {
     let valid = !env.is_empty()
         && !env.starts_with(|c: char| c.is_ascii_digit())
         && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -397,7 +407,7 @@ fn check_auth(auth: &AuthEnv) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "auth: env {env:?} is not an environment variable name (letters, digits and '_')"
+            "{what} {env:?} is not an environment variable name (letters, digits and '_')"
         ))
     }
 }
@@ -661,6 +671,10 @@ mod tests {
             (
                 r#"[{"id": "x", "distribution": {"local": {"command": "a"}}, "auth": [{"env": "A"}]}]"#,
                 "methodId",
+            ),
+            (
+                r#"[{"id": "x", "distribution": {"local": {"command": "a"}}, "credentialEnv": ["A B"]}]"#,
+                "credentialEnv \"A B\" is not an environment variable name",
             ),
             (r#"{"agents": 3}"#, "expected"),
             ("{", "not valid JSON"),

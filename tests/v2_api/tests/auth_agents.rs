@@ -154,3 +154,49 @@ async fn codex_maps_its_api_key_variables_to_auth_methods() {
         "{entry}"
     );
 }
+
+/// An agent that reads its credential from the environment itself, with no
+/// ACP auth method to match (Claude Code and `ANTHROPIC_API_KEY`): the
+/// manifest's `credentialEnv` is listed by `GET /v2/agents` and named by
+/// `prompt` when the agent answers "Authentication required"
+/// (research/contract.md, "Agent authentication"). Before, prompt named
+/// only the agent's interactive method.
+#[tokio::test]
+async fn a_variable_the_agent_reads_itself_is_named_by_prompt() {
+    let dir = TempDir::new("auth-credential-env");
+    let file = agents_file(
+        &dir,
+        json!([{
+            "id": LOCKED,
+            "distribution": {"local": {
+                "command": sandbox_agent_bin().to_string_lossy(),
+                "args": ["mock-agent", "--require-auth", "test-key"]
+            }},
+            "credentialEnv": [KEY_VAR]
+        }]),
+    );
+    let server = TestServer::start(&["--agents-file", &file]).await;
+    let entry = agent_entry(&server, LOCKED).await;
+    assert_eq!(entry["credentialEnv"], json!([KEY_VAR]), "{entry}");
+    assert!(entry.get("auth").is_none(), "{entry}");
+
+    let (code, stdout, stderr) = prompt(&server, &[]).await;
+    assert_eq!(code, Some(1), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stderr.contains(&format!("set {KEY_VAR} (read by the agent itself)")),
+        "the error names the variable: {stderr}"
+    );
+    assert!(stderr.contains("--auth-method"), "{stderr}");
+}
+
+#[tokio::test]
+async fn claude_names_the_api_key_it_reads_itself() {
+    let server = TestServer::start(&[]).await;
+    let entry = agent_entry(&server, "claude").await;
+    assert_eq!(
+        entry["credentialEnv"],
+        json!(["ANTHROPIC_API_KEY"]),
+        "{entry}"
+    );
+    assert!(entry.get("auth").is_none(), "{entry}");
+}

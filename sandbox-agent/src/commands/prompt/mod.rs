@@ -507,32 +507,39 @@ async fn load(
 }
 
 /// What satisfies the agent's "Authentication required", as lines to append
-/// to the error: the environment variables the server's manifest maps to
-/// the agent's auth methods (`GET /v2/agents`, `auth`), then the methods the
-/// agent offers for `--auth-method` (its `initialize` result).
+/// to the error: the environment variables the agent reads itself and those
+/// the server's manifest maps to the agent's auth methods (`GET
+/// /v2/agents`, `credentialEnv` and `auth`), then the methods the agent
+/// offers for `--auth-method` (its `initialize` result).
 async fn auth_advice(client: &SandboxAgentClient, args: &PromptArgs) -> String {
     let mut advice = String::new();
     let methods = client
         .initialize_result()
         .map(|result| result.auth_methods)
         .unwrap_or_default();
-    let mut mapped = match client.agents().await {
+    let (mut mapped, read_by_agent) = match client.agents().await {
         Ok(agents) => agents
             .into_iter()
             .find(|agent| agent.id == args.agent)
-            .map(|agent| agent.auth)
+            .map(|agent| (agent.auth, agent.credential_env))
             .unwrap_or_default(),
-        Err(_) => Vec::new(),
+        Err(_) => (Vec::new(), Vec::new()),
     };
     // Only variables for methods the agent offers (when it says which).
     if !methods.is_empty() {
         mapped.retain(|auth| methods.iter().any(|m| *m.id().0 == *auth.method_id));
     }
-    if !mapped.is_empty() {
-        let names: Vec<String> = mapped
-            .iter()
-            .map(|auth| format!("{} (auth method {})", auth.env, auth.method_id))
-            .collect();
+    // The variables the agent reads itself first: they need no method.
+    let names: Vec<String> = read_by_agent
+        .iter()
+        .map(|env| format!("{env} (read by the agent itself)"))
+        .chain(
+            mapped
+                .iter()
+                .map(|auth| format!("{} (auth method {})", auth.env, auth.method_id)),
+        )
+        .collect();
+    if !names.is_empty() {
         let whose = match &args.url {
             Some(url) => format!("the environment of the server at {url} (and restart it)"),
             None => "the environment".to_owned(),

@@ -268,6 +268,11 @@ export interface AgentInfo {
   restarts: number;
   /** Why its last start or process failed. */
   lastError?: string;
+  /**
+   * Environment variables the agent reads itself as its credential, with no
+   * auth method to match (`["ANTHROPIC_API_KEY"]` for `claude`); names only.
+   */
+  credentialEnv?: string[];
   /** Capabilities, agent info, models, modes and auth, when known. */
   [key: string]: unknown;
 }
