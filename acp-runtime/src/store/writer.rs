@@ -90,6 +90,7 @@ impl QueueLimits {
         }
     }
 }
+
 /// Longest one batch may take before it counts as failed and is retried.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// First and longest pause between retries of a failing store.
