@@ -252,7 +252,15 @@ async fn open_store(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "session store opened"
     );
-    let persist = Persist::start(store.clone(), url.backend(), config.event_log_events);
+    let budget = Arc::new(crate::state::budget::MemoryBudget::new(
+        config.memory_budget_bytes,
+    ));
+    let persist = Persist::start(
+        store.clone(),
+        url.backend(),
+        config.event_log_events,
+        budget,
+    );
     Ok(Some(Durable {
         store,
         persist,

@@ -112,8 +112,13 @@ impl Runtime {
                         // Memory's entry (perhaps recalled since the memory
                         // page was taken): shown if it passes the filter;
                         // a duplicate of the memory page goes at the dedup.
+                        // It takes a place of the page like a stored row
+                        // (memory's page holds it, or holds `limit + 1`
+                        // newer ones): the store is read `limit + 1` places
+                        // deep, not past every entry memory holds.
                         if filter.admits(&held) {
                             sessions.push(held);
+                            wanted -= 1;
                         }
                         continue;
                     }

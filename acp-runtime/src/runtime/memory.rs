@@ -59,8 +59,10 @@ impl Runtime {
         }
     }
 
-    /// Trims ended sessions' logs to their tail every [`TRIM_INTERVAL`],
-    /// until shutdown (a task of its own: it waits on the store).
+    /// Trims ended sessions' logs to their tail and the inventory's cache
+    /// of ended and dormant entries (`Sessions::trim`) every
+    /// [`TRIM_INTERVAL`], until shutdown (a task of its own: it waits on
+    /// the store).
     pub(crate) async fn trim_ended_sessions(self: Arc<Self>) {
         let mut ticker = tokio::time::interval(TRIM_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -68,6 +70,9 @@ impl Runtime {
             tokio::select! {
                 _ = ticker.tick() => {
                     self.trim_ended().await;
+                    // The cache of ended and dormant entries, also when no
+                    // session was made since the last ones ended.
+                    self.sessions.trim();
                 }
                 () = self.shutdown.cancelled() => return,
             }
@@ -86,8 +91,7 @@ impl Runtime {
         };
         let ended: Vec<Arc<Session>> = self
             .sessions
-            .all()
-            .into_iter()
+            .each()
             .filter(|s| s.is_ended() && s.is_stored() && s.log_bytes() > ENDED_TAIL_BYTES)
             .collect();
         if ended.is_empty() || !persist.flush(FLUSH_TIMEOUT).await {

@@ -163,7 +163,11 @@ impl Runtime {
             },
             ended_sessions: config.ended_sessions,
         };
-        let memory = Arc::new(MemoryBudget::new(config.memory_budget_bytes));
+        // One account: the store's writer charges its queue to it too.
+        let memory = persist.as_ref().map_or_else(
+            || Arc::new(MemoryBudget::new(config.memory_budget_bytes)),
+            |persist| persist.budget().clone(),
+        );
         let processes = config.processes.map(|limits| {
             Arc::new(
                 Processes::new(limits, config.tree_supervisor.clone()).with_budget(memory.clone()),

@@ -248,7 +248,12 @@ impl Runtime {
                 )
             })
             .collect();
-        if events.len() < limit {
+        // Memory's events follow only when the store's part reached them: a
+        // store read cut short by `--event-log-bytes` ends the page there
+        // (the next page goes on from it), or the events between would be
+        // skipped by `nextOffset`.
+        let reached_memory = events.last().is_none_or(|e| e.offset + 1 >= in_memory);
+        if events.len() < limit && reached_memory {
             let next = events
                 .last()
                 .map_or(in_memory, |e| (e.offset + 1).max(in_memory));

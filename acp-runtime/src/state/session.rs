@@ -161,6 +161,10 @@ struct SessionState {
     /// When memory last took it in (created, or read from the store): the
     /// cache drops the longest untouched first, never one just recalled.
     touched: std::time::Instant,
+    /// Read from the store into memory (by id, for a request that names
+    /// it) rather than made here: only such an entry is pinned in the
+    /// cache for [`RECALL_PIN`] (a `session/load` may wait for the agent).
+    recalled: bool,
     /// Whether `sessions{state}` counts this entry: the gauge counts what
     /// the listing shows, each key once wherever it is held (research/
     /// contract.md, "Metrics"). Set for an entry of the inventory (made, or
@@ -949,6 +953,7 @@ impl Sessions {
             dormant: row.end_reason.is_none(),
             first_prompt: row.first_prompt,
             touched: std::time::Instant::now(),
+            recalled: true,
             counted,
         };
         Arc::new(Session {
@@ -988,29 +993,43 @@ impl Sessions {
     }
 
     /// Up to `limit` entries memory holds that `filter` admits, after
-    /// `after` in the listing order (newest first).
+    /// `after` in the listing order (newest first). One pass over memory's
+    /// entries, each key computed once, and only the page is sorted: with a
+    /// store memory holds the live sessions and a bounded cache
+    /// ([`CACHED_ENTRIES`]), so a page costs the same at any inventory size.
     pub fn page_in_memory(
         &self,
         filter: &ListFilter,
         after: Option<&SortKey>,
         limit: usize,
     ) -> Vec<Arc<Session>> {
-        let mut sessions: Vec<Arc<Session>> = self
+        if limit == 0 {
+            return Vec::new();
+        }
+        let mut keyed: Vec<(SortKey, Arc<Session>)> = self
             .each()
-            .filter(|s| after.is_none_or(|after| sort_key(s) < *after))
-            .filter(|s| filter.admits(s))
+            .filter_map(|s| {
+                let key = sort_key(&s);
+                (after.is_none_or(|after| key < *after) && filter.admits(&s)).then_some((key, s))
+            })
             .collect();
-        sessions.sort_by_key(|s| std::cmp::Reverse(sort_key(s)));
-        sessions.truncate(limit);
-        sessions
+        let newest_first = |a: &(SortKey, Arc<Session>), b: &(SortKey, Arc<Session>)| b.0.cmp(&a.0);
+        if keyed.len() > limit {
+            keyed.select_nth_unstable_by(limit - 1, newest_first);
+            keyed.truncate(limit);
+        }
+        keyed.sort_unstable_by(newest_first);
+        keyed.into_iter().map(|(_, s)| s).collect()
     }
 
     /// Keeps memory bounded: without a store, forgets the oldest sessions
     /// past `--ended-sessions`; with one, drops the least recently changed
     /// non-live entries past [`CACHED_ENTRIES`] from memory only (the
     /// store answers for them; retention is the store's, see
-    /// `Runtime::retain_stored`).
-    fn trim(&self) {
+    /// `Runtime::retain_stored`). Runs at most once per [`TRIM_INTERVAL`]:
+    /// after inserts, and once a second from the runtime's trim task, so
+    /// sessions that ended after the last insert leave memory too.
+    pub(crate) fn trim(&self) {
         match &self.persist {
             None => self.forget_old_ended(),
             Some(persist) => {
@@ -1030,28 +1049,42 @@ impl Sessions {
 
     /// Drops the longest untouched ended and dormant entries past
     /// [`CACHED_ENTRIES`] from memory, sparing those whose row the writer
-    /// has not written yet.
+    /// has not written yet, and those recalled from the store within
+    /// [`RECALL_PIN`] (unless the cache is crowded). Entries that were made
+    /// here and ended are not pinned: nothing waits on them, and a cache
+    /// of thousands of them made every listing walk them.
     fn evict_cold(&self, persist: &Persist) {
         let cold = |s: &Arc<Session>| s.is_ended() || s.is_dormant();
-        let mut entries: Vec<Arc<Session>> = self.each().filter(cold).collect();
+        let mut entries: Vec<(std::time::Instant, bool, Arc<Session>)> = self
+            .each()
+            .filter_map(|s| {
+                let state = s.state.lock();
+                let place = (state.ended.is_some() || state.dormant)
+                    .then_some((state.touched, state.recalled));
+                drop(state);
+                place.map(|(touched, recalled)| (touched, recalled, s))
+            })
+            .collect();
         if entries.len() <= CACHED_ENTRIES {
             return;
         }
-        entries.sort_by_key(|s| s.state.lock().touched);
-        let excess = entries.len() - CACHED_ENTRIES;
+        entries.sort_unstable_by_key(|(touched, _, _)| *touched);
+        let mut excess = entries.len() - CACHED_ENTRIES;
         let crowded = entries.len() > 10 * CACHED_ENTRIES;
-        for evicted in entries.into_iter().take(excess) {
-            if persist.row_pending(&evicted.agent, &evicted.id) {
-                continue;
-            }
-            if !crowded && evicted.state.lock().touched.elapsed() < RECALL_PIN {
-                // Sorted by `touched`: every later one is newer still.
+        for (touched, recalled, evicted) in entries {
+            if excess == 0 {
                 break;
+            }
+            if persist.row_pending(&evicted.agent, &evicted.id)
+                || (!crowded && recalled && touched.elapsed() < RECALL_PIN)
+            {
+                continue;
             }
             self.map.remove_if_mut(&evicted.id, |_, of_agent| {
                 of_agent.retain(|s| !(Arc::ptr_eq(s, &evicted) && cold(s)));
                 of_agent.is_empty()
             });
+            excess -= 1;
         }
     }
 
@@ -1155,6 +1188,7 @@ impl Sessions {
                 dormant: false,
                 first_prompt: None,
                 touched: std::time::Instant::now(),
+                recalled: false,
                 counted: false,
             };
             self.count(&mut state);
@@ -1266,7 +1300,7 @@ impl Sessions {
     }
 
     /// Every session, in no order. Holds no lock once collected.
-    fn each(&self) -> impl Iterator<Item = Arc<Session>> {
+    pub(crate) fn each(&self) -> impl Iterator<Item = Arc<Session>> {
         let all: Vec<Arc<Session>> = self
             .map
             .iter()

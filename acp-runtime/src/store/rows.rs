@@ -169,13 +169,40 @@ pub(crate) enum Write {
 }
 
 impl Write {
-    /// The message bytes this write holds while it waits.
+    /// The bytes this write holds while it waits: its own size in the
+    /// queue, and an event's message. What the waiting caps, an agent's
+    /// share and the memory budget count (research/contract.md, "Memory
+    /// budget").
     pub(crate) fn bytes(&self) -> usize {
-        match self {
-            Self::Event { event, .. } => event.message.len(),
-            _ => 0,
-        }
+        std::mem::size_of::<Self>()
+            + match self {
+                Self::Event { event, .. } => event.message.len(),
+                _ => 0,
+            }
     }
+}
+
+impl SessionRow {
+    /// About the bytes this row holds while it waits for the writer: the
+    /// row itself, its strings, and its metadata and models as JSON (an
+    /// estimate for the memory budget; research/contract.md, "Memory
+    /// budget").
+    pub(crate) fn held_bytes(&self) -> usize {
+        let text = |value: &Option<String>| value.as_ref().map_or(0, String::len);
+        std::mem::size_of::<Self>()
+            + text(&self.cwd)
+            + text(&self.title)
+            + text(&self.model)
+            + text(&self.mode)
+            + text(&self.first_prompt)
+            + json_len(&self.metadata)
+            + self.models.as_ref().map_or(0, json_len)
+    }
+}
+
+/// The length of `value` as compact JSON (0 when it does not serialize).
+fn json_len(value: &impl serde::Serialize) -> usize {
+    serde_json::to_vec(value).map_or(0, |json| json.len())
 }
 
 /// Most offsets one batch prunes of one session.

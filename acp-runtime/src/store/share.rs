@@ -12,7 +12,9 @@ use tokio::sync::Notify;
 /// Most unwritten events of one agent before its reader pauses: a burst
 /// of 100,000 updates (`bench --scenario store`) fits without a pause.
 pub(crate) const SHARE_EVENTS: usize = 100_000;
-/// Most unwritten message bytes of one agent before its reader pauses.
+/// Most unwritten bytes of one agent before its reader pauses (messages
+/// and the writes' own size, see `Write::bytes`), unless the memory budget
+/// makes it smaller (`Persist::start`).
 pub(crate) const SHARE_BYTES: usize = 32 << 20;
 
 /// One agent's count of unwritten events, and the wake-up of its paused reader.
@@ -20,6 +22,9 @@ pub(crate) const SHARE_BYTES: usize = 32 << 20;
 pub(crate) struct Share {
     /// The agent id.
     pub(crate) agent: Arc<str>,
+    /// Unwritten bytes at which the reader pauses ([`SHARE_BYTES`], or less
+    /// under a small memory budget).
+    max_bytes: usize,
     waiting: AtomicUsize,
     waiting_bytes: AtomicUsize,
     /// Set while the agent's reader waits for room.
@@ -28,10 +33,12 @@ pub(crate) struct Share {
 }
 
 impl Share {
-    /// An empty share of `agent`.
-    pub(crate) fn new(agent: Arc<str>) -> Self {
+    /// An empty share of `agent` that is full at `max_bytes` unwritten bytes
+    /// (or [`SHARE_EVENTS`] events).
+    pub(crate) fn new(agent: Arc<str>, max_bytes: usize) -> Self {
         Self {
             agent,
+            max_bytes,
             waiting: AtomicUsize::new(0),
             waiting_bytes: AtomicUsize::new(0),
             paused: AtomicBool::new(false),
@@ -39,13 +46,13 @@ impl Share {
         }
     }
 
-    /// An event of `bytes` message bytes was queued.
+    /// An event of `bytes` bytes (`Write::bytes`) was queued.
     pub(crate) fn add(&self, bytes: usize) {
         self.waiting.fetch_add(1, Ordering::Relaxed);
         self.waiting_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// An event of `bytes` message bytes was written or dropped.
+    /// An event of `bytes` bytes was written or dropped.
     pub(crate) fn remove(&self, bytes: usize) {
         self.waiting.fetch_sub(1, Ordering::Relaxed);
         self.waiting_bytes.fetch_sub(bytes, Ordering::Relaxed);
@@ -54,14 +61,14 @@ impl Share {
     /// Whether the share is full: the reader should wait.
     pub(crate) fn is_full(&self) -> bool {
         self.waiting.load(Ordering::Relaxed) >= SHARE_EVENTS
-            || self.waiting_bytes.load(Ordering::Relaxed) >= SHARE_BYTES
+            || self.waiting_bytes.load(Ordering::Relaxed) >= self.max_bytes
     }
 
     /// Whether the share has drained to half: a paused reader goes on
     /// (half, so a reader does not wake for every written batch).
     fn has_room(&self) -> bool {
         self.waiting.load(Ordering::Relaxed) <= SHARE_EVENTS / 2
-            && self.waiting_bytes.load(Ordering::Relaxed) <= SHARE_BYTES / 2
+            && self.waiting_bytes.load(Ordering::Relaxed) <= self.max_bytes / 2
     }
 
     /// Whether the agent's reader is waiting now.

@@ -29,6 +29,13 @@
 //! - Inventory entries are coalesced: a changed entry queues a marker once,
 //!   and the newest row is kept beside the queue until written, so an entry
 //!   changed a thousand times while the store is down costs one row.
+//! - The queue lives inside the memory budget (research/contract.md,
+//!   "Memory budget"): every waiting write and pending row is charged to
+//!   the server's [`MemoryBudget`] until written, and the waiting caps and
+//!   the agents' shares shrink with a small budget ([`QueueLimits`]), so
+//!   the queue never holds more than a quarter of it; a batch takes at most
+//!   [`MAX_BATCH_BYTES`] of messages, which bounds the copies the driver
+//!   makes while it writes.
 
 use super::Store;
 use super::connection::WriterConnection;
@@ -38,6 +45,7 @@ use super::rows::{EventRow, Key, Pruning, RowSnapshot, SessionRow, Write};
 use super::share::Share;
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use crate::metrics;
+use crate::state::budget::MemoryBudget;
 use parking_lot::Mutex;
 use prometheus_client::metrics::histogram::Histogram;
 use std::collections::{HashMap, VecDeque};
@@ -49,11 +57,40 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Most writes in one transaction.
 const MAX_BATCH: usize = 4096;
+/// Most bytes of writes (`Write::bytes`) in one transaction (at least one
+/// write): the driver copies a batch's messages into its statement while
+/// it writes, outside the queue's account.
+const MAX_BATCH_BYTES: usize = 2 << 20;
 /// Most writes waiting (queued and unwritten together) before events are
 /// dropped: room for four agents' full shares ([`super::share`]).
 const MAX_WAITING: usize = 400_000;
-/// Most message bytes waiting before events are dropped (four shares).
+/// Most bytes waiting before events are dropped (four shares), unless the
+/// memory budget makes it smaller ([`QueueLimits`]).
 const MAX_WAITING_BYTES: usize = 128 << 20;
+
+/// The queue's byte caps under a memory budget: the waiting writes may take
+/// a quarter of it (at most [`MAX_WAITING_BYTES`]), each agent's share a
+/// quarter of that (at most [`super::share::SHARE_BYTES`]). The default
+/// budget (512 MiB) gives the full 128 MiB and 32 MiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QueueLimits {
+    /// Bytes waiting past which new events are dropped.
+    pub(crate) waiting_bytes: usize,
+    /// Bytes of one agent's unwritten events at which its reader pauses.
+    pub(crate) share_bytes: usize,
+}
+
+impl QueueLimits {
+    /// The caps for a memory budget of `budget` bytes.
+    pub(crate) fn of_budget(budget: usize) -> Self {
+        let waiting_bytes = (budget / 4).min(MAX_WAITING_BYTES);
+        Self {
+            waiting_bytes,
+            share_bytes: (waiting_bytes / 4).min(super::share::SHARE_BYTES),
+        }
+    }
+}
+
 /// Longest one batch may take before it counts as failed and is retried.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// First and longest pause between retries of a failing store.
@@ -96,6 +133,8 @@ struct PendingRow {
     /// Bumped by each change coalesced into it.
     version: u64,
     row: Box<SessionRow>,
+    /// What it is charged to the memory budget ([`SessionRow::held_bytes`]).
+    bytes: usize,
 }
 
 /// What `GET /v2/health` shows of the store.
@@ -128,6 +167,11 @@ pub(crate) struct Persist {
     /// Writes sent and not yet written (channel and writer's queue).
     waiting: AtomicUsize,
     waiting_bytes: AtomicUsize,
+    /// The byte caps of the queue, from the memory budget.
+    limits: QueueLimits,
+    /// The server's memory budget: every waiting write and pending row is
+    /// charged to it until written (research/contract.md, "Memory budget").
+    budget: Arc<MemoryBudget>,
     dropped: AtomicU64,
     rejected: AtomicU64,
     /// The newest unwritten row of each changed entry.
@@ -161,13 +205,22 @@ pub(crate) struct Persist {
 
 impl Persist {
     /// Starts the writer task for `store`; `event_cap` is the per-session
-    /// event cap (`--event-log-events`) the store keeps too.
-    pub(crate) fn start(store: Store, backend: &'static str, event_cap: usize) -> Arc<Self> {
+    /// event cap (`--event-log-events`) the store keeps too; `budget` is
+    /// the server's memory budget, which the queue is charged to and sized
+    /// by ([`QueueLimits`]).
+    pub(crate) fn start(
+        store: Store,
+        backend: &'static str,
+        event_cap: usize,
+        budget: Arc<MemoryBudget>,
+    ) -> Arc<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
         let persist = Arc::new(Self {
             tx,
             waiting: AtomicUsize::new(0),
             waiting_bytes: AtomicUsize::new(0),
+            limits: QueueLimits::of_budget(budget.limit()),
+            budget,
             dropped: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             write_duration: metrics::store_write_buckets(),
@@ -205,10 +258,15 @@ impl Persist {
     /// replaces the one waiting (one row per entry, never dropped).
     pub(crate) fn session(&self, row: SessionRow) {
         let key: Key = (row.agent.clone(), row.session_id.clone());
+        let bytes = row.held_bytes();
+        self.budget.charge(bytes);
         let mut rows = self.rows.lock();
         if let Some(pending) = rows.get_mut(&key) {
             *pending.row = row;
             pending.version += 1;
+            let replaced = std::mem::replace(&mut pending.bytes, bytes);
+            drop(rows);
+            self.budget.release(replaced);
             return;
         }
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
@@ -218,6 +276,7 @@ impl Persist {
                 seq,
                 version: 0,
                 row: Box::new(row),
+                bytes,
             },
         );
         drop(rows);
@@ -265,7 +324,9 @@ impl Persist {
                 continue;
             };
             if pending.version == version {
-                rows.remove(&key);
+                if let Some(written) = rows.remove(&key) {
+                    self.budget.release(written.bytes);
+                }
                 continue;
             }
             let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
@@ -283,7 +344,7 @@ impl Persist {
         self.shares
             .lock()
             .entry(agent.clone())
-            .or_insert_with(|| Arc::new(Share::new(agent.clone())))
+            .or_insert_with(|| Arc::new(Share::new(agent.clone(), self.limits.share_bytes)))
             .clone()
     }
 
@@ -358,9 +419,11 @@ impl Persist {
     /// Queues one event of `share`'s agent; dropped (counted, logged) past
     /// the waiting caps.
     pub(crate) fn event(&self, share: &Arc<Share>, session: &Arc<str>, event: EventRow) {
-        let bytes = event.message.len();
+        let bytes = std::mem::size_of::<Write>() + event.message.len();
+        // At the cap, not past it: one message larger than the whole cap
+        // (a small budget's) is still queued when the queue has room.
         if self.waiting.load(Ordering::Relaxed) >= MAX_WAITING
-            || self.waiting_bytes.load(Ordering::Relaxed) + bytes > MAX_WAITING_BYTES
+            || self.waiting_bytes.load(Ordering::Relaxed) >= self.limits.waiting_bytes
         {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if self.drop_warning.admit() {
@@ -385,8 +448,10 @@ impl Persist {
     fn forget_row(&self, agent: &Arc<str>, session: &Arc<str>, seq: u64) {
         let mut rows = self.rows.lock();
         let key: Key = (agent.clone(), session.clone());
-        if rows.get(&key).is_some_and(|pending| pending.seq == seq) {
-            rows.remove(&key);
+        if rows.get(&key).is_some_and(|pending| pending.seq == seq)
+            && let Some(forgotten) = rows.remove(&key)
+        {
+            self.budget.release(forgotten.bytes);
         }
     }
 
@@ -395,7 +460,9 @@ impl Persist {
     /// done yet (nothing more is queued).
     pub(crate) fn remove(&self, agent: &Arc<str>, session: &Arc<str>) -> bool {
         let key: Key = (agent.clone(), session.clone());
-        self.rows.lock().remove(&key);
+        if let Some(unwritten) = self.rows.lock().remove(&key) {
+            self.budget.release(unwritten.bytes);
+        }
         if !self.removing.lock().insert(key) {
             return false;
         }
@@ -407,18 +474,20 @@ impl Persist {
     }
 
     fn send(&self, write: Write) {
+        let bytes = write.bytes();
         self.waiting.fetch_add(1, Ordering::Relaxed);
-        self.waiting_bytes
-            .fetch_add(write.bytes(), Ordering::Relaxed);
+        self.waiting_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.budget.charge(bytes);
         if let Err(mpsc::error::SendError(write)) = self.tx.send(write) {
             self.written(&write);
         }
     }
 
     fn written(&self, write: &Write) {
+        let bytes = write.bytes();
         self.waiting.fetch_sub(1, Ordering::Relaxed);
-        self.waiting_bytes
-            .fetch_sub(write.bytes(), Ordering::Relaxed);
+        self.waiting_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.budget.release(bytes);
         match write {
             Write::Event { share, .. } => share.remove(write.bytes()),
             Write::Remove { agent, session } => {
@@ -428,6 +497,11 @@ impl Persist {
             }
             _ => {}
         }
+    }
+
+    /// The memory budget the queue is charged to.
+    pub(crate) fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
     }
 
     /// Whether shutdown has begun (see [`Self::begin_shutdown`]).
@@ -546,11 +620,7 @@ async fn run(
             retry = (retry * 2).min(RETRY_MAX);
             continue;
         }
-        let take = if isolate > 0 {
-            1
-        } else {
-            queue.len().min(MAX_BATCH)
-        };
+        let take = if isolate > 0 { 1 } else { batch_len(&queue) };
         let batch = &queue.make_contiguous()[..take];
         let rows = persist.snapshot(batch);
         let started = Instant::now();
@@ -588,6 +658,10 @@ async fn run(
                     }
                 }
                 written(&mut queue, take, &persist, &mut pruned);
+                if queue.is_empty() && queue.capacity() > 4 * MAX_BATCH {
+                    // A burst's backlog: give its slots back.
+                    queue.shrink_to(MAX_BATCH);
+                }
                 persist.written_rows(rows);
                 persist.batches.fetch_add(1, Ordering::Relaxed);
                 persist.wake_shares(false);
@@ -656,6 +730,21 @@ async fn run(
         shed(&mut queue, &persist);
         retry = (retry * 2).min(RETRY_MAX);
     }
+}
+
+/// How many writes from the front of `queue` the next batch takes: at most
+/// [`MAX_BATCH`] writes and [`MAX_BATCH_BYTES`] bytes, at least one.
+fn batch_len(queue: &VecDeque<Write>) -> usize {
+    let mut bytes = 0;
+    let mut take = 0;
+    for write in queue.iter().take(MAX_BATCH) {
+        bytes += write.bytes();
+        if take > 0 && bytes > MAX_BATCH_BYTES {
+            break;
+        }
+        take += 1;
+    }
+    take
 }
 
 /// Waits `pause` before a retry, queueing the writes that arrive meanwhile
@@ -787,7 +876,7 @@ fn release_barriers(queue: &mut VecDeque<Write>, persist: &Persist) {
 fn shed(queue: &mut VecDeque<Write>, persist: &Persist) {
     let mut index = 0;
     while (queue.len() > MAX_WAITING
-        || persist.waiting_bytes.load(Ordering::Relaxed) > MAX_WAITING_BYTES)
+        || persist.waiting_bytes.load(Ordering::Relaxed) > persist.limits.waiting_bytes)
         && index < queue.len()
     {
         if matches!(queue[index], Write::Event { .. }) {

@@ -270,6 +270,112 @@ async fn a_restarted_server_pages_gets_and_loads_sessions_from_the_store() {
     assert_eq!(walk(&server, "state=live").await, vec![created[0].clone()]);
 }
 
+/// Every (id, ended) of the listing of `query`, following `nextCursor`.
+async fn walk_states(server: &TestServer, query: &str) -> Vec<(String, bool)> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(cursor) => format!("/v2/sessions?{query}&cursor={}", path_segment(cursor)),
+            None => format!("/v2/sessions?{query}"),
+        };
+        let body = server.get_json(&path).await;
+        let entries = body["sessions"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no sessions array: {body}"));
+        for entry in entries {
+            let meta = &entry["_meta"]["sandboxagent.dev"];
+            assert_ne!(meta["dormant"], true, "nothing is dormant here: {entry}");
+            all.push((
+                entry["sessionId"].as_str().expect("sessionId").to_owned(),
+                meta["ended"]
+                    .as_bool()
+                    .unwrap_or_else(|| panic!("no ended flag: {entry}")),
+            ));
+        }
+        match body["nextCursor"].as_str() {
+            Some(next) => {
+                assert!(!entries.is_empty(), "an empty page before a nextCursor");
+                cursor = Some(next.to_owned());
+            }
+            None => return all,
+        }
+    }
+}
+
+/// A server that made and ended more sessions than memory caches (1,000)
+/// lists them all while it runs, newest first, each with its state, right
+/// after the last end and after memory dropped the ended ones it no longer
+/// needs (the store answers for them).
+#[tokio::test]
+async fn sessions_ended_in_the_running_server_list_in_order_with_their_state() {
+    const SESSIONS: usize = 1_200;
+    let data = TempDir::new("pages-ended");
+    let server = start(data.path(), &["--ended-sessions", "5000"]).await;
+    let conn = server.initialize(MOCK).await;
+    let mut expected = Vec::new();
+    for n in 0..SESSIONS {
+        let id = new_session(&server, &conn, None).await;
+        // Every hundredth stays live.
+        let ended = n % 100 != 7;
+        if ended {
+            let answer = server
+                .rpc(
+                    &conn,
+                    5,
+                    "_sandboxagent/session/terminate",
+                    json!({"sessionId": id}),
+                )
+                .await;
+            assert_eq!(answer["result"]["alreadyEnded"], false, "{answer}");
+        }
+        expected.push((id, ended));
+    }
+    expected.reverse();
+    let live: Vec<String> = expected
+        .iter()
+        .filter(|(_, ended)| !ended)
+        .map(|(id, _)| id.clone())
+        .collect();
+    let ended: Vec<String> = expected
+        .iter()
+        .filter(|(_, ended)| *ended)
+        .map(|(id, _)| id.clone())
+        .collect();
+    for moment in [
+        "right after the last end",
+        "after memory dropped ended entries",
+    ] {
+        if moment != "right after the last end" {
+            // The cache is trimmed once a second.
+            tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+        }
+        assert_eq!(
+            walk_states(&server, "limit=100").await,
+            expected,
+            "{moment}: every session, newest first, with its state"
+        );
+        assert_eq!(
+            walk(&server, "state=ended&limit=100").await,
+            ended,
+            "{moment}"
+        );
+        assert_eq!(walk(&server, "state=live").await, live, "{moment}");
+        let (first, next) = page(&server, "limit=100").await;
+        assert_eq!(first.len(), 100, "{moment}");
+        assert!(
+            next.is_some(),
+            "{moment}: a nextCursor after the first page"
+        );
+    }
+    // The oldest ended one, by id: ended, from the store.
+    let (oldest, _) = expected.last().expect("sessions");
+    let entry = server
+        .get_json(&format!("/v2/sessions/{}", path_segment(oldest)))
+        .await;
+    assert_eq!(entry["_meta"]["sandboxagent.dev"]["ended"], true, "{entry}");
+}
+
 /// With a store, `--ended-sessions` is kept in the store: past it the
 /// oldest stored sessions go (rows and events), live ones never.
 #[tokio::test]

@@ -206,6 +206,73 @@ async fn memory_budget_evicts_the_oldest_and_reports_in_health() {
     stream.close();
 }
 
+/// The store's queue is charged to the same budget and sized by it
+/// (research/contract.md, "Memory budget"): under 8 MiB an agent's share of
+/// the queue is 512 KiB, so a flood waits for the writer instead of growing
+/// the queue (`storePauses`), and nothing is lost: every event is stored
+/// and pages back without a gap (pages of 1000 events of 2 kB, cut at
+/// 1 MiB by `--event-log-bytes`, across the seam of store and memory).
+#[tokio::test]
+async fn under_a_small_budget_the_store_queue_waits_and_loses_nothing() {
+    let budget = SMALL_BUDGET.to_string();
+    let server = TestServer::start(&[
+        "--memory-budget-bytes",
+        &budget,
+        "--event-log-bytes",
+        "1048576",
+    ])
+    .await;
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        // 4 MB each, from one agent: eight times its share.
+        sessions.push(chatty_session(&server, 2000, 2000).await);
+    }
+    let deadline = tokio::time::Instant::now() + RETURN_WITHIN;
+    let health = loop {
+        let health: Value = server.api().health().await.json();
+        if health["storeWaiting"] == 0 || tokio::time::Instant::now() >= deadline {
+            break health;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(health["storeWaiting"], 0, "the writer caught up: {health}");
+    assert_eq!(health["storeDroppedEvents"], 0, "{health}");
+    assert!(
+        health["storePauses"].as_u64().is_some_and(|n| n > 0),
+        "the agent's output waited for the writer: {health}"
+    );
+    let health = health_within_budget(&server).await;
+    assert!(
+        health["memoryUsedBytes"]
+            .as_u64()
+            .is_some_and(|used| used <= SMALL_BUDGET),
+        "{health}"
+    );
+    for (_, session) in &sessions {
+        let mut offset = 0u64;
+        loop {
+            let page = server
+                .api()
+                .get_json(&format!(
+                    "/v2/sessions/{session}/events?offset={offset}&limit=1000"
+                ))
+                .await;
+            let events = page["events"].as_array().expect("events");
+            if events.is_empty() {
+                break;
+            }
+            for event in events {
+                assert_eq!(event["offset"].as_u64(), Some(offset), "a gap: {event}");
+                offset += 1;
+            }
+        }
+        assert!(
+            offset > 2000,
+            "only {offset} events of {session} were readable"
+        );
+    }
+}
+
 #[tokio::test]
 async fn memory_budget_without_a_store_evicts_into_the_offset_gap() {
     let budget = SMALL_BUDGET.to_string();

@@ -9,6 +9,12 @@
 //!    page and pages deep in the inventory by cursor), then RSS after a
 //!    walk over the whole inventory.
 //! 3. Seed on to 100,000 and measure again.
+//! 4. Sessions ended in the running server (a fleet's runtime that has
+//!    served many): on a fresh store, `session/new` then
+//!    `_sandboxagent/session/terminate` from 16 connections to 20,000
+//!    sessions; the first page of 100 right after the last terminate,
+//!    after [`IDLE_SECONDS`] idle, and on a server restarted on the same
+//!    store; then on to 100,000 in that server and the same again.
 
 use super::client::{BenchError, HttpClient};
 use super::report::ScenarioResult;
@@ -27,6 +33,10 @@ const PAGE_READS: usize = 200;
 const PAGE: usize = 100;
 /// Start-ups measured per size.
 const STARTUP_RUNS: usize = 3;
+/// Sessions created and terminated in the running server (step 4).
+const ENDED_SIZES: [usize; 2] = [20_000, 100_000];
+/// How long the server is left idle before the second measurement of step 4.
+const IDLE_SECONDS: u64 = 8;
 
 /// Runs the sessions scenario (see the module documentation). Uses its own
 /// servers and temp dir, whatever `--url` says.
@@ -98,7 +108,144 @@ async fn run(options: &BenchOptions, root: &Path) -> Result<Vec<ScenarioResult>,
         results.push(pages(&target, size).await?);
         target.stop().await;
     }
+    ended_in_server(options, &root.join("ended"), &mut results).await?;
     Ok(results)
+}
+
+/// Step 4 (see the module documentation): sessions created and
+/// terminated in the running server, its first page right after, idle,
+/// and after a restart.
+async fn ended_in_server(
+    options: &BenchOptions,
+    root: &Path,
+    results: &mut Vec<ScenarioResult>,
+) -> Result<(), BenchError> {
+    std::fs::create_dir_all(root)?;
+    let store = format!("sqlite:{}", root.join("sessions.db").display());
+    let dir = root.to_string_lossy().into_owned();
+    let extra = [
+        "--data-dir",
+        &dir,
+        "--store",
+        &store,
+        "--ended-sessions",
+        "1000000",
+    ];
+    let mut target = Target::start(&options.program, &extra).await?;
+    let mut ended = 0;
+    for size in ENDED_SIZES {
+        let started = Instant::now();
+        seed_ended(&target, size - ended).await?;
+        ended = size;
+        let mut seeding = ScenarioResult::timed(
+            &format!("sessions: created and terminated to {size}"),
+            started.elapsed(),
+            Vec::new(),
+            0,
+        );
+        seeding.count = size as u64;
+        seeding.note(format!(
+            "session/new then _sandboxagent/session/terminate from {SEED_WORKERS} connections"
+        ));
+        results.push(seeding);
+        results.push(
+            first_pages(
+                &target,
+                &format!("{size} ended, right after the last terminate"),
+            )
+            .await?,
+        );
+        tokio::time::sleep(Duration::from_secs(IDLE_SECONDS)).await;
+        results.push(
+            first_pages(
+                &target,
+                &format!("{size} ended, after {IDLE_SECONDS} s idle"),
+            )
+            .await?,
+        );
+        caught_up(&target).await?;
+        target.stop().await;
+        target = Target::start(&options.program, &extra).await?;
+        results.push(first_pages(&target, &format!("{size} ended, after a restart")).await?);
+    }
+    target.stop().await;
+    Ok(())
+}
+
+/// `count` sessions each made with `session/new` and ended with
+/// `_sandboxagent/session/terminate` on the same connection, from
+/// [`SEED_WORKERS`] connections.
+async fn seed_ended(target: &Target, count: usize) -> Result<(), BenchError> {
+    let mut tasks = Vec::new();
+    for worker in 0..SEED_WORKERS {
+        let (mut client, connection) = open(target).await?;
+        let share = count / SEED_WORKERS + usize::from(worker < count % SEED_WORKERS);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..share {
+                let session = client
+                    .new_session(&connection, super::scenarios::AGENT)
+                    .await?;
+                let terminate = serde_json::json!({
+                    "jsonrpc": "2.0", "id": 1, "method": "_sandboxagent/session/terminate",
+                    "params": {"sessionId": session}
+                });
+                let (status, _, body) = client
+                    .post(Some(&connection), terminate.to_string().into())
+                    .await?;
+                let answer: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                if status != http::StatusCode::OK || answer["result"]["alreadyEnded"] != false {
+                    return Err(BenchError::Unexpected(format!(
+                        "terminate answered {status}: {}",
+                        String::from_utf8_lossy(&body)
+                    )));
+                }
+            }
+            Ok::<_, BenchError>(())
+        }));
+    }
+    for task in tasks {
+        task.await
+            .map_err(|e| BenchError::Unexpected(format!("seeder panicked: {e}")))??;
+    }
+    Ok(())
+}
+
+/// [`PAGE_READS`] reads of the first page (`GET /v2/sessions?limit=100`),
+/// each checked to hold a full page of ended sessions.
+async fn first_pages(target: &Target, what: &str) -> Result<ScenarioResult, BenchError> {
+    let mut client = HttpClient::connect(target.address, target.token.as_deref()).await?;
+    let path = format!("/v2/sessions?limit={PAGE}");
+    let mut latencies = Vec::with_capacity(PAGE_READS);
+    let started = Instant::now();
+    for _ in 0..PAGE_READS {
+        let sent = Instant::now();
+        let (status, body) = client.get(&path).await?;
+        latencies.push(sent.elapsed());
+        let page: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let sessions = page["sessions"].as_array().map_or(&[][..], Vec::as_slice);
+        if status != http::StatusCode::OK
+            || sessions.len() != PAGE
+            || sessions
+                .iter()
+                .any(|s| s["_meta"]["sandboxagent.dev"]["ended"] != true)
+        {
+            return Err(BenchError::Unexpected(format!(
+                "GET {path}: {status}, {} sessions, not all ended",
+                sessions.len()
+            )));
+        }
+    }
+    let mut result = ScenarioResult::timed(
+        &format!("sessions: first page of {PAGE}, {what}"),
+        started.elapsed(),
+        latencies,
+        0,
+    );
+    result.rss_after = target.pid.and_then(super::rss_bytes);
+    result.note(format!(
+        "GET {path}, {PAGE_READS} times back to back; RSS after"
+    ));
+    Ok(result)
 }
 
 /// `count` sessions through `session/new`, from [`SEED_WORKERS`] connections.

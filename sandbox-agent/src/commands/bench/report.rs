@@ -271,6 +271,21 @@ impl Report {
                 20.0,
             ));
         }
+        // A runtime that ended many sessions pages like a fresh one
+        // (research/benchmarks.md, "The inventory of a busy server").
+        for ended in self
+            .results
+            .iter()
+            .filter(|r| r.name.starts_with("sessions: first page of"))
+        {
+            if let Some(page) = p50(ended) {
+                checks.push(Check::at_most(
+                    &format!("{}, p50 (ms)", ended.name),
+                    page / 1e3,
+                    10.0,
+                ));
+            }
+        }
         if let Some(replay) = self.find("replay").and_then(|r| r.latency) {
             checks.push(Check::at_most("replay p50 (ms)", replay.p50_us / 1e3, 10.0));
         }
