@@ -488,7 +488,7 @@ impl Router {
         pending: Pending,
     ) -> Result<(), SendError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut line = protocol::request_line(&protocol::agent_id(id), method, params);
+        let mut line = protocol::agent_request_line(id, method, params);
         line.push(b'\n');
         self.pending.lock().insert(id, pending);
         if self.stdin.send(Bytes::from(line)).await.is_err() || self.exited.is_cancelled() {
