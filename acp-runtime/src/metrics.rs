@@ -1,7 +1,9 @@
 //! The server's metrics (research/contract.md, "Metrics"; DESIGN.md §15):
 //! one [`Metrics`] of counter, gauge and histogram handles, shared by `Arc`
 //! with the modules where each event happens, so recording one costs an
-//! atomic add (a labelled family adds a read lock and a hash of its labels).
+//! atomic add. The HTTP series every request records are found by index
+//! (route template, method, status); other labelled families add a read
+//! lock and a hash of their labels (turns, installs: not per request).
 //! `GET /metrics` encodes them (`http::metrics`).
 //!
 //! Labels stay bounded: a route template, an HTTP method and status, a
@@ -12,6 +14,7 @@
 //! process API's table, the store's queue and drops) are read at scrape
 //! time instead ([`Scraped`]), each in constant time per configured agent.
 
+use crate::http::routes::Template;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -76,6 +79,67 @@ struct TransportLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DirectionLabel {
     direction: &'static str,
+}
+
+/// The `method` label of each HTTP method with a series of its own; any
+/// other method is `other` (research/contract.md, "Metrics").
+const HTTP_METHODS: [&str; 8] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "other",
+];
+
+/// The index in [`HTTP_METHODS`] of `method`'s label.
+fn http_method_index(method: &http::Method) -> usize {
+    match *method {
+        http::Method::GET => 0,
+        http::Method::HEAD => 1,
+        http::Method::POST => 2,
+        http::Method::PUT => 3,
+        http::Method::DELETE => 4,
+        http::Method::OPTIONS => 5,
+        http::Method::PATCH => 6,
+        _ => 7,
+    }
+}
+
+/// The statuses of the answers every request path ends in (a JSON answer,
+/// a 202, a 204, a WebSocket's 101): their `http_requests_total` series are
+/// found by index ([`HttpSeries`]); any other status (errors, ranges) takes
+/// the family's lookup.
+const INDEXED_STATUSES: [u16; 4] = [200, 202, 204, 101];
+
+/// Handles of the HTTP series every request records, found by index
+/// instead of the family's lookup (a read lock and a hash of the labels per
+/// request): the request counter of each route template × method ×
+/// [`INDEXED_STATUSES`], the duration histogram of each template. Each is
+/// taken from its family at its first request, so a series still appears
+/// with its first request, and a scrape reads the family as before.
+#[derive(Debug)]
+struct HttpSeries {
+    /// By `(template × method) × status` index ([`HttpSeries::counter`]).
+    counters: Box<[OnceLock<Counter>]>,
+    /// By template index.
+    durations: [OnceLock<Histogram>; Template::COUNT],
+}
+
+impl Default for HttpSeries {
+    fn default() -> Self {
+        let counters = Template::COUNT * HTTP_METHODS.len() * INDEXED_STATUSES.len();
+        Self {
+            counters: (0..counters).map(|_| OnceLock::new()).collect(),
+            durations: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+}
+
+impl HttpSeries {
+    /// The slot of the counter of `route`, method `method` (an index in
+    /// [`HTTP_METHODS`]) and status `status`; `None` for a status not in
+    /// [`INDEXED_STATUSES`].
+    fn counter(&self, route: Template, method: usize, status: u16) -> Option<&OnceLock<Counter>> {
+        let status = INDEXED_STATUSES.iter().position(|s| *s == status)?;
+        let at = (route.index() * HTTP_METHODS.len() + method) * INDEXED_STATUSES.len() + status;
+        self.counters.get(at)
+    }
 }
 
 /// A histogram family whose members share one bucket layout.
@@ -177,6 +241,9 @@ pub struct Metrics {
     on: bool,
     http_requests: Family<HttpLabels, Counter>,
     http_duration: Histograms<RouteLabel>,
+    /// The handles of `http_requests` and `http_duration` each request
+    /// records, by index.
+    http: HttpSeries,
     /// Open connections, by [`Transport`] (index of `Transport::ALL`).
     connections: [Gauge; 3],
     connections_family: Family<TransportLabel, Gauge>,
@@ -222,6 +289,7 @@ impl Default for Metrics {
             on: true,
             http_requests: Family::default(),
             http_duration: Family::new_with_constructor(http_buckets),
+            http: HttpSeries::default(),
             connections,
             connections_family,
             sessions,
@@ -332,10 +400,11 @@ impl Metrics {
         }
     }
 
-    /// Records one answered HTTP request.
+    /// Records one answered HTTP request: route template `route`, the
+    /// answer's `status`, `took` from its arrival to the answer's head.
     pub fn http_request(
         &self,
-        route: &'static str,
+        route: Template,
         method: &http::Method,
         status: u16,
         took: Duration,
@@ -343,25 +412,29 @@ impl Metrics {
         if !self.on {
             return;
         }
-        let method = match *method {
-            http::Method::GET => "GET",
-            http::Method::HEAD => "HEAD",
-            http::Method::POST => "POST",
-            http::Method::PUT => "PUT",
-            http::Method::DELETE => "DELETE",
-            http::Method::OPTIONS => "OPTIONS",
-            http::Method::PATCH => "PATCH",
-            _ => "other",
+        let method = http_method_index(method);
+        let labels = || HttpLabels {
+            route: route.as_str(),
+            method: HTTP_METHODS[method],
+            status,
         };
-        self.http_requests
-            .get_or_create(&HttpLabels {
-                route,
-                method,
-                status,
+        match self.http.counter(route, method, status) {
+            Some(slot) => {
+                slot.get_or_init(|| self.http_requests.get_or_create(&labels()).clone())
+                    .inc();
+            }
+            None => {
+                self.http_requests.get_or_create(&labels()).inc();
+            }
+        }
+        self.http.durations[route.index()]
+            .get_or_init(|| {
+                self.http_duration
+                    .get_or_create(&RouteLabel {
+                        route: route.as_str(),
+                    })
+                    .clone()
             })
-            .inc();
-        self.http_duration
-            .get_or_create(&RouteLabel { route })
             .observe(took.as_secs_f64());
     }
 

@@ -204,11 +204,18 @@ pub(crate) fn http_status(span: &Span, status: u16) {
 
 /// The span of one client ACP request (`rpc.method`, the connection id
 /// when it has one, `params.sessionId` when there is one), named by
-/// [`request_span_name`]; the client's strings [`bounded`].
-pub(crate) fn rpc_request(method: &str, connection: Option<&str>, session: Option<&str>) -> Span {
+/// [`request_span_name`]; the client's strings [`bounded`]. A child of
+/// `parent` (the HTTP request's span; [`Span::none`]: a trace of its own).
+pub(crate) fn rpc_request(
+    parent: &Span,
+    method: &str,
+    connection: Option<&str>,
+    session: Option<&str>,
+) -> Span {
     let session = session.map(bounded);
     tracing::info_span!(
         target: TARGET,
+        parent: parent,
         "rpc.request",
         otel.name = request_span_name(method),
         rpc.system = "jsonrpc",
@@ -220,11 +227,13 @@ pub(crate) fn rpc_request(method: &str, connection: Option<&str>, session: Optio
 
 /// The span of one prompt turn, from forwarding `session/prompt` to the
 /// agent's answer: OpenTelemetry's GenAI `invoke_agent` (the agent is
-/// another process, hence kind client), a child of the current span.
-pub(crate) fn invoke_agent(agent: &str, session: Option<&str>) -> Span {
+/// another process, hence kind client), a child of `parent` (the
+/// `session/prompt` request's span).
+pub(crate) fn invoke_agent(parent: &Span, agent: &str, session: Option<&str>) -> Span {
     let session = session.map(bounded);
     tracing::info_span!(
         target: TARGET,
+        parent: parent,
         "invoke_agent",
         otel.name = %format_args!("invoke_agent {agent}"),
         otel.kind = "client",
@@ -461,7 +470,11 @@ pub(crate) fn with_trace_meta(span: &Span, params: Option<&RawValue>) -> Option<
         return None;
     }
     // A request without params gets none: its method may take none.
-    let mut members: BTreeMap<String, Box<RawValue>> = serde_json::from_str(params?.get()).ok()?;
+    let params = params?.get();
+    if let Some(spliced) = meta_spliced(params, &fields) {
+        return Some(spliced);
+    }
+    let mut members: BTreeMap<String, Box<RawValue>> = serde_json::from_str(params).ok()?;
     let mut meta: BTreeMap<String, Box<RawValue>> = match members.get(META) {
         Some(meta) => serde_json::from_str(meta.get()).ok()?,
         None => BTreeMap::new(),
@@ -474,6 +487,33 @@ pub(crate) fn with_trace_meta(span: &Span, params: Option<&RawValue>) -> Option<
         serde_json::value::to_raw_value(&meta).ok()?,
     );
     serde_json::value::to_raw_value(&members).ok()
+}
+
+/// `params` with a `_meta` of `fields` alone written before its first
+/// member, without parsing it: `None` unless `params` is an object that
+/// certainly has no `_meta` member (neither the text `_meta` nor an escape
+/// `\u` that could spell one appears in it), which most requests are. The
+/// members are copied as written; `params` is JSON already (a parsed
+/// message's raw value), so a splice keeps it JSON.
+fn meta_spliced(params: &str, fields: &HashMap<String, String>) -> Option<Box<RawValue>> {
+    let members = params.trim_start().strip_prefix('{')?;
+    let bytes = params.as_bytes();
+    if memchr::memmem::find(bytes, META.as_bytes()).is_some()
+        || memchr::memmem::find(bytes, b"\\u").is_some()
+    {
+        return None;
+    }
+    let meta = serde_json::to_string(fields).ok()?;
+    let mut spliced = String::with_capacity(params.len() + meta.len() + 10);
+    spliced.push_str("{\"_meta\":");
+    spliced.push_str(&meta);
+    if members.trim_start().starts_with('}') {
+        spliced.push('}');
+    } else {
+        spliced.push(',');
+        spliced.push_str(members);
+    }
+    RawValue::from_string(spliced).ok()
 }
 
 /// A request's W3C trace context headers as a propagator reads them: the
@@ -602,7 +642,7 @@ mod tests {
     fn off() {
         // No subscriber in unit tests: tracing is off.
         assert!(!enabled());
-        let span = invoke_agent("mock", Some("s1"));
+        let span = invoke_agent(&Span::none(), "mock", Some("s1"));
         assert!(span.is_disabled());
         let params = RawValue::from_string(r#"{"sessionId":"s1"}"#.to_owned()).ok();
         assert!(with_trace_meta(&span, params.as_deref()).is_none());
@@ -656,7 +696,7 @@ mod tests {
             recorded.last("otel.name").as_deref(),
             Some("debug POST /acp")
         );
-        let _span = rpc_request(&long, Some("c1"), Some(&long));
+        let _span = rpc_request(&Span::none(), &long, Some("c1"), Some(&long));
         assert_eq!(recorded.last("otel.name").as_deref(), Some("str other"));
         assert!(size("rpc.method") <= MAX_VALUE_BYTES);
         assert!(
@@ -665,24 +705,24 @@ mod tests {
                 .is_some_and(|m| m.ends_with("é…"))
         );
         assert!(size("acp.session.id") <= MAX_VALUE_BYTES);
-        let _span = rpc_request("session/prompt", None, Some("s1"));
+        let _span = rpc_request(&Span::none(), "session/prompt", None, Some("s1"));
         assert_eq!(
             recorded.last("otel.name").as_deref(),
             Some("str session/prompt")
         );
-        let _span = rpc_request("_sandboxagent/session/detach", None, None);
+        let _span = rpc_request(&Span::none(), "_sandboxagent/session/detach", None, None);
         assert_eq!(
             recorded.last("otel.name").as_deref(),
             Some("str _sandboxagent/session/detach")
         );
-        let _span = rpc_request("_vendor/anything", None, None);
+        let _span = rpc_request(&Span::none(), "_vendor/anything", None, None);
         assert_eq!(recorded.last("otel.name").as_deref(), Some("str other"));
         assert_eq!(
             recorded.last("rpc.method").as_deref(),
             Some("str _vendor/anything")
         );
 
-        let turn = invoke_agent("mock", Some(&long));
+        let turn = invoke_agent(&Span::none(), "mock", Some(&long));
         assert!(size("gen_ai.conversation.id") <= MAX_VALUE_BYTES);
         let answer = format!(r#"{{"id":1,"result":{{"stopReason":"{long}"}}}}"#);
         end_turn(&turn, answer.as_bytes());
@@ -764,13 +804,13 @@ mod tests {
             serde_json::from_str::<Value>(traced.get()).expect("JSON")["_meta"].clone()
         };
         // No tracestate of the runtime's: none sent, the client's kept.
-        let span = invoke_agent("mock", Some("s1"));
+        let span = invoke_agent(&Span::none(), "mock", Some("s1"));
         let alone = meta(&span, "{}");
         assert!(alone.get(TRACESTATE).is_none(), "{alone}");
         let own = meta(&span, r#"{"_meta":{"tracestate":"client=1"}}"#);
         assert_eq!(own[TRACESTATE], "client=1");
         // One of the runtime's (from the client's header) wins.
-        let span = invoke_agent("mock", Some("s1"));
+        let span = invoke_agent(&Span::none(), "mock", Some("s1"));
         let good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
         let context = client_context(&headers(&[(TRACEPARENT, good), (TRACESTATE, "r=2")]));
         let _ = span.set_parent(context.expect("a valid traceparent"));
@@ -779,7 +819,7 @@ mod tests {
     }
 
     fn a_bad_usage_value_costs_only_itself(recorded: &Recorded) {
-        let turn = invoke_agent("mock", Some("s1"));
+        let turn = invoke_agent(&Span::none(), "mock", Some("s1"));
         end_turn(
             &turn,
             br#"{"id":1,"result":{"stopReason":"end_turn","usage":{"inputTokens":7,"outputTokens":-8,"totalTokens":15}}}"#,
@@ -797,7 +837,7 @@ mod tests {
         assert_eq!(recorded.last("gen_ai.usage.output_tokens"), None);
 
         recorded.clear();
-        let turn = invoke_agent("mock", Some("s1"));
+        let turn = invoke_agent(&Span::none(), "mock", Some("s1"));
         end_turn(
             &turn,
             br#"{"id":1,"result":{"stopReason":"refusal","usage":{"inputTokens":1.5,"outputTokens":18446744073709551615}}}"#,
@@ -810,7 +850,7 @@ mod tests {
         assert_eq!(recorded.last("gen_ai.usage.output_tokens"), None);
 
         recorded.clear();
-        let turn = invoke_agent("mock", Some("s1"));
+        let turn = invoke_agent(&Span::none(), "mock", Some("s1"));
         end_turn(
             &turn,
             br#"{"id":1,"result":{"stopReason":"end_turn","usage":"lots"}}"#,
@@ -823,7 +863,7 @@ mod tests {
 
     fn meta_gets_the_trace_context_and_keeps_the_rest_as_written() {
         assert!(enabled());
-        let span = invoke_agent("mock", Some("s1"));
+        let span = invoke_agent(&Span::none(), "mock", Some("s1"));
         let params = RawValue::from_string(
                 r#"{"sessionId":"s1","n":9007199254740993,"_meta":{"custom":{"a":[1,2]},"traceparent":"old"}}"#
                     .to_owned(),
@@ -851,10 +891,31 @@ mod tests {
         );
         let list = RawValue::from_string("[1]".to_owned()).ok();
         assert!(with_trace_meta(&span, list.as_deref()).is_none());
+
+        // Without a `_meta`, the members are kept as written after it.
+        let plain = RawValue::from_string(r#"{"n":9007199254740993,"s":"x"}"#.to_owned()).ok();
+        let spliced = with_trace_meta(&span, plain.as_deref()).expect("a _meta");
+        assert!(
+            spliced
+                .get()
+                .ends_with(r#"},"n":9007199254740993,"s":"x"}"#),
+            "{spliced}"
+        );
+        let spliced: Value = serde_json::from_str(spliced.get()).expect("JSON");
+        assert!(spliced["_meta"]["traceparent"].is_string(), "{spliced}");
+        // A `_meta` spelled with an escape is still the one `_meta`: its
+        // keys are kept beside the trace context, in one member.
+        let escaped = RawValue::from_string(r#"{"\u005fmeta":{"custom":1}}"#.to_owned()).ok();
+        let traced = with_trace_meta(&span, escaped.as_deref()).expect("a _meta");
+        let traced: BTreeMap<String, Value> =
+            serde_json::from_str(traced.get()).expect("one member per key");
+        assert_eq!(traced.len(), 1, "{traced:?}");
+        assert_eq!(traced[META]["custom"], 1);
+        assert!(traced[META][TRACEPARENT].is_string(), "{traced:?}");
     }
 
     fn a_tool_call_span_ends_at_its_final_status_or_with_the_turn() {
-        let turn = invoke_agent("mock", Some("s1"));
+        let turn = invoke_agent(&Span::none(), "mock", Some("s1"));
         let mut trace = TurnTrace::default();
         trace.begin(&turn);
         let update = |kind: &str, id: &str, status: &str| {
@@ -879,7 +940,7 @@ mod tests {
         );
         assert_eq!(trace.tools.len(), 1);
         // A later turn's span is not ended by an earlier turn's end.
-        let other = invoke_agent("mock", Some("s1"));
+        let other = invoke_agent(&Span::none(), "mock", Some("s1"));
         trace.end(&other);
         assert_eq!(trace.tools.len(), 1);
         trace.end(&turn);

@@ -489,6 +489,11 @@ fn member_name(raw: &[u8]) -> Cow<'_, [u8]> {
     }
 }
 
+/// The longest number (in bytes, sign and fraction included) without an
+/// exponent that [`number_end`] takes as fitting an `f64` without parsing
+/// it: 308 integer digits at most, below `f64::MAX`.
+const MAX_F64_DIGITS: usize = 308;
+
 /// The offset just past the number starting at `at`, checking that it fits
 /// an `f64` (integers that fit `u64`/`i64` always do).
 fn number_end(bytes: &[u8], at: usize) -> Result<usize, EnvelopeError> {
@@ -497,6 +502,11 @@ fn number_end(bytes: &[u8], at: usize) -> Result<usize, EnvelopeError> {
         .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
         .unwrap_or(bytes.len() - at);
     let end = at + length;
+    // Without an exponent, fewer than 309 digits before the point always
+    // fit (`f64::MAX` is about 1.8e308): ids and counts skip the parse.
+    if length <= MAX_F64_DIGITS && !bytes[at..end].iter().any(|b| matches!(b, b'e' | b'E')) {
+        return Ok(end);
+    }
     let finite = std::str::from_utf8(&bytes[at..end])
         .ok()
         .and_then(|text| text.parse::<f64>().ok())
@@ -901,29 +911,10 @@ pub fn one_line(json: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 }
 
 #[derive(Serialize)]
-struct OutRequest<'a> {
-    jsonrpc: &'static str,
-    id: &'a RawValue,
-    method: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    params: Option<&'a RawValue>,
-}
-
-#[derive(Serialize)]
 struct OutNotification<'a, P: Serialize> {
     jsonrpc: &'static str,
     method: &'a str,
     params: P,
-}
-
-#[derive(Serialize)]
-struct OutResponse<'a> {
-    jsonrpc: &'static str,
-    id: &'a RawValue,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<&'a RawValue>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a RawValue>,
 }
 
 /// A JSON-RPC error object (JSON-RPC 2.0 section 5.1).
@@ -957,12 +948,43 @@ impl RpcError {
 
 /// Serializes a request `{jsonrpc, id, method, params}` as one line (no newline).
 pub fn request_line(id: &RawValue, method: &str, params: Option<&RawValue>) -> Vec<u8> {
-    to_vec(&OutRequest {
-        jsonrpc: "2.0",
-        id,
-        method,
-        params,
-    })
+    let mut line = request_head(id.get().len(), method, params);
+    line.extend_from_slice(id.get().as_bytes());
+    request_tail(line, method, params)
+}
+
+/// [`request_line`] with the integer id `id` (the ids the runtime gives
+/// the requests it forwards), written without a raw value of its own; the
+/// line has room for the newline that ends it on the agent's stdin.
+pub fn agent_request_line(id: i64, method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    let mut line = request_head(20, method, params);
+    // Writing an integer to a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut line, &id);
+    request_tail(line, method, params)
+}
+
+/// A request line's buffer, sized for an id of `id_len` bytes, `method`
+/// and `params` (and a newline), holding everything before the id.
+fn request_head(id_len: usize, method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    const HEAD: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+    let params_len = params.map_or(0, |params| params.get().len());
+    let mut line = Vec::with_capacity(HEAD.len() + id_len + method.len() + params_len + 24);
+    line.extend_from_slice(HEAD);
+    line
+}
+
+/// A request line after its id: the method (escaped as a JSON string) and
+/// the params as written (left out when absent).
+fn request_tail(mut line: Vec<u8>, method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    line.extend_from_slice(br#","method":"#);
+    // Writing a string to a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut line, method);
+    if let Some(params) = params {
+        line.extend_from_slice(br#","params":"#);
+        line.extend_from_slice(params.get().as_bytes());
+    }
+    line.push(b'}');
+    line
 }
 
 /// Serializes a notification `{jsonrpc, method, params}` as one line (no newline).
@@ -980,12 +1002,20 @@ pub fn response_line(
     result: Option<&RawValue>,
     error: Option<&RawValue>,
 ) -> Vec<u8> {
-    to_vec(&OutResponse {
-        jsonrpc: "2.0",
-        id,
-        result,
-        error,
-    })
+    const HEAD: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+    let len = |value: Option<&RawValue>| value.map_or(0, |value| value.get().len() + 10);
+    let mut line = Vec::with_capacity(HEAD.len() + id.get().len() + len(result) + len(error) + 2);
+    line.extend_from_slice(HEAD);
+    line.extend_from_slice(id.get().as_bytes());
+    // `result`, then `error`, each when present, as written.
+    for (name, value) in [(&br#","result":"#[..], result), (br#","error":"#, error)] {
+        if let Some(value) = value {
+            line.extend_from_slice(name);
+            line.extend_from_slice(value.get().as_bytes());
+        }
+    }
+    line.push(b'}');
+    line
 }
 
 /// Serializes an error response with `id`.
@@ -1005,11 +1035,6 @@ pub fn raw(value: &impl Serialize) -> Box<RawValue> {
     // Serializing our own types to JSON cannot fail (string keys, no NaN floats);
     // fall back to `null` rather than panic.
     serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned())
-}
-
-/// Raw JSON for an integer id sent to an agent.
-pub fn agent_id(id: i64) -> Box<RawValue> {
-    raw(&id)
 }
 
 fn to_vec(value: &impl Serialize) -> Vec<u8> {

@@ -54,6 +54,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tracing::Span;
 
 /// Messages held for sessions whose owner is not known yet
 /// (research/contract.md, "Routing: connections, sessions, one agent
@@ -488,7 +489,7 @@ impl Router {
         pending: Pending,
     ) -> Result<(), SendError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut line = protocol::request_line(&protocol::agent_id(id), method, params);
+        let mut line = protocol::agent_request_line(id, method, params);
         line.push(b'\n');
         self.pending.lock().insert(id, pending);
         if self.stdin.send(Bytes::from(line)).await.is_err() || self.exited.is_cancelled() {
@@ -500,10 +501,14 @@ impl Router {
 
     /// Sends a client's request with a fresh agent-side id. The receiver gets
     /// the agent's answer with the client's id restored (or a JSON-RPC error
-    /// if the process exits first).
+    /// if the process exits first). `span` is the request's (research/contract.md,
+    /// "Traces"; [`Span::none`] while tracing is off).
     ///
     /// # Errors
     /// [`SendError::Exited`] when the process is gone.
+    // The request's members, what its answer does, its session and span:
+    // one caller (`Runtime::forward`), which has each at hand.
+    #[allow(clippy::too_many_arguments)]
     pub async fn send_request(
         &self,
         connection: &Arc<Connection>,
@@ -512,6 +517,7 @@ impl Router {
         params: Option<&RawValue>,
         effect: Effect,
         session: Option<Arc<str>>,
+        span: &Span,
     ) -> Result<oneshot::Receiver<Bytes>, SendError> {
         let (reply, receiver) = oneshot::channel();
         *self.last_requester.lock() = Arc::downgrade(connection);
@@ -522,7 +528,7 @@ impl Router {
             None
         };
         let (turn, traced_params) =
-            self.trace_request(prompt, session.as_deref(), live.as_ref(), params);
+            self.trace_request(span, prompt, session.as_deref(), live.as_ref(), params);
         let params = traced_params.as_deref().or(params);
         let request = ClientRequest {
             connection: connection.clone(),
@@ -547,12 +553,13 @@ impl Router {
 
     /// The spans of a client request about to be forwarded, while tracing
     /// is on (research/contract.md, "Traces"): a prompt's `invoke_agent`
-    /// span (under the request's span, and leading `live`'s tool calls and
-    /// permission waits), and `params` with the trace context of that span
-    /// (any other request: the current one) in `_meta`, for the agent.
+    /// span (under the request's span `span`, and leading `live`'s tool
+    /// calls and permission waits), and `params` with the trace context of
+    /// that span (any other request: `span`) in `_meta`, for the agent.
     /// `(None, None)` at the cost of one check when tracing is off.
     fn trace_request(
         &self,
+        span: &Span,
         prompt: bool,
         session: Option<&str>,
         live: Option<&Arc<Session>>,
@@ -562,12 +569,9 @@ impl Router {
             return (None, None);
         }
         if !prompt {
-            return (
-                None,
-                otel::with_trace_meta(&tracing::Span::current(), params),
-            );
+            return (None, otel::with_trace_meta(span, params));
         }
-        let span = otel::invoke_agent(&self.agent, session);
+        let span = otel::invoke_agent(span, &self.agent, session);
         let traced_params = otel::with_trace_meta(&span, params);
         if let Some(live) = live {
             live.turn_trace.lock().begin(&span);

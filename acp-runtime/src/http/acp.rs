@@ -26,6 +26,7 @@ use crate::runtime::{Reply, Runtime};
 use crate::state::connection::Profile;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
+use tracing::Span;
 
 /// Methods that act on one session: the RFD requires `Acp-Session-Id` on
 /// them (the list the official Rust client uses).
@@ -56,7 +57,9 @@ const CONNECTION_LANE_ANSWERS: &[&str] = &[
 /// `Acp-Connection-Id`; anything else → 202, its answer (if any) pushed to
 /// the connection's ring. `path_agent`: the agent named by path, or the
 /// server's `--default-agent` on a bare `/acp` (an `initialize` takes its
-/// agent from `_meta`, else this, else gets 400).
+/// agent from `_meta`, else this, else gets 400). `span` is the HTTP
+/// request's, the parent of the JSON-RPC request's span, which outlives it
+/// (research/contract.md, "Traces").
 ///
 /// # Errors
 /// The problem the RFD's routing table gives (400, 404, 406, 409, 415, 501)
@@ -65,6 +68,7 @@ pub async fn post(
     runtime: &Arc<Runtime>,
     request: &mut HttpRequest,
     path_agent: Option<&str>,
+    span: &Span,
 ) -> Result<Response<Body>, Error> {
     let body = message::read(runtime, request).await?;
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
@@ -94,7 +98,7 @@ pub async fn post(
                 runtime.agents.known_ids()
             )));
         }
-        return initialize(runtime, &message, path_agent).await;
+        return initialize(runtime, &message, path_agent, span).await;
     };
     let connection = runtime.connections.lookup(&connection_id)?;
     let method = message.method();
@@ -123,6 +127,7 @@ pub async fn post(
         runtime: runtime.clone(),
         connection,
         lane,
+        span: span.clone(),
     };
     detached.start(&message).await;
     Ok(empty(StatusCode::ACCEPTED))
@@ -134,13 +139,14 @@ async fn initialize(
     runtime: &Arc<Runtime>,
     message: &Inbound<'_>,
     path_agent: Option<&str>,
+    span: &Span,
 ) -> Result<Response<Body>, Error> {
     let opening = Opening {
         profile: Profile::Acp,
         agent: path_agent,
         connection_id: None,
     };
-    let reply = runtime.dispatch(To::Open(opening), message).await?;
+    let reply = runtime.dispatch(To::Open(opening), message, span).await?;
     let Reply::Json {
         body,
         connection_id,

@@ -59,8 +59,15 @@ pub fn single_authorization(headers: &HeaderMap) -> Result<Option<&HeaderValue>,
 /// `q` do not narrow a range here, and of equally specific ranges the highest
 /// weight counts. A weight that does not parse counts as 1.
 pub fn accepts(headers: &HeaderMap, media_type: &str) -> bool {
-    let values: Vec<&HeaderValue> = headers.get_all(ACCEPT).iter().collect();
-    if values.is_empty() {
+    let values = headers.get_all(ACCEPT);
+    let mut each = values.iter();
+    let Some(first) = each.next() else {
+        return true;
+    };
+    // What clients send on every request: the type itself, or `*/*`, alone.
+    if each.next().is_none()
+        && (first.as_bytes().eq_ignore_ascii_case(media_type.as_bytes()) || first == "*/*")
+    {
         return true;
     }
     let (wanted_type, _) = media_type.split_once('/').unwrap_or((media_type, ""));

@@ -14,7 +14,7 @@ use crate::state::connection::Connection;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use std::sync::Arc;
-use tracing::Instrument;
+use tracing::Span;
 
 /// Checks a POST carrying one JSON-RPC message (`Content-Type` JSON,
 /// `Accept` allowing JSON) and reads its body, as sent (see [`one_line`]).
@@ -71,6 +71,10 @@ pub struct Detached {
     pub connection: Arc<Connection>,
     /// The session whose stream gets the answer (when it has one).
     pub lane: Option<String>,
+    /// The span of the exchange that brought the message, the parent of
+    /// its request's span (research/contract.md, "Traces"): a `POST /acp`'s,
+    /// which the request outlives; [`Span::none`] for a WebSocket frame.
+    pub span: Span,
 }
 
 impl Detached {
@@ -81,9 +85,8 @@ impl Detached {
     pub async fn start(self, message: &Inbound<'_>) {
         if message.kind == Kind::Request {
             // The request outlives the exchange (202 at once); its spans
-            // still descend from the exchange's (research/contract.md,
-            // "Traces").
-            tokio::spawn(self.request(message).instrument(tracing::Span::current()));
+            // still descend from the exchange's (`span`).
+            tokio::spawn(self.request(message));
         } else {
             self.run(message).await;
         }
@@ -105,7 +108,7 @@ impl Detached {
     async fn run(self, message: &Inbound<'_>) {
         let reply = self
             .runtime
-            .dispatch(To::Connection(&self.connection), message)
+            .dispatch(To::Connection(&self.connection), message, &self.span)
             .await;
         let line = match reply {
             Ok(Reply::Json { body, .. }) => body,

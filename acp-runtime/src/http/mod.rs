@@ -65,7 +65,6 @@ use routes::{Access, Route};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tracing::Instrument;
 
 /// Reads and drops a request body no route read, so that the HTTP connection
 /// can carry the client's next request. Left unread, a body still on its way
@@ -112,20 +111,23 @@ pub async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let started = std::time::Instant::now();
-    let template = Route::of(request.uri().path()).template();
     let method = request.method().clone();
     let origin = request.headers().get(ORIGIN).cloned();
-    // For the log line; a clone shares the URI's bytes. Only its path is
-    // logged: a query may carry `access_token` (research/contract.md,
-    // "Auth and CORS"), and no log line holds a credential.
+    // The route is parsed from this copy, once; a clone shares the URI's
+    // bytes. Only its path is logged: a query may carry `access_token`
+    // (research/contract.md, "Auth and CORS"), and no log line holds a
+    // credential.
     let uri = request.uri().clone();
-    // The request's span, continuing the client's `traceparent`: what the
-    // request runs descends from it (research/contract.md, "Traces").
-    let span = otel::http_request(&method, template, request.headers());
+    let to = Route::of(uri.path());
+    let template = to.template();
+    // The request's span, continuing the client's `traceparent`: the spans
+    // of what the request runs are its children (research/contract.md,
+    // "Traces"), made with it as their parent rather than inside it.
+    let span = otel::http_request(&method, template.as_str(), request.headers());
     let mut request = request.map(Some);
     let checked = cross_site::check(&runtime.config, local, &request);
     let routed = match checked {
-        Ok(()) => route(&runtime, &mut request).instrument(span.clone()).await,
+        Ok(()) => route(&runtime, &mut request, to, &uri, &span).await,
         Err(error) => Err(error),
     };
     let mut response = match routed {
@@ -188,11 +190,17 @@ pub async fn handle(
     Ok(response)
 }
 
-/// Checks the route's credential, then serves it: the one match of routes
-/// and methods ([`routes`]).
-async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Response<Body>, Error> {
-    let uri = request.uri().clone();
-    let route = Route::of(uri.path());
+/// Checks the credential of `route` (`request`'s, parsed from `uri`, the
+/// request's URI, by [`handle`]), then serves it: the one match of routes
+/// and methods ([`routes`]). `span` is the request's, the parent of the
+/// spans of the JSON-RPC requests it carries.
+async fn route(
+    runtime: &Arc<Runtime>,
+    request: &mut HttpRequest,
+    route: Route<'_>,
+    uri: &http::Uri,
+    span: &tracing::Span,
+) -> Result<Response<Body>, Error> {
     if route == Route::Gone {
         return Err(Error::Gone);
     }
@@ -251,7 +259,7 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
             // On a bare `/acp` the server's `--default-agent` stands in.
             let agent = agent.as_deref().or(runtime.config.default_agent.as_deref());
             match method {
-                Method::POST => acp::post(runtime, request, agent).await,
+                Method::POST => acp::post(runtime, request, agent, span).await,
                 Method::GET if upgrade => websocket::upgrade(runtime, request, agent),
                 Method::GET => acp::get(runtime, request).await,
                 Method::DELETE => acp::delete(runtime, request).await,
@@ -265,7 +273,7 @@ async fn route(runtime: &Arc<Runtime>, request: &mut HttpRequest) -> Result<Resp
                 )));
             }
             match method {
-                Method::POST => rpc::post(runtime, request).await,
+                Method::POST => rpc::post(runtime, request, span).await,
                 Method::GET => rpc::get(runtime, request),
                 Method::DELETE => rpc::delete(runtime, request),
                 _ => Err(Error::MethodNotAllowed("GET, POST, DELETE")),

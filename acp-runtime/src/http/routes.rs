@@ -82,6 +82,83 @@ pub enum Access {
     BearerOrUpgradeQuery,
 }
 
+/// A route template (research/contract.md, "Metrics": route templates):
+/// the closed set of `route` labels, so that a metric series per template
+/// is found by index ([`Template::index`]) rather than by hashing a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Template {
+    /// `/v1/*`.
+    Gone,
+    /// `/v2/health`.
+    Health,
+    /// `/v2/openapi.json`.
+    OpenApi,
+    /// `/metrics`.
+    Metrics,
+    /// `/ui/*`.
+    Ui,
+    /// `/acp`.
+    Acp,
+    /// `/acp/{agent}`.
+    AcpAgent,
+    /// `/v2/rpc`.
+    Rpc,
+    /// `/v2/fs/{name}`.
+    Fs,
+    /// `/v2/agents`.
+    Agents,
+    /// `/v2/agents/{agent}/install`.
+    AgentInstall,
+    /// `/v2/sessions`.
+    Sessions,
+    /// `/v2/sessions/{id}`.
+    Session,
+    /// `/v2/sessions/{id}/events`.
+    SessionEvents,
+    /// `/v2/processes`.
+    Processes,
+    /// `/v2/processes/{id}`.
+    Process,
+    /// `/v2/processes/{id}/{part}`.
+    ProcessPart,
+    /// Any other path: `unknown`.
+    Unknown,
+}
+
+impl Template {
+    /// How many templates there are: [`Template::index`] is below it.
+    pub const COUNT: usize = Self::Unknown as usize + 1;
+
+    /// The template as the label and the span attribute write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gone => "/v1/*",
+            Self::Health => "/v2/health",
+            Self::OpenApi => OPENAPI_PATH,
+            Self::Metrics => METRICS_PATH,
+            Self::Ui => "/ui/*",
+            Self::Acp => ACP_PATH,
+            Self::AcpAgent => "/acp/{agent}",
+            Self::Rpc => "/v2/rpc",
+            Self::Fs => "/v2/fs/{name}",
+            Self::Agents => "/v2/agents",
+            Self::AgentInstall => "/v2/agents/{agent}/install",
+            Self::Sessions => "/v2/sessions",
+            Self::Session => "/v2/sessions/{id}",
+            Self::SessionEvents => "/v2/sessions/{id}/events",
+            Self::Processes => "/v2/processes",
+            Self::Process => "/v2/processes/{id}",
+            Self::ProcessPart => "/v2/processes/{id}/{part}",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// A dense index, from 0 to [`Template::COUNT`] − 1.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// Path of the metrics, where Prometheus looks by default.
 pub const METRICS_PATH: &str = "/metrics";
 /// Path of the ACP transports profile; `/acp/{agent}` names the agent.
@@ -147,34 +224,35 @@ impl<'a> Route<'a> {
         }
     }
 
-    /// The route's template, the `route` label of the HTTP metrics: never
-    /// an id from the path, so the label stays bounded.
-    pub fn template(&self) -> &'static str {
+    /// The route's template, the `route` label of the HTTP metrics and
+    /// the `http.route` of its span: never an id from the path, so the
+    /// label stays bounded.
+    pub fn template(&self) -> Template {
         match self {
-            Self::Gone => "/v1/*",
-            Self::Health => "/v2/health",
-            Self::OpenApi => OPENAPI_PATH,
-            Self::Metrics => METRICS_PATH,
-            Self::Ui => "/ui/*",
-            Self::Acp { agent: None } => "/acp",
-            Self::Acp { agent: Some(_) } => "/acp/{agent}",
-            Self::Rpc => "/v2/rpc",
-            Self::Fs { .. } => "/v2/fs/{name}",
-            Self::Agents => "/v2/agents",
-            Self::AgentInstall { .. } => "/v2/agents/{agent}/install",
-            Self::Sessions => "/v2/sessions",
-            Self::Session { .. } => "/v2/sessions/{id}",
-            Self::SessionEvents { .. } => "/v2/sessions/{id}/events",
-            Self::Processes { id: None, .. } => "/v2/processes",
+            Self::Gone => Template::Gone,
+            Self::Health => Template::Health,
+            Self::OpenApi => Template::OpenApi,
+            Self::Metrics => Template::Metrics,
+            Self::Ui => Template::Ui,
+            Self::Acp { agent: None } => Template::Acp,
+            Self::Acp { agent: Some(_) } => Template::AcpAgent,
+            Self::Rpc => Template::Rpc,
+            Self::Fs { .. } => Template::Fs,
+            Self::Agents => Template::Agents,
+            Self::AgentInstall { .. } => Template::AgentInstall,
+            Self::Sessions => Template::Sessions,
+            Self::Session { .. } => Template::Session,
+            Self::SessionEvents { .. } => Template::SessionEvents,
+            Self::Processes { id: None, .. } => Template::Processes,
             Self::Processes {
                 id: Some(_),
                 part: None,
-            } => "/v2/processes/{id}",
+            } => Template::Process,
             Self::Processes {
                 id: Some(_),
                 part: Some(_),
-            } => "/v2/processes/{id}/{part}",
-            Self::UnknownV2 | Self::Unknown => "unknown",
+            } => Template::ProcessPart,
+            Self::UnknownV2 | Self::Unknown => Template::Unknown,
         }
     }
 
@@ -265,9 +343,14 @@ mod tests {
         assert_eq!(Route::of("/metrics"), Route::Metrics);
         assert_eq!(Route::of("/metrics").access(), Access::Bearer);
         assert_eq!(
-            Route::of("/v2/sessions/s-1/events").template(),
+            Route::of("/v2/sessions/s-1/events").template().as_str(),
             "/v2/sessions/{id}/events"
         );
-        assert_eq!(Route::of("/v2/anything/else").template(), "unknown");
+        assert_eq!(
+            Route::of("/v2/anything/else").template().as_str(),
+            "unknown"
+        );
+        assert_eq!(Template::COUNT, 18);
+        assert_eq!(Template::Unknown.index(), Template::COUNT - 1);
     }
 }

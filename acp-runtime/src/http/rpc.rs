@@ -14,13 +14,15 @@ use crate::runtime::{Reply, Runtime};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
 
-/// `POST /v2/rpc`: one JSON-RPC message in, its response (200) or 202 out.
+/// `POST /v2/rpc`: one JSON-RPC message in, its response (200) or 202 out;
+/// `span` is the HTTP request's (research/contract.md, "Traces").
 ///
 /// # Errors
 /// 415, 406, 413, 408, 400, 404, and the runtime's errors (502, 503, 504).
 pub async fn post(
     runtime: &Arc<Runtime>,
     request: &mut HttpRequest,
+    span: &tracing::Span,
 ) -> Result<Response<Body>, Error> {
     let body = message::read(runtime, request).await?;
     let connection_id = connection_id(request.headers())?;
@@ -42,7 +44,7 @@ pub async fn post(
             To::Connection(&connection)
         }
     };
-    match runtime.dispatch(to, &message).await? {
+    match runtime.dispatch(to, &message, span).await? {
         Reply::Json {
             body,
             connection_id,

@@ -392,7 +392,11 @@ impl Peer {
             agent: self.agent.as_deref(),
             connection_id: Some(&self.id),
         };
-        let answer = match self.runtime.dispatch(To::Open(opening), &message).await {
+        let answer = match self
+            .runtime
+            .dispatch(To::Open(opening), &message, &tracing::Span::none())
+            .await
+        {
             Ok(Reply::Json { body, .. }) => body,
             Ok(Reply::Accepted) => return None,
             Err(error) => return Some(Bytes::from(error_line(id, &error))),
@@ -431,6 +435,9 @@ impl Peer {
             runtime: self.runtime.clone(),
             connection: connection.clone(),
             lane: None,
+            // On a WebSocket each request starts a trace
+            // (research/contract.md, "Traces").
+            span: tracing::Span::none(),
         };
         if message.kind == Kind::Request {
             requests.push(Box::pin(detached.request(&message)));

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
-use tracing::Instrument;
+use tracing::Span;
 
 /// Where a message goes.
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +36,12 @@ pub enum To<'a> {
 
 impl Runtime {
     /// Handles one client message: the only way in, for every edge.
+    /// `parent` is the span of the exchange that brought it (its HTTP
+    /// request's; [`Span::none`] on a WebSocket, where each request starts a
+    /// trace): a request's span is its child (research/contract.md,
+    /// "Traces"). Spans are passed down, never entered: with tracing on, an
+    /// enter and an exit on every poll cost more than the spans themselves
+    /// (research/benchmarks.md, "Issue 39: the request hot path").
     ///
     /// # Errors
     /// The [`Error`] that becomes the problem response (or, where the edge
@@ -47,6 +53,7 @@ impl Runtime {
         self: &Arc<Self>,
         to: To<'_>,
         message: &Inbound<'_>,
+        parent: &Span,
     ) -> Result<Reply, Error> {
         if message.kind == Kind::Request && otel::enabled() {
             // The request's span (research/contract.md, "Traces"): checked
@@ -56,17 +63,19 @@ impl Runtime {
                 To::Connection(connection) => Some(&*connection.id),
             };
             let session = message.envelope.session_id();
-            let span = otel::rpc_request(message.method(), connection, session.as_deref());
-            return self.dispatch_to(to, message).instrument(span).await;
+            let span = otel::rpc_request(parent, message.method(), connection, session.as_deref());
+            return self.dispatch_to(to, message, &span).await;
         }
-        self.dispatch_to(to, message).await
+        self.dispatch_to(to, message, &Span::none()).await
     }
 
-    /// [`Runtime::dispatch`], inside the request's span when it has one.
+    /// [`Runtime::dispatch`] of a message whose span (a request's, while
+    /// tracing is on) is `span`.
     async fn dispatch_to(
         self: &Arc<Self>,
         to: To<'_>,
         message: &Inbound<'_>,
+        span: &Span,
     ) -> Result<Reply, Error> {
         let connection = match to {
             To::Open(opening) => return self.open(message, opening).await,
@@ -77,7 +86,7 @@ impl Runtime {
         }
         let _active = connection.begin_request();
         match message.kind {
-            Kind::Request => self.request(connection, message).await,
+            Kind::Request => self.request(connection, message, span).await,
             Kind::Notification => self.notification(connection, message).await,
             Kind::Response => self.answer(connection, message).await,
         }
@@ -85,11 +94,13 @@ impl Runtime {
 
     /// A request on an open connection: answered by the runtime (extension
     /// methods, `session/list`, `initialize` again, a request on an ended
-    /// session) or forwarded to the connection's agent and its answer awaited.
+    /// session) or forwarded to the connection's agent and its answer
+    /// awaited; `span` is the request's.
     async fn request(
         self: &Arc<Self>,
         connection: &Arc<Connection>,
         message: &Inbound<'_>,
+        span: &Span,
     ) -> Result<Reply, Error> {
         let (envelope, body) = (&message.envelope, message.line);
         let client_id = envelope.id.unwrap_or(RawValue::NULL);
@@ -189,8 +200,10 @@ impl Runtime {
                 None,
             )));
         }
-        self.forward(&process, connection, in_flight, message, effect, session)
-            .await
+        self.forward(
+            &process, connection, in_flight, message, effect, session, span,
+        )
+        .await
     }
 
     /// Requests on an ended session fail at once. A session that ended with
@@ -218,7 +231,9 @@ impl Runtime {
 
     /// Sends a request whose id the connection has claimed (`in_flight`) to
     /// `process` (recorded in its session's event log first) and awaits the
-    /// answer.
+    /// answer; `span` is the request's.
+    // What `request` found out on its way here, passed on as it is.
+    #[allow(clippy::too_many_arguments)]
     async fn forward(
         &self,
         process: &AgentProcess,
@@ -227,6 +242,7 @@ impl Runtime {
         message: &Inbound<'_>,
         effect: Effect,
         session: Option<Arc<str>>,
+        span: &Span,
     ) -> Result<Reply, Error> {
         let envelope = &message.envelope;
         let client_id = envelope.id.unwrap_or(RawValue::NULL);
@@ -254,6 +270,7 @@ impl Runtime {
                 envelope.params,
                 effect,
                 session,
+                span,
             )
             .await;
         match sent {

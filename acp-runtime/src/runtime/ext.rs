@@ -152,7 +152,7 @@ pub async fn call(
     method: &str,
     params: Option<&RawValue>,
 ) -> Result<Box<RawValue>, Box<RawValue>> {
-    let request = protocol::request_line(&protocol::agent_id(0), method, params);
+    let request = protocol::agent_request_line(0, method, params);
     let mut methods = methods(runtime.processes.is_some()).clone();
     methods.extensions_mut().insert(Caller {
         runtime: runtime.clone(),

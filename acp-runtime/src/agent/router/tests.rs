@@ -176,6 +176,7 @@ impl Fixture {
                 Some(&params),
                 effect,
                 session.map(Into::into),
+                &tracing::Span::none(),
             )
             .await
             .expect("the process is running")

@@ -39,8 +39,8 @@ pub enum Scenario {
     Stdio,
     /// The same requests over TCP through `socat` to a mock agent: what a
     /// relay that only copies lines adds to stdio, the floor under the
-    /// websocket and roundtrip ratios (needs `socat`; not in the default
-    /// run).
+    /// websocket and roundtrip ratios (needs `socat`; in the default run
+    /// when `socat` is on `PATH`).
     Relay,
     /// One prompt emitting M updates: SSE versus raw stdio.
     Stream,
@@ -79,8 +79,10 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    /// The default run: every scenario but [`Scenario::Fs`] (minutes of
-    /// disk traffic; ask for it with `--scenario fs`).
+    /// The default run: the quick scenarios (not [`Scenario::Fs`], minutes
+    /// of disk traffic, nor the other long ones; ask for them with
+    /// `--scenario`), and [`Scenario::Relay`] after stdio when `socat` is
+    /// on `PATH` ([`Scenario::defaults`]).
     pub const ALL: [Scenario; 8] = [
         Scenario::Roundtrip,
         Scenario::Stdio,
@@ -91,6 +93,32 @@ impl Scenario {
         Scenario::Connections,
         Scenario::Startup,
     ];
+
+    /// The default run: [`Scenario::ALL`], with [`Scenario::Relay`] after
+    /// [`Scenario::Stdio`] when `socat` is on `PATH` (the websocket's
+    /// targets are ratios to the relay, research/benchmarks.md).
+    pub fn defaults() -> Vec<Scenario> {
+        let mut scenarios = Self::ALL.to_vec();
+        if on_path("socat") {
+            let at = scenarios
+                .iter()
+                .position(|s| *s == Scenario::Stdio)
+                .map_or(0, |at| at + 1);
+            scenarios.insert(at, Scenario::Relay);
+        }
+        scenarios
+    }
+}
+
+/// Whether an executable file `name` is in one of `PATH`'s directories.
+fn on_path(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(name))
+                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        })
+    })
 }
 
 /// What to run and how hard.
@@ -197,7 +225,7 @@ impl BenchArgs {
             connections: self.connections.max(1),
             duration: Duration::from_secs_f64(self.duration),
             scenarios: if self.scenario.is_empty() {
-                Scenario::ALL.to_vec()
+                Scenario::defaults()
             } else {
                 self.scenario
             },

@@ -6,6 +6,10 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+/// The name of the runtime's own cost per round trip in the report (µs).
+pub const RUNTIME_COST: &str =
+    "runtime cost per round trip = roundtrip p50 − HTTP floor p50 − stdio p50 (µs)";
+
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Latencies {
@@ -189,6 +193,16 @@ impl Report {
                 1.3,
             ));
         }
+        // What the runtime itself adds to a round trip, beyond HTTP alone
+        // (the floor: `GET /v2/health` on the same connection) and the agent
+        // alone (stdio): medians of one run, so noise can make it negative.
+        if let (Some(http), Some(floor), Some(stdio)) = (
+            self.find("roundtrip (1 ").and_then(p50),
+            self.find("http floor").and_then(p50),
+            self.find("stdio (1 ").and_then(p50),
+        ) {
+            checks.push(Check::at_most(RUNTIME_COST, http - floor - stdio, 30.0));
+        }
         let rps = |r: &ScenarioResult| r.requests_per_sec;
         if let (Some(http), Some(stdio)) = (
             self.results
@@ -203,7 +217,20 @@ impl Report {
                 0.6,
             ));
         }
-        if let (Some(ws), Some(stdio)) = (
+        // The WebSocket against a relay that only copies bytes (socat), the
+        // floor of any server between a client and an agent; against stdio
+        // only when the run has no relay (research/benchmarks.md, "A relay's
+        // floor under the WebSocket ratio").
+        if let (Some(ws), Some(relay)) = (
+            self.find("websocket (1 ").and_then(p50),
+            self.find("relay (1 ").and_then(p50),
+        ) {
+            checks.push(Check::at_most(
+                "websocket / relay p50 (1 in flight)",
+                ws / relay,
+                1.15,
+            ));
+        } else if let (Some(ws), Some(stdio)) = (
             self.find("websocket (1 ").and_then(p50),
             self.find("stdio (1 ").and_then(p50),
         ) {
@@ -213,7 +240,16 @@ impl Report {
                 1.3,
             ));
         }
-        if let (Some(ws), Some(stdio)) = (
+        if let (Some(ws), Some(relay)) = (
+            self.find("websocket (16").and_then(rps),
+            self.find("relay (16").and_then(rps),
+        ) {
+            checks.push(Check::at_least(
+                "websocket / relay pipelined msgs/s",
+                ws / relay,
+                0.9,
+            ));
+        } else if let (Some(ws), Some(stdio)) = (
             self.find("websocket (16").and_then(rps),
             self.find("stdio (16").and_then(rps),
         ) {
@@ -513,10 +549,16 @@ impl Report {
         } else {
             let _ = writeln!(out, "\ntargets:");
         }
+        let name_width = checks
+            .iter()
+            .map(|check| check.name.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(50);
         for check in checks {
             let _ = writeln!(
                 out,
-                "  {:<50} {:>12.3} {:<10} {}",
+                "  {:<name_width$} {:>12.3} {:<10} {}",
                 check.name,
                 check.value,
                 check.target,
