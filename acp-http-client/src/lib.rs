@@ -21,6 +21,8 @@
 //!   messages; its [`Incoming`] stream yields everything that comes back,
 //!   de-duplicated.
 //! - `sse`: the event stream task: open, read, reconnect with back-off.
+//! - `sse_parser`: the SSE wire format, bytes into [`SseEvent`]s
+//!   ([`sse_events`]); public for the workspace's other SSE readers.
 //! - `websocket`: the [`Transport::WebSocket`] socket task (one text frame
 //!   per message, no resume).
 //! - `options`: [`TransportOptions`] (URL, headers, token, timeouts, hook).
@@ -111,6 +113,7 @@ mod in_flight;
 mod options;
 mod protocol;
 mod sse;
+mod sse_parser;
 mod transport;
 mod websocket;
 
@@ -125,4 +128,5 @@ pub use protocol::{
     DEFAULT_PATH, LAST_EVENT_ID_HEADER,
 };
 pub use sse::whole_lines;
+pub use sse_parser::{SseEvent, SseParser, sse_events};
 pub use transport::{HttpTransport, TransportHandle, http_failure};

@@ -15,12 +15,14 @@
 //! - [`fs`]: the host file system.
 //! - [`processes`]: the process API: run, start (a [`ProcessHandle`] with
 //!   its resumable output), list, get.
+//! - [`output_chunk`]: a followed output chunk's JSON, decoded in one pass.
 
 mod acp;
 mod control_plane;
 mod extensions;
 mod fs;
 mod lifecycle;
+mod output_chunk;
 mod processes;
 
 use crate::connection::Live;

@@ -14,9 +14,8 @@
 
 use super::SandboxAgentClient;
 use crate::error::Error;
-use acp_http_client::ReconnectPolicy;
+use acp_http_client::{ReconnectPolicy, SseEvent};
 use bytes::Bytes;
-use eventsource_stream::Eventsource;
 use ext_methods::{
     Exit, OUTPUT_EVENT_DROPPED, OUTPUT_EVENT_EXIT, OutputChunk, OutputDropped, ProcessInfo,
     ProcessListParams, ProcessPage, ProcessRequest, ResizeBody, RunResult, SignalBody,
@@ -458,21 +457,13 @@ impl SandboxAgentClient {
     }
 }
 
-/// Longest line of an output stream: a chunk event's `data:` line (a
-/// chunk of at most 64 KiB, JSON-escaped or base64) fits many times over.
-const MAX_OUTPUT_LINE: usize = 4 << 20;
+/// Most bytes of one line, and of one event's data, on an output stream:
+/// a chunk event's `data:` line (a chunk of at most 64 KiB, JSON-escaped
+/// or base64) fits many times over.
+const MAX_OUTPUT_EVENT: usize = 4 << 20;
 
 /// The parsed SSE events of one open output stream.
-type SseEvents = Pin<
-    Box<
-        dyn Stream<
-                Item = Result<
-                    eventsource_stream::Event,
-                    eventsource_stream::EventStreamError<std::io::Error>,
-                >,
-            > + Send,
-    >,
->;
+type SseEvents = Pin<Box<dyn Stream<Item = Result<SseEvent, std::io::Error>> + Send>>;
 
 /// Where a [`ProcessOutput`] is: the offset after the last byte handed
 /// out (the `Last-Event-ID` of a reopen) and the open stream, if any.
@@ -543,7 +534,7 @@ impl Follow {
 
     /// One SSE event as an item (`None` for an event to skip: a chunk
     /// wholly before `offset`).
-    fn handle(&mut self, event: &eventsource_stream::Event) -> Result<Option<OutputEvent>, Error> {
+    fn handle(&mut self, event: &SseEvent) -> Result<Option<OutputEvent>, Error> {
         let invalid = |message: String| Error::InvalidResponse {
             what: format!("GET /v2/processes/{}/output", self.id),
             message,
@@ -557,13 +548,13 @@ impl Follow {
         match event.event.as_str() {
             OUTPUT_EVENT_EXIT => {
                 let exit: Exit =
-                    serde_json::from_str(&event.data).map_err(|e| invalid(e.to_string()))?;
+                    serde_json::from_slice(&event.data).map_err(|e| invalid(e.to_string()))?;
                 self.done = true;
                 Ok(Some(OutputEvent::Exit(exit)))
             }
             OUTPUT_EVENT_DROPPED => {
                 let dropped: OutputDropped =
-                    serde_json::from_str(&event.data).map_err(|e| invalid(e.to_string()))?;
+                    serde_json::from_slice(&event.data).map_err(|e| invalid(e.to_string()))?;
                 self.offset = self.offset.max(dropped.next_offset);
                 Ok(Some(OutputEvent::Dropped(dropped)))
             }
@@ -572,8 +563,8 @@ impl Follow {
                 if end <= self.offset {
                     return Ok(None);
                 }
-                let chunk: OutputChunk =
-                    serde_json::from_str(&event.data).map_err(|e| invalid(e.to_string()))?;
+                let chunk =
+                    super::output_chunk::decode(&event.data).map_err(|e| invalid(e.to_string()))?;
                 self.offset = end;
                 Ok(Some(OutputEvent::Chunk(chunk)))
             }
@@ -602,13 +593,14 @@ async fn open(client: &SandboxAgentClient, id: &str, offset: u64) -> Result<SseE
             })??,
             None => exchange.await?,
         };
-    // Whole lines to the SSE parser: a chunk event arriving in many TCP
-    // reads is then parsed once, not once per read (`whole_lines`).
+    // Each byte is searched once and a chunk's data stays a slice of what
+    // was read (`sse_events`); the chunk's JSON is decoded in one pass
+    // (`output_chunk`).
     let bytes = response
         .bytes_stream()
         .map(|item| item.map_err(std::io::Error::other));
-    let lines = acp_http_client::whole_lines(bytes, MAX_OUTPUT_LINE, |max| {
-        std::io::Error::other(format!("a line of the output stream is over {max} bytes"))
+    let events = acp_http_client::sse_events(bytes, MAX_OUTPUT_EVENT, |max| {
+        std::io::Error::other(format!("an event of the output stream is over {max} bytes"))
     });
-    Ok(Box::pin(lines.eventsource()))
+    Ok(Box::pin(events))
 }
