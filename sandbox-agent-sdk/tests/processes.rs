@@ -69,6 +69,7 @@ async fn a_cut_output_stream_resumes_with_every_byte_once() -> TestResult {
     let mut output = process.output();
     let mut received: Vec<u8> = Vec::new();
     let mut cuts = 0;
+    let mut marks_passed = 0;
     let mut last_end = 0;
     let mut exit = None;
     within("the followed output", async {
@@ -80,11 +81,20 @@ async fn a_cut_output_stream_resumes_with_every_byte_once() -> TestResult {
                     let bytes = chunk.bytes().unwrap_or_default();
                     last_end = chunk.end(bytes.len());
                     received.extend_from_slice(&bytes);
-                    // Cut the connection mid-stream three times.
+                    // Cut the connection mid-stream, up to three times. The
+                    // first mark comes while `seq` still writes, so there
+                    // is a connection to cut; by a later one the client may
+                    // already hold the rest and the exit, the stream closed.
                     let marks = [64 * 1024, 2 * 1024 * 1024, 5 * 1024 * 1024];
-                    if cuts < marks.len() && received.len() >= marks[cuts] {
-                        assert!(proxy.cut() > 0, "nothing to cut at {}", received.len());
-                        cuts += 1;
+                    if marks_passed < marks.len() && received.len() >= marks[marks_passed] {
+                        let cut = proxy.cut();
+                        assert!(
+                            marks_passed > 0 || cut > 0,
+                            "nothing to cut at {}",
+                            received.len()
+                        );
+                        marks_passed += 1;
+                        cuts += usize::from(cut > 0);
                     }
                 }
                 OutputEvent::Dropped(gap) => panic!("the ring holds everything: {gap:?}"),
@@ -94,7 +104,8 @@ async fn a_cut_output_stream_resumes_with_every_byte_once() -> TestResult {
         Ok::<_, Error>(())
     })
     .await?;
-    assert_eq!(cuts, 3);
+    assert_eq!(marks_passed, 3);
+    assert!(cuts >= 1, "at least the first mark cut a connection");
     assert_eq!(exit.map(|e| e.exit_code), Some(Some(0)));
     assert_eq!(received.len(), expected.len());
     assert!(received == expected.as_bytes(), "every byte once, in order");
