@@ -181,6 +181,12 @@ pub enum Error {
     /// "Durable sessions"); the newest events are still served from memory.
     #[error("the session store cannot be read right now: {0}")]
     StoreUnavailable(String),
+    /// A client's message found no room in the session store's queue within
+    /// `CLIENT_WAIT` (5 s): refused and not forwarded to the agent, so what
+    /// the agent ran is always in the stored log (research/contract.md,
+    /// "Durable sessions").
+    #[error("the session store is behind: the message was not forwarded to the agent; retry later")]
+    StoreBehind,
     /// A file system path that cannot be used: empty, with a NUL byte, `..`
     /// in a relative path, or naming the file system root where an entry is
     /// needed (research/contract.md, "Host file system").
@@ -409,7 +415,8 @@ impl Error {
             Self::TooManyConnections { .. }
             | Self::TooManyHttpConnections { .. }
             | Self::ShuttingDown
-            | Self::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | Self::StoreUnavailable(_)
+            | Self::StoreBehind => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout { .. } | Self::InputTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::BatchNotSupported => StatusCode::NOT_IMPLEMENTED,
         }
@@ -447,6 +454,7 @@ impl Error {
             Self::TooManyHttpConnections { .. } => "too-many-http-connections",
             Self::ShuttingDown => "shutting-down",
             Self::StoreUnavailable(_) => "store-unavailable",
+            Self::StoreBehind => "store-behind",
             Self::Timeout { .. } | Self::InputTimeout { .. } => "timeout",
             Self::InvalidPath(_) => "invalid-path",
             Self::OutsideRoot { .. } => "outside-root",

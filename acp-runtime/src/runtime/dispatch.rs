@@ -16,8 +16,9 @@ use crate::otel;
 use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
 use crate::state::connection::{Connection, InFlightId, MAX_IN_FLIGHT, Profile, Refused};
 use crate::state::session::{MAX_METADATA_BYTES, metadata_size};
+use crate::store::writer::Room;
 use bytes::Bytes;
-use ext_methods::{Direction, PREFIX as EXTENSION_PREFIX};
+use ext_methods::PREFIX as EXTENSION_PREFIX;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -254,7 +255,9 @@ impl Runtime {
             .as_deref()
             .and_then(|id| self.sessions.live(id, process.generation))
         {
-            session.record(Direction::ClientToAgent, message.line.clone());
+            // Dropping `in_flight` on a refusal releases the id.
+            let room = self.room_for(&connection.agent, message.line).await?;
+            session.record_admitted(message.line.clone(), room);
             if method == method::SESSION_PROMPT
                 && let Some(params) = envelope.params
             {
@@ -485,7 +488,8 @@ impl Runtime {
             .session_id()
             .and_then(|id| self.sessions.live(&id, process.generation));
         if let Some(session) = &session {
-            session.record(Direction::ClientToAgent, body.clone());
+            let room = self.room_for(&connection.agent, body).await?;
+            session.record_admitted(body.clone(), room);
         }
         if process.router.send_line(body).await.is_err() {
             tracing::debug!(connection = %connection.id, "notification dropped: agent process exited");
@@ -509,6 +513,9 @@ impl Runtime {
     ) -> Result<Reply, Error> {
         let (envelope, body) = (&message.envelope, message.line);
         let raw_id = envelope.id.map(RawValue::get).unwrap_or("null");
+        // Room first: a refused answer leaves the agent's request open, for
+        // this client to answer again.
+        let room = self.room_for(&connection.agent, body).await?;
         let current = self.agents.current(&connection.agent);
         match current
             .as_ref()
@@ -520,7 +527,7 @@ impl Runtime {
                     .as_deref()
                     .and_then(|id| self.sessions.live(id, process.generation))
                 {
-                    session.record(Direction::ClientToAgent, body.clone());
+                    session.record_admitted(body.clone(), room);
                 }
                 if process.router.send_line(body).await.is_err() {
                     tracing::debug!(connection = %connection.id, "answer dropped: agent process exited");
@@ -535,6 +542,27 @@ impl Runtime {
             }
         }
         Ok(Reply::Accepted)
+    }
+}
+
+impl Runtime {
+    /// Room in the store's queue for `line`, a client's message to one of
+    /// `agent`'s sessions, taken before it is recorded and forwarded
+    /// (`None` with no store).
+    ///
+    /// # Errors
+    /// [`Error::StoreBehind`] (503) when the queue had no room within
+    /// `CLIENT_WAIT`: the message is neither recorded nor forwarded, so it
+    /// is never silently missing from the stored log (research/contract.md,
+    /// "Durable sessions").
+    async fn room_for(&self, agent: &Arc<str>, line: &Bytes) -> Result<Option<Room>, Error> {
+        let Some(persist) = self.sessions.store() else {
+            return Ok(None);
+        };
+        match persist.room(agent, line.len()).await {
+            Some(room) => Ok(Some(room)),
+            None => Err(Error::StoreBehind),
+        }
     }
 }
 

@@ -465,7 +465,13 @@ impl Session {
         let stored = self.persist.as_ref().is_none_or(|p| !p.is_shutting_down());
         {
             let mut state = self.state.lock();
-            self.record_locked(&mut state, Direction::AgentToClient, line.clone(), stored);
+            self.record_locked(
+                &mut state,
+                Direction::AgentToClient,
+                line.clone(),
+                stored,
+                None,
+            );
         }
         if stored {
             writer::until_committed(self.durable_barrier()).await;
@@ -490,7 +496,16 @@ impl Session {
     /// Records one ACP message of this session in its event log.
     pub fn record(&self, direction: Direction, message: Bytes) {
         let mut state = self.state.lock();
-        self.record_locked(&mut state, direction, message, true);
+        self.record_locked(&mut state, direction, message, true, None);
+    }
+
+    /// Records a client's message for which `room` was taken in the store's
+    /// queue ([`Persist::room`]): never dropped from the store
+    /// (research/contract.md, "Durable sessions"). `None` (no store) is
+    /// [`Self::record`].
+    pub(crate) fn record_admitted(&self, message: Bytes, room: Option<writer::Room>) {
+        let mut state = self.state.lock();
+        self.record_locked(&mut state, Direction::ClientToAgent, message, true, room);
     }
 
     /// Records a message and pushes `line` (the same message) to every
@@ -500,7 +515,7 @@ impl Session {
         for attached in &state.attached {
             attached.connection.push(message.clone(), Some(&self.id));
         }
-        self.record_locked(&mut state, direction, message, true);
+        self.record_locked(&mut state, direction, message, true, None);
     }
 
     /// Records a message and returns the attached controllers, under one
@@ -511,7 +526,7 @@ impl Session {
         message: Bytes,
     ) -> Vec<Arc<Connection>> {
         let mut state = self.state.lock();
-        self.record_locked(&mut state, direction, message, true);
+        self.record_locked(&mut state, direction, message, true, None);
         controllers(&state.attached)
     }
 
@@ -524,6 +539,7 @@ impl Session {
         direction: Direction,
         message: Bytes,
         stored: bool,
+        room: Option<writer::Room>,
     ) {
         let now = SystemTime::now();
         state.updated_at = now;
@@ -537,7 +553,7 @@ impl Session {
                 direction,
                 message: message.clone(),
             };
-            persist.event(share, &self.id, event);
+            persist.event(share, &self.id, event, room);
         }
         state.log.record(now, direction, message);
     }

@@ -52,6 +52,27 @@ impl Share {
         self.waiting_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// Takes `bytes` of the share for a client's message unless the share
+    /// is full; atomic, so of many clients racing for the last room only
+    /// one gets it (the share then ends at most one message past its
+    /// cap). Returns whether the room was taken; give it back with
+    /// [`Self::remove`].
+    pub(crate) fn try_take(&self, bytes: usize) -> bool {
+        if self.waiting.load(Ordering::Relaxed) >= SHARE_EVENTS {
+            return false;
+        }
+        let taken = self
+            .waiting_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
+                (waiting < self.max_bytes).then_some(waiting + bytes)
+            })
+            .is_ok();
+        if taken {
+            self.waiting.fetch_add(1, Ordering::Relaxed);
+        }
+        taken
+    }
+
     /// An event of `bytes` bytes was written or dropped.
     pub(crate) fn remove(&self, bytes: usize) {
         self.waiting.fetch_sub(1, Ordering::Relaxed);

@@ -9,6 +9,11 @@
 //!   [`Share`] of the queue, and while the store is healthy and the share is
 //!   full, the agent's stdout reader waits ([`Persist::wait_for_room`]).
 //!   While the store is degraded nobody waits and the caps above apply.
+//! - A client's message is stored or refused, never dropped: before it is
+//!   recorded and forwarded it takes room in its agent's share
+//!   ([`Persist::room`]), waiting at most [`CLIENT_WAIT`]; past that it is
+//!   refused (`store-behind`, 503) and the agent never sees it. Its event
+//!   then skips the waiting caps: the shares bound it.
 //! - An answer a client sees is durable: [`Persist::barrier`] resolves once
 //!   every earlier write is committed (group commit: it rides the batch),
 //!   or at once when the store turns degraded.
@@ -104,6 +109,28 @@ const PAUSE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 /// write that hangs is failed after [`WRITE_TIMEOUT`], which releases it
 /// too).
 pub(crate) const DURABLE_WAIT: Duration = Duration::from_secs(5);
+
+/// Longest a client's message waits for room in its agent's share before
+/// it is refused (research/contract.md, "Durable sessions": a client's
+/// message is stored or refused, never dropped).
+pub(crate) const CLIENT_WAIT: Duration = Duration::from_secs(5);
+/// How often a waiting client's message looks for room again.
+const CLIENT_POLL: Duration = Duration::from_millis(20);
+
+/// Room held in an agent's share for one client message until it is
+/// recorded ([`crate::state::session::Session::record_admitted`]); given
+/// back when dropped, so a message that ends up not recorded holds nothing.
+#[derive(Debug)]
+pub(crate) struct Room {
+    share: Arc<Share>,
+    bytes: usize,
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        self.share.remove(self.bytes);
+    }
+}
 
 /// Waits until `barrier` (from [`Persist::barrier`]) resolves, at most
 /// [`DURABLE_WAIT`]. Returns whether the writes before it are committed;
@@ -416,14 +443,50 @@ impl Persist {
         }
     }
 
+    /// Room in `agent`'s share for a client message of `message_len` bytes,
+    /// waiting while the share (or the whole queue) is full, at most
+    /// [`CLIENT_WAIT`]; `None` when there is still none: the message must
+    /// be refused, not forwarded (research/contract.md, "Durable
+    /// sessions"). Waits while the store is degraded too: a message the
+    /// store cannot take is refused rather than run unrecorded.
+    pub(crate) async fn room(&self, agent: &Arc<str>, message_len: usize) -> Option<Room> {
+        let share = self.share(agent);
+        let bytes = std::mem::size_of::<Write>() + message_len;
+        let deadline = Instant::now() + CLIENT_WAIT;
+        loop {
+            let queue_full = self.waiting.load(Ordering::Relaxed) >= MAX_WAITING
+                || self.waiting_bytes.load(Ordering::Relaxed) >= self.limits.waiting_bytes;
+            if !queue_full && share.try_take(bytes) {
+                return Some(Room { share, bytes });
+            }
+            if Instant::now() >= deadline {
+                if self.drop_warning.admit() {
+                    tracing::warn!(
+                        agent = %share.agent,
+                        "session store is behind: a client's message was refused (not forwarded)"
+                    );
+                }
+                return None;
+            }
+            tokio::time::sleep(CLIENT_POLL).await;
+        }
+    }
+
     /// Queues one event of `share`'s agent; dropped (counted, logged) past
-    /// the waiting caps.
-    pub(crate) fn event(&self, share: &Arc<Share>, session: &Arc<str>, event: EventRow) {
+    /// the waiting caps unless `room` was taken for it ([`Self::room`]).
+    pub(crate) fn event(
+        &self,
+        share: &Arc<Share>,
+        session: &Arc<str>,
+        event: EventRow,
+        room: Option<Room>,
+    ) {
         let bytes = std::mem::size_of::<Write>() + event.message.len();
         // At the cap, not past it: one message larger than the whole cap
         // (a small budget's) is still queued when the queue has room.
-        if self.waiting.load(Ordering::Relaxed) >= MAX_WAITING
-            || self.waiting_bytes.load(Ordering::Relaxed) >= self.limits.waiting_bytes
+        if room.is_none()
+            && (self.waiting.load(Ordering::Relaxed) >= MAX_WAITING
+                || self.waiting_bytes.load(Ordering::Relaxed) >= self.limits.waiting_bytes)
         {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if self.drop_warning.admit() {
@@ -435,6 +498,8 @@ impl Persist {
             return;
         }
         share.add(bytes);
+        // The event holds its own bytes now: the room goes back.
+        drop(room);
         self.send(Write::Event {
             agent: share.agent.clone(),
             session: session.clone(),

@@ -273,6 +273,65 @@ async fn under_a_small_budget_the_store_queue_waits_and_loses_nothing() {
     }
 }
 
+/// (research/contract.md, "Durable sessions": a client's message is stored
+/// or refused, never dropped): 24 prompts of 4 MB at once, one per session,
+/// under a 1 MB budget (a queue of 250 kB). Each is either answered and in
+/// its session's stored log at offset 2, or refused with a 503
+/// `store-behind` and never forwarded (no prompt, no reply in the log);
+/// the store drops nothing.
+#[tokio::test]
+async fn client_messages_past_the_store_queue_wait_or_are_refused_never_dropped() {
+    const PROMPTS: usize = 24;
+    const PROMPT_BYTES: usize = 4_000_000;
+    let server = TestServer::start(&["--memory-budget-bytes", "1000000"]).await;
+    let api = server.api();
+    let conn = api.initialize("mock").await;
+    let mut sessions = Vec::new();
+    for _ in 0..PROMPTS {
+        sessions.push(api.new_session(&conn).await);
+    }
+    let text = "x".repeat(PROMPT_BYTES);
+    let requests: Vec<Value> = sessions
+        .iter()
+        .map(|session| {
+            v2_api_tests::acp::request(
+                7,
+                "session/prompt",
+                v2_api_tests::acp::prompt_params(session, &text),
+            )
+        })
+        .collect();
+    let replies = futures::future::join_all(
+        requests
+            .iter()
+            .map(|request| api.post(Some(&conn), request)),
+    )
+    .await;
+    let health = api.store_caught_up(RETURN_WITHIN).await;
+    assert_eq!(health["storeDroppedEvents"], 0, "{health}");
+    let mut answered = 0;
+    for (session, reply) in sessions.iter().zip(&replies) {
+        let events = api.all_events(session).await;
+        let prompts: Vec<&Value> = events
+            .iter()
+            .filter(|event| event["message"]["method"] == "session/prompt")
+            .collect();
+        if reply.status == 503 {
+            v2_api_tests::problem::assert_problem(reply, 503, "store-behind");
+            assert!(prompts.is_empty(), "a refused prompt was forwarded");
+            assert_eq!(events.len(), 2, "the agent ran a refused prompt");
+        } else {
+            let body = reply.json();
+            assert_eq!(body["result"]["stopReason"], "end_turn", "{body}");
+            assert_eq!(prompts.len(), 1, "{session}: the prompt is not stored");
+            assert_eq!(prompts[0]["offset"], 2);
+            assert_eq!(prompts[0]["direction"], "client_to_agent");
+            answered += 1;
+        }
+    }
+    assert!(answered > 0, "every prompt was refused");
+}
+
 #[tokio::test]
 async fn memory_budget_without_a_store_evicts_into_the_offset_gap() {
     let budget = SMALL_BUDGET.to_string();
