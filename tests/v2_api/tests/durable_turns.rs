@@ -207,10 +207,9 @@ async fn a_flood_while_the_store_is_slow_waits_and_stores_every_event() {
         health["storePauses"].as_u64().is_some_and(|n| n > 0),
         "{health}"
     );
-    assert!(
-        health["storePausedMs"].as_u64().is_some_and(|n| n > 0),
-        "{health}"
-    );
+    // How long is whole milliseconds: a pause the writer ended within one
+    // reads 0 (seen once with the smaller shares of the budgeted queue).
+    assert!(health["storePausedMs"].as_u64().is_some(), "{health}");
     assert_eq!(health["storePausedAgents"], json!([]), "{health}");
     for session in &sessions {
         let entry = server
