@@ -94,13 +94,17 @@ pub(crate) struct Scope {
 /// keeps credentials per thread (`setfsuid`, `setfsgid` and the raw
 /// `setgroups` change the calling thread alone; glibc's `setgroups` would
 /// change every thread), and moving the file system uid off 0 drops the
-/// capabilities that override file permissions. Restored to the server's
-/// own when dropped. Blocking threads only: a future may move between
-/// threads.
+/// capabilities that override file permissions. The thread's other
+/// effective capabilities are dropped too (`capset` is per thread): with
+/// CAP_SYS_PTRACE the kernel would still show the user `/proc`'s links and
+/// descriptors of root's processes. Restored to the server's own when
+/// dropped. Blocking threads only: a future may move between threads.
 pub(crate) struct ActingAs {
     uid: nix::unistd::Uid,
     gid: nix::unistd::Gid,
     groups: Vec<rustix::process::Gid>,
+    /// The thread's capabilities before, once its effective set is empty.
+    capabilities: Option<rustix::thread::CapabilitySets>,
 }
 
 impl ActingAs {
@@ -120,12 +124,36 @@ impl ActingAs {
         rustix::thread::set_thread_groups(&theirs).map_err(failed)?;
         let gid = nix::unistd::setfsgid(user.gid());
         let uid = nix::unistd::setfsuid(user.uid());
-        Ok(Self { uid, gid, groups })
+        // From here on a failure drops `acting`, which restores the above.
+        let mut acting = Self {
+            uid,
+            gid,
+            groups,
+            capabilities: None,
+        };
+        let dropped = |e: rustix::io::Errno| {
+            Error::FsIo(format!(
+                "cannot drop the capabilities of this request's thread for user {}: {e}",
+                user.name
+            ))
+        };
+        let before = rustix::thread::capabilities(None).map_err(dropped)?;
+        let mut none = before;
+        none.effective = rustix::thread::CapabilitySet::empty();
+        rustix::thread::set_capabilities(None, none).map_err(dropped)?;
+        acting.capabilities = Some(before);
+        Ok(acting)
     }
 }
 
 impl Drop for ActingAs {
     fn drop(&mut self) {
+        // First: giving the groups back needs CAP_SETGID.
+        if let Some(before) = self.capabilities
+            && let Err(error) = rustix::thread::set_capabilities(None, before)
+        {
+            tracing::error!(%error, "cannot give a blocking thread its capabilities back");
+        }
         nix::unistd::setfsuid(self.uid);
         nix::unistd::setfsgid(self.gid);
         if let Err(error) = rustix::thread::set_thread_groups(&self.groups) {

@@ -77,15 +77,11 @@ pub async fn post(
     let connection_id = header(request.headers(), ACP_CONNECTION_ID_HEADER)?;
     let session_header = header(request.headers(), ACP_SESSION_ID_HEADER)?;
     let line = one_line(&body);
-    let apart;
-    let message = if line.len() > message::INLINE_PARSE_BYTES {
-        apart = message::parse_apart(line.clone())
-            .await?
-            .map_err(message::invalid)?;
-        apart.inbound()
-    } else {
-        Inbound::parse(&line).map_err(message::invalid)?
-    };
+    let mut apart = None;
+    let message = message::parse(&line, &mut apart)
+        .await
+        .ok_or(Error::ShuttingDown)?
+        .map_err(message::invalid)?;
     let Some(connection_id) = connection_id else {
         if !message.is_initialize() {
             return Err(Error::InvalidRequest(format!(

@@ -49,12 +49,29 @@ pub const INLINE_PARSE_BYTES: usize = 64 * 1024;
 /// # Errors
 /// The [`EnvelopeError`] naming what is wrong; [`Error::ShuttingDown`] (as
 /// the inner error's carrier) when the blocking pool no longer runs tasks.
-pub async fn parse_apart(line: Bytes) -> Result<Result<OwnedInbound, EnvelopeError>, Error> {
+async fn parse_apart(line: Bytes) -> Result<Result<OwnedInbound, EnvelopeError>, Error> {
     tokio::task::spawn_blocking(move || Inbound::parse(&line).map(|m| OwnedInbound::new(&m)))
         .await
         // The closure cannot panic; a join error means the runtime is
         // dropping its blocking tasks: it is shutting down.
         .map_err(|_| Error::ShuttingDown)
+}
+
+/// The message of `line`, parsed in place, or on the blocking pool into
+/// `apart` when it is longer than [`INLINE_PARSE_BYTES`] (every edge: a
+/// `/v2/rpc` or `/acp` POST, a WebSocket frame). `None` when the server is
+/// shutting down.
+pub async fn parse<'a>(
+    line: &'a Bytes,
+    apart: &'a mut Option<OwnedInbound>,
+) -> Option<Result<Inbound<'a>, EnvelopeError>> {
+    if line.len() <= INLINE_PARSE_BYTES {
+        return Some(Inbound::parse(line));
+    }
+    match parse_apart(line.clone()).await.ok()? {
+        Ok(owned) => Some(Ok(apart.insert(owned).inbound())),
+        Err(error) => Some(Err(error)),
+    }
 }
 
 /// The 400 for bytes that are not a JSON-RPC message.

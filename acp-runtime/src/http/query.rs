@@ -17,14 +17,18 @@ pub type Pair<'a> = (Cow<'a, str>, Cow<'a, str>);
 /// are skipped).
 ///
 /// # Errors
-/// [`Error::InvalidRequest`] (400) for a name that appears twice, or a name
+/// [`Error::InvalidRequest`] (400) for a name that appears twice (an alias
+/// counting as its name: `session_id` as `sessionId`), or a name
 /// or value that is not UTF-8 once decoded.
 pub fn pairs(query: Option<&str>) -> Result<Vec<Pair<'_>>, Error> {
     let mut pairs: Vec<Pair<'_>> = Vec::new();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         let name = decode(name)?;
-        if pairs.iter().any(|(seen, _)| *seen == name) {
+        if pairs
+            .iter()
+            .any(|(seen, _)| canonical(seen) == canonical(&name))
+        {
             return Err(Error::InvalidRequest(format!(
                 "query parameter {name} is given more than once; send it once"
             )));
@@ -33,6 +37,16 @@ pub fn pairs(query: Option<&str>) -> Result<Vec<Pair<'_>>, Error> {
         pairs.push((name, value));
     }
     Ok(pairs)
+}
+
+/// The name a parameter is known by: `session_id` is an alias of
+/// `sessionId` on every route that reads it, so both together name one
+/// parameter twice.
+fn canonical(name: &str) -> &str {
+    match name {
+        "session_id" => "sessionId",
+        other => other,
+    }
 }
 
 fn decode(raw: &str) -> Result<Cow<'_, str>, Error> {
@@ -63,7 +77,13 @@ mod tests {
 
     #[test]
     fn refuses_a_repeated_name_and_bytes_that_are_not_utf8() {
-        for query in ["path=a&path=b", "path=a&p%61th=b", "a=%FF", "%FF=1"] {
+        for query in [
+            "path=a&path=b",
+            "path=a&p%61th=b",
+            "sessionId=a&session_id=b",
+            "a=%FF",
+            "%FF=1",
+        ] {
             let error = pairs(Some(query)).expect_err(query);
             assert!(
                 matches!(error, Error::InvalidRequest(_)),

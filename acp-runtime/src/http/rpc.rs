@@ -6,7 +6,7 @@ use super::headers::{accepts, last_event_id};
 use super::message;
 use super::sse;
 use crate::error::Error;
-use crate::message::{Inbound, one_line};
+use crate::message::one_line;
 use crate::protocol::{APPLICATION_JSON, CONNECTION_ID_HEADER, EVENT_STREAM, LAST_EVENT_ID_HEADER};
 use crate::runtime::dispatch::To;
 use crate::runtime::open::Opening;
@@ -27,15 +27,11 @@ pub async fn post(
     let body = message::read(runtime, request).await?;
     let connection_id = connection_id(request.headers())?;
     let line = one_line(&body);
-    let apart;
-    let message = if line.len() > message::INLINE_PARSE_BYTES {
-        apart = message::parse_apart(line.clone())
-            .await?
-            .map_err(message::invalid)?;
-        apart.inbound()
-    } else {
-        Inbound::parse(&line).map_err(message::invalid)?
-    };
+    let mut apart = None;
+    let message = message::parse(&line, &mut apart)
+        .await
+        .ok_or(Error::ShuttingDown)?
+        .map_err(message::invalid)?;
     let connection;
     let to = match connection_id {
         None => To::Open(Opening::default()),

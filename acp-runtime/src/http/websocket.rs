@@ -29,8 +29,8 @@ use super::body::{Body, HttpRequest, empty};
 use super::message::{self, Detached, error_line};
 use super::routes::ACP_PATH;
 use crate::error::Error;
-use crate::message::{Inbound, OwnedInbound, one_line};
-use crate::protocol::{self, ACP_CONNECTION_ID_HEADER, EnvelopeError, Kind, RpcError, code};
+use crate::message::one_line;
+use crate::protocol::{self, ACP_CONNECTION_ID_HEADER, Kind, RpcError, code};
 use crate::runtime::dispatch::To;
 use crate::runtime::open::Opening;
 use crate::runtime::{Reply, Runtime};
@@ -368,7 +368,7 @@ impl Peer {
     ) -> Option<Bytes> {
         let line = one_line(&body);
         let mut apart = None;
-        let message = match parse(&line, &mut apart).await? {
+        let message = match message::parse(&line, &mut apart).await? {
             Ok(message) => message,
             Err(error) => return Some(parse_error(&error.to_string())),
         };
@@ -427,7 +427,7 @@ impl Peer {
     ) -> Option<Bytes> {
         let line = one_line(&body);
         let mut apart = None;
-        let message = match parse(&line, &mut apart).await? {
+        let message = match message::parse(&line, &mut apart).await? {
             Ok(message) => message,
             Err(error) => return Some(parse_error(&error.to_string())),
         };
@@ -599,22 +599,6 @@ where
         tokio::time::timeout(heartbeat * 2, sink.send(message)).await,
         Ok(Ok(()))
     )
-}
-
-/// The frame's message, parsed on the blocking pool into `apart` when it is
-/// longer than [`message::INLINE_PARSE_BYTES`] (see there). `None` when the
-/// server is shutting down: the frame gets no answer.
-async fn parse<'a>(
-    line: &'a Bytes,
-    apart: &'a mut Option<OwnedInbound>,
-) -> Option<Result<Inbound<'a>, EnvelopeError>> {
-    if line.len() <= message::INLINE_PARSE_BYTES {
-        return Some(Inbound::parse(line));
-    }
-    match message::parse_apart(line.clone()).await.ok()? {
-        Ok(owned) => Some(Ok(apart.insert(owned).inbound())),
-        Err(error) => Some(Err(error)),
-    }
 }
 
 #[cfg(test)]

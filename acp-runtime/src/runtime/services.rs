@@ -304,12 +304,23 @@ impl Runtime {
                 cwd
             }
         };
+        // Under --agent-user, `/proc` is out of reach as it is for the
+        // agents' own file requests: the server's threads keep
+        // CAP_SYS_PTRACE with the user's file system ids, so the kernel
+        // would show root's processes' links and descriptors (and
+        // `/proc/self` is the server's own) to what the user cannot see
+        // itself (research/contract.md, "Agents under an unprivileged user").
+        let excluded = if self.agent_user.is_some() {
+            vec![std::path::PathBuf::from("/proc")]
+        } else {
+            Vec::new()
+        };
         Scope::new(
             self.config.fs_root.clone(),
             self.config.fs_root_as_given.clone(),
             cwd,
         )
-        .map(|scope| scope.acting_as(self.agent_user.clone()))
+        .map(|scope| scope.excluding(excluded).acting_as(self.agent_user.clone()))
     }
 }
 

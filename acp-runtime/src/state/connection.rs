@@ -681,9 +681,11 @@ impl Stream {
         {
             return Batch::Ended;
         }
-        let Some(oldest) = state.events.front().map(|e| e.seq) else {
-            return Batch::Idle;
-        };
+        // A ring evicted to empty (the memory budget can empty it) holds
+        // nothing from `next_seq` on: events before that are gone and
+        // still get the gap notice (research/contract.md, "Transport:
+        // /v2/rpc", GET).
+        let oldest = state.events.front().map_or(state.next_seq, |e| e.seq);
         let before = out.len();
         let dropped = state.dropped.get(&self.lane).copied().unwrap_or(0);
         if dropped > self.sent {
@@ -964,5 +966,33 @@ mod tests {
         drop(stream);
         conn.close();
         assert_eq!(budget.used(), 0, "a closed connection releases its ring");
+    }
+
+    #[test]
+    fn a_ring_evicted_to_empty_still_gives_the_gap_notice() {
+        let c = connection(16);
+        for _ in 0..3 {
+            c.push(empty_object(), None);
+        }
+        assert_eq!(c.evict_to(0), 3);
+        let mut resumed = c.open_stream(Some(1)).expect("resume");
+        let mut out = Vec::new();
+        assert_eq!(resumed.next_batch(&mut out), Batch::Data);
+        assert_eq!(
+            out,
+            [Outgoing {
+                seq: None,
+                json: Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"method\":\"_sandboxagent/stream/gap\",\"params\":{\"from\":2,\"to\":3}}"),
+            }]
+        );
+        assert!(matches!(next(&mut resumed), Batch::Idle), "one notice");
+        c.push(empty_object(), None);
+        assert_eq!(ids(&mut resumed), ["4"]);
+        drop(resumed);
+        let mut first = c.open_stream(None).expect("first GET");
+        let mut out = Vec::new();
+        assert_eq!(first.next_batch(&mut out), Batch::Data);
+        let seqs: Vec<_> = out.iter().map(|m| m.seq).collect();
+        assert_eq!(seqs, [None, Some(4)], "a gap notice for 1..=3, then 4");
     }
 }

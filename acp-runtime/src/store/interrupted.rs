@@ -4,6 +4,11 @@
 //! request logged, its answer not) gets one `_sandboxagent/turn/interrupted`
 //! event appended, naming the agent requests the turn left unanswered.
 //!
+//! The turn that was running is the newest prompt with no answer, not the
+//! newest prompt: a prompt answered with an error (the agent refused it, as
+//! one sent while a turn runs is refused) ran no turn, so the scan reads on
+//! past it; a prompt answered with a result ran one and closes the scan.
+//!
 //! Runs before the writer starts and before the server serves, so nothing
 //! else writes those logs meanwhile. Bounded: at most [`MOST_SESSIONS`]
 //! sessions (the newest changed first) and [`MOST_EVENTS`] events read back
@@ -35,13 +40,20 @@ struct Envelope<'a> {
     id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     method: Option<&'a str>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
 }
 
 /// What the scan has learnt from a log read newest first.
 #[derive(Debug, Default)]
 pub(crate) struct Scan {
-    /// Ids (as JSON text) of client requests the agent answered.
+    /// Ids (as JSON text) of client requests the agent answered with a
+    /// result.
     answered_by_agent: Vec<String>,
+    /// Ids (as JSON text) of client requests answered with an error: a
+    /// prompt among them ran no turn (or ended one that closed nothing
+    /// older), so the scan reads on past it.
+    refused_by_agent: Vec<String>,
     /// Ids (as JSON text) of agent requests a client answered.
     answered_by_client: Vec<String>,
     /// Agent requests not answered, newest first.
@@ -56,8 +68,9 @@ pub(crate) enum Turn {
     /// No open turn (the last one was answered, the session ended, or its
     /// interruption is recorded already).
     Closed,
-    /// The last `session/prompt` (`prompt_id`) has no answer; `requests`
-    /// are the agent requests after it with none, oldest first.
+    /// The newest `session/prompt` with no answer (`prompt_id`), none newer
+    /// answered with a result; `requests` are the agent requests after it
+    /// with no answer, oldest first.
     Open {
         prompt_id: Value,
         requests: Vec<Value>,
@@ -77,7 +90,11 @@ impl Scan {
                 Turn::Closed
             }
             (Direction::AgentToClient, None, Some(id)) => {
-                self.answered_by_agent.push(id);
+                if envelope.error.is_some() {
+                    self.refused_by_agent.push(id);
+                } else {
+                    self.answered_by_agent.push(id);
+                }
                 Turn::Unknown
             }
             (Direction::ClientToAgent, None, Some(id)) => {
@@ -96,6 +113,11 @@ impl Scan {
                 if self.answered_by_agent.contains(&id) {
                     return Turn::Closed;
                 }
+                if self.refused_by_agent.contains(&id) {
+                    // No turn ran for it: the one running may be older
+                    // (research/contract.md, "`_sandboxagent/turn/interrupted`").
+                    return Turn::Unknown;
+                }
                 let mut requests = std::mem::take(&mut self.unanswered);
                 requests.reverse();
                 Turn::Open {
@@ -110,7 +132,7 @@ impl Scan {
 
 impl Store {
     /// Appends `_sandboxagent/turn/interrupted` to the log of every
-    /// not-ended session of this runtime id whose last prompt turn has no
+    /// not-ended session of this runtime id whose running prompt turn has no
     /// answer (see the module doc); returns how many it appended. A session
     /// whose log cannot be read or written is skipped with a warning.
     ///
@@ -160,8 +182,8 @@ impl Store {
         Ok(recorded)
     }
 
-    /// Scans (`agent`, `session`)'s log back from its end and, when its
-    /// last turn is open, appends the interrupted event at the next offset.
+    /// Scans (`agent`, `session`)'s log back from its end and, when a turn
+    /// is open, appends the interrupted event at the next offset.
     async fn interrupt_if_open(
         &self,
         agent: &str,
@@ -393,6 +415,46 @@ mod tests {
                 requests: vec![json!("q")]
             }
         );
+    }
+
+    #[test]
+    fn a_refused_prompt_does_not_hide_the_running_turn() {
+        let log = [
+            (C, prompt(2)),
+            (
+                A,
+                json!({"jsonrpc": "2.0", "id": "q", "method": "session/request_permission"}),
+            ),
+            (C, prompt(3)),
+            (
+                A,
+                json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32600, "message": "busy"}}),
+            ),
+        ];
+        assert_eq!(
+            verdict(&log),
+            Turn::Open {
+                prompt_id: json!(2),
+                requests: vec![json!("q")]
+            }
+        );
+    }
+
+    #[test]
+    fn a_turn_that_failed_closes_the_scan_when_nothing_older_is_open() {
+        let log = [
+            (C, prompt(2)),
+            (
+                A,
+                json!({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}),
+            ),
+            (C, prompt(3)),
+            (
+                A,
+                json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32603, "message": "failed"}}),
+            ),
+        ];
+        assert_eq!(verdict(&log), Turn::Closed);
     }
 
     #[test]

@@ -141,8 +141,14 @@ pub(crate) fn acquire(
             .open(&path)
             .map_err(|e| io(&e))?
     };
-    if !file.metadata().map_err(|e| io(&e))?.is_file() {
+    let meta = file.metadata().map_err(|e| io(&e))?;
+    if !meta.is_file() {
         return Err(io(&"not a regular file"));
+    }
+    // A hard link planted there would have the holder's URL written over
+    // another file's bytes (research/contract.md, "One server per runtime id").
+    if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+        return Err(io(&"a file with other hard links; remove it"));
     }
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(locked) => Ok(Some(RuntimeLock { file: locked })),

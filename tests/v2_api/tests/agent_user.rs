@@ -1321,3 +1321,39 @@ async fn a_terminal_program_cannot_quit_or_stop_its_supervisor_from_the_keyboard
     v2_api_tests::Api::send(delete).await.assert_status(204);
     assert!(!procfs::is_alive(&supervisor));
 }
+
+/// Under `--agent-user`, `/proc` is out of the host file API's and the
+/// process API's reach, as it is for the agents' own file requests: the
+/// server's threads act with the user's file system ids but keep
+/// CAP_SYS_PTRACE, so the kernel showed the links and descriptors of
+/// root's processes (and `/proc/self` is the server's own) that the user
+/// cannot see itself (attack review).
+#[tokio::test]
+async fn proc_is_out_of_reach_of_the_file_and_process_apis() {
+    if user_or_skip("proc").is_none() {
+        return;
+    }
+    let server = as_user(&[]).await;
+    let root_pid = std::process::id();
+    for path in [
+        format!("/proc/{root_pid}/exe"),
+        "/proc/self/fd".to_owned(),
+        "/proc".to_owned(),
+    ] {
+        let reply = server.api().get(&format!("/v2/fs/stat?path={path}")).await;
+        reply.assert_status(403);
+        let reply = server
+            .api()
+            .get(&format!("/v2/fs/entries?path={path}"))
+            .await;
+        reply.assert_status(403);
+    }
+    let reply = v2_api_tests::Api::send(
+        server
+            .api()
+            .request(reqwest::Method::POST, "/v2/processes/run")
+            .json(&json!({"command": "true", "cwd": format!("/proc/{root_pid}/cwd")})),
+    )
+    .await;
+    reply.assert_status(403);
+}

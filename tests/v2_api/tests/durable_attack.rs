@@ -465,6 +465,27 @@ async fn a_runtime_id_file_that_is_a_symlink_or_a_fifo_is_refused_at_start() {
     }
 }
 
+/// A hard link planted where the runtime lock goes is refused at start:
+/// the holder writes its URL into the lock file, which would overwrite
+/// the linked file's bytes (attack review).
+#[tokio::test]
+async fn a_hard_link_at_the_runtime_lock_path_is_refused_and_left_unchanged() {
+    let data = TempDir::new("lock-hard-link");
+    std::fs::write(data.path().join("runtime-id"), "rid-linked\n").expect("runtime-id");
+    let precious = data.write("precious.txt", b"precious\n");
+    std::fs::hard_link(
+        &precious,
+        data.path().join("sessions.db.runtime-rid-linked.lock"),
+    )
+    .expect("hard link");
+    let stderr = start_up_error(&["--data-dir", data.utf8()]).await;
+    assert!(
+        stderr.contains("hard links") && stderr.contains("rid-linked.lock"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&precious).expect("read"), b"precious\n");
+}
+
 /// "On success [of `session/load` or `session/resume`] the entry is
 /// revived"; "a session id reused after its session ended replaces the old
 /// entry, and the old events are deleted with it". A `session/new` whose

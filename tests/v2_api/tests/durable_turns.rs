@@ -207,10 +207,9 @@ async fn a_flood_while_the_store_is_slow_waits_and_stores_every_event() {
         health["storePauses"].as_u64().is_some_and(|n| n > 0),
         "{health}"
     );
-    assert!(
-        health["storePausedMs"].as_u64().is_some_and(|n| n > 0),
-        "{health}"
-    );
+    // How long is whole milliseconds: a pause the writer ended within one
+    // reads 0 (seen once with the smaller shares of the budgeted queue).
+    assert!(health["storePausedMs"].as_u64().is_some(), "{health}");
     assert_eq!(health["storePausedAgents"], json!([]), "{health}");
     for session in &sessions {
         let entry = server
@@ -377,4 +376,54 @@ async fn a_turn_killed_on_a_pending_permission_is_recorded_as_interrupted_postgr
     let pg = PgServer::start().await;
     pg.create_database("sessions").await;
     a_killed_turn_is_recorded_as_interrupted_once(Some(&pg.url("sessions"))).await;
+}
+
+/// A turn waiting on a permission, then a second prompt the agent refuses
+/// (-32600, a turn is already running), then SIGKILL: the next start
+/// records the turn that was running as interrupted, not nothing because
+/// the log's last prompt was answered (research/contract.md,
+/// "`_sandboxagent/turn/interrupted`").
+#[tokio::test]
+async fn a_refused_second_prompt_does_not_hide_the_interrupted_turn() {
+    let data = TempDir::new("interrupted-refused");
+    let mut server = start(data.path(), None, &[]).await;
+    let conn = server.initialize(MOCK).await;
+    let session = server.new_session(&conn).await;
+    let mut stream = server.open_stream(&conn, None).await;
+    let post = server
+        .api()
+        .rpc_post(Some(&conn))
+        .json(&v2_api_tests::acp::request(
+            "A",
+            "session/prompt",
+            v2_api_tests::acp::prompt_params(&session, "ask permission"),
+        ));
+    let _turn = tokio::spawn(post.send());
+    let asked = stream
+        .next_event_matching(
+            |e| e.method() == Some("session/request_permission"),
+            TIMEOUT,
+        )
+        .await;
+    let request_id = asked.data["id"].clone();
+    let refused = server.prompt(&conn, &session, json!("B"), "hello").await;
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    server.store_caught_up(TIMEOUT).await;
+    server.kill_now(TIMEOUT).await.expect("SIGKILL ends it");
+    drop(server);
+
+    let server = start(data.path(), None, &[]).await;
+    let events = server.all_events(&session).await;
+    let last = events.last().expect("events");
+    assert_eq!(
+        last["message"],
+        json!({"jsonrpc": "2.0", "method": "_sandboxagent/turn/interrupted", "params": {
+            "sessionId": session,
+            "reason": "server-stopped",
+            "stopReason": "cancelled",
+            "promptId": "A",
+            "requestIds": [request_id],
+        }}),
+        "turn A is recorded as interrupted, after B's refusal: {events:#?}"
+    );
 }

@@ -282,6 +282,7 @@ async fn a_repeated_query_parameter_or_header_is_refused_not_resolved() {
         format!("/v2/fs/file?path={}&path={}", a.display(), b.display()),
         format!("/v2/fs/file?path={}&p%61th={}", a.display(), b.display()),
         format!("/v2/fs/stat?path={}%FF", a.display()),
+        format!("/v2/fs/stat?path={}&sessionId=x&session_id=y", a.display()),
         "/v2/processes?limit=1&limit=2".to_owned(),
     ] {
         let reply = api.get(&path).await;

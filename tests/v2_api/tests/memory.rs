@@ -435,3 +435,88 @@ async fn ended_sessions_keep_only_a_tail_in_memory_with_a_store() {
     }
     assert!(offset > 3000, "only {offset} events were readable");
 }
+
+/// Polls `GET /v2/health` until `memoryEvictedEvents` stays the same for
+/// half a second (the evictor's passes after the last push are done), for
+/// up to [`RETURN_WITHIN`].
+async fn evictions_settle(server: &TestServer) {
+    let deadline = tokio::time::Instant::now() + RETURN_WITHIN;
+    let mut last = None;
+    let mut still = 0;
+    while still < 5 && tokio::time::Instant::now() < deadline {
+        let health: Value = server.api().health().await.json();
+        let evicted = health["memoryEvictedEvents"].as_u64();
+        still = if evicted == last { still + 1 } else { 0 };
+        last = evicted;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A budget over for good (kept process records hold more than it) evicts
+/// a connection's ring to empty as events arrive: a resume behind them,
+/// and a first GET (it counts as `Last-Event-ID: 0`), still start with
+/// `_sandboxagent/stream/gap` naming the ids that went (research/contract.md,
+/// "Transport: /v2/rpc", GET). Before, an empty ring sent nothing at all.
+#[tokio::test]
+async fn a_ring_the_budget_emptied_still_starts_a_resume_with_a_gap() {
+    const BUDGET: u64 = 1_000_000;
+    let budget = BUDGET.to_string();
+    let server =
+        TestServer::start(&["--max-processes", "8", "--memory-budget-bytes", &budget]).await;
+    let api = server.api();
+    let arg = "a".repeat(60_000);
+    for _ in 0..20 {
+        let reply = v2_api_tests::Api::send(
+            api.request(reqwest::Method::POST, "/v2/processes")
+                .json(&json!({"command": "true", "args": [arg]})),
+        )
+        .await;
+        reply.assert_status(201);
+    }
+    let health: Value = api.health().await.json();
+    let used = health["memoryUsedBytes"].as_u64().expect("memoryUsedBytes");
+    assert!(
+        used > BUDGET,
+        "the process records alone are over: {health}"
+    );
+
+    let served = &server;
+    let ring = |conn: String| async move {
+        let session = served.new_session(&conn).await;
+        for id in 0..3 {
+            let answer = served.prompt(&conn, &session, json!(id), "hello").await;
+            assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+        }
+        evictions_settle(served).await;
+        (conn, session)
+    };
+    let (conn, session) = ring(server.initialize("mock").await).await;
+
+    // Resume after event 1: everything after it went.
+    let mut stream = api.open_stream(&conn, Some(1)).await;
+    let gap = stream.next_event(Duration::from_secs(10)).await;
+    assert_eq!(gap.method(), Some("_sandboxagent/stream/gap"), "{gap:?}");
+    assert_eq!(gap.id, None, "a notice has no id: {gap:?}");
+    assert_eq!(gap.params()["from"], 2, "{gap:?}");
+    let to = gap.params()["to"].as_u64().expect("to");
+    assert!(to > 2, "three turns went: {gap:?}");
+    // What comes next follows the gap's end with no hole between: the next
+    // event, or (the evictor can be first again) a gap starting there.
+    let answer = server.prompt(&conn, &session, json!(9), "hello").await;
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let next = stream.next_event(Duration::from_secs(10)).await;
+    let next_id = match next.method() {
+        Some("_sandboxagent/stream/gap") => next.params()["from"].as_u64(),
+        _ => next.id,
+    };
+    assert_eq!(next_id, Some(to + 1), "{next:?}");
+    stream.close();
+
+    // A first GET on another such connection starts with the gap from 1.
+    let (other, _) = ring(server.initialize("mock").await).await;
+    let mut first = api.open_stream(&other, None).await;
+    let gap = first.next_event(Duration::from_secs(10)).await;
+    assert_eq!(gap.method(), Some("_sandboxagent/stream/gap"), "{gap:?}");
+    assert_eq!(gap.params()["from"], 1, "{gap:?}");
+    first.close();
+}
