@@ -548,7 +548,7 @@ impl Runtime {
 impl Runtime {
     /// Room in the store's queue for `line`, a client's message to one of
     /// `agent`'s sessions, taken before it is recorded and forwarded
-    /// (`None` with no store).
+    /// (`None` with no store or a degraded one).
     ///
     /// # Errors
     /// [`Error::StoreBehind`] (503) when the queue had no room within
@@ -559,10 +559,10 @@ impl Runtime {
         let Some(persist) = self.sessions.store() else {
             return Ok(None);
         };
-        match persist.room(agent, line.len()).await {
-            Some(room) => Ok(Some(room)),
-            None => Err(Error::StoreBehind),
-        }
+        persist
+            .room(agent, line.len())
+            .await
+            .map_err(|()| Error::StoreBehind)
     }
 }
 

@@ -3,8 +3,10 @@
 //! batches, one transaction each (research/contract.md, "Durable sessions").
 //!
 //! - The hot path never waits: a send is a push onto an unbounded channel
-//!   whose length and bytes are counted and capped; past the cap an event is
-//!   dropped, counted, and logged (rate limited): a gap, never a block.
+//!   whose length and bytes are counted and capped; while the store is
+//!   degraded, past the cap an event is dropped, counted, and logged (rate
+//!   limited): a gap, never a block. While it is healthy the shares below
+//!   bound the queue and nothing is dropped.
 //! - An agent's flood is slowed, not dropped: each agent has its own
 //!   [`Share`] of the queue, and while the store is healthy and the share is
 //!   full, the agent's stdout reader waits ([`Persist::wait_for_room`]).
@@ -12,8 +14,8 @@
 //! - A client's message is stored or refused, never dropped: before it is
 //!   recorded and forwarded it takes room in its agent's share
 //!   ([`Persist::room`]), waiting at most [`CLIENT_WAIT`]; past that it is
-//!   refused (`store-behind`, 503) and the agent never sees it. Its event
-//!   then skips the waiting caps: the shares bound it.
+//!   refused (`store-behind`, 503) and the agent never sees it. While the
+//!   store is degraded it does not wait: the outage's caps apply to it.
 //! - An answer a client sees is durable: [`Persist::barrier`] resolves once
 //!   every earlier write is committed (group commit: it rides the batch),
 //!   or at once when the store turns degraded.
@@ -445,19 +447,28 @@ impl Persist {
 
     /// Room in `agent`'s share for a client message of `message_len` bytes,
     /// waiting while the share (or the whole queue) is full, at most
-    /// [`CLIENT_WAIT`]; `None` when there is still none: the message must
-    /// be refused, not forwarded (research/contract.md, "Durable
-    /// sessions"). Waits while the store is degraded too: a message the
-    /// store cannot take is refused rather than run unrecorded.
-    pub(crate) async fn room(&self, agent: &Arc<str>, message_len: usize) -> Option<Room> {
+    /// [`CLIENT_WAIT`]; `Ok(None)` while the store is degraded (an outage
+    /// must not stop the service: the outage's caps apply, as to every
+    /// event, and a gap is counted).
+    ///
+    /// # Errors
+    /// `Err(())` when the share had no room within [`CLIENT_WAIT`]: the
+    /// message must be refused, not forwarded (research/contract.md,
+    /// "Durable sessions").
+    pub(crate) async fn room(
+        &self,
+        agent: &Arc<str>,
+        message_len: usize,
+    ) -> Result<Option<Room>, ()> {
         let share = self.share(agent);
         let bytes = std::mem::size_of::<Write>() + message_len;
         let deadline = Instant::now() + CLIENT_WAIT;
         loop {
-            let queue_full = self.waiting.load(Ordering::Relaxed) >= MAX_WAITING
-                || self.waiting_bytes.load(Ordering::Relaxed) >= self.limits.waiting_bytes;
-            if !queue_full && share.try_take(bytes) {
-                return Some(Room { share, bytes });
+            if self.is_degraded() {
+                return Ok(None);
+            }
+            if share.try_take(bytes) {
+                return Ok(Some(Room { share, bytes }));
             }
             if Instant::now() >= deadline {
                 if self.drop_warning.admit() {
@@ -466,14 +477,19 @@ impl Persist {
                         "session store is behind: a client's message was refused (not forwarded)"
                     );
                 }
-                return None;
+                return Err(());
             }
             tokio::time::sleep(CLIENT_POLL).await;
         }
     }
 
-    /// Queues one event of `share`'s agent; dropped (counted, logged) past
-    /// the waiting caps unless `room` was taken for it ([`Self::room`]).
+    /// Queues one event of `share`'s agent. While the store is degraded it
+    /// is dropped (counted, logged) past the waiting caps; while it is
+    /// healthy it is always queued: the shares pace whoever makes events
+    /// (the agent's stdout reader waits, a client's message takes
+    /// [`Self::room`] or is refused; what the runtime records itself
+    /// follows an agent's line or a session's end), so the queue stays
+    /// within the shares' caps plus one message per producer.
     pub(crate) fn event(
         &self,
         share: &Arc<Share>,
@@ -485,6 +501,7 @@ impl Persist {
         // At the cap, not past it: one message larger than the whole cap
         // (a small budget's) is still queued when the queue has room.
         if room.is_none()
+            && self.is_degraded()
             && (self.waiting.load(Ordering::Relaxed) >= MAX_WAITING
                 || self.waiting_bytes.load(Ordering::Relaxed) >= self.limits.waiting_bytes)
         {

@@ -293,9 +293,10 @@ async fn client_messages_past_the_store_queue_wait_or_are_refused_never_dropped(
     let text = "x".repeat(PROMPT_BYTES);
     let requests: Vec<Value> = sessions
         .iter()
-        .map(|session| {
+        .zip(1..)
+        .map(|(session, id)| {
             v2_api_tests::acp::request(
-                7,
+                id,
                 "session/prompt",
                 v2_api_tests::acp::prompt_params(session, &text),
             )
@@ -308,7 +309,12 @@ async fn client_messages_past_the_store_queue_wait_or_are_refused_never_dropped(
     )
     .await;
     let health = api.store_caught_up(RETURN_WITHIN).await;
-    assert_eq!(health["storeDroppedEvents"], 0, "{health}");
+    assert_eq!(
+        health["storeDroppedEvents"],
+        0,
+        "{health}\n{}",
+        server.stderr_text()
+    );
     let mut answered = 0;
     for (session, reply) in sessions.iter().zip(&replies) {
         let events = api.all_events(session).await;
