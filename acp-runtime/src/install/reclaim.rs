@@ -9,10 +9,13 @@
 //! closed to writes by others) before it is listed, so once a folder is
 //! listed the user can add, remove or swap nothing in it; every entry is
 //! opened relative to its folder without following a symlink and changed
-//! through that descriptor. Anything npm does not make (a hard link, which
-//! could be one to a file of someone else's; a FIFO, a socket, a device)
-//! fails the install, as does a tree past [`MAX_ENTRIES`] or
-//! [`MAX_DEPTH`].
+//! through that descriptor. A hard link is taken back only when its file
+//! is the user's own (the owner of the staging folder when the walk
+//! starts): packages make them (opencode's install script links its
+//! binary), and one to a file of someone else's would hand that file to
+//! the server. Anything else npm does not make (a hard link to another
+//! owner's file, a FIFO, a socket, a device) fails the install, as does a
+//! tree past [`MAX_ENTRIES`] or [`MAX_DEPTH`].
 
 use nix::fcntl::{AtFlags, OFlag, open, openat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat};
@@ -43,7 +46,11 @@ pub(super) fn reclaim(dir: &Path) -> Result<(), String> {
         Mode::empty(),
     )
     .map_err(|errno| format!("cannot open {}: {errno}", dir.display()))?;
+    let user = fstat(&top)
+        .map_err(|errno| format!("cannot stat {}: {errno}", dir.display()))?
+        .st_uid;
     let mut walk = Walk {
+        user: Uid::from_raw(user),
         uid: nix::unistd::geteuid(),
         gid: nix::unistd::getegid(),
         left: MAX_ENTRIES,
@@ -51,9 +58,10 @@ pub(super) fn reclaim(dir: &Path) -> Result<(), String> {
     walk.folder(&top, dir, 0)
 }
 
-/// One walk: whose the tree becomes, and how many entries it may still
-/// look at.
+/// One walk: whose the tree was (the staging folder's owner), whose it
+/// becomes, and how many entries it may still look at.
 struct Walk {
+    user: Uid,
     uid: Uid,
     gid: Gid,
     left: usize,
@@ -125,11 +133,14 @@ impl Walk {
             }
             SFlag::S_IFLNK => self.own(&fd).map_err(|e| failed("chown", &e)),
             SFlag::S_IFREG => {
-                if stat.st_nlink > 1 {
+                // Ownership is the inode's: a file the user owns is the
+                // user's under every name it has.
+                if stat.st_nlink > 1 && Uid::from_raw(stat.st_uid) != self.user {
                     return Err(format!(
-                        "{} is a hard link ({} names); npm makes none, and it could be a link to a file of someone else's",
+                        "{} is a hard link ({} names) to a file of uid {}, not the installing user's; it is not taken back",
                         at.display(),
-                        stat.st_nlink
+                        stat.st_nlink,
+                        stat.st_uid
                     ));
                 }
                 self.own(&fd).map_err(|e| failed("chown", &e))?;
@@ -214,13 +225,31 @@ mod tests {
     }
 
     #[test]
-    fn hard_links_and_fifos_fail_the_install() {
+    fn hard_links_to_others_files_and_fifos_fail_the_install() {
         let dir = temp("links");
         std::fs::write(dir.join("a"), "x").expect("write");
         std::fs::hard_link(dir.join("a"), dir.join("b")).expect("link");
-        let error = reclaim(&dir).expect_err("a hard link");
-        assert!(error.contains("hard link"), "{error}");
-        std::fs::remove_file(dir.join("b")).expect("unlink");
+        // The folder's owner's own file under two names (a package's
+        // install script's link): taken back.
+        reclaim(&dir).expect("a link to the user's own file");
+        // A file of another owner's (only root can make one here): refused,
+        // and not handed over.
+        if nix::unistd::geteuid().is_root() {
+            let other = 4242;
+            std::fs::write(dir.join("c"), "y").expect("write");
+            std::os::unix::fs::chown(dir.join("c"), Some(other), None).expect("chown");
+            std::fs::hard_link(dir.join("c"), dir.join("d")).expect("link");
+            let error = reclaim(&dir).expect_err("a hard link to another's file");
+            assert!(error.contains("hard link"), "{error}");
+            assert_eq!(
+                std::fs::symlink_metadata(dir.join("c"))
+                    .expect("lstat")
+                    .uid(),
+                other
+            );
+            std::fs::remove_file(dir.join("c")).expect("unlink");
+            std::fs::remove_file(dir.join("d")).expect("unlink");
+        }
         nix::unistd::mkfifo(&dir.join("fifo"), Mode::from_bits_truncate(0o644)).expect("mkfifo");
         let error = reclaim(&dir).expect_err("a FIFO");
         assert!(error.contains("not a file"), "{error}");
