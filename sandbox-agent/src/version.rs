@@ -57,10 +57,10 @@ fn needed_glibc() -> Result<Option<String>, String> {
     while let Some((_library, mut versions)) = needs.next().map_err(invalid)? {
         while let Some(version) = versions.next().map_err(invalid)? {
             let name = version.name(endian, strings).map_err(invalid)?;
-            if let Some(parsed) = glibc_version(name) {
-                if newest.as_ref().is_none_or(|newest| parsed > *newest) {
-                    newest = Some(parsed);
-                }
+            if let Some(parsed) = glibc_version(name)
+                && newest.as_ref().is_none_or(|newest| parsed > *newest)
+            {
+                newest = Some(parsed);
             }
         }
     }
