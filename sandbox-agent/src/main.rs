@@ -23,6 +23,7 @@
 mod cli;
 mod commands;
 mod telemetry;
+mod version;
 
 /// jemalloc, not glibc's malloc: freed memory goes back to the system (its
 /// options are in `.cargo/config.toml`), so the server's RSS falls after
@@ -31,13 +32,13 @@ mod telemetry;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use cli::{Cli, Command};
 use commands::server::LogFormat;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_command_line();
     // Before any runtime thread exists: the supervisor blocks signals for
     // the whole process and reads them from a signalfd.
     if let Command::Supervise(args) = &cli.command {
@@ -142,6 +143,18 @@ fn main() -> ExitCode {
 /// The async runtime each command runs on. The server uses
 /// `--worker-threads` (one thread by default); the mock agent keeps tokio's
 /// default multi-threaded runtime; the client-side commands need one thread.
+/// `Cli::parse()`, with `--version`'s commit, target and glibc lines
+/// (src/version.rs), which read the binary's own file: only when asked.
+fn parse_command_line() -> Cli {
+    let mut command = Cli::command();
+    if std::env::args_os().any(|arg| arg == "--version") {
+        // Leaked once: clap keeps &'static str, and the process prints it
+        // and exits.
+        command = command.long_version(&*Box::leak(version::long_version().into_boxed_str()));
+    }
+    Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|error| error.exit())
+}
+
 fn runtime_for(command: &Command) -> tokio::runtime::Builder {
     let threads = match command {
         Command::Server(args) => args.worker_threads,

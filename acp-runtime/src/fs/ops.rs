@@ -11,9 +11,10 @@ use ext_methods::{
     FsDeleteParams, FsEntries, FsEntry, FsEntryType, FsMoveParams, FsMoveResult, FsPathResult,
     MAX_LIST_ENTRIES,
 };
-use nix::fcntl::{OFlag, RenameFlags, openat};
+use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::Mode;
 use nix::unistd::{UnlinkatFlags, unlinkat};
+use rustix::fs::RenameFlags;
 use std::ffi::OsStr;
 use std::ffi::OsString;
 use std::fs::File;
@@ -234,9 +235,12 @@ pub(crate) fn rename(scope: &Scope, params: &FsMoveParams) -> Result<FsMoveResul
     let flags = if params.overwrite {
         RenameFlags::empty()
     } else {
-        RenameFlags::RENAME_NOREPLACE
+        RenameFlags::NOREPLACE
     };
-    let renamed = nix::fcntl::renameat2(
+    // rustix makes the renameat2 system call itself: glibc has the
+    // function only from 2.28, and the release binary runs on 2.17
+    // (research/decisions.md, "A release binary for glibc 2.17").
+    let renamed = rustix::fs::renameat_with(
         from.dir.file(),
         from.name.as_os_str(),
         to.dir.file(),
@@ -245,17 +249,17 @@ pub(crate) fn rename(scope: &Scope, params: &FsMoveParams) -> Result<FsMoveResul
     );
     match renamed {
         // A file system without RENAME_NOREPLACE: check, then rename.
-        Err(nix::errno::Errno::EINVAL) if !params.overwrite => {
+        Err(rustix::io::Errno::INVAL) if !params.overwrite => {
             if to.dir.metadata(&to.name).is_ok() {
                 return Err(Error::from_io(
                     &std::io::Error::from(std::io::ErrorKind::AlreadyExists),
                     &to.real(),
                 ));
             }
-            nix::fcntl::renameat(
-                from.dir.fd(),
+            rustix::fs::renameat(
+                from.dir.file(),
                 from.name.as_os_str(),
-                to.dir.fd(),
+                to.dir.file(),
                 to.name.as_os_str(),
             )
             .map_err(|errno| Error::from_io(&errno.into(), &to.real()))?;

@@ -212,12 +212,13 @@ fn commit(mut temp: TempFile, file: &File) -> Result<(), Error> {
     let io = |error: std::io::Error| Error::from_io(&error, &real);
     file.sync_all().map_err(io)?;
     let acting = temp.scope.act()?;
-    nix::fcntl::renameat2(
+    // renameat(2), not nix's renameat2 (a glibc 2.28 symbol; the release
+    // binary runs on 2.17): replacing is what a commit wants.
+    rustix::fs::renameat(
         temp.located.dir.file(),
         temp.name.as_os_str(),
         temp.located.dir.file(),
         temp.located.name.as_os_str(),
-        nix::fcntl::RenameFlags::empty(),
     )
     .map_err(|errno| io(errno.into()))?;
     drop(acting);

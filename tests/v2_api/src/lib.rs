@@ -33,6 +33,8 @@
 //!   chosen answer after N bytes.
 //! - [`prometheus`]: [`prometheus::Prometheus`], a private Prometheus
 //!   scraping a test server with its token, read back through its query API.
+//! - [`dist`]: the release tarball scripts/dist makes, found in one place
+//!   ([`dist::tarball`]) and unpacked once ([`dist::unpacked_binary`]).
 //! - [`postgres`]: [`PgServer`], a private PostgreSQL server (its own
 //!   `initdb` dir, a loopback port, a non-root user) for the store's tests.
 //!
@@ -46,6 +48,7 @@ pub mod agents;
 pub mod api;
 pub mod bridge;
 pub mod browser;
+pub mod dist;
 pub mod ext;
 pub mod postgres;
 pub mod problem;

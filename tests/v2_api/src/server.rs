@@ -69,7 +69,13 @@ pub fn sandbox_agent_bin() -> PathBuf {
 /// `--data-dir`); one that forgets fails at once instead of writing into
 /// the developer's `~/.local/share/sandbox-agent`.
 pub fn sandbox_agent_command() -> Command {
-    let mut command = Command::new(sandbox_agent_bin());
+    command_for(&sandbox_agent_bin())
+}
+
+/// [`sandbox_agent_command`] for another build of the binary at `bin`
+/// (the release binary of [`crate::dist`]).
+pub fn command_for(bin: &Path) -> Command {
+    let mut command = Command::new(bin);
     for (key, _) in std::env::vars_os() {
         if let Some(key) = key.to_str()
             && key.starts_with("SANDBOX_AGENT_")
@@ -217,6 +223,22 @@ impl TestServer {
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> TestServer {
+        Self::start_from(&sandbox_agent_bin(), prefix, extra_args, env).await
+    }
+
+    /// Like [`TestServer::start`], with another build of the binary at
+    /// `bin` (the release binary of [`crate::dist`]); its built-in agents
+    /// (`mock`) run that binary too.
+    pub async fn start_binary(bin: &Path, extra_args: &[&str]) -> TestServer {
+        Self::start_from(bin, &[], extra_args, &[]).await
+    }
+
+    async fn start_from(
+        bin: &Path,
+        prefix: &[&str],
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> TestServer {
         let env_token = env
             .iter()
             .find(|(key, _)| *key == "SANDBOX_AGENT_TOKEN")
@@ -234,7 +256,7 @@ impl TestServer {
         ));
         std::fs::create_dir_all(&data_dir).expect("create the server's data dir");
 
-        let mut command = sandbox_agent_command();
+        let mut command = command_for(bin);
         if let Some((program, rest)) = prefix.split_first() {
             let bin = command.get_program().to_owned();
             let mut via = Command::new(program);
