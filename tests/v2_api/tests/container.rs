@@ -1,0 +1,255 @@
+//! The release binary in containers (README.md, "Deploy it" → "Container
+//! image"; research/decisions.md, "Container image"): the tarball of
+//! `scripts/dist` in a bare Debian 12 (no Rust, no Node.js), and the image
+//! the repository's `Dockerfile` builds, run as a user runs it: with a
+//! token in the environment, a volume, a published port, `podman stop`.
+//!
+//! Real podman (runc), real images, the real server over the published
+//! port. The tests share one machine-wide podman and one image, so they run
+//! one at a time ([`SERIAL`]). Where podman cannot run at all they say so in
+//! one line and check nothing (tests/v2_api/src/podman.rs).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use v2_api_tests::acp::{self, stop_reason};
+use v2_api_tests::podman::{Container, Podman, podman};
+use v2_api_tests::{Api, MOCK, dist, path_segment};
+
+/// One test at a time: they share podman's store and the image.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The token the containers here get in `SANDBOX_AGENT_TOKEN`.
+const TOKEN: &str = "container-test-token-5f0c2a";
+
+/// Longest a container may take from `podman run` to a `200` from
+/// `/v2/health` (measured: well under a second; the machine is shared).
+const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
+
+/// The data dir inside the image (its `SANDBOX_AGENT_DATA_DIR` and volume).
+const DATA_DIR: &str = "/var/lib/sandbox-agent";
+
+/// One mock turn through `api`: `initialize`, `session/new` (cwd `/tmp`),
+/// `session/prompt "hello"`; checks the reply and returns the session id.
+async fn mock_turn(api: &Api) -> String {
+    let conn = api.initialize(MOCK).await;
+    let session = api.new_session(&conn).await;
+    let mut stream = api.open_stream(&conn, None).await;
+    let answer = api.prompt(&conn, &session, json!(2), "hello").await;
+    assert_eq!(stop_reason(&answer), Some("end_turn"), "{answer}");
+    let mut said = String::new();
+    let want = acp::mock_reply("hello");
+    while said != want {
+        let event = stream.next_event(v2_api_tests::EVENT_TIMEOUT).await;
+        if event.session_id() == Some(session.as_str()) {
+            said.push_str(event.agent_text().unwrap_or_default());
+        }
+        assert!(want.starts_with(&said), "the mock's reply so far: {said:?}");
+    }
+    session
+}
+
+/// `POST /v2/processes/run` of `sh -c script`: (exit code, stdout, stderr).
+async fn run_sh(api: &Api, script: &str) -> (i64, String, String) {
+    let reply = Api::send(
+        api.request(reqwest::Method::POST, "/v2/processes/run")
+            .json(&json!({"command": "sh", "args": ["-c", script], "cwd": "/tmp"})),
+    )
+    .await;
+    reply.assert_status(200);
+    let body = reply.json();
+    (
+        body["exitCode"].as_i64().unwrap_or(-1),
+        body["stdout"].as_str().unwrap_or_default().to_owned(),
+        body["stderr"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// The session ids `GET /v2/sessions` lists.
+async fn listed_sessions(api: &Api) -> Vec<String> {
+    let listed: Value = api.get_json("/v2/sessions").await;
+    listed["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .filter_map(|s| s["sessionId"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The image with [`TOKEN`] and `volume` on the data dir.
+fn start_image(podman: &'static Podman, volume: &str) -> Container {
+    let mount = format!("{volume}:{DATA_DIR}");
+    podman.start(
+        podman.image(),
+        &["-v", &mount],
+        &[("SANDBOX_AGENT_TOKEN", TOKEN)],
+        &[],
+    )
+}
+
+#[tokio::test]
+async fn release_binary_runs_in_a_bare_debian_without_rust_or_node() {
+    let _serial = SERIAL.lock().await;
+    let Some(podman) = podman() else { return };
+    let base = podman.base_image();
+    let binary = dist::unpacked_binary();
+    let mount = format!(
+        "{}:/usr/local/bin/sandbox-agent:ro",
+        binary.to_str().expect("UTF-8 path")
+    );
+
+    // Nothing of a build or an agent runtime in the base.
+    let output = podman.output(&[
+        "run",
+        "--rm",
+        base,
+        "sh",
+        "-c",
+        "for tool in cargo rustc node npm; do command -v $tool; done; exit 0",
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "",
+        "tools in the base"
+    );
+
+    let version = podman.run_ok(&[
+        "run",
+        "--rm",
+        "-v",
+        &mount,
+        base,
+        "sandbox-agent",
+        "--version",
+    ]);
+    assert!(
+        version.starts_with(&format!("sandbox-agent {}", env!("CARGO_PKG_VERSION"))),
+        "{version}"
+    );
+
+    let container = podman.start(
+        base,
+        &["-v", &mount],
+        &[("SANDBOX_AGENT_TOKEN", TOKEN)],
+        &[
+            "sandbox-agent",
+            "server",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "2468",
+            "--data-dir",
+            "/tmp/sandbox-agent",
+        ],
+    );
+    let (api, _) = container.healthy(Some(TOKEN), HEALTHY_WITHIN).await;
+    let health = api.health().await;
+    health.assert_status(200);
+    mock_turn(&api).await;
+}
+
+#[tokio::test]
+async fn image_serves_with_a_token_keeps_sessions_on_its_volume_and_stops_on_sigterm() {
+    let _serial = SERIAL.lock().await;
+    let Some(podman) = podman() else { return };
+    let volume = podman.volume();
+
+    let started = Instant::now();
+    let first = start_image(podman, &volume.name);
+    let (api, _) = first.healthy(Some(TOKEN), HEALTHY_WITHIN).await;
+    eprintln!("podman run → healthy: {:.0?}", started.elapsed());
+
+    // The image's HEALTHCHECK (kept by --format docker) passes.
+    assert!(
+        first
+            .inspect("{{.Config.Healthcheck}}")
+            .contains("/v2/health"),
+        "no HEALTHCHECK in the image"
+    );
+    let check = podman.output(&["healthcheck", "run", &first.name]);
+    assert!(check.status.success(), "podman healthcheck run: {check:?}");
+
+    // The token is required on every route but /v2/health.
+    let anonymous = first.api(None);
+    anonymous.health().await.assert_status(200);
+    let refused = Api::send(anonymous.request(reqwest::Method::GET, "/v2/sessions")).await;
+    refused.assert_status(401);
+    let wrong = first.api(Some("not-the-token"));
+    Api::send(wrong.request(reqwest::Method::GET, "/v2/sessions"))
+        .await
+        .assert_status(401);
+
+    let session = mock_turn(&api).await;
+
+    // A process of the process API runs as the image's unprivileged user,
+    // and nothing it can read holds the token: not its environment, not
+    // any command line, not another process's environment.
+    let (code, stdout, stderr) = run_sh(
+        &api,
+        "id -u; id -un; env; cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; exit 0",
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let mut lines = stdout.lines();
+    let uid: u32 = lines.next().and_then(|l| l.parse().ok()).expect("a uid");
+    assert_ne!(uid, 0, "the process runs as root");
+    assert_eq!(lines.next(), Some("agent"), "{stdout}");
+    assert!(
+        !stdout.contains(TOKEN) && !stdout.contains("SANDBOX_AGENT_TOKEN"),
+        "the agents' user can read the token:\n{stdout}"
+    );
+    // Removed and started again on the same volume: the session is listed
+    // (the store and the runtime id live on the volume).
+    let stop = podman.output(&["stop", "-t", "10", &first.name]);
+    assert!(stop.status.success(), "{stop:?}");
+    assert_eq!(
+        first.exit_code(Duration::from_secs(5)).await,
+        0,
+        "{}",
+        first.logs()
+    );
+    drop(first);
+    let second = start_image(podman, &volume.name);
+    let (api, _) = second.healthy(Some(TOKEN), HEALTHY_WITHIN).await;
+    assert_eq!(listed_sessions(&api).await, [session.as_str()]);
+    let entry = api
+        .get_json(&format!(
+            "/v2/sessions/{}?agent={MOCK}",
+            path_segment(&session)
+        ))
+        .await;
+    assert_eq!(entry["sessionId"], session.as_str(), "{entry}");
+    mock_turn(&api).await;
+
+    // SIGTERM (podman stop): the server stops within the 10 s, exits 0 (tini
+    // passes its status on), and says the store was flushed.
+    let stopping = Instant::now();
+    let stop = podman.output(&["stop", "-t", "10", &second.name]);
+    let took = stopping.elapsed();
+    assert!(stop.status.success(), "{stop:?}");
+    let logs = second.logs();
+    assert_eq!(second.exit_code(Duration::from_secs(5)).await, 0, "{logs}");
+    assert!(
+        took < Duration::from_secs(10),
+        "podman stop took {took:?}: {logs}"
+    );
+    assert!(logs.contains("SIGTERM: shutting down"), "{logs}");
+    assert!(logs.contains("session store flushed"), "{logs}");
+}
+
+#[tokio::test]
+async fn image_without_a_token_exits_saying_how_to_set_one() {
+    let _serial = SERIAL.lock().await;
+    let Some(podman) = podman() else { return };
+    let container = podman.start(podman.image(), &[], &[], &[]);
+    let code = container.exit_code(Duration::from_secs(30)).await;
+    let logs = container.logs();
+    assert_ne!(code, 0, "{logs}");
+    assert!(logs.contains("SANDBOX_AGENT_TOKEN"), "{logs}");
+    assert!(logs.contains("-e SANDBOX_AGENT_TOKEN"), "{logs}");
+
+    // An empty one is no token either.
+    let container = podman.start(podman.image(), &[], &[("SANDBOX_AGENT_TOKEN", "")], &[]);
+    assert_ne!(container.exit_code(Duration::from_secs(30)).await, 0);
+}
