@@ -316,7 +316,8 @@ impl Podman {
     }
 }
 
-/// A container of [`Podman::start`]; `podman rm -f` on drop.
+/// A container of [`Podman::start`]; `podman rm -f -v` on drop (`-v`: with
+/// the anonymous volume the image's `VOLUME` makes when no `-v` names one).
 #[derive(Debug)]
 pub struct Container {
     podman: &'static Podman,
@@ -416,7 +417,7 @@ impl Drop for Container {
         let _ = self
             .podman
             .command()
-            .args(["rm", "-f", "-t", "0", &self.name])
+            .args(["rm", "-f", "-v", "-t", "0", &self.name])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
