@@ -49,6 +49,18 @@ async fn mock_turn(api: &Api) -> String {
     session
 }
 
+/// What the agents' user can read of every process: its uid and name, its
+/// environment, every command line, and every environment it may read
+/// (the root processes' it may not), the mock agent's marked.
+const READ_PROC: &str = r#"id -u; id -un; env
+for p in /proc/[0-9]*; do
+    line=$(tr '\0' ' ' < $p/cmdline 2>/dev/null); echo "$line"
+    environ=$(tr '\0' '\n' < $p/environ 2>/dev/null) || continue
+    case $line in *"sandbox-agent mock-agent"*) echo "environ of the mock agent, running as $(stat -c %U $p):";; esac
+    echo "$environ"
+done
+exit 0"#;
+
 /// `POST /v2/processes/run` of `sh -c script`: (exit code, stdout, stderr).
 async fn run_sh(api: &Api, script: &str) -> (i64, String, String) {
     let reply = Api::send(
@@ -188,21 +200,23 @@ async fn image_serves_with_a_token_keeps_sessions_on_its_volume_and_stops_on_sig
 
     // A process of the process API runs as the image's unprivileged user,
     // and nothing it can read holds the token: not its environment, not
-    // any command line, not another process's environment.
-    let (code, stdout, stderr) = run_sh(
-        &api,
-        "id -u; id -un; env; cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; exit 0",
-    )
-    .await;
+    // any command line, not the environment of any process it may read
+    // (the mock agent's among them: its connection is still open).
+    let (code, stdout, stderr) = run_sh(&api, READ_PROC).await;
     assert_eq!(code, 0, "{stderr}");
     let mut lines = stdout.lines();
     let uid: u32 = lines.next().and_then(|l| l.parse().ok()).expect("a uid");
     assert_ne!(uid, 0, "the process runs as root");
     assert_eq!(lines.next(), Some("agent"), "{stdout}");
     assert!(
+        stdout.contains("environ of the mock agent, running as agent:"),
+        "the mock agent's environment was not read:\n{stdout}"
+    );
+    assert!(
         !stdout.contains(TOKEN) && !stdout.contains("SANDBOX_AGENT_TOKEN"),
         "the agents' user can read the token:\n{stdout}"
     );
+
     // Removed and started again on the same volume: the session is listed
     // (the store and the runtime id live on the volume).
     let stop = podman.output(&["stop", "-t", "10", &first.name]);
@@ -249,11 +263,12 @@ async fn image_without_a_token_exits_saying_how_to_set_one() {
     let container = podman.start(podman.image(), &[], &[], &[]);
     let code = container.exit_code(Duration::from_secs(30)).await;
     let logs = container.logs();
-    assert_ne!(code, 0, "{logs}");
+    // 64 (EX_USAGE) from scripts/container-entrypoint, passed on by tini.
+    assert_eq!(code, 64, "{logs}");
     assert!(logs.contains("SANDBOX_AGENT_TOKEN"), "{logs}");
     assert!(logs.contains("-e SANDBOX_AGENT_TOKEN"), "{logs}");
 
     // An empty one is no token either.
     let container = podman.start(podman.image(), &[], &[("SANDBOX_AGENT_TOKEN", "")], &[]);
-    assert_ne!(container.exit_code(Duration::from_secs(30)).await, 0);
+    assert_eq!(container.exit_code(Duration::from_secs(30)).await, 64);
 }
