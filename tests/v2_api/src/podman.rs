@@ -6,7 +6,8 @@
 //! - Settings on every command ([`Podman::command`]): `CONTAINERS_CONF`
 //!   pointing at a `containers.conf` with `[containers] default_ulimits = []`
 //!   (podman's default ulimits exceed the hard limit here) and
-//!   `--runtime runc` (crun fails on this kernel's mixed cgroups).
+//!   `--runtime runc` (crun fails on this kernel's mixed cgroups; the same
+//!   file says `[engine] runtime = "runc"` for a plain `podman`).
 //! - The base ([`Podman::base_image`]): `docker.io/library/debian:bookworm-slim`
 //!   as it is when present, else made once on the machine with
 //!   `debootstrap --variant=minbase bookworm` and `podman import` (no image
@@ -68,8 +69,13 @@ pub fn podman() -> Option<&'static Podman> {
             let dir = workspace_root().join("target").join("podman");
             std::fs::create_dir_all(&dir).expect("create target/podman");
             let conf = dir.join("containers.conf");
-            std::fs::write(&conf, "[containers]\ndefault_ulimits = []\n")
-                .expect("write target/podman/containers.conf");
+            // `[engine] runtime` too, so a plain `podman` with this
+            // CONTAINERS_CONF (README's commands, run as written) uses runc.
+            std::fs::write(
+                &conf,
+                "[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = \"runc\"\n",
+            )
+            .expect("write target/podman/containers.conf");
             let podman = Podman { conf, dir };
             match podman.command().arg("info").output() {
                 Ok(output) if output.status.success() => Some(podman),
@@ -94,6 +100,12 @@ pub fn podman() -> Option<&'static Podman> {
 }
 
 impl Podman {
+    /// The `containers.conf` of these settings: give it as `CONTAINERS_CONF`
+    /// to a plain `podman` (its `[engine] runtime` is runc).
+    pub fn containers_conf(&self) -> &Path {
+        &self.conf
+    }
+
     /// `podman --runtime runc` with `CONTAINERS_CONF` set.
     pub fn command(&self) -> Command {
         let mut command = Command::new("podman");
@@ -301,6 +313,17 @@ impl Podman {
             String::from_utf8_lossy(&output.stderr)
         );
         container
+    }
+
+    /// The container `name` that something else starts (README's commands
+    /// run as written), removed on drop.
+    pub fn container(&'static self, name: String) -> Container {
+        Container { podman: self, name }
+    }
+
+    /// The volume `name` that something else makes, removed on drop.
+    pub fn named_volume(&'static self, name: String) -> Volume {
+        Volume { podman: self, name }
     }
 
     /// A new named volume, removed on drop.

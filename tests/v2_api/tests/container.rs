@@ -272,3 +272,113 @@ async fn image_without_a_token_exits_saying_how_to_set_one() {
     let container = podman.start(podman.image(), &[], &[("SANDBOX_AGENT_TOKEN", "")], &[]);
     assert_eq!(container.exit_code(Duration::from_secs(30)).await, 64);
 }
+
+/// The `n`-th (from 0) fenced `sh` block after the line `heading` of
+/// README.md.
+fn readme_sh_block(heading: &str, n: usize) -> String {
+    let text = std::fs::read_to_string(v2_api_tests::server::workspace_root().join("README.md"))
+        .expect("read README.md");
+    let mut lines = text.lines().skip_while(|line| *line != heading);
+    assert!(lines.next().is_some(), "README.md has no {heading:?}");
+    for _ in 0..n {
+        lines.by_ref().find(|line| *line == "```sh");
+        lines.by_ref().find(|line| *line == "```");
+    }
+    lines
+        .by_ref()
+        .find(|line| *line == "```sh")
+        .unwrap_or_else(|| panic!("no sh block {n} after {heading:?}"));
+    lines
+        .take_while(|line| *line != "```")
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `text` with `from` replaced by `to`.
+///
+/// # Panics
+/// If `text` has no `from` (README.md's example changed).
+fn replaced(text: &str, from: &str, to: &str) -> String {
+    assert!(
+        text.contains(from),
+        "README.md's example has no {from:?}:\n{text}"
+    );
+    text.replace(from, to)
+}
+
+#[tokio::test]
+async fn readme_runs_the_image_as_written() {
+    let _serial = SERIAL.lock().await;
+    let Some(podman) = podman() else { return };
+    let image = podman.image();
+    // README's commands with only the names and the port changed, so they
+    // touch nothing of a user's (a container, a volume, port 2468).
+    let name = format!("sandbox-agent-readme-{}", std::process::id());
+    let volume = podman.named_volume(format!("{name}-data"));
+    let container = podman.container(name.clone());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let script = readme_sh_block("### Container image", 1);
+    let script = replaced(&script, "--name sandbox-agent ", &format!("--name {name} "));
+    let script = replaced(
+        &script,
+        "podman stop sandbox-agent",
+        &format!("podman stop {name}"),
+    );
+    let script = replaced(
+        &script,
+        "-p 2468:2468",
+        &format!("-p 127.0.0.1:{port}:2468"),
+    );
+    let script = replaced(&script, "localhost:2468", &format!("localhost:{port}"));
+    let script = replaced(
+        &script,
+        "sandbox-agent-data:/var/lib/sandbox-agent sandbox-agent\n",
+        &format!("{}:/var/lib/sandbox-agent {image}\n", volume.name),
+    );
+    let output = tokio::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .env("CONTAINERS_CONF", podman.containers_conf())
+        .env_remove("SANDBOX_AGENT_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), output)
+        .await
+        .expect("README's commands end within 2 minutes")
+        .expect("run bash");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "README's commands failed: {}\n{script}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The health answer, then the (empty) session list behind the token:
+    // curl's bodies end with no newline, so they share a line.
+    let bodies: Vec<Value> = stdout
+        .lines()
+        .filter_map(|line| line.find('{').map(|start| &line[start..]))
+        .flat_map(|json| serde_json::Deserializer::from_str(json).into_iter::<Value>())
+        .map_while(Result::ok)
+        .collect();
+    assert!(
+        bodies
+            .iter()
+            .any(|body| body.get("storeDroppedEvents").is_some()),
+        "no health answer in:\n{stdout}"
+    );
+    let listing = bodies
+        .iter()
+        .find(|body| body.get("sessions").is_some())
+        .unwrap_or_else(|| panic!("no session list in:\n{stdout}"));
+    assert_eq!(listing["sessions"], json!([]), "{listing}");
+    assert_eq!(
+        container.exit_code(Duration::from_secs(5)).await,
+        0,
+        "{}",
+        container.logs()
+    );
+}
