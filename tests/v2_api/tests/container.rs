@@ -217,6 +217,35 @@ async fn image_serves_with_a_token_keeps_sessions_on_its_volume_and_stops_on_sig
         "the agents' user can read the token:\n{stdout}"
     );
 
+    // An orphan reaches PID 1 (tini), which reaps it when it exits: a
+    // `sleep` left behind by `podman exec` ends and leaves no zombie.
+    podman.run_ok(&["exec", &first.name, "sh", "-c", "(sleep 1 &); true"]);
+    let orphan = podman.run_ok(&[
+        "exec",
+        &first.name,
+        "sh",
+        "-c",
+        "grep -l '^Name:.*sleep' /proc/[0-9]*/status | xargs grep -h '^PPid:'",
+    ]);
+    assert_eq!(
+        orphan.split_whitespace().collect::<Vec<_>>(),
+        ["PPid:", "1"]
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let states = podman.run_ok(&["exec", &first.name, "sh", "-c", "cat /proc/[0-9]*/status"]);
+    assert!(
+        !states
+            .lines()
+            .any(|l| l.starts_with("Name:") && l.contains("sleep")),
+        "the orphan still runs:\n{states}"
+    );
+    assert!(
+        !states
+            .lines()
+            .any(|l| l.starts_with("State:") && l.contains("zombie")),
+        "a zombie is left:\n{states}"
+    );
+
     // Removed and started again on the same volume: the session is listed
     // (the store and the runtime id live on the volume).
     let stop = podman.output(&["stop", "-t", "10", &first.name]);
