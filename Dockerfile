@@ -9,7 +9,12 @@
 #
 # (`--format docker` keeps the HEALTHCHECK: podman's default OCI format
 # drops it.) Decisions: research/decisions.md, "Container image".
-FROM debian:bookworm-slim
+#
+# BASE: Debian 12 by default (Node.js 18: codex and claude run on it);
+# `--build-arg BASE=debian:trixie-slim` gives Debian 13's Node.js 20, which
+# gemini needs.
+ARG BASE=debian:bookworm-slim
+FROM ${BASE}
 
 # - nodejs, npm: the catalog's npm agents are installed with npm on first
 #   use and run on Node.js. Debian 12 ships Node.js 18 (no newer one in
