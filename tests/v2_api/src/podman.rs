@@ -71,11 +71,14 @@ pub fn podman() -> Option<&'static Podman> {
             let conf = dir.join("containers.conf");
             // `[engine] runtime` too, so a plain `podman` with this
             // CONTAINERS_CONF (README's commands, run as written) uses runc.
+            // Written beside, then renamed: test binaries run at once.
+            let temporary = dir.join(format!(".containers.conf.{}", std::process::id()));
             std::fs::write(
-                &conf,
+                &temporary,
                 "[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = \"runc\"\n",
             )
             .expect("write target/podman/containers.conf");
+            std::fs::rename(&temporary, &conf).expect("place target/podman/containers.conf");
             let podman = Podman { conf, dir };
             match podman.command().arg("info").output() {
                 Ok(output) if output.status.success() => Some(podman),
