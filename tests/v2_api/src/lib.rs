@@ -37,6 +37,10 @@
 //!   ([`dist::tarball`]) and unpacked once ([`dist::unpacked_binary`]).
 //! - [`postgres`]: [`PgServer`], a private PostgreSQL server (its own
 //!   `initdb` dir, a loopback port, a non-root user) for the store's tests.
+//! - [`dist`]: the release tarball of `scripts/dist`, found and unpacked.
+//! - [`podman`]: containers: podman with this machine's settings, the
+//!   Debian base image made with debootstrap, the `Dockerfile`'s image,
+//!   containers and volumes removed on drop.
 //!
 //! # Timeouts
 //! Every wait in the harness is bounded, so no test can hang; the bounds are
@@ -50,6 +54,7 @@ pub mod bridge;
 pub mod browser;
 pub mod dist;
 pub mod ext;
+pub mod podman;
 pub mod postgres;
 pub mod problem;
 pub mod procfs;
