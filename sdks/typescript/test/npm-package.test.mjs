@@ -25,6 +25,21 @@ function releaseTarball() {
   return path;
 }
 
+/** README.md's fenced blocks after the line `heading`, up to the next heading, as `{lang, text}`. */
+function blocksAfter(heading) {
+  const lines = readFileSync(join(repo, "README.md"), "utf8").split("\n");
+  const start = lines.indexOf(heading);
+  assert.ok(start >= 0, `README.md has no heading ${heading}`);
+  const blocks = [];
+  for (let i = start + 1; i < lines.length && !lines[i].startsWith("#"); i++) {
+    if (!lines[i].startsWith("```")) continue;
+    const end = lines.indexOf("```", i + 1);
+    blocks.push({ lang: lines[i].slice(3), text: lines.slice(i + 1, end).join("\n") + "\n" });
+    i = end;
+  }
+  return blocks;
+}
+
 /** Runs a command to its end: `{code, signal, stdout, stderr}`. */
 function run(file, args, options = {}) {
   return new Promise((resolve) => {
@@ -125,16 +140,21 @@ test("the npm tarballs install offline into a fresh project and run the binary f
     env.npm_config_audit = "false";
     env.npm_config_fund = "false";
     const inProject = { cwd: project, env };
-    ok(
-      await run("npm", ["install", ...readdirSync(deps).map((f) => join(deps, f)), ...ours.map((f) => join(packed, f))], inProject),
-      "npm install --offline",
-    );
+    ok(await run("npm", ["install", ...readdirSync(deps).map((f) => join(deps, f))], inProject), "npm install --offline (ACP SDK, zod)");
+    // README's commands as written, the tarballs' folder named.
+    const readmeBlock = blocksAfter("### npm").filter((b) => b.lang === "sh")[1].text;
+    const folder = /^NPM_DIST=\/path\/to\/dist\/npm {3}# the three tarballs\n/;
+    assert.match(readmeBlock, folder);
+    const readmeRun = ok(await run("sh", ["-ec", readmeBlock.replace(folder, `NPM_DIST='${packed}'\n`)], inProject), "README's npm install");
     const binary = join(project, "node_modules", "@sandbox-agent", "cli-linux-x64", "bin", "sandbox-agent");
     assert.ok(holdsBinary(dirname(binary)), "the platform package's binary is installed executable");
+    const installed = JSON.parse(readFileSync(join(project, "package.json"), "utf8")).dependencies;
+    assert.deepEqual(Object.keys(installed).sort(), ["@agentclientprotocol/sdk", "@sandbox-agent/cli-linux-x64", "acp-http-client", "sandbox-agent", "zod"]);
 
     // 3. `npx sandbox-agent --version`: ours, from the platform package.
     const unpackedVersion = ok(await run(binary, ["--version"]), "the binary's --version").stdout;
     assert.match(unpackedVersion, new RegExp(`^sandbox-agent ${VERSION.replaceAll(".", "\\.")}\\b`));
+    assert.ok(readmeRun.stdout.endsWith(unpackedVersion), readmeRun.stdout);
     const npx = ok(await run("npx", ["sandbox-agent", "--version"], { ...inProject, env: { ...env, SANDBOX_AGENT_NPM_DEBUG: "1" } }), "npx sandbox-agent --version");
     assert.equal(npx.stdout, unpackedVersion);
     assert.equal(npx.stderr.trim(), `sandbox-agent (npm launcher): ${binary} (platform package), version ${VERSION}`);
