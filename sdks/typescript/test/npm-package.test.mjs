@@ -78,6 +78,11 @@ test("resolveBinary: the option, then SANDBOX_AGENT_BIN; each must print this pa
   try {
     process.env.SANDBOX_AGENT_BIN = binaryPath();
     assert.deepEqual(await resolveBinary(), { path: binaryPath(), source: "SANDBOX_AGENT_BIN", version: VERSION });
+    // scripts/dist's binary: the version on the first line, then commit, target and glibc lines.
+    const release = join(dir, "release");
+    writeFileSync(release, `#!/bin/sh\nprintf 'sandbox-agent ${VERSION}\\ncommit: 0123abc\\ntarget: ${TARGET}\\nglibc: 2.17 or newer\\n'\n`);
+    chmodSync(release, 0o755);
+    assert.deepEqual(await resolveBinary({ binary: release }), { path: release, source: "option", version: VERSION });
     const older = fakeBinary(dir, "sandbox-agent 0.0.1 (abc, x86_64-unknown-linux-gnu)");
     assert.deepEqual(await resolveBinary({ binary: binaryPath() }), { path: binaryPath(), source: "option", version: VERSION });
     await assert.rejects(
