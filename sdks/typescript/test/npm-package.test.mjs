@@ -40,6 +40,34 @@ function blocksAfter(heading) {
   return blocks;
 }
 
+/** The address of a starting server's listening line on `child`'s stdout. */
+function listeningUrl(child, exited) {
+  return new Promise((resolve, reject) => {
+    let stdout = "";
+    child.stdout.setEncoding("utf8");
+    child.stdout.on("data", (chunk) => {
+      stdout += chunk;
+      const line = /^sandbox-agent listening on (\S+)\n/.exec(stdout);
+      if (line) resolve(line[1]);
+    });
+    exited.then((status) => reject(new Error(`exited first: ${JSON.stringify(status)}`)));
+  });
+}
+
+/** The processes whose command line holds `text`: `["PID ARGS", …]`. */
+function processesNaming(text) {
+  const found = [];
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    try {
+      const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ");
+      if (args.includes(text)) found.push(`${pid} ${args}`);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return found;
+}
+
 /** Runs a command to its end: `{code, signal, stdout, stderr}`. */
 function run(file, args, options = {}) {
   return new Promise((resolve) => {
@@ -198,20 +226,31 @@ test("the npm tarballs install offline into a fresh project and run the binary f
       stdio: ["ignore", "pipe", "pipe"],
     });
     const exited = new Promise((resolve) => server.once("exit", (code, signal) => resolve({ code, signal })));
-    const url = await new Promise((resolve, reject) => {
-      let stdout = "";
-      server.stdout.setEncoding("utf8");
-      server.stdout.on("data", (chunk) => {
-        stdout += chunk;
-        const line = /^sandbox-agent listening on (\S+)\n/.exec(stdout);
-        if (line) resolve(line[1]);
-      });
-      exited.then((status) => reject(new Error(`exited first: ${JSON.stringify(status)}`)));
-    });
+    const url = await listeningUrl(server, exited);
     assert.equal((await fetch(`${url}/v2/health`)).status, 200);
     server.kill("SIGTERM");
     assert.deepEqual(await exited, { code: 0, signal: null });
     await assert.rejects(fetch(`${url}/v2/health`));
+
+    // `npx` ends on SIGTERM without passing it on: the launcher, orphaned,
+    // stops the server.
+    const npxData = join(work, "data-npx");
+    const viaNpx = spawn("npx", ["sandbox-agent", "server", "--host", "127.0.0.1", "--port", "0", "--no-token", "--data-dir", npxData], {
+      ...inProject,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const npxExited = new Promise((resolve) => viaNpx.once("exit", resolve));
+    const npxUrl = await listeningUrl(viaNpx, npxExited);
+    assert.equal((await fetch(`${npxUrl}/v2/health`)).status, 200);
+    viaNpx.kill("SIGTERM");
+    await npxExited;
+    let left = [];
+    for (let i = 0; i < 100; i++) {
+      left = processesNaming(npxData);
+      if (left.length === 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert.deepEqual(left, [], "the launcher and the server outlived npx");
 
     // 6. Without the platform package: the PATH, else an error naming what was looked at.
     renameSync(join(project, "node_modules", "@sandbox-agent"), join(work, "moved"));
@@ -231,6 +270,14 @@ test("the npm tarballs install offline into a fresh project and run the binary f
     assert.equal(launcherMissing.code, 1);
     assert.match(launcherMissing.stderr, /^sandbox-agent \(npm launcher\): sandbox-agent binary not found: /);
   } finally {
+    // A failed run's leftovers (they would hold this process's pipes open).
+    for (const entry of processesNaming(work)) {
+      try {
+        process.kill(Number(entry.split(" ")[0]), "SIGKILL");
+      } catch {
+        // Gone meanwhile.
+      }
+    }
     rmSync(work, { recursive: true, force: true });
   }
 });

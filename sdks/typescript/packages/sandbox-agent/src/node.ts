@@ -198,9 +198,8 @@ export function packageVersion(): string {
 
 /**
  * Finds the `sandbox-agent` binary (`research/contract.md`, "The npm
- * packages"): `options.binary`, else
- * `$SANDBOX_AGENT_BIN` (both must exist when given), else the platform
- * package for this machine (`@sandbox-agent/cli-linux-x64` on Linux x64,
+ * packages"): `options.binary`, else `$SANDBOX_AGENT_BIN` (both must exist
+ * when given), else the platform package for this machine (`@sandbox-agent/cli-linux-x64` on Linux x64,
  * resolved from this package's location, so the one installed beside it),
  * else the first executable `sandbox-agent` on the `PATH`. The first one
  * found is run with `--version`, which must print `sandbox-agent <this
