@@ -23,6 +23,7 @@ test("startEmbeddedServer: a private server with a random token, stopped by stop
   try {
     assert.match(server.baseUrl, /^http:\/\/127\.0\.0\.1:\d+$/);
     assert.match(server.token, /^[0-9a-f]{48}$/);
+    assert.equal(server.binary.source, "option");
     const anonymous = new SandboxAgentClient({ baseUrl: server.baseUrl, agent: "mock", autoConnect: false });
     await assert.rejects(anonymous.listAgents(), (e) => e.isUnauthorized());
     const client = new SandboxAgentClient({ ...server.connection, agent: "mock" });
@@ -73,13 +74,13 @@ test("start-up errors name the cause", async () => {
   );
 });
 
-test("the default entries import no Node built-in (only sandbox-agent/node does)", async () => {
+test("the default entries import no Node built-in (only sandbox-agent/node and the command do)", async () => {
   const { readdirSync, readFileSync } = await import("node:fs");
   const { builtinModules } = await import("node:module");
   const builtins = new Set(builtinModules);
   for (const pkg of ["acp-http-client", "sandbox-agent"]) {
     const dist = new URL(`../packages/${pkg}/dist/`, import.meta.url);
-    for (const file of readdirSync(dist).filter((f) => f.endsWith(".js") && f !== "node.js")) {
+    for (const file of readdirSync(dist).filter((f) => f.endsWith(".js") && f !== "node.js" && f !== "cli.js")) {
       const source = readFileSync(new URL(file, dist), "utf8");
       for (const [, specifier] of source.matchAll(/(?:from|import)\s*\(?\s*"([^"]+)"/g)) {
         assert.ok(

@@ -63,9 +63,9 @@ async function runExampleInFreshProject(packages) {
 
 test("the README's TypeScript example runs as written, the package folders installed as it says", async () => {
   const install = readmeExample().blocks.find((b) => b.lang === "sh").text;
-  assert.match(install, /npm install "\$SDK\/packages\/acp-http-client" "\$SDK\/packages\/sandbox-agent"/);
+  assert.match(install, /npm install "\$SDK\/packages\/acp-http-client" "\$SDK\/packages\/sandbox-agent" "\$SDK\/packages\/cli-linux-x64"\n/);
   // The packages were built by `npm test`.
-  await runExampleInFreshProject([join(sdk, "packages", "acp-http-client"), join(sdk, "packages", "sandbox-agent")]);
+  await runExampleInFreshProject(["acp-http-client", "sandbox-agent", "cli-linux-x64"].map((name) => join(sdk, "packages", name)));
 });
 
 test("npm pack makes installable tarballs: the example runs from them", async () => {
@@ -73,7 +73,11 @@ test("npm pack makes installable tarballs: the example runs from them", async ()
   try {
     // `prepack` builds each package with tsc.
     execFileSync("npm", ["pack", "--workspaces", "--pack-destination", packs], { cwd: sdk, stdio: "pipe" });
-    const tarballs = ["acp-http-client-0.1.0.tgz", "sandbox-agent-0.1.0.tgz"].map((name) => join(packs, name));
+    // All three: without the platform package's tarball, npm would look
+    // for sandbox-agent's optional dependency on the registry.
+    const tarballs = ["acp-http-client-0.1.0.tgz", "sandbox-agent-0.1.0.tgz", "sandbox-agent-cli-linux-x64-0.1.0.tgz"].map((name) =>
+      join(packs, name),
+    );
     const listing = execFileSync("tar", ["tzf", tarballs[1]], { encoding: "utf8" });
     assert.match(listing, /package\/dist\/index\.js/);
     assert.match(listing, /package\/dist\/index\.d\.ts/);

@@ -2,8 +2,13 @@
  * `sandbox-agent/node`: the Node-only part of the package (the default entry
  * stays browser-safe). Starts a private sandbox-agent server from its binary,
  * as the Rust SDK's embedded mode does (`research/contract.md`, "Embedded
- * mode"):
+ * mode", and "The npm packages" for the lookup below):
  *
+ * - the binary: the `binary` option, else `$SANDBOX_AGENT_BIN`, else the
+ *   platform package (`@sandbox-agent/cli-linux-x64`, an optional dependency
+ *   of this package, resolved from this package's own location), else the
+ *   first `sandbox-agent` on the `PATH`; the one chosen must answer
+ *   `--version` with this package's version ({@link resolveBinary});
  * - `server --host 127.0.0.1 --port 0 --exit-on-stdin-eof`, a random token
  *   in the environment (never on the command line, which `/proc` shows to
  *   every user);
@@ -14,9 +19,12 @@
  *   stdin is a pipe only this process holds, and its end of file stops the
  *   server and its agents.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
+import { accessSync, constants, existsSync, readFileSync, realpathSync, statSync } from "node:fs";
+import { createRequire } from "node:module";
+import { delimiter, dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 /** Prefix of the server's one stdout line ("Server start-up"). */
 const LISTENING_PREFIX = "sandbox-agent listening on ";
@@ -27,7 +35,8 @@ const KEPT_LOG_LINES = 200;
 export interface EmbeddedServerOptions {
   /**
    * The `sandbox-agent` binary: default `$SANDBOX_AGENT_BIN` (which must
-   * exist when set), else `sandbox-agent` on the `PATH`.
+   * exist when set), else the platform package's, else `sandbox-agent` on
+   * the `PATH` ({@link resolveBinary}).
    */
   binary?: string;
   /** Extra `sandbox-agent server` arguments (`--data-dir DIR`, `--fs-root DIR`, …). */
@@ -54,6 +63,8 @@ export interface EmbeddedServer {
   readonly connection: { baseUrl: string; token: string };
   /** The server process id. */
   readonly pid: number;
+  /** The binary the server runs, and where it was found. */
+  readonly binary: ResolvedBinary;
   /** The last lines of the server's stderr (with `logs: "keep"`). */
   logs(): string;
   /** Stops the server (SIGTERM, SIGKILL after the grace period) and waits for it to exit. */
@@ -67,7 +78,7 @@ export interface EmbeddedServer {
  *   is not ready within `startupTimeoutMs` (the message carries its stderr).
  */
 export async function startEmbeddedServer(options: EmbeddedServerOptions = {}): Promise<EmbeddedServer> {
-  const binary = findBinary(options.binary);
+  const binary = await resolveBinary({ binary: options.binary });
   const token = randomBytes(24).toString("hex");
   const env: NodeJS.ProcessEnv = { ...process.env, SANDBOX_AGENT_TOKEN: token };
   // Inherited settings that would change what this server is.
@@ -85,7 +96,7 @@ export async function startEmbeddedServer(options: EmbeddedServerOptions = {}): 
     String(Math.max(1, Math.floor(graceMs * 0.4))),
     ...(options.args ?? []),
   ];
-  const child = spawn(binary, args, {
+  const child = spawn(binary.path, args, {
     env,
     stdio: ["pipe", "pipe", options.logs === "inherit" ? "inherit" : "pipe"],
   });
@@ -123,6 +134,7 @@ export async function startEmbeddedServer(options: EmbeddedServerOptions = {}): 
     token,
     connection: { baseUrl, token },
     pid: child.pid ?? 0,
+    binary,
     logs,
     stop() {
       stopping ??= (async () => {
@@ -139,18 +151,177 @@ export async function startEmbeddedServer(options: EmbeddedServerOptions = {}): 
   };
 }
 
-function findBinary(given: string | undefined): string {
+/**
+ * Where {@link resolveBinary} found the binary: the `binary` option, the
+ * `SANDBOX_AGENT_BIN` variable, the platform package, or the `PATH`.
+ */
+export type BinarySource = "option" | "SANDBOX_AGENT_BIN" | "platform package" | "PATH";
+
+/** A binary {@link resolveBinary} found and ran `--version` on. */
+export interface ResolvedBinary {
+  /** Its path (absolute unless the option or `SANDBOX_AGENT_BIN` gave a relative one). */
+  readonly path: string;
+  /** Where it was found. */
+  readonly source: BinarySource;
+  /** The version its `--version` printed: this package's version. */
+  readonly version: string;
+}
+
+/** Options of {@link resolveBinary}. */
+export interface ResolveBinaryOptions {
+  /** A binary to use instead of looking for one (checked like the others). */
+  binary?: string | undefined;
+}
+
+/** The platform packages, by `${process.platform}-${process.arch}`. */
+const PLATFORM_PACKAGES: Readonly<Record<string, string>> = {
+  "linux-x64": "@sandbox-agent/cli-linux-x64",
+};
+/** The binary inside a platform package. */
+const PLATFORM_BINARY = join("bin", "sandbox-agent");
+/** How long `--version` may take, in milliseconds. */
+const VERSION_TIMEOUT_MS = 10_000;
+/**
+ * Set in the environment of the `--version` run: the package's command
+ * (`cli.ts`) started with it is being taken for a binary, and refuses.
+ */
+export const VERSION_PROBE_VARIABLE = "SANDBOX_AGENT_NPM_VERSION_PROBE";
+
+/**
+ * This package's version (its `package.json`): the version the binary must
+ * print, since the packages and the binary are released together.
+ */
+export function packageVersion(): string {
+  const manifest = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string };
+  return manifest.version;
+}
+
+/**
+ * Finds the `sandbox-agent` binary (`research/contract.md`, "The npm
+ * packages"): `options.binary`, else `$SANDBOX_AGENT_BIN` (both must exist
+ * when given), else the platform package for this machine (`@sandbox-agent/cli-linux-x64` on Linux x64,
+ * resolved from this package's location, so the one installed beside it),
+ * else the first executable `sandbox-agent` on the `PATH`. The first one
+ * found is run with `--version`, which must print `sandbox-agent <this
+ * package's version>`; it is not passed over for a later one.
+ *
+ * @returns its path, where it was found and its version.
+ * @throws {Error} when none is found (the message lists what was looked
+ *   at), the one found does not run, or it prints another version.
+ */
+export async function resolveBinary(options: ResolveBinaryOptions = {}): Promise<ResolvedBinary> {
+  const { path, source, looked } = findBinary(options.binary);
+  const expected = packageVersion();
+  const version = await versionOf(path, source);
+  if (version !== expected) {
+    throw new Error(
+      `sandbox-agent at ${path} (from the ${describe(source)}) is version ${version}, ` +
+        `but this sandbox-agent package is ${expected}: install the matching binary ` +
+        `(our npm tarballs carry it in @sandbox-agent/cli-linux-x64)` +
+        (looked.length > 0 ? `; looked at: ${looked.join("; ")}` : ""),
+    );
+  }
+  return { path, source, version };
+}
+
+function describe(source: BinarySource): string {
+  switch (source) {
+    case "option":
+      return "binary option";
+    case "SANDBOX_AGENT_BIN":
+      return "SANDBOX_AGENT_BIN variable";
+    case "platform package":
+      return "platform package";
+    case "PATH":
+      return "PATH";
+  }
+}
+
+/** The first candidate, and what was passed over before it. */
+function findBinary(given: string | undefined): { path: string; source: BinarySource; looked: string[] } {
   if (given !== undefined) {
     if (!existsSync(given)) throw new Error(`sandbox-agent binary not found at ${given}`);
-    return given;
+    return { path: given, source: "option", looked: [] };
   }
   const fromEnv = process.env["SANDBOX_AGENT_BIN"];
   if (fromEnv !== undefined && fromEnv !== "") {
     if (!existsSync(fromEnv)) throw new Error(`SANDBOX_AGENT_BIN names ${fromEnv}, which does not exist`);
-    return fromEnv;
+    return { path: fromEnv, source: "SANDBOX_AGENT_BIN", looked: [] };
   }
-  // spawn searches the PATH; a missing one is reported as the child's error.
-  return "sandbox-agent";
+  const looked = ["SANDBOX_AGENT_BIN is not set"];
+  const platform = `${process.platform}-${process.arch}`;
+  const packageName = PLATFORM_PACKAGES[platform];
+  if (packageName === undefined) {
+    looked.push(`no platform package is made for ${platform}`);
+  } else {
+    let packageDir: string | undefined;
+    try {
+      packageDir = dirname(createRequire(import.meta.url).resolve(`${packageName}/package.json`));
+    } catch {
+      looked.push(`${packageName} is not installed beside this package`);
+    }
+    if (packageDir !== undefined) {
+      const path = join(packageDir, PLATFORM_BINARY);
+      if (isExecutableFile(path)) return { path, source: "platform package", looked };
+      looked.push(`${packageName} at ${packageDir} has no executable ${PLATFORM_BINARY}`);
+    }
+  }
+  // `npx` and npm scripts put node_modules/.bin, where this package's own
+  // command is, first on the PATH.
+  const command = realpathOrSelf(fileURLToPath(new URL("./cli.js", import.meta.url)));
+  for (const dir of (process.env["PATH"] ?? "").split(delimiter)) {
+    if (dir === "") continue;
+    const path = join(dir, "sandbox-agent");
+    if (!isExecutableFile(path)) continue;
+    if (realpathOrSelf(path) === command) {
+      looked.push(`${path} on the PATH is this package's command`);
+      continue;
+    }
+    return { path, source: "PATH", looked };
+  }
+  looked.push("none on the PATH");
+  throw new Error(`sandbox-agent binary not found: ${looked.join("; ")}`);
+}
+
+function realpathOrSelf(path: string): string {
+  try {
+    return realpathSync(path);
+  } catch {
+    return path;
+  }
+}
+
+function isExecutableFile(path: string): boolean {
+  try {
+    if (!statSync(path).isFile()) return false;
+    accessSync(path, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The version `PATH --version` prints (`sandbox-agent X.Y.Z…` on its first line). */
+function versionOf(path: string, source: BinarySource): Promise<string> {
+  return new Promise((resolve, reject) => {
+    // The variable makes another package's command (an npm launcher, not a
+    // binary) refuse at once rather than look for a binary in turn.
+    const env = { ...process.env, [VERSION_PROBE_VARIABLE]: "1" };
+    execFile(path, ["--version"], { env, timeout: VERSION_TIMEOUT_MS, encoding: "utf8" }, (error, stdout, stderr) => {
+      const where = `sandbox-agent at ${path} (from the ${describe(source)})`;
+      if (error) {
+        const detail = stderr.trim() || error.message;
+        reject(new Error(`${where} did not answer --version: ${detail}`));
+        return;
+      }
+      const match = /^sandbox-agent v?(\S+)/.exec(stdout);
+      if (match?.[1] === undefined) {
+        reject(new Error(`${where} printed ${JSON.stringify(stdout.split("\n")[0] ?? "")} for --version, not "sandbox-agent VERSION"`));
+        return;
+      }
+      resolve(match[1]);
+    });
+  });
 }
 
 /** The address from the server's one stdout line. */
