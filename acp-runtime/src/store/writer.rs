@@ -216,6 +216,9 @@ pub(crate) struct Persist {
     file_problem: Mutex<Option<String>>,
     backend: &'static str,
     drop_warning: LogLimit,
+    /// Client messages refused for want of room ([`Self::room`]): never
+    /// dropped events, so logged apart from them.
+    refusal_warning: LogLimit,
     /// Each agent's share of the waiting writes.
     shares: Mutex<HashMap<Arc<str>, Arc<Share>>>,
     /// Removals queued and not written yet: one is never queued twice
@@ -264,6 +267,13 @@ impl Persist {
                     count,
                     ?interval,
                     "session store: more events dropped (not stored)"
+                );
+            }),
+            refusal_warning: LogLimit::new(WARN_INTERVAL, |count, interval| {
+                tracing::warn!(
+                    count,
+                    ?interval,
+                    "session store: more client messages refused (503 store-behind, not forwarded, nothing dropped)"
                 );
             }),
             shares: Mutex::new(HashMap::new()),
@@ -471,7 +481,7 @@ impl Persist {
                 return Ok(Some(Room { share, bytes }));
             }
             if Instant::now() >= deadline {
-                if self.drop_warning.admit() {
+                if self.refusal_warning.admit() {
                     tracing::warn!(
                         agent = %share.agent,
                         "session store is behind: a client's message was refused (not forwarded)"
