@@ -456,7 +456,7 @@ impl Persist {
     }
 
     /// Room in `agent`'s share for a client message of `message_len` bytes,
-    /// waiting while the share (or the whole queue) is full, at most
+    /// waiting while the share is full, at most
     /// [`CLIENT_WAIT`]; `Ok(None)` while the store is degraded (an outage
     /// must not stop the service: the outage's caps apply, as to every
     /// event, and a gap is counted).
