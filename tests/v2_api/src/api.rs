@@ -117,6 +117,30 @@ impl Api {
         }
     }
 
+    /// `POST /v2/processes/run` of `sh -c script` in `cwd`: (exit code,
+    /// stdout, stderr); -1 and empty text for members missing.
+    ///
+    /// # Panics
+    /// Unless the answer is 200.
+    pub async fn run_sh(
+        &self,
+        script: &str,
+        cwd: impl AsRef<std::path::Path>,
+    ) -> (i64, String, String) {
+        let reply = Self::send(
+            self.request(Method::POST, "/v2/processes/run")
+                .json(&json!({"command": "sh", "args": ["-c", script], "cwd": cwd.as_ref()})),
+        )
+        .await;
+        reply.assert_status(200);
+        let body = reply.json();
+        (
+            body["exitCode"].as_i64().unwrap_or(-1),
+            body["stdout"].as_str().unwrap_or_default().to_owned(),
+            body["stderr"].as_str().unwrap_or_default().to_owned(),
+        )
+    }
+
     /// POSTs one JSON body to `/v2/rpc`.
     pub async fn post(&self, conn: Option<&str>, body: &Value) -> Reply {
         Self::send(self.rpc_post(conn).body(body.to_string())).await

@@ -86,24 +86,6 @@ async fn new_session(server: &TestServer, conn: &str, cwd: &Path) -> Value {
         .await
 }
 
-/// `POST /v2/processes/run` of `sh -c script`: (exit code, stdout, stderr).
-async fn run_sh(server: &TestServer, script: &str, cwd: &Path) -> (i64, String, String) {
-    let reply = v2_api_tests::Api::send(
-        server
-            .api()
-            .request(reqwest::Method::POST, "/v2/processes/run")
-            .json(&json!({"command": "sh", "args": ["-c", script], "cwd": cwd})),
-    )
-    .await;
-    reply.assert_status(200);
-    let body = reply.json();
-    (
-        body["exitCode"].as_i64().unwrap_or(-1),
-        body["stdout"].as_str().unwrap_or_default().to_owned(),
-        body["stderr"].as_str().unwrap_or_default().to_owned(),
-    )
-}
-
 /// The mock's one reply chunk of the last turn of `session`.
 async fn last_chunk(server: &TestServer, session: &str) -> String {
     let page = server
@@ -207,7 +189,7 @@ async fn the_users_processes_cannot_read_the_store_or_list_the_data_dir() {
         id = data.join("runtime-id").display(),
         data = data.display(),
     );
-    let (code, stdout, stderr) = run_sh(&server, &script, work.path()).await;
+    let (code, stdout, stderr) = server.api().run_sh(&script, work.path()).await;
     assert_eq!(code, 0, "{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines[0], user.uid.to_string(), "{stdout}");
@@ -1192,15 +1174,16 @@ async fn no_program_can_signal_a_tree_supervisor_which_stays_root() {
     let (_, daemon) = supervisor_of(&server, "1001").await;
 
     // Tree B, same user, cannot signal A's supervisor.
-    let (code, stdout, stderr) = run_sh(
-        &server,
-        &format!(
-            "kill -9 {0}; echo $?; kill -STOP {0}; echo $?",
-            supervisor.pid
-        ),
-        work.path(),
-    )
-    .await;
+    let (code, stdout, stderr) = server
+        .api()
+        .run_sh(
+            &format!(
+                "kill -9 {0}; echo $?; kill -STOP {0}; echo $?",
+                supervisor.pid
+            ),
+            work.path(),
+        )
+        .await;
     assert_eq!(code, 0, "{stderr}");
     let answers: Vec<&str> = stdout.split_whitespace().collect();
     assert!(

@@ -61,22 +61,6 @@ for p in /proc/[0-9]*; do
 done
 exit 0"#;
 
-/// `POST /v2/processes/run` of `sh -c script`: (exit code, stdout, stderr).
-async fn run_sh(api: &Api, script: &str) -> (i64, String, String) {
-    let reply = Api::send(
-        api.request(reqwest::Method::POST, "/v2/processes/run")
-            .json(&json!({"command": "sh", "args": ["-c", script], "cwd": "/tmp"})),
-    )
-    .await;
-    reply.assert_status(200);
-    let body = reply.json();
-    (
-        body["exitCode"].as_i64().unwrap_or(-1),
-        body["stdout"].as_str().unwrap_or_default().to_owned(),
-        body["stderr"].as_str().unwrap_or_default().to_owned(),
-    )
-}
-
 /// The session ids `GET /v2/sessions` lists.
 async fn listed_sessions(api: &Api) -> Vec<String> {
     let listed: Value = api.get_json("/v2/sessions").await;
@@ -202,7 +186,7 @@ async fn image_serves_with_a_token_keeps_sessions_on_its_volume_and_stops_on_sig
     // and nothing it can read holds the token: not its environment, not
     // any command line, not the environment of any process it may read
     // (the mock agent's among them: its connection is still open).
-    let (code, stdout, stderr) = run_sh(&api, READ_PROC).await;
+    let (code, stdout, stderr) = api.run_sh(READ_PROC, "/tmp").await;
     assert_eq!(code, 0, "{stderr}");
     let mut lines = stdout.lines();
     let uid: u32 = lines.next().and_then(|l| l.parse().ok()).expect("a uid");
