@@ -11,6 +11,7 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { resolveBinary, packageVersion } from "sandbox-agent/node";
 import { binaryPath } from "./server.mjs";
+import { blocksAfter } from "./readme-blocks.mjs";
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const VERSION = packageVersion();
@@ -23,21 +24,6 @@ function releaseTarball() {
   const path = process.env.SANDBOX_AGENT_DIST_TARBALL || join(repo, "dist", `sandbox-agent-${VERSION}-${TARGET}.tar.gz`);
   assert.ok(existsSync(path), `no release tarball at ${path}: run scripts/dist first (scripts/test does)`);
   return path;
-}
-
-/** README.md's fenced blocks after the line `heading`, up to the next heading, as `{lang, text}`. */
-function blocksAfter(heading) {
-  const lines = readFileSync(join(repo, "README.md"), "utf8").split("\n");
-  const start = lines.indexOf(heading);
-  assert.ok(start >= 0, `README.md has no heading ${heading}`);
-  const blocks = [];
-  for (let i = start + 1; i < lines.length && !lines[i].startsWith("#"); i++) {
-    if (!lines[i].startsWith("```")) continue;
-    const end = lines.indexOf("```", i + 1);
-    blocks.push({ lang: lines[i].slice(3), text: lines.slice(i + 1, end).join("\n") + "\n" });
-    i = end;
-  }
-  return blocks;
 }
 
 /** The address of a starting server's listening line on `child`'s stdout. */

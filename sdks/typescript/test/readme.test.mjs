@@ -3,33 +3,15 @@
 // written (only the port changed) and run it against a real server.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { startServer } from "./server.mjs";
+import { blocksAfter } from "./readme-blocks.mjs";
 
 const sdk = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const readme = readFileSync(join(sdk, "..", "..", "README.md"), "utf8");
-
-/**
- * The fenced blocks after the line `heading` up to the next heading, as
- * `{lang, text}` (`lang` is `""` for a bare fence).
- */
-function blocksAfter(heading) {
-  const lines = readme.split("\n");
-  const start = lines.indexOf(heading);
-  assert.ok(start >= 0, `README.md has no heading ${heading}`);
-  const blocks = [];
-  for (let i = start + 1; i < lines.length && !lines[i].startsWith("## "); i++) {
-    if (!lines[i].startsWith("```")) continue;
-    const end = lines.indexOf("```", i + 1);
-    blocks.push({ lang: lines[i].slice(3), text: lines.slice(i + 1, end).join("\n") + "\n" });
-    i = end;
-  }
-  return blocks;
-}
 
 /** The README's example and the output it shows. */
 function readmeExample() {
