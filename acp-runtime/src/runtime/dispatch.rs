@@ -256,8 +256,7 @@ impl Runtime {
             .and_then(|id| self.sessions.live(id, process.generation))
         {
             // Dropping `in_flight` on a refusal releases the id.
-            let room = self.room_for(&connection.agent, message.line).await?;
-            session.record_admitted(message.line.clone(), room);
+            session.record_client(message.line).await?;
             if method == method::SESSION_PROMPT
                 && let Some(params) = envelope.params
             {
@@ -488,8 +487,7 @@ impl Runtime {
             .session_id()
             .and_then(|id| self.sessions.live(&id, process.generation));
         if let Some(session) = &session {
-            let room = self.room_for(&connection.agent, body).await?;
-            session.record_admitted(body.clone(), room);
+            session.record_client(body).await?;
         }
         if process.router.send_line(body).await.is_err() {
             tracing::debug!(connection = %connection.id, "notification dropped: agent process exited");
@@ -546,9 +544,11 @@ impl Runtime {
 }
 
 impl Runtime {
-    /// Room in the store's queue for `line`, a client's message to one of
-    /// `agent`'s sessions, taken before it is recorded and forwarded
-    /// (`None` with no store or a degraded one).
+    /// Room in `agent`'s share of the store's queue for `line`, a client's
+    /// answer to an agent request, taken before the request is looked up
+    /// (which removes it) and the answer recorded and forwarded (`None`
+    /// with no store or a degraded one). A message to a known session takes
+    /// its room through [`crate::state::session::Session::record_client`].
     ///
     /// # Errors
     /// [`Error::StoreBehind`] (503) when the queue had no room within
@@ -560,7 +560,7 @@ impl Runtime {
             return Ok(None);
         };
         persist
-            .room(agent, line.len())
+            .room(&persist.share(agent), line.len())
             .await
             .map_err(|()| Error::StoreBehind)
     }

@@ -4,6 +4,7 @@
 //! "Routing: connections, sessions, one agent process" and
 //! "Extension methods and control plane").
 
+use crate::error::Error;
 use crate::metrics::{self, Metrics, TurnClock};
 use crate::otel::TurnTrace;
 use crate::protocol;
@@ -506,6 +507,26 @@ impl Session {
     pub(crate) fn record_admitted(&self, message: Bytes, room: Option<writer::Room>) {
         let mut state = self.state.lock();
         self.record_locked(&mut state, Direction::ClientToAgent, message, true, room);
+    }
+
+    /// Records a client's message once room for it is taken in this
+    /// session's share of the store's queue ([`Persist::room`]; at once
+    /// with no store or a degraded one).
+    ///
+    /// # Errors
+    /// [`Error::StoreBehind`] (503) when there was no room within
+    /// [`writer::CLIENT_WAIT`]: the message is not recorded, and the caller
+    /// must not forward it (research/contract.md, "Durable sessions").
+    pub(crate) async fn record_client(&self, message: &Bytes) -> Result<(), Error> {
+        let room = match (self.store(), &self.share) {
+            (Some(persist), Some(share)) => persist
+                .room(share, message.len())
+                .await
+                .map_err(|()| Error::StoreBehind)?,
+            _ => None,
+        };
+        self.record_admitted(message.clone(), room);
+        Ok(())
     }
 
     /// Records a message and pushes `line` (the same message) to every

@@ -455,7 +455,7 @@ impl Persist {
         }
     }
 
-    /// Room in `agent`'s share for a client message of `message_len` bytes,
+    /// Room in `share` (an agent's) for a client message of `message_len` bytes,
     /// waiting while the share is full, at most
     /// [`CLIENT_WAIT`]; `Ok(None)` while the store is degraded (an outage
     /// must not stop the service: the outage's caps apply, as to every
@@ -467,10 +467,9 @@ impl Persist {
     /// "Durable sessions").
     pub(crate) async fn room(
         &self,
-        agent: &Arc<str>,
+        share: &Arc<Share>,
         message_len: usize,
     ) -> Result<Option<Room>, ()> {
-        let share = self.share(agent);
         let bytes = std::mem::size_of::<Write>() + message_len;
         let deadline = Instant::now() + CLIENT_WAIT;
         loop {
@@ -478,7 +477,10 @@ impl Persist {
                 return Ok(None);
             }
             if share.try_take(bytes) {
-                return Ok(Some(Room { share, bytes }));
+                return Ok(Some(Room {
+                    share: share.clone(),
+                    bytes,
+                }));
             }
             if Instant::now() >= deadline {
                 if self.refusal_warning.admit() {
