@@ -318,8 +318,9 @@ async fn install_script_installs_from_a_path_and_replaces_an_older_binary() {
     assert_installed(&prefix, &output);
 }
 
-#[tokio::test]
-async fn install_script_installs_from_an_http_url_with_its_sha256_or_the_given_one() {
+/// The release tarball as a download would serve it: its file name, its
+/// bytes and its `.sha256` file's bytes.
+fn published() -> (String, Vec<u8>, Vec<u8>) {
     let tarball = dist::tarball();
     let name = tarball
         .file_name()
@@ -328,6 +329,12 @@ async fn install_script_installs_from_an_http_url_with_its_sha256_or_the_given_o
         .into_owned();
     let bytes = std::fs::read(&tarball).expect("read the tarball");
     let checksum = std::fs::read(format!("{}.sha256", tarball.display())).expect(".sha256");
+    (name, bytes, checksum)
+}
+
+#[tokio::test]
+async fn install_script_installs_from_an_http_url_with_its_sha256_or_the_given_one() {
+    let (name, bytes, checksum) = published();
     let files = FileServer::start(vec![
         (&format!("/release/{name}"), bytes.clone()),
         (&format!("/release/{name}.sha256"), checksum),
@@ -356,13 +363,7 @@ async fn install_script_installs_from_an_http_url_with_its_sha256_or_the_given_o
 #[tokio::test]
 async fn install_script_refuses_a_tampered_tarball_or_a_wrong_checksum() {
     let tarball = dist::tarball();
-    let name = tarball
-        .file_name()
-        .expect("a name")
-        .to_string_lossy()
-        .into_owned();
-    let bytes = std::fs::read(&tarball).expect("read the tarball");
-    let checksum = std::fs::read(format!("{}.sha256", tarball.display())).expect(".sha256");
+    let (name, bytes, checksum) = published();
 
     // One byte of the tarball changed, its published .sha256 beside it.
     let folder = TempDir::new("install-tampered");
