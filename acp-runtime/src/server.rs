@@ -1,6 +1,7 @@
 //! The server's lifecycle: kill the agent trees a dead predecessor left,
 //! bind, announce, accept, reap idle connections, and shut down gracefully
-//! on SIGINT/SIGTERM.
+//! when the caller's token is cancelled (the binary cancels it on SIGINT or
+//! SIGTERM, from a thread of its own).
 //!
 //! Shutdown is one visible mechanism: the runtime's `shutdown` token. Once it
 //! is cancelled the accept loop stops, every SSE stream ends, agents get
@@ -24,6 +25,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 /// Longest a graceful shutdown waits for the session store to take every
 /// queued write (research/contract.md, "Durable sessions").
@@ -43,16 +45,27 @@ const MAX_HTTP2_STREAMS: u32 = 256;
 /// Most bytes of request headers on one HTTP/2 stream, as HTTP/1.1's default.
 const MAX_HTTP2_HEADER_BYTES: u32 = 64 * 1024;
 
-/// Runs a server until SIGINT or SIGTERM.
+/// The longest the graceful steps of a shutdown take once `shutdown` is
+/// cancelled, with the agents' `grace` (`--shutdown-grace-ms`): the agents'
+/// grace, the store's flush, the HTTP connections' drain. What a caller
+/// waits before it gives up on a shutdown adds its own steps (research/
+/// contract.md, "Shutdown").
+#[must_use]
+pub fn graceful_steps(grace: Duration) -> Duration {
+    grace + STORE_FLUSH_TIMEOUT + DRAIN_TIMEOUT
+}
+
+/// Runs a server until `shutdown` is cancelled (or, with
+/// `--exit-on-stdin-eof`, stdin closes, which cancels it too), then shuts
+/// down gracefully and returns.
 ///
 /// Writes `sandbox-agent listening on http://HOST:PORT` to stdout once the
 /// socket is bound (see `research/contract.md`).
 ///
 /// # Errors
 /// When the session store cannot be opened (the message names the file or
-/// the redacted URL), the address cannot be bound or the signal handlers
-/// cannot be installed.
-pub async fn run(mut config: ServerConfig) -> std::io::Result<()> {
+/// the redacted URL) or the address cannot be bound.
+pub async fn run(mut config: ServerConfig, shutdown: CancellationToken) -> std::io::Result<()> {
     // Before anything in the data dir is read or acted on (research/
     // contract.md, "Agents under an unprivileged user"); its real path from
     // here on.
@@ -98,16 +111,7 @@ pub async fn run(mut config: ServerConfig) -> std::io::Result<()> {
     if let Some(lock) = &runtime_lock {
         lock.record_url(&format!("http://{address}"));
     }
-    let runtime = Runtime::new(config, durable);
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let shutdown = runtime.shutdown.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-            _ = sigterm.recv() => tracing::info!("SIGTERM: shutting down"),
-        }
-        shutdown.cancel();
-    });
+    let runtime = Runtime::new(config, durable, shutdown);
     tokio::spawn(reap_idle(runtime.clone()));
     // research/contract.md, "Memory budget".
     tokio::spawn(runtime.clone().keep_within_budget());

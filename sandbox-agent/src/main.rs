@@ -14,6 +14,8 @@
 //!   `exec` and `ps` (programs run in a server's sandbox),
 //!   `supervise` (the agents' tree supervisor); `args` holds the argument
 //!   groups several commands share.
+//! - [`signals`]: the server's SIGINT and SIGTERM, on a thread of their
+//!   own, and the bound on how long its shutdown may take.
 //! - [`telemetry`]: the server's log lines, and its spans over OTLP when
 //!   the OpenTelemetry variables ask for them.
 //!
@@ -22,6 +24,7 @@
 
 mod cli;
 mod commands;
+mod signals;
 mod telemetry;
 mod version;
 

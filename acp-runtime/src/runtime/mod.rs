@@ -133,8 +133,13 @@ impl Reply {
 
 impl Runtime {
     /// A runtime for `config`; agents start on first use. With `durable`,
-    /// every session change is also written to its store.
-    pub fn new(mut config: ServerConfig, durable: Option<Durable>) -> Arc<Self> {
+    /// every session change is also written to its store. Cancelling
+    /// `shutdown` starts its shutdown.
+    pub fn new(
+        mut config: ServerConfig,
+        durable: Option<Durable>,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
         // The root as a real path, resolved once, here: never again per
         // request (research/contract.md, "Host file system").
         if let Some(real) = config
@@ -239,7 +244,7 @@ impl Runtime {
             sessions: routes.sessions.clone(),
             routes,
             agents,
-            shutdown: CancellationToken::new(),
+            shutdown,
             store,
             persist,
             memory,

@@ -449,7 +449,12 @@ pub async fn run(args: ServerArgs) -> Result<(), String> {
             "no --fs-root: the file system API (/v2/fs/*, _sandboxagent/fs/*) reaches every file this server's user can; pass --fs-root DIR to confine it"
         );
     }
-    acp_runtime::server::run(config)
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let steps = acp_runtime::server::graceful_steps(config.shutdown_grace);
+    crate::signals::watch(shutdown.clone(), steps)
+        .await
+        .map_err(|e| format!("cannot take SIGINT and SIGTERM: {e}"))?;
+    acp_runtime::server::run(config, shutdown)
         .await
         .map_err(|e| format!("server failed: {e}"))
 }
