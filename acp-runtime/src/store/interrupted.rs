@@ -201,9 +201,15 @@ impl Store {
             }
             for row in &rows {
                 read += 1;
+                // An unreadable row (a direction this runtime does not
+                // know, say) is passed over, but the scan still moves back
+                // past it: re-reading the same rows would stall the start.
+                let Ok(offset) = row.try_get::<i64, _>("event_offset") else {
+                    break 'scan Turn::Closed;
+                };
+                next_offset.get_or_insert(u64::try_from(offset).unwrap_or(0) + 1);
+                before = offset.max(0);
                 let Ok(event) = event_row(row) else { continue };
-                next_offset.get_or_insert(event.offset + 1);
-                before = i64::try_from(event.offset).unwrap_or(0);
                 match scan.older(event.direction, &event.message) {
                     Turn::Unknown => {}
                     decided => break 'scan decided,

@@ -161,6 +161,52 @@ async fn one_unreadable_event_row_does_not_hide_the_rest_of_the_log() {
     assert_eq!(page["events"][0]["offset"], 0, "{page}");
 }
 
+/// A turn left open behind 300 unreadable rows (more than one read of the
+/// start-up scan) is still found and recorded as interrupted: the scan
+/// once moved back only past rows it could read, so it read the same
+/// unreadable tail again and again, gave up after 20,000 reads ("not checked
+/// further") and recorded nothing.
+#[tokio::test]
+async fn an_open_turn_behind_unreadable_rows_is_recorded_as_interrupted() {
+    let data = TempDir::new("interrupted-behind-bad-rows");
+    fresh_sqlite_store(&data).await;
+    edit_sqlite(
+        data.path(),
+        &[
+            "INSERT INTO sessions (runtime_id, agent, session_id, cwd, created_ns, updated_ns, \
+             end_reason, metadata, event_count) VALUES (?1, 'mock', 's', '/tmp', 1, 2, \
+             NULL, '{}', 301)",
+            "INSERT INTO session_keys (runtime_id, agent, session_id) VALUES (?1, 'mock', 's')",
+            "INSERT INTO events (event_id, at_ns, direction, message) \
+             SELECT session_key * 4294967296 + 0, 10, 'client_to_agent', \
+             CAST('{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"session/prompt\",\
+             \"params\":{\"sessionId\":\"s\",\"prompt\":[]}}' AS BLOB) \
+             FROM session_keys WHERE runtime_id = ?1 AND session_id = 's'",
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) \
+             INSERT INTO events (event_id, at_ns, direction, message) \
+             SELECT session_key * 4294967296 + i, 10 + i, 'sideways', CAST('{}' AS BLOB) \
+             FROM session_keys, n WHERE runtime_id = ?1 AND session_id = 's'",
+        ],
+    )
+    .await;
+    let server = TestServer::start(&["--data-dir", data.utf8()]).await;
+    let page = server
+        .get_json("/v2/sessions/s/events?agent=mock&offset=301&limit=10")
+        .await;
+    assert_eq!(page["events"][0]["offset"], 301, "{page}");
+    assert_eq!(
+        page["events"][0]["message"],
+        json!({"jsonrpc": "2.0", "method": "_sandboxagent/turn/interrupted", "params": {
+            "sessionId": "s",
+            "reason": "server-stopped",
+            "stopReason": "cancelled",
+            "promptId": 7,
+            "requestIds": [],
+        }}),
+        "{page}"
+    );
+}
+
 /// Waits up to `within` for `"store": "ok"` with nothing waiting.
 async fn store_settles(server: &TestServer, within: Duration) -> Result<(), Value> {
     let deadline = tokio::time::Instant::now() + within;
