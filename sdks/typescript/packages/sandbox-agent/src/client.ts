@@ -843,6 +843,8 @@ export class SandboxAgentClient {
       call = fsArgs(method, first, third, fourth, { gzip: "boolean?" });
     } else {
       archive = first;
+      // The archive first: `uploadFsBatch({path}, bytes)` has the arguments swapped.
+      check(method, "archive", archive, "bytes");
       checkFields(method, "query", second, { path: "string", ...fields });
       checkCallOptions(method, third);
       call = { query: pick(second as FsUploadQuery, { path: "string", ...fields }), options: (third ?? {}) as CallOptions, positional: false };
