@@ -22,6 +22,8 @@ const KINDS = {
   signal: [(v: unknown) => typeof AbortSignal !== "undefined" && v instanceof AbortSignal, "an AbortSignal"],
   /** A request body: text or bytes, whole or streamed. */
   body: [(v: unknown) => typeof v === "string" || isBytes(v), "a string, Uint8Array, ArrayBuffer, Blob or ReadableStream"],
+  /** Stdin or keys: text (sent as UTF-8) or bytes. */
+  chunk: [(v: unknown) => typeof v === "string" || v instanceof Uint8Array, "a string or a Uint8Array"],
   /** An archive: bytes only (a string would be sent as UTF-8, never what a tar is). */
   bytes: [isBytes, "a Uint8Array, ArrayBuffer, Blob or ReadableStream"],
 } as const satisfies Record<string, readonly [(v: unknown) => boolean, string]>;
