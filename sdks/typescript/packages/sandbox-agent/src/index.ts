@@ -7,6 +7,8 @@
  *   001's name for it): connection, sessions, prompt turns, permissions,
  *   agents, files, each call in seed 001's object form and a positional one;
  * - `check.ts`: the run-time argument checks every public call makes;
+ * - `forms.ts`: each call's two argument forms (seed 001's request
+ *   objects, positional), told apart and checked;
  * - `turn.ts`: {@link PromptTurn}, a turn read as an async iterator;
  * - `process.ts`: {@link ProcessHandle}, processes in the sandbox and their
  *   output followed by offset;
