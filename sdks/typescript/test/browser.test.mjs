@@ -73,7 +73,7 @@ async function startPageServer() {
   return { url: `http://127.0.0.1:${http.address().port}`, close: () => new Promise((resolve) => http.close(resolve)) };
 }
 
-test("in headless Chromium: a token, a permission round trip, a question, a resumed stream, files, a process, the WebSocket transport, a 404", async (t) => {
+test("in headless Chromium: a token, a permission round trip, a question, a resumed stream, files (seed 001's shapes too), a process, the WebSocket transport, a 404", async (t) => {
   const puppeteer = loadPuppeteer();
   if (puppeteer === undefined) return t.skip("puppeteer-core not found (npm install --prefix tests/npm)");
   if (!existsSync(chromium)) return t.skip(`no Chromium at ${chromium} (set CHROMIUM)`);
@@ -113,6 +113,8 @@ test("in headless Chromium: a token, a permission round trip, a question, a resu
       metadata: { from: "browser" },
       file: "written by a browser",
       entries: ["from-browser.txt"],
+      seedEntries: ["from-browser.txt:file", "seed:directory"],
+      startError: "SandboxAgent.start: starting a server needs Node.js (it runs the sandbox-agent binary); elsewhere use connect({baseUrl})",
       notFound: true,
       questionText: "You answered: name=Browser color=blue confirm=false",
       process: "0:from a process\n",

@@ -164,4 +164,31 @@ describe("processes", () => {
     assert.match(text, /40 100/);
     assert.ok(events.filter((e) => e.type === "chunk").every((e) => e.chunk.stream === "tty"));
   });
+
+  test("a handle's and a terminal's wrong argument types are TypeErrors naming the call and the parameter; the process is untouched", async () => {
+    const shell = await client.startProcess({ command: "sh", tty: true, cols: 80, rows: 24 });
+    const wrong = [
+      [() => shell.writeStdin({ text: "hi" }), /^ProcessHandle\.writeStdin: data must be a string or a Uint8Array \(got an object\)$/],
+      [() => shell.writeStdin("hi", { eof: "yes" }), /^ProcessHandle\.writeStdin: options\.eof must be a boolean/],
+      [() => shell.signal(9), /^ProcessHandle\.signal: name must be a string \(got a number\)$/],
+      [() => shell.resize("100", 40), /^ProcessHandle\.resize: cols must be a finite number \(got a string\)$/],
+      [() => shell.terminal({ offset: "0" }), /^ProcessHandle\.terminal: options\.offset must be a finite number/],
+      [() => shell.output({ offset: "0" }).next(), /^ProcessHandle\.output: options\.offset must be a finite number/],
+    ];
+    for (const [call, message] of wrong) await assert.rejects(call, { name: "TypeError", message });
+    const terminal = await shell.terminal();
+    assert.throws(() => terminal.write(42), { name: "TypeError", message: /^ProcessTerminal\.write: data must be a string or a Uint8Array \(got a number\)$/ });
+    assert.throws(() => terminal.resize(100), { name: "TypeError", message: /^ProcessTerminal\.resize: rows must be a finite number \(got undefined\)$/ });
+    // No resize reached the process: its terminal is still 24 rows by 80 columns.
+    terminal.write("stty size\n");
+    let screen = "";
+    for await (const event of terminal) {
+      if (event.type === "data") screen += new TextDecoder().decode(event.bytes);
+      if (/^24 80\r?$/m.test(screen) || event.type === "exit") break;
+    }
+    assert.match(screen, /^24 80\r?$/m);
+    assert.equal((await shell.refresh()).state, "running");
+    terminal.close();
+    await shell.kill();
+  });
 });

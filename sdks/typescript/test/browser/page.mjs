@@ -1,7 +1,7 @@
 // Runs in headless Chromium (test/browser.test.mjs): the packages' default
 // entries, loaded as plain ES modules through an import map with no
 // bundler, against a real server. Sets `window.__report` when done.
-import { SandboxAgentClient, SandboxAgentError } from "sandbox-agent";
+import { SandboxAgent, SandboxAgentClient, SandboxAgentError } from "sandbox-agent";
 
 const params = new URL(location.href).searchParams;
 const server = params.get("server");
@@ -78,6 +78,17 @@ try {
   await client.writeFsFile(`${dir}/from-browser.txt`, "written by a browser");
   report.file = new TextDecoder().decode(await client.readFsFile(`${dir}/from-browser.txt`));
   report.entries = (await client.listFsEntries(dir)).entries.map((e) => e.name);
+
+  // Seed 001's shapes work here too; start() (a server from the binary) is refused at once.
+  const seed = await SandboxAgent.connect({ baseUrl: server, token, agent: "mock" });
+  await seed.mkdirFs({ path: `${dir}/seed` });
+  report.seedEntries = (await seed.listFsEntries({ path: dir })).map((e) => `${e.name}:${e.entryType}`);
+  try {
+    await SandboxAgent.start({ agent: "mock" });
+  } catch (error) {
+    report.startError = error.message;
+  }
+  await seed.dispose();
 
   try {
     await client.getSession("nope");

@@ -3,8 +3,12 @@
  * (`research/contract.md`, "The TypeScript packages").
  *
  * Layout:
- * - `client.ts`: {@link SandboxAgentClient}: connection, sessions, prompt
- *   turns, permissions, agents, files;
+ * - `client.ts`: {@link SandboxAgentClient} (and {@link SandboxAgent}, seed
+ *   001's name for it): connection, sessions, prompt turns, permissions,
+ *   agents, files, each call in seed 001's object form and a positional one;
+ * - `check.ts`: the run-time argument checks every public call makes;
+ * - `forms.ts`: each call's two argument forms (seed 001's request
+ *   objects, positional), told apart and checked;
  * - `turn.ts`: {@link PromptTurn}, a turn read as an async iterator;
  * - `process.ts`: {@link ProcessHandle}, processes in the sandbox and their
  *   output followed by offset;
@@ -16,7 +20,7 @@
  * This entry is browser-safe: it imports no Node built-in (fetch, streams,
  * `AbortController` and `TextDecoder` only).
  */
-export { SandboxAgentClient, CLIENT_VERSION } from "./client.js";
+export { SandboxAgent, SandboxAgentClient, CLIENT_VERSION } from "./client.js";
 export type { CallOptions, PromptOptions } from "./client.js";
 export { PromptTurn } from "./turn.js";
 export { ProcessHandle, ProcessTerminal, chunkBytes } from "./process.js";

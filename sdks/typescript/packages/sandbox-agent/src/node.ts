@@ -25,33 +25,15 @@ import { accessSync, constants, existsSync, readFileSync, realpathSync, statSync
 import { createRequire } from "node:module";
 import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import type { EmbeddedServerOptions } from "./types.js";
 
 /** Prefix of the server's one stdout line ("Server start-up"). */
 const LISTENING_PREFIX = "sandbox-agent listening on ";
 /** Lines of the server's stderr kept for start-up errors. */
 const KEPT_LOG_LINES = 200;
 
-/** Options of {@link startEmbeddedServer}. */
-export interface EmbeddedServerOptions {
-  /**
-   * The `sandbox-agent` binary: default `$SANDBOX_AGENT_BIN` (which must
-   * exist when set), else the platform package's, else `sandbox-agent` on
-   * the `PATH` ({@link resolveBinary}).
-   */
-  binary?: string;
-  /** Extra `sandbox-agent server` arguments (`--data-dir DIR`, `--fs-root DIR`, …). */
-  args?: string[];
-  /** How long start-up may take, in milliseconds; default 15,000. */
-  startupTimeoutMs?: number;
-  /** How long `stop()` waits after SIGTERM before SIGKILL, in milliseconds; default 5,000. */
-  shutdownGraceMs?: number;
-  /**
-   * The server's logs (stderr): `"keep"` (default) keeps the last 200
-   * lines for {@link EmbeddedServer.logs} and start-up errors; `"inherit"`
-   * writes them to this process's stderr.
-   */
-  logs?: "keep" | "inherit";
-}
+/** Options of {@link startEmbeddedServer} (defined beside the client's types: `SandboxAgentClient.start` takes them too). */
+export type { EmbeddedServerOptions };
 
 /** A running private server. */
 export interface EmbeddedServer {

@@ -6,6 +6,7 @@
  */
 import { parseSse } from "acp-http-client";
 import { SandboxAgentError } from "./error.js";
+import { check, checkFields } from "./check.js";
 
 /** What to run: an argv program (never a shell line; use `sh -c` for one). */
 export interface ProcessRequest {
@@ -201,13 +202,16 @@ export class ProcessTerminal implements AsyncIterable<TerminalEvent> {
     return this.#offset;
   }
 
-  /** Sends keys (stdin bytes; text is sent as UTF-8). */
+  /** Sends keys (stdin bytes; text is sent as UTF-8). @throws {TypeError} `data` neither a string nor a `Uint8Array`. */
   write(data: string | Uint8Array): void {
+    check("ProcessTerminal.write", "data", data, "chunk");
     this.#socket.send(typeof data === "string" ? new TextEncoder().encode(data) : data);
   }
 
-  /** Resizes the terminal (`cols` and `rows` 1 to 4096). */
+  /** Resizes the terminal (`cols` and `rows` 1 to 4096). @throws {TypeError} `cols` or `rows` not a number. */
   resize(cols: number, rows: number): void {
+    check("ProcessTerminal.resize", "cols", cols, "number");
+    check("ProcessTerminal.resize", "rows", rows, "number");
     this.#socket.send(JSON.stringify({ type: "resize", cols, rows }));
   }
 
@@ -278,6 +282,7 @@ export class ProcessHandle {
    *   (a wrong token, an unknown process: the handshake is refused).
    */
   async terminal(options: { offset?: number } = {}): Promise<ProcessTerminal> {
+    checkFields("ProcessHandle.terminal", "options", options, { offset: "number?" });
     const offset = options.offset ?? 0;
     const socket = this.#openSocket(this.#path("/terminal"), { offset: String(offset) });
     const opened = await new Promise<boolean>((resolve) => {
@@ -317,6 +322,7 @@ export class ProcessHandle {
    * process was forgotten) ends it at once.
    */
   async *output(options: { offset?: number; signal?: AbortSignal } = {}): AsyncGenerator<OutputEvent, void, undefined> {
+    checkFields("ProcessHandle.output", "options", options, { offset: "number?", signal: "signal?" });
     let resumeAt = options.offset ?? 0;
     let failures = 0;
     for (;;) {
@@ -374,8 +380,10 @@ export class ProcessHandle {
     }
   }
 
-  /** Writes to stdin (streamed as sent); `eof: true` closes stdin after it. */
+  /** Writes to stdin (streamed as sent); `eof: true` closes stdin after it. @throws {TypeError} `data` neither a string nor a `Uint8Array`. */
   async writeStdin(data: string | Uint8Array, options: { eof?: boolean } = {}): Promise<void> {
+    check("ProcessHandle.writeStdin", "data", data, "chunk");
+    checkFields("ProcessHandle.writeStdin", "options", options, { eof: "boolean?" });
     const response = await this.#http("POST", this.#path("/input"), {
       ...(options.eof ? { query: { eof: true } } : {}),
       body: data,
@@ -389,8 +397,9 @@ export class ProcessHandle {
     return this.writeStdin("", { eof: true });
   }
 
-  /** Sends a signal by name (`"SIGINT"`, `"TERM"`, …). */
+  /** Sends a signal by name (`"SIGINT"`, `"TERM"`, …). @throws {TypeError} `name` not a string. */
   async signal(name: string): Promise<void> {
+    check("ProcessHandle.signal", "name", name, "string");
     const response = await this.#http("POST", this.#path("/signal"), { json: { signal: name } });
     await response.body?.cancel();
   }
@@ -400,8 +409,10 @@ export class ProcessHandle {
     return this.signal("SIGKILL");
   }
 
-  /** Resizes the terminal (`cols` and `rows` 1 to 4096). */
+  /** Resizes the terminal (`cols` and `rows` 1 to 4096). @throws {TypeError} `cols` or `rows` not a number. */
   async resize(cols: number, rows: number): Promise<void> {
+    check("ProcessHandle.resize", "cols", cols, "number");
+    check("ProcessHandle.resize", "rows", rows, "number");
     const response = await this.#http("POST", this.#path("/resize"), { json: { cols, rows } });
     await response.body?.cancel();
   }

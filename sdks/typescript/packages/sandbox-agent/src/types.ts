@@ -5,18 +5,21 @@
  * ("Extension methods and control plane", "Host file system").
  */
 import type {
+  CancelNotification,
   ContentBlock,
   CreateElicitationRequest,
   CreateElicitationResponse,
   McpServer,
   NewSessionResponse,
+  PromptRequest,
+  PromptResponse,
   RequestPermissionRequest,
   SessionNotification,
   SessionUpdate,
   StopReason,
 } from "@agentclientprotocol/sdk";
 
-export type { ContentBlock, McpServer, SessionUpdate, StopReason };
+export type { CancelNotification, ContentBlock, McpServer, PromptRequest, PromptResponse, SessionUpdate, StopReason };
 
 /** One session update with the session it belongs to (`session/update` params). */
 export type SessionUpdateEvent = SessionNotification;
@@ -157,7 +160,11 @@ export interface SessionDetails extends SessionSummary {
   configOptions: NewSessionResponse["configOptions"];
 }
 
-/** Parameters of {@link SandboxAgentClient.newSession}. */
+/**
+ * Parameters of {@link SandboxAgentClient.newSession}: ACP's
+ * `NewSessionRequest` (seed 001's client passed that object as is) with
+ * `mcpServers` optional, plus `metadata`.
+ */
 export interface NewSessionOptions {
   /** Working directory of the session (absolute). */
   cwd: string;
@@ -165,6 +172,25 @@ export interface NewSessionOptions {
   mcpServers?: McpServer[];
   /** Metadata stored with the session (a JSON object of at most 64 KiB). */
   metadata?: Record<string, unknown>;
+  /** ACP's `_meta`, sent as given; its `"sandboxagent.dev"` object is merged with `metadata`. */
+  _meta?: Record<string, unknown> | null;
+  /** Any other `session/new` field (`additionalDirectories`, …) is sent to the agent as given. */
+  [field: string]: unknown;
+}
+
+/**
+ * The object form of {@link SandboxAgentClient.loadSession}: ACP's
+ * `LoadSessionRequest` with `mcpServers` optional.
+ */
+export interface LoadSessionRequest {
+  /** The session to take up. */
+  sessionId: string;
+  /** Its working directory (absolute). */
+  cwd: string;
+  /** MCP servers the agent should connect to; default none. */
+  mcpServers?: McpServer[];
+  /** Any other `session/load` field is sent to the agent as given. */
+  [field: string]: unknown;
 }
 
 /** How a prompt turn ended. */
@@ -322,4 +348,106 @@ export interface FsEntry {
 /** Options of the file calls: relative paths start at this session's `cwd`. */
 export interface FsOptions {
   sessionId?: string;
+}
+
+/**
+ * The object form of the one-path file calls (seed 001's client):
+ * `readFsFile({path, sessionId?})`, `statFs`, `mkdirFs`, `writeFsFile`.
+ */
+export interface FsPathRequest extends FsOptions {
+  /** Absolute, or relative to the session's `cwd` (else the server's working directory). */
+  path: string;
+}
+
+/** `listFsEntries({path?, sessionId?})`: default path `.`. */
+export interface FsListRequest extends FsOptions {
+  path?: string;
+}
+
+/** `deleteFsEntry({path, recursive?, sessionId?})`. */
+export interface FsDeleteRequest extends FsPathRequest {
+  /** Delete a non-empty directory with what it holds. */
+  recursive?: boolean;
+}
+
+/** `moveFs({from, to, overwrite?, sessionId?})`. */
+export interface FsMoveRequest extends FsOptions {
+  from: string;
+  to: string;
+  /** Replace an entry at `to`. */
+  overwrite?: boolean;
+}
+
+/** The query of `uploadFsBatch(archive, {path, sessionId?, gzip?})`: `path` is the directory to unpack into. */
+export interface FsUploadQuery extends FsPathRequest {
+  /** The archive is gzip-compressed; default: guessed from its first bytes when it is a `Uint8Array`. */
+  gzip?: boolean;
+}
+
+/** `readFsFileStream({path, sessionId?, from?, etag?})`. */
+export interface FsReadStreamRequest extends FsPathRequest {
+  /** A byte offset to resume from. */
+  from?: number;
+  /** The `etag` of the earlier download `from` continues. */
+  etag?: string;
+}
+
+/** What a file can be written from: text (sent as UTF-8) or bytes, whole or streamed. */
+export type FsBody = string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>;
+
+/** A tar archive (gzip-compressed or not), whole or streamed. */
+export type FsArchive = Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>;
+
+/** What `readFsFileStream` returns. */
+export interface FsFileStream {
+  /** The body. */
+  stream: ReadableStream<Uint8Array>;
+  /** Where its first byte belongs in the file: `from` when only the rest came, else 0. */
+  offset: number;
+  /** The file's size in bytes, when the server said. */
+  size: number | undefined;
+  /** The file's `ETag`, to resume a later download with. */
+  etag: string | undefined;
+}
+
+/**
+ * What `listFsEntries({path})` returns (seed 001's shape): the entries,
+ * sorted by name, as an array; `truncated` is `true` when the directory
+ * held more than the server lists.
+ */
+export type FsEntryList = FsEntry[] & { truncated: boolean };
+
+/**
+ * Options of `startEmbeddedServer` (`sandbox-agent/node`) and of the
+ * `server` field of {@link SandboxAgentStartOptions}.
+ */
+export interface EmbeddedServerOptions {
+  /**
+   * The `sandbox-agent` binary: default `$SANDBOX_AGENT_BIN` (which must
+   * exist when set), else the platform package's, else `sandbox-agent` on
+   * the `PATH` (`resolveBinary`).
+   */
+  binary?: string;
+  /** Extra `sandbox-agent server` arguments (`--data-dir DIR`, `--fs-root DIR`, …). */
+  args?: string[];
+  /** How long start-up may take, in milliseconds; default 15,000. */
+  startupTimeoutMs?: number;
+  /** How long `stop()` waits after SIGTERM before SIGKILL, in milliseconds; default 5,000. */
+  shutdownGraceMs?: number;
+  /**
+   * The server's logs (stderr): `"keep"` (default) keeps the last 200
+   * lines for `EmbeddedServer.logs` and start-up errors; `"inherit"`
+   * writes them to this process's stderr.
+   */
+  logs?: "keep" | "inherit";
+}
+
+/**
+ * Options of `SandboxAgentClient.start()` / `SandboxAgent.start()` (Node.js
+ * only): the client's options without `baseUrl` and `token`, which come
+ * from the private server it starts, plus that server's options.
+ */
+export interface SandboxAgentStartOptions extends Omit<SandboxAgentClientOptions, "baseUrl" | "token"> {
+  /** How to start the private server (`startEmbeddedServer`'s options). */
+  server?: EmbeddedServerOptions;
 }
