@@ -127,7 +127,7 @@ class CuttingProxy:
     """A TCP proxy in front of the server that cuts, for real (both sockets
     closed), the first connection whose request starts with `request_prefix`
     once the bytes the server sent back on it contain `marker` and end an
-    SSE event (a blank line). Every other connection is relayed untouched."""
+    SSE event (a blank line, then the chunk's CRLF). Every other connection is relayed untouched."""
 
     def __init__(self, upstream: str, request_prefix: bytes, marker: bytes) -> None:
         host, port = upstream.removeprefix("http://").split(":")
@@ -172,7 +172,9 @@ class CuttingProxy:
                 if state["watch"] and self.cuts == 0:
                     seen = state["seen"] + data
                     state["seen"] = seen
-                    if self._marker in seen and seen.endswith(b"\n\n"):
+                    # An event ends with a blank line; with chunked transfer
+                    # coding the chunk's CRLF follows it.
+                    if self._marker in seen and seen.endswith((b"\n\n", b"\n\n\r\n")):
                         self.cuts += 1
                         break
             for writer in (client_w, up_w):
