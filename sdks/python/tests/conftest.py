@@ -53,6 +53,9 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
@@ -136,6 +139,7 @@ class CuttingProxy:
         self._marker = marker
         self.cuts = 0
         self._server: asyncio.base_events.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
         self.url = ""
 
     async def __aenter__(self) -> CuttingProxy:
@@ -147,9 +151,13 @@ class CuttingProxy:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+        for writer in self._writers:
+            writer.transport.abort()
+        await asyncio.sleep(0)
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         up_r, up_w = await asyncio.open_connection(*self._upstream)
+        self._writers += [client_w, up_w]
         state: dict[str, Any] = {"watch": False, "seen": b""}
 
         async def up() -> None:

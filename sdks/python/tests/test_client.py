@@ -276,9 +276,11 @@ async def test_errors_map_to_predicates_404_and_json_rpc_not_found(server: Serve
         with pytest.raises(SandboxAgentError) as caught:
             await client.get_session_events("nope")
         assert caught.value.is_not_found
+        sid = (await client.new_session(cwd="/tmp")).session_id
         with pytest.raises(SandboxAgentError) as caught:
-            await client.get_session_events("nope", limit=0)
+            await client.get_session_events(sid, limit=0)
         assert caught.value.status == 400 and not caught.value.is_not_found
+        assert caught.value.problem is not None and caught.value.problem["type"] == "urn:sandbox-agent:error:invalid-request"
 
 
 async def test_a_token_401_is_unauthorized_then_the_right_token_works() -> None:
@@ -332,7 +334,10 @@ async def test_an_unreachable_server_is_connection_lost() -> None:
 async def test_a_request_timeout_is_is_timeout_and_a_turn_has_none(server: Server) -> None:
     # A server that accepts and never answers.
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read()
+        try:
+            await reader.read()
+        finally:
+            writer.close()
 
     hanging = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = hanging.sockets[0].getsockname()[1]

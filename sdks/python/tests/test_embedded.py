@@ -39,13 +39,14 @@ async def test_start_runs_a_private_server_with_a_token_and_close_stops_it(tmp_p
 
 
 async def test_the_binary_is_looked_up_in_sandbox_agent_bin_then_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    binary = binary_path()
     monkeypatch.setenv("SANDBOX_AGENT_BIN", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="SANDBOX_AGENT_BIN"):
         resolve_binary()
     monkeypatch.delenv("SANDBOX_AGENT_BIN")
-    monkeypatch.setenv("PATH", os.path.dirname(binary_path()))
+    monkeypatch.setenv("PATH", os.path.dirname(binary))
     path, source = resolve_binary()
-    assert source == "PATH" and os.path.samefile(path, binary_path())
+    assert source == "PATH" and os.path.samefile(path, binary)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="PATH"):
         await EmbeddedServer.start()

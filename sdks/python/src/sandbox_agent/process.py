@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 from urllib.parse import quote
@@ -93,7 +93,7 @@ class ProcessHandle:
         info: ProcessInfo = await self._client._json("GET", self._path())
         return info
 
-    async def output(self, offset: int = 0) -> AsyncIterator[OutputEvent]:
+    async def output(self, offset: int = 0) -> AsyncGenerator[OutputEvent, None]:
         """Follows the output from byte `offset` until the process exits:
         `OutputChunkEvent` items, `OutputDropped` markers, then `ProcessExit`
         (always last). A cut stream is reopened with ``Last-Event-ID`` = the
@@ -206,15 +206,14 @@ class ProcessHandle:
         now = await self.refresh()
         if now["state"] == "exited":
             return ProcessExit(exit_code=now["exitCode"], signal=now["signal"])
-        async for event in self.output(now["outputBytes"]):
-            if isinstance(event, ProcessExit):
-                return event
+        # Closed on return, so the follow's HTTP connection is released at once.
+        async with aclosing(self.output(now["outputBytes"])) as events:
+            async for event in events:
+                if isinstance(event, ProcessExit):
+                    return event
         raise SandboxAgentError("invalid-response", "process output ended without an exit")
 
     async def forget(self) -> None:
         """Forgets the process (``DELETE``; a running one's tree is killed first)."""
         await self._client._request("DELETE", self._path())
 
-
-# For type checkers: what `SandboxAgentClient._stream` returns.
-StreamContext = AbstractAsyncContextManager[httpx.Response]
