@@ -45,6 +45,15 @@ class Server:
     process: subprocess.Popen[str]
     stderr_lines: list[str] = field(default_factory=list)
 
+    def kill(self) -> None:
+        """SIGKILL, keeping the data dir (for a restart on it)."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -59,9 +68,10 @@ class Server:
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def start_server(*args: str) -> Server:
-    """Starts a server; `args` are extra flags (``--token T`` replaces ``--no-token``)."""
-    data_dir = tempfile.mkdtemp(prefix="sa-py-test-")
+def start_server(*args: str, data_dir: str | None = None) -> Server:
+    """Starts a server; `args` are extra flags (``--token T`` replaces
+    ``--no-token``), `data_dir` an earlier server's (a restart)."""
+    data_dir = data_dir or tempfile.mkdtemp(prefix="sa-py-test-")
     # A developer's own token or timeouts must not change what the tests see.
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_AGENT_")}
     auth = [] if "--token" in args else ["--no-token"]

@@ -244,6 +244,9 @@ async def test_session_inventory_metadata_events_models(server: Server) -> None:
         models = await client.list_models(session.session_id)
         assert [m["modelId"] for m in models["availableModels"]] == ["mock-fast", "mock-smart"]
         assert models["currentModelId"] == "mock-fast"
+        agent_models = await client.list_models()
+        assert [m["modelId"] for m in agent_models["availableModels"]] == ["mock-fast", "mock-smart"]
+        assert agent_models.get("currentModelId") is None
 
 
 async def test_detach_and_terminate(server: Server) -> None:

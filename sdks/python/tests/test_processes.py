@@ -93,3 +93,30 @@ async def test_stdin_signals_and_kill(server: Server) -> None:
         with pytest.raises(TypeError, match="offset"):
             async for _ in handle.output(offset=-1):
                 pass
+
+
+async def test_a_terminal_process_resize_signal_and_close_stdin(server: Server) -> None:
+    async with SandboxAgentClient(server.url, agent="mock", auto_connect=False) as client:
+        tty = await client.start_process("sh", ["-c", "stty size; read x; stty size"], tty=True, cols=100, rows=30, title="sizes")
+        assert tty.started["tty"] is True and tty.started["title"] == "sizes"
+        events: list[OutputEvent] = []
+        resized = False
+        async for event in tty.output():
+            events.append(event)
+            if not resized and "30 100" in output_bytes(events).decode():
+                # The first size is out: resize, then let the script go on.
+                resized = True
+                await tty.resize(120, 40)
+                await tty.write_stdin("\n")
+        text = output_bytes(events).decode()
+        assert resized and text.endswith("40 120\r\n")
+        assert all(e.chunk["stream"] == "tty" for e in events if isinstance(e, OutputChunkEvent))
+        sleeper = await client.start_process("sleep", ["30"])
+        await sleeper.signal("TERM")
+        assert await sleeper.wait() == ProcessExit(exit_code=None, signal="SIGTERM")
+        with pytest.raises(SandboxAgentError) as caught:
+            await sleeper.signal("NOPE")
+        assert caught.value.status in (400, 409)
+        cat = await client.start_process("cat")
+        await cat.close_stdin()
+        assert await cat.wait() == ProcessExit(exit_code=0, signal=None)
