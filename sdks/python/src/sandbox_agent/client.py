@@ -1,8 +1,8 @@
 """`SandboxAgentClient`: one agent connection over ``/v2/rpc`` for sessions and
 prompt turns, plus the server's plain HTTP routes (health, agents, the
-session inventory, files, processes). What it sends is what the TypeScript
-client sends (`research/contract.md`, "The TypeScript packages"), with
-``clientInfo.name`` ``"sandbox-agent (Python)"``.
+session inventory, files, processes). What it sends:
+`research/contract.md`, "The Python package" (the TypeScript client's wire
+behaviour, with the differences listed there).
 
 Rules (seed 001, as the TypeScript client): the connection opens when the
 client is entered (``async with``) or at the first session call unless
