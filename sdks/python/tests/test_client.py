@@ -186,6 +186,22 @@ async def test_cancel_and_turn_cancel_end_a_turn_with_stop_reason_cancelled(serv
         await turn.cancel()
         assert await collect(turn) == []
         assert await turn.result() == "cancelled"
+        # Cancelling the task that awaits a turn cancels the turn at the agent.
+        task = asyncio.ensure_future(client.prompt(sid, "!stall"))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            page = await client.get_session_events(sid, limit=1000)
+            methods = [e["message"].get("method") for e in page["events"] if e["direction"] == "client_to_agent"]
+            answers = [e["message"].get("result") for e in page["events"] if e["direction"] == "agent_to_client"]
+            if methods.count("session/cancel") == 3 and answers.count({"stopReason": "cancelled"}) == 3:
+                break
+            assert asyncio.get_running_loop().time() < deadline, methods
+            await asyncio.sleep(0.05)
+        assert await client.prompt(sid, "after") == "end_turn"
 
 
 async def test_an_agent_that_dies_mid_turn_raises_from_the_iterator_and_the_result(server: Server) -> None:

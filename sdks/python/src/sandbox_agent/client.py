@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Coroutine, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -201,6 +201,8 @@ class SandboxAgentClient:
         self._turns: dict[str, PromptTurn] = {}
         #: The private server `start` made, stopped by `close`.
         self._server: EmbeddedServer | None = None
+        #: Background tasks (a cancelled turn's `session/cancel`), held until done.
+        self._background: set[asyncio.Task[None]] = set()
 
     # ---- lifecycle ----
 
@@ -361,6 +363,8 @@ class SandboxAgentClient:
         """Disconnects for good, closes the HTTP client and stops the server
         `start` made; every later call fails with kind ``disposed``."""
         self._disposed = True
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=5)
         await self.disconnect()
         await self._http.aclose()
         if self._server is not None:
@@ -460,7 +464,8 @@ class SandboxAgentClient:
         """Sends a prompt (ACP ``session/prompt``) and returns the stop reason
         when the turn ends (``end_turn``, ``cancelled``, …). The turn's updates
         go to `on_session_update`; see `prompt_stream` to iterate them. No
-        client-side time limit.
+        client-side time limit; cancelling the awaiting task cancels the turn
+        (``session/cancel``) as `cancel` does.
 
         Args:
             content: text, or a list of ACP content blocks.
@@ -513,9 +518,26 @@ class SandboxAgentClient:
             if not isinstance(stop, str):
                 raise SandboxAgentError("invalid-response", "session/prompt: the answer has no stopReason")
             return stop
+        except asyncio.CancelledError:
+            # The caller's task was cancelled: so is the turn (the TypeScript
+            # client's aborted signal), else it would run on at the agent.
+            self._spawn(self._cancel_quietly(session_id))
+            raise
         finally:
             if turn is not None and self._turns.get(session_id) is turn:
                 del self._turns[session_id]
+
+    async def _cancel_quietly(self, session_id: str) -> None:
+        try:
+            await self.cancel(session_id)
+        except SandboxAgentError:
+            pass  # The connection is gone: so is the turn's caller.
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Runs `coroutine` in the background, held until it ends."""
+        task = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def cancel(self, session_id: str) -> None:
         """Asks the agent to stop the session's running turn (ACP
