@@ -251,8 +251,11 @@ function findBinary(given: string | undefined): { path: string; source: BinarySo
   // `npx` and npm scripts put node_modules/.bin, where this package's own
   // command is, first on the PATH.
   const command = realpathOrSelf(fileURLToPath(new URL("./cli.js", import.meta.url)));
+  const seen = new Set<string>();
   for (const dir of (process.env["PATH"] ?? "").split(delimiter)) {
-    if (dir === "") continue;
+    // npx puts node_modules/.bin on the PATH twice: each folder once.
+    if (dir === "" || seen.has(dir)) continue;
+    seen.add(dir);
     const path = join(dir, "sandbox-agent");
     if (!isExecutableFile(path)) continue;
     if (realpathOrSelf(path) === command) {
