@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Import cycles between the files of one Rust crate, test code left out.
 
-Usage: scripts/module-cycles.py [SRC_DIR] [--edges]
+Usage: scripts/module-cycles.py [SRC_DIR] [--edges] [--folders]
 
 Reads every `.rs` file below SRC_DIR (default `acp-runtime/src`), blanks
 comments and string literals, drops `#[cfg(test)]` items and `tests.rs`
@@ -11,6 +11,12 @@ inline `crate::`/`super::`/`self::` and child-module paths. A path that names an
 module re-exports (`pub use`) counts as a reference to the file that defines
 it. Prints the strongly connected components of more than one file (the
 import cycles) and, with `--edges`, every edge.
+
+With `--folders`, each top-level module of the crate (a folder such as
+`agent/` with everything below it, or a file such as `protocol.rs`) is one
+node, and the cycles printed are those between them: `agent/` importing
+`state/` while a file of `state/` imports one of `agent/` is a cycle even
+when no two files import each other.
 """
 
 import os
@@ -212,6 +218,16 @@ def main():
         edges[mod] = sorted({resolve(t) for t in targets} - {mod})
 
     name = lambda mod: modules[mod]
+    if "--folders" in sys.argv:
+        def top(mod):
+            if not mod:
+                return os.path.basename(modules[mod])
+            return mod[0] + "/" if any(len(m) > 1 and m[0] == mod[0] for m in modules) else modules[(mod[0],)]
+        folded = {}
+        for mod, targets in edges.items():
+            folded.setdefault(top(mod), set()).update(top(t) for t in targets)
+        edges = {node: sorted(targets - {node}) for node, targets in folded.items()}
+        name = lambda node: node
     if show_edges:
         for mod in sorted(edges, key=name):
             for t in edges[mod]:
@@ -247,9 +263,10 @@ def main():
         if v not in index:
             strong(v)
     cycles = sorted((sorted(name(m) for m in s) for s in sccs if len(s) > 1), key=len, reverse=True)
-    print(f"{len(cycles)} cycle(s) among {len(edges)} files")
+    unit = "folders and top-level files" if "--folders" in sys.argv else "files"
+    print(f"{len(cycles)} cycle(s) among {len(edges)} {unit}")
     for scc in cycles:
-        print(f"- {len(scc)} files: " + ", ".join(scc))
+        print(f"- {len(scc)} {unit}: " + ", ".join(scc))
 
 
 if __name__ == "__main__":

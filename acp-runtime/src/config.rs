@@ -204,7 +204,7 @@ pub struct ServerConfig {
     /// Starts each agent process under a tree supervisor (this binary
     /// re-run; research/contract.md, "Agent process trees and a server that
     /// dies"); `None` starts agents directly, with a keeper.
-    pub tree_supervisor: Option<crate::agent::tree::TreeSupervisor>,
+    pub tree_supervisor: Option<crate::os::tree::TreeSupervisor>,
     /// Most entries one upload-batch archive may hold (413 past it).
     pub max_upload_entries: usize,
     /// The agent a bare `/acp` connection gets when `initialize` names none
@@ -219,7 +219,7 @@ pub struct ServerConfig {
     /// (`--agent-user`, research/contract.md, "Agents under an unprivileged
     /// user"); the tree supervisor switches to it. `None`: the server's own
     /// user.
-    pub agent_user: Option<crate::agent::user::AgentUser>,
+    pub agent_user: Option<crate::os::user::AgentUser>,
 }
 
 impl ServerConfig {

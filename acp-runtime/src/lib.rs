@@ -33,9 +33,9 @@
 //! - [`config`]: validated settings and their defaults, the aggregate of
 //!   the settings types of the modules below it.
 //! - [`agent`]: running agents: the supervisor (public), processes and
-//!   their stdout, the stdin/stderr loops, line framing, the tree
-//!   supervisor, orphan reaping, the routing table, and the agent's
-//!   client-side files and terminals served in the sandbox.
+//!   their stdout, the stdin/stderr loops, line framing, the routing
+//!   table, and the agent's client-side files and terminals served in the
+//!   sandbox.
 //! - [`install`]: agent installs (public: the `agents` command uses them
 //!   without a server): the manifest, the catalog of known agents
 //!   ([`install::AgentSpec`]), the installer, its npm driver, downloads and
@@ -48,12 +48,20 @@
 //! - `state`: connections (the replay ring, lanes, in-flight ids), the
 //!   open-connection registry, the session inventory (with each attached
 //!   connection's role), event logs, the replay an attach gets, hints.
+//! - `budget`: the server-wide memory budget of logs, rings, the store's
+//!   queue and process records.
 //! - [`store`]: durable sessions: SQLite or PostgreSQL, the writer task off
 //!   the request path (public: the CLI reads a store directly).
 //! - `message`: a client's JSON-RPC message, parsed once (`Inbound`).
+//! - [`elicitation`]: agent questions (ACP elicitation) as routing reads
+//!   them, and the modes the runtime declares for them.
+//! - [`os`]: the bottom layer, the operating system: process groups, the
+//!   tree supervisor (public: the binary re-runs itself as it), the agents'
+//!   user (`--agent-user`), the records of agent trees a dead server left.
+//!   It imports nothing of the crate; `agent`, `process`, `fs` and
+//!   `install` stand on it.
 //! - `archive`: safe unpacking of release archives and upload-batch tars.
 //! - `log_limit`: rate limits for warnings an agent can trigger per message.
-//! - `process_group`: signalling a process group (an agent's, npm's).
 //! - `error`: the error enum every HTTP failure is made of, with its HTTP
 //!   status, problem type and JSON-RPC error.
 //! - [`protocol`]: wire constants (header names, media types, methods,
@@ -64,11 +72,15 @@
 //! - [`otel`]: the OpenTelemetry spans (HTTP and ACP requests, prompt
 //!   turns, tool calls, permission waits) and W3C trace context in and out
 //!   (public: the binary exports their target over OTLP).
+//! - `route_template`: the closed set of route templates the metrics and
+//!   the HTTP spans label requests by, and the fixed paths they name.
 //! - `time`: timestamps as the runtime writes them (RFC 3339).
 
 pub mod agent;
 pub(crate) mod archive;
+pub(crate) mod budget;
 pub mod config;
+pub mod elicitation;
 pub(crate) mod error;
 pub(crate) mod fs;
 pub(crate) mod http;
@@ -76,10 +88,11 @@ pub mod install;
 pub(crate) mod log_limit;
 pub(crate) mod message;
 pub(crate) mod metrics;
+pub mod os;
 pub mod otel;
 pub(crate) mod process;
-pub(crate) mod process_group;
 pub mod protocol;
+pub(crate) mod route_template;
 pub(crate) mod runtime;
 pub mod server;
 pub(crate) mod state;

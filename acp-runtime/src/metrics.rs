@@ -14,7 +14,7 @@
 //! process API's table, the store's queue and drops) are read at scrape
 //! time instead ([`Scraped`]), each in constant time per configured agent.
 
-use crate::http::routes::Template;
+use crate::route_template::Template;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;

@@ -70,12 +70,11 @@ pub async fn run(mut config: ServerConfig, shutdown: CancellationToken) -> std::
     // contract.md, "Agents under an unprivileged user"); its real path from
     // here on.
     if let Some(user) = &config.agent_user {
-        config.data_dir = crate::agent::user::confine_data_dir(&config.data_dir, user)
+        config.data_dir = crate::os::user::confine_data_dir(&config.data_dir, user)
             .map_err(std::io::Error::other)?;
         if let Some(StoreUrl::Sqlite(file)) = &config.store {
             config.store = Some(StoreUrl::Sqlite(
-                crate::agent::user::trusted_store_file(file, user)
-                    .map_err(std::io::Error::other)?,
+                crate::os::user::trusted_store_file(file, user).map_err(std::io::Error::other)?,
             ));
         }
     }
@@ -101,7 +100,7 @@ pub async fn run(mut config: ServerConfig, shutdown: CancellationToken) -> std::
     };
     // Before any agent can start: never two trees of one agent
     // (research/contract.md, "Agent process trees and a server that dies").
-    crate::agent::orphans::reap_leftovers(&config.data_dir).await;
+    crate::os::orphans::reap_leftovers(&config.data_dir).await;
     let durable = match runtime_id {
         Some(id) => open_store(&config, &url, id).await?,
         None => None,
@@ -256,9 +255,7 @@ async fn open_store(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "session store opened"
     );
-    let budget = Arc::new(crate::state::budget::MemoryBudget::new(
-        config.memory_budget_bytes,
-    ));
+    let budget = Arc::new(crate::budget::MemoryBudget::new(config.memory_budget_bytes));
     let persist = Persist::start(
         store.clone(),
         url.backend(),

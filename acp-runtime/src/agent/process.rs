@@ -1,16 +1,16 @@
 //! One running agent process: starting it in its own process group (with
-//! the group's keeper and record, [`super::orphans`]), its identity (agent
+//! the group's keeper and record, [`crate::os::orphans`]), its identity (agent
 //! id, generation, pid), its routing table ([`Router`]) and how it ended.
 //! Its stdout is read here ([`read_stdout`]: the end of stdout is the end
 //! of the process); the stdin and stderr loops are in [`super::stdio`].
 
 use super::exit::ExitInfo;
 use super::framing::{Line, LineDecoder};
-use super::orphans::{self, GroupRecordFile};
 use super::router::{ReportedHints, RouteTargets, Router};
 use super::stdio::{self, StderrCapture};
-use super::tree::{self, TreeSupervisor};
-use crate::process_group::signal_group;
+use crate::os::orphans::{self, GroupRecordFile};
+use crate::os::process_group::signal_group;
+use crate::os::tree::{self, TreeSupervisor};
 use crate::state::connection::ClientCapabilities;
 use bytes::Bytes;
 use futures::StreamExt;

@@ -21,11 +21,11 @@
 //! [`ReportedHints`], so it can be built, and tested, without a server.
 
 use super::client_side::ClientSide;
-use super::elicitation::{self, CompleteTarget, Question, UrlQuestions};
 use super::error_data;
 use super::exit::ExitInfo;
 use super::framing::PREFIX_BYTES;
 use super::stdio::StderrCapture;
+use crate::elicitation::{self, CompleteTarget, Question, UrlQuestions};
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use crate::metrics::{self, GaugeGuard, Metrics};
 use crate::otel;

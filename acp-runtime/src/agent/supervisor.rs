@@ -8,13 +8,13 @@
 
 use super::process::{self, AgentProcess, LaunchCommand};
 use super::router::{ReportedHints, RouteTargets};
-use super::tree::TreeSupervisor;
-use super::user;
 use crate::error::Error;
 use crate::install::{AgentSpec, Launch};
 use crate::install::{InstallError, InstallOptions, Installer, LogProgress, Progress};
 use crate::metrics::Metrics;
-use crate::process_group::signal_group;
+use crate::os::process_group::signal_group;
+use crate::os::tree::TreeSupervisor;
+use crate::os::user;
 use crate::state::connection::ClientCapabilities;
 use ext_methods::{AgentInfo, AgentInstallResult, AgentSource, AuthEnv, ModelInfo};
 use futures::FutureExt;
@@ -733,7 +733,7 @@ fn auth_method_to_use<'a>(
 /// them as a JSON Merge Patch (research/contract.md, "Agent questions (ACP
 /// elicitation)").
 fn questions_declared(manifest: &serde_json::Value) -> serde_json::Value {
-    let mut declared = serde_json::json!({ "elicitation": super::elicitation::declared() });
+    let mut declared = serde_json::json!({ "elicitation": crate::elicitation::declared() });
     if let (Some(object), Some(patch)) = (declared.as_object_mut(), manifest.as_object()) {
         ext_methods::meta::merge(object, patch);
     }

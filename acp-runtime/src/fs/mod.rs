@@ -63,7 +63,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use crate::agent::user::AgentUser;
+use crate::os::user::AgentUser;
 
 /// Where one request's paths start and how far they may reach.
 #[derive(Debug, Clone)]
@@ -239,7 +239,7 @@ impl Scope {
     pub(crate) fn user_may(&self, meta: &std::fs::Metadata, want: u32) -> bool {
         self.user
             .as_deref()
-            .is_none_or(|user| crate::agent::user::allowed(user, meta) & want == want)
+            .is_none_or(|user| crate::os::user::allowed(user, meta) & want == want)
     }
 
     /// `raw` as an absolute path, by the path rules (module doc).

@@ -139,7 +139,7 @@ pub struct Installer {
     http: OnceLock<reqwest::Client>,
     /// The tree supervisor that becomes the agents' user (`--agent-user`):
     /// npm runs through it, as that user ([`Installer::with_agent_user`]).
-    agent_user: Option<crate::agent::tree::TreeSupervisor>,
+    agent_user: Option<crate::os::tree::TreeSupervisor>,
 }
 
 impl Installer {
@@ -165,10 +165,7 @@ impl Installer {
     /// of the server's secrets, and the installed files the server's again
     /// before it reads them.
     #[must_use]
-    pub fn with_agent_user(
-        mut self,
-        supervisor: Option<crate::agent::tree::TreeSupervisor>,
-    ) -> Self {
+    pub fn with_agent_user(mut self, supervisor: Option<crate::os::tree::TreeSupervisor>) -> Self {
         self.agent_user = supervisor.filter(|supervisor| supervisor.user.is_some());
         self
     }
@@ -184,7 +181,7 @@ impl Installer {
         };
         let home = self.agent_home(id);
         let made = home.clone();
-        tokio::task::spawn_blocking(move || crate::agent::user::prepare_home(&user, &made))
+        tokio::task::spawn_blocking(move || crate::os::user::prepare_home(&user, &made))
             .await
             .map_err(|e| format!("the task that makes the agent home failed: {e}"))?
             .map_err(|e| format!("cannot make the agent home {}: {e}", home.display()))?;

@@ -16,9 +16,9 @@
 use super::layout::make_executable;
 use super::manifest::{check_version_dir_name, is_exact_version};
 use super::progress::Progress;
-use crate::agent::tree::{self, TreeSupervisor};
 use crate::archive;
-use crate::process_group::signal_group;
+use crate::os::process_group::signal_group;
+use crate::os::tree::{self, TreeSupervisor};
 use nix::sys::signal::Signal;
 use std::collections::VecDeque;
 use std::io::Read;
@@ -161,7 +161,7 @@ fn npm_command(
                     "npm as the agents' user needs a tree supervisor that starts programs as that user".to_owned(),
                 );
             };
-            env.extend(crate::agent::user::login_env(user, &as_user.home));
+            env.extend(crate::os::user::login_env(user, &as_user.home));
             Some(&as_user.supervisor)
         }
         None => None,

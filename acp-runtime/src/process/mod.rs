@@ -13,9 +13,9 @@
 pub mod output;
 mod spawn;
 
-use crate::agent::tree::{self, TreeSupervisor};
+use crate::budget::{Charge, MemoryBudget};
 use crate::error::Error;
-use crate::state::budget::{Charge, MemoryBudget};
+use crate::os::tree::{self, TreeSupervisor};
 use crate::time::rfc3339;
 use bytes::{Bytes, BytesMut};
 use ext_methods::{Encoding, Exit, ProcessInfo, ProcessPage, ProcessState, RunResult};
@@ -365,7 +365,7 @@ impl Processes {
         // The program enters `cwd` as the agents' user; a folder closed to
         // it is said here, naming the user, not as an exit status 127.
         if let Some(user) = self.supervisor.as_ref().and_then(|s| s.user.as_ref())
-            && let Some(step) = crate::agent::user::unreachable_step(user, &request.cwd)
+            && let Some(step) = crate::os::user::unreachable_step(user, &request.cwd)
         {
             return Err(Error::PermissionDenied(format!(
                 "{} is closed to user {} (--agent-user), which runs processes: {} may not be entered",

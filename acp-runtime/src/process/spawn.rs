@@ -3,8 +3,8 @@
 //! process trees and a server that dies"), pipes or a pseudo-terminal, and
 //! the program's pid behind its supervisor.
 
-use crate::agent::tree::{self, TreeSupervisor};
 use crate::error::Error;
+use crate::os::tree::{self, TreeSupervisor};
 use nix::unistd::{AccessFlags, Pid, access};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -71,7 +71,7 @@ pub(super) fn spawn(
     // database, as `docker exec -u` gives (research/contract.md, "Agents
     // under an unprivileged user"); the request's variables still win.
     if let Some(user) = user {
-        env.extend(crate::agent::user::login_env(user, &user.home));
+        env.extend(crate::os::user::login_env(user, &user.home));
     }
     if launch.tty.is_some() && !launch.env.iter().any(|(key, _)| key == "TERM") {
         env.push(("TERM".to_owned(), DEFAULT_TERM.to_owned()));

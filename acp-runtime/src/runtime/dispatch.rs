@@ -352,7 +352,7 @@ impl Runtime {
         }
         let cwd = cwd_of(params)?;
         let path = std::path::Path::new(&cwd);
-        if !path.is_absolute() || crate::agent::user::may_write(user, path) {
+        if !path.is_absolute() || crate::os::user::may_write(user, path) {
             return None;
         }
         Some(Error::CwdNotWritable {

@@ -16,7 +16,7 @@
 //! [`TRIM_INTERVAL`]): the rest pages from the store.
 
 use super::Runtime;
-use crate::state::budget::MemoryBudget;
+use crate::budget::MemoryBudget;
 use crate::state::connection::Connection;
 use crate::state::session::Session;
 use std::sync::Arc;

@@ -31,12 +31,12 @@ mod services;
 use crate::agent::Agents;
 use crate::agent::client_side::ClientSide;
 use crate::agent::router::RouteTargets;
+use crate::budget::MemoryBudget;
 use crate::config::ServerConfig;
 use crate::install::Installer;
 use crate::metrics::{self, Metrics, ScrapeSource, Scraped};
 use crate::process::Processes;
 use crate::protocol::{self, RpcError};
-use crate::state::budget::MemoryBudget;
 use crate::state::connection::ReplayLimits;
 use crate::state::connections::Connections;
 use crate::state::event_log::LogLimits;
@@ -82,7 +82,7 @@ pub struct Runtime {
     pub registry: Registry,
     /// `--agent-user`, whose file system credentials the host file system
     /// API acts with ([`Runtime::fs_scope`]).
-    agent_user: Option<Arc<crate::agent::user::AgentUser>>,
+    agent_user: Option<Arc<crate::os::user::AgentUser>>,
 }
 
 /// An opened store and its writer task, as [`Runtime::new`] takes them.

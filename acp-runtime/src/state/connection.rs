@@ -19,11 +19,11 @@
 //! stream reads one lane of the same ring with the same sequence numbers, so
 //! replay by `Last-Event-ID` works per stream and no event is in two lanes.
 
-use crate::agent::elicitation;
+use crate::budget::MemoryBudget;
+use crate::elicitation;
 use crate::error::Error;
 use crate::metrics::{GaugeGuard, Metrics, Transport};
 use crate::protocol::{self, method};
-use crate::state::budget::MemoryBudget;
 use bytes::Bytes;
 use ext_methods::{StreamGap, notification::STREAM_GAP};
 use parking_lot::Mutex;

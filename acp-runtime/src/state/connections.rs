@@ -3,9 +3,9 @@
 //! memory of the ids reaped for idleness so a late client learns why its id
 //! is gone.
 
+use crate::budget::MemoryBudget;
 use crate::error::Error;
 use crate::metrics::{Metrics, Transport};
-use crate::state::budget::MemoryBudget;
 use crate::state::connection::{ClientCapabilities, Connection, Profile, ReplayLimits};
 use crate::state::session::Sessions;
 use dashmap::DashMap;

@@ -7,7 +7,7 @@
 //! entries early: with a store they are read from it, without one they
 //! are gone like any dropped event.
 
-use crate::state::budget::MemoryBudget;
+use crate::budget::MemoryBudget;
 use bytes::Bytes;
 use ext_methods::{Direction, SessionEvent, SessionEventsPage};
 use std::collections::VecDeque;

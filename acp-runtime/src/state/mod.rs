@@ -10,10 +10,8 @@
 //! - `event_log`: each session's recorded ACP traffic.
 //! - `replay`: a session's history for an attaching connection, made from
 //!   its event log.
-//! - `budget`: the server-wide memory budget of logs and rings.
 //! - `hints`: title / model / mode read from ACP messages.
 
-pub mod budget;
 pub mod connection;
 pub mod connections;
 pub mod event_log;

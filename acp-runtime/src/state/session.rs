@@ -4,11 +4,11 @@
 //! "Routing: connections, sessions, one agent process" and
 //! "Extension methods and control plane").
 
+use crate::budget::MemoryBudget;
 use crate::error::Error;
 use crate::metrics::{self, Metrics, TurnClock};
 use crate::otel::TurnTrace;
 use crate::protocol;
-use crate::state::budget::MemoryBudget;
 use crate::state::connection::Connection;
 use crate::state::event_log::{EventLog, LogLimits};
 use crate::state::hints::Hints;

@@ -393,7 +393,7 @@ impl ServerArgs {
                     "--agent-user {spec} needs a token (--token or SANDBOX_AGENT_TOKEN): without one the agents' user could drive this root server's API (its file API reads and writes as root)"
                 ));
             }
-            config.agent_user = Some(acp_runtime::agent::user::AgentUser::resolve(spec)?);
+            config.agent_user = Some(acp_runtime::os::user::AgentUser::resolve(spec)?);
         }
         if config.agent_user.is_some() && binary.is_none() {
             return Err(
@@ -401,7 +401,7 @@ impl ServerArgs {
                     .to_owned(),
             );
         }
-        config.tree_supervisor = binary.map(|binary| acp_runtime::agent::tree::TreeSupervisor {
+        config.tree_supervisor = binary.map(|binary| acp_runtime::os::tree::TreeSupervisor {
             binary,
             grace: config.shutdown_grace / 2,
             user: config.agent_user.clone(),

@@ -1,5 +1,5 @@
 //! `sandbox-agent supervise` (hidden): the tree supervisor the server starts
-//! each agent process under (`acp_runtime::agent::tree`), and `sandbox-agent
+//! each agent process under (`acp_runtime::os::tree`), and `sandbox-agent
 //! as-user` (hidden), what a supervisor with a user starts its program
 //! through.
 
@@ -7,7 +7,7 @@ use clap::Args;
 use std::process::ExitCode;
 
 /// `sandbox-agent supervise --grace-ms N [--tty] [--user NAME:UID:GID [--cwd DIR]] -- PROGRAM ARGS…`: what the server
-/// runs each agent process under (`acp_runtime::agent::tree`).
+/// runs each agent process under (`acp_runtime::os::tree`).
 #[derive(Debug, Clone, Args)]
 pub struct SuperviseArgs {
     /// SIGTERM to SIGKILL of the tree in a graceful stop, in milliseconds.
@@ -19,8 +19,8 @@ pub struct SuperviseArgs {
     pub tty: bool,
     /// Run the program as this user (`NAME:UID:GID`); the supervisor stays
     /// root.
-    #[arg(long, value_name = "NAME:UID:GID", value_parser = acp_runtime::agent::user::AgentUser::from_arg)]
-    pub user: Option<acp_runtime::agent::user::AgentUser>,
+    #[arg(long, value_name = "NAME:UID:GID", value_parser = acp_runtime::os::user::AgentUser::from_arg)]
+    pub user: Option<acp_runtime::os::user::AgentUser>,
     /// With `--user`: the program's working directory, entered as the user.
     #[arg(long, value_name = "DIR", requires = "user")]
     pub cwd: Option<std::path::PathBuf>,
@@ -35,7 +35,7 @@ pub struct SuperviseArgs {
 /// `main` calls it before any async runtime thread exists (the supervisor
 /// blocks signals for the whole process).
 pub fn run(args: &SuperviseArgs) -> ExitCode {
-    let status = acp_runtime::agent::tree::run(
+    let status = acp_runtime::os::tree::run(
         std::time::Duration::from_millis(args.grace_ms),
         args.tty,
         args.user.as_ref().map(|user| (user, args.cwd.as_deref())),
@@ -46,12 +46,12 @@ pub fn run(args: &SuperviseArgs) -> ExitCode {
 }
 
 /// `sandbox-agent as-user --user NAME:UID:GID [--cwd DIR] -- PROGRAM ARGS…`:
-/// becomes the user, then the program (`acp_runtime::agent::tree::exec_as_user`).
+/// becomes the user, then the program (`acp_runtime::os::tree::exec_as_user`).
 #[derive(Debug, Clone, Args)]
 pub struct AsUserArgs {
     /// The user to become (`NAME:UID:GID`).
-    #[arg(long, value_name = "NAME:UID:GID", value_parser = acp_runtime::agent::user::AgentUser::from_arg)]
-    pub user: acp_runtime::agent::user::AgentUser,
+    #[arg(long, value_name = "NAME:UID:GID", value_parser = acp_runtime::os::user::AgentUser::from_arg)]
+    pub user: acp_runtime::os::user::AgentUser,
     /// The program's working directory, entered as the user.
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<std::path::PathBuf>,
@@ -66,7 +66,7 @@ pub struct AsUserArgs {
 /// fails, with the status to exit with (the message is on stderr already).
 /// `main` calls it before any async runtime thread exists.
 pub fn as_user(args: &AsUserArgs) -> ExitCode {
-    let status = acp_runtime::agent::tree::exec_as_user(
+    let status = acp_runtime::os::tree::exec_as_user(
         &args.user,
         args.cwd.as_deref(),
         &args.program,

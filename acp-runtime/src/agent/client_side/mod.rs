@@ -23,8 +23,8 @@ mod fs;
 mod reply;
 mod terminal;
 
-use crate::agent::user::AgentUser;
 use crate::fs::Scope;
+use crate::os::user::AgentUser;
 use crate::process::Processes;
 use crate::protocol::method::{
     FS_READ_TEXT_FILE, FS_WRITE_TEXT_FILE, TERMINAL_CREATE, TERMINAL_KILL, TERMINAL_OUTPUT,
@@ -136,7 +136,7 @@ impl ClientSide {
         let offered = ClientCapabilities::sandbox(self.processes.is_some());
         let mut declared = serde_json::json!({
             "fs": { "readTextFile": true, "writeTextFile": true },
-            "elicitation": super::elicitation::declared(),
+            "elicitation": crate::elicitation::declared(),
         });
         if let Some(object) = declared.as_object_mut() {
             if offered.terminal {

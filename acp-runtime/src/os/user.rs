@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// A user from the user database (`/etc/passwd` or NSS): whom the tree
 /// supervisor's programs run as (the supervisor stays root;
-/// [`crate::agent::tree`]).
+/// [`crate::os::tree`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentUser {
     /// The login name (`initgroups` reads the supplementary groups by it).
