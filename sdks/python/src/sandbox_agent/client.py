@@ -199,6 +199,8 @@ class SandboxAgentClient:
         agent: str = "mock",
         binary: str | None = None,
         server_args: Iterable[str] = (),
+        host: str | None = None,
+        port: int | None = None,
         startup_timeout: float = 15.0,
         **options: Any,
     ) -> SandboxAgentClient:
@@ -211,19 +213,29 @@ class SandboxAgentClient:
             agent: the agent id (default the built-in ``mock``).
             binary: the binary to run.
             server_args: extra ``sandbox-agent server`` arguments
-                (``["--data-dir", DIR]``, …).
+                (``["--data-dir", DIR]``, …). A ``--host`` or ``--port``
+                there replaces the default address, as `host` and `port` do.
+            host: the address the server listens on (default ``127.0.0.1``).
+            port: its TCP port (default 0: a free one; `base_url` says which).
             startup_timeout: seconds start-up may take.
             options: the other keyword arguments of the constructor.
 
         Raises:
-            FileNotFoundError: no binary found.
-            RuntimeError: the server exited or did not get ready in time (the
-                message carries its stderr).
-            SandboxAgentError: connecting failed.
+            TypeError: an argument of the wrong type
+                (``SandboxAgentClient.start: port must be an int or None, not str``).
+            ValueError: `port` out of 0 to 65535, or the host or port given
+                twice (`port=` and ``--port`` in `server_args`).
+            SandboxAgentError: kind ``"server-start"``: no binary, or the
+                server exited or was not ready in time (the message carries
+                the command line and the server's stderr tail); any kind of
+                `connect` when connecting failed.
         """
         from .embedded import EmbeddedServer
 
-        server = await EmbeddedServer.start(binary=binary, args=server_args, startup_timeout=startup_timeout)
+        check_str("SandboxAgentClient.start", "agent", agent)
+        server = await EmbeddedServer._start(
+            "SandboxAgentClient.start", "server_args", binary, server_args, host, port, startup_timeout
+        )
         try:
             client = cls(server.base_url, server.token, agent=agent, **options)
             client._server = server
