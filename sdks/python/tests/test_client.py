@@ -20,7 +20,9 @@ async def collect(turn: PromptTurn) -> list[dict[str, Any]]:
 async def test_health_agents_install_need_no_connection(server: Server) -> None:
     async with SandboxAgentClient(server.url, agent="mock", auto_connect=False) as client:
         assert (await client.get_health())["status"] == "ok"
-        mock = next(a for a in await client.list_agents() if a["id"] == "mock")
+        listed = await client.list_agents()
+        assert list(listed) == ["agents"], "the server's answer, the list under its name"
+        mock = next(a for a in listed["agents"] if a["id"] == "mock")
         assert mock["installed"] is True and mock["source"] == "builtin"
         installed = await client.install_agent()
         assert installed["agent"] == "mock" and installed["alreadyInstalled"] is True
@@ -325,7 +327,7 @@ async def test_a_token_401_is_unauthorized_then_the_right_token_works() -> None:
         async with SandboxAgentClient(server.url, "s3cret", agent="mock") as authed:
             sid = (await authed.new_session(cwd="/tmp")).session_id
             assert text_of(await collect(authed.prompt_stream(sid, "hi"))) == f"{SAY}hi"
-            assert len(await authed.list_agents()) > 0
+            assert len((await authed.list_agents())["agents"]) > 0
     finally:
         server.stop()
 

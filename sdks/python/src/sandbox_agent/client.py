@@ -378,12 +378,14 @@ class SandboxAgentClient:
         result: dict[str, Any] = await self._json("GET", "/v2/health")
         return result
 
-    async def list_agents(self) -> list[dict[str, Any]]:
-        """``GET /v2/agents``: every configured agent, installed or not
-        (``{id, name, installed, version?, source, running, …}``)."""
-        body = await self._json("GET", "/v2/agents")
-        agents: list[dict[str, Any]] = body.get("agents", []) if isinstance(body, dict) else []
-        return agents
+    async def list_agents(self) -> dict[str, Any]:
+        """``GET /v2/agents``: every configured agent, installed or not, as the
+        server answers it (and as the TypeScript client returns it):
+        ``{"agents": [{id, name, installed, version?, source, running, …}]}``.
+        A list comes inside its page object, never bare (see the package
+        README, "Return shapes")."""
+        result: dict[str, Any] = await self._json("GET", "/v2/agents")
+        return result
 
     async def install_agent(self, agent: str | None = None, *, version: str | None = None, reinstall: bool = False) -> dict[str, Any]:
         """``POST /v2/agents/{agent}/install`` (default: this client's agent);
@@ -639,10 +641,17 @@ class SandboxAgentClient:
 
     async def list_fs_entries(self, path: str = ".", *, session_id: str | None = None) -> dict[str, Any]:
         """The entries of a directory sorted by name: ``{"entries": [FsEntry…],
-        "truncated"?: bool}``."""
+        "truncated": bool}`` (`truncated`: the server's entry limit cut the
+        list; always present). The TypeScript client's
+        ``listFsEntries(path)`` returns the same object.
+
+        Raises:
+            SandboxAgentError: `is_not_found` when nothing is there, 409 not a directory.
+        """
         check_str("list_fs_entries", "path", path)
         check_str("list_fs_entries", "session_id", session_id, optional=True)
         result: dict[str, Any] = await self._json("GET", "/v2/fs/entries", query={"path": path, "sessionId": session_id})
+        result["truncated"] = result.get("truncated") is True
         return result
 
     async def stat_fs(self, path: str, *, session_id: str | None = None) -> FsEntry:
