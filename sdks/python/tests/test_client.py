@@ -20,7 +20,9 @@ async def collect(turn: PromptTurn) -> list[dict[str, Any]]:
 async def test_health_agents_install_need_no_connection(server: Server) -> None:
     async with SandboxAgentClient(server.url, agent="mock", auto_connect=False) as client:
         assert (await client.get_health())["status"] == "ok"
-        mock = next(a for a in await client.list_agents() if a["id"] == "mock")
+        listed = await client.list_agents()
+        assert list(listed) == ["agents"], "the server's answer, the list under its name"
+        mock = next(a for a in listed["agents"] if a["id"] == "mock")
         assert mock["installed"] is True and mock["source"] == "builtin"
         installed = await client.install_agent()
         assert installed["agent"] == "mock" and installed["alreadyInstalled"] is True
@@ -325,7 +327,7 @@ async def test_a_token_401_is_unauthorized_then_the_right_token_works() -> None:
         async with SandboxAgentClient(server.url, "s3cret", agent="mock") as authed:
             sid = (await authed.new_session(cwd="/tmp")).session_id
             assert text_of(await collect(authed.prompt_stream(sid, "hi"))) == f"{SAY}hi"
-            assert len(await authed.list_agents()) > 0
+            assert len((await authed.list_agents())["agents"]) > 0
     finally:
         server.stop()
 
@@ -376,34 +378,75 @@ async def test_a_request_timeout_is_is_timeout_and_a_turn_has_none(server: Serve
         assert await quick.prompt(sid, "!slow 3 600") == "end_turn"
 
 
-async def test_bad_argument_types_raise_type_error_naming_the_parameter(server: Server) -> None:
-    with pytest.raises(TypeError, match="base_url"):
+def test_bad_constructor_arguments_raise_type_error_naming_the_call_and_parameter(server: Server) -> None:
+    with pytest.raises(TypeError, match=r"^SandboxAgentClient: base_url must be a str, not int$"):
         SandboxAgentClient(42, agent="mock")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="agent"):
+    with pytest.raises(TypeError, match=r"^SandboxAgentClient: agent must be a str, not NoneType$"):
         SandboxAgentClient(server.url, agent=None)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="on_permission_request"):
+    with pytest.raises(TypeError, match=r"^SandboxAgentClient: on_permission_request must be callable or None, not str$"):
         SandboxAgentClient(server.url, agent="mock", on_permission_request="allow")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^SandboxAgentClient: request_timeout must be a number of seconds or None, not bool$"):
+        SandboxAgentClient(server.url, agent="mock", request_timeout=True)  # type: ignore[arg-type]
+
+
+# (call, arguments, the whole message): one shared checker names the call and
+# the parameter, as the TypeScript client does (`mkdirFs: path must be ...`).
+BAD_ARGUMENTS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
+    ("new_session", (), {"cwd": {"path": "/tmp"}}, "new_session: cwd must be a str, not dict"),
+    ("new_session", ("/tmp",), {"metadata": "title"}, "new_session: metadata must be a mapping or None, not str"),
+    ("load_session", ("mock-x", 7), {}, "load_session: cwd must be a str, not int"),
+    ("prompt", ({"sessionId": "x"}, "hi"), {}, "prompt: session_id must be a str, not dict"),
+    ("prompt", ("mock-x", 42), {}, "prompt: content must be a str or a list of content block dicts, not int"),
+    ("cancel", (None,), {}, "cancel: session_id must be a str, not NoneType"),
+    ("set_metadata", ("mock-x", "title"), {}, "set_metadata: metadata must be a mapping, not str"),
+    ("get_session", (1,), {}, "get_session: session_id must be a str, not int"),
+    ("list_sessions", (), {"limit": "10"}, "list_sessions: limit must be an int or None, not str"),
+    ("list_sessions", (), {"limit": True}, "list_sessions: limit must be an int or None, not bool"),
+    ("get_session_events", ("mock-x",), {"offset": 1.5}, "get_session_events: offset must be an int, not float"),
+    ("install_agent", (), {"reinstall": "yes"}, "install_agent: reinstall must be a bool, not str"),
+    ("read_fs_file", ({"path": "/tmp"},), {}, "read_fs_file: path must be a str, not dict"),
+    ("mkdir_fs", (123,), {}, "mkdir_fs: path must be a str, not int"),
+    ("stat_fs", ("/tmp",), {"session_id": 5}, "stat_fs: session_id must be a str or None, not int"),
+    ("list_fs_entries", (b"/tmp",), {}, "list_fs_entries: path must be a str, not bytes"),
+    ("move_fs", ("/tmp/a", None), {}, "move_fs: to_path must be a str, not NoneType"),
+    ("delete_fs_entry", ("/tmp/x",), {"recursive": "yes"}, "delete_fs_entry: recursive must be a bool, not str"),
+    ("write_fs_file", ("/tmp/x", 3.5), {}, "write_fs_file: content must be str, bytes or an iterable of bytes, not float"),
+    ("upload_fs_batch", ("/tmp/x", "tar"), {}, "upload_fs_batch: archive must be bytes or an iterable of bytes, not str"),
+    ("run_process", ("echo", "hi"), {}, "run_process: args must be a list of str or None, not str"),
+    ("run_process", ("echo", ["a", 1]), {}, "run_process: args must be a list of str or None, not a list holding int"),
+    ("run_process", ("env",), {"env": {"A": 1}}, "run_process: env must be a mapping of str to str or None, not a mapping holding str: int"),
+    ("run_process", ("true",), {"timeout_ms": 1.5}, "run_process: timeout_ms must be an int or None, not float"),
+    ("start_process", (["sh"],), {}, "start_process: command must be a str, not list"),
+    ("start_process", ("sh",), {"tty": 1}, "start_process: tty must be a bool, not int"),
+    ("list_processes", (), {"state": 1}, "list_processes: state must be a str or None, not int"),
+    ("get_process", (3,), {}, "get_process: process_id must be a str, not int"),
+    ("process_handle", (3,), {}, "process_handle: process_id must be a str, not int"),
+]
+
+
+@pytest.mark.parametrize(("call", "args", "kwargs", "message"), BAD_ARGUMENTS, ids=[f"{c}-{m.split(': ')[1].split()[0]}" for c, _, _, m in BAD_ARGUMENTS])
+async def test_a_bad_argument_type_raises_type_error_naming_the_call_and_parameter(
+    server: Server, call: str, args: tuple[Any, ...], kwargs: dict[str, Any], message: str
+) -> None:
     async with SandboxAgentClient(server.url, agent="mock", auto_connect=False) as client:
-        with pytest.raises(TypeError, match="cwd"):
-            await client.new_session(cwd={"path": "/tmp"})  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="session_id"):
-            await client.prompt({"sessionId": "x"}, "hi")  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="content"):
-            client.prompt_stream("mock-x", 42)  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="metadata"):
-            await client.set_metadata("mock-x", "title")  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="path"):
-            await client.read_fs_file({"path": "/tmp"})  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="content"):
-            await client.write_fs_file("/tmp/x", 3.5)  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="args"):
-            await client.run_process("echo", "hi")  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="limit"):
-            await client.list_sessions(limit="10")  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="recursive"):
-            await client.delete_fs_entry("/tmp/x", recursive="yes")  # type: ignore[arg-type]
-        # Nothing reached the server: no directory named after a dict.
+        with pytest.raises(TypeError) as caught:
+            result = getattr(client, call)(*args, **kwargs)
+            if asyncio.iscoroutine(result):
+                await result
+        assert str(caught.value) == message
+        # Raised before anything was sent: not even a connection was opened.
         assert client.connected is False
+
+
+async def test_prompt_stream_checks_at_once_and_a_streamed_body_checks_each_chunk(server: Server, tmp_path: Any) -> None:
+    async with SandboxAgentClient(server.url, agent="mock", auto_connect=False) as client:
+        with pytest.raises(TypeError) as caught:
+            client.prompt_stream("mock-x", 42)  # type: ignore[arg-type]
+        assert str(caught.value) == "prompt_stream: content must be a str or a list of content block dicts, not int"
+        with pytest.raises(TypeError) as caught:
+            await client.write_fs_file(str(tmp_path / "x"), [b"ok", "text"])  # type: ignore[list-item]
+        assert str(caught.value) == "write_fs_file: content must be an iterable of bytes, not one yielding str"
+        assert not (tmp_path / "x").exists(), "a body that failed its check was not written"
 
 
 def test_check_answer_rules() -> None:
@@ -450,5 +493,5 @@ def test_check_answer_rules() -> None:
     url = {"mode": "url", "sessionId": "s", "message": "m", "url": "https://example.invalid", "elicitationId": "e"}
     assert check_answer(url, {"action": "accept"}) is None
     assert check_answer(url, {"action": "accept", "content": {"a": "b"}}) == "a URL question takes no content"
-    with pytest.raises(TypeError, match="answer"):
+    with pytest.raises(TypeError, match=r"^check_answer: answer must be a dict, not str$"):
         check_answer(question, "accept")  # type: ignore[arg-type]

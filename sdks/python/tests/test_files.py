@@ -37,6 +37,7 @@ async def test_write_read_stat_list_mkdir_move_delete(server: Server, tmp_path: 
         assert stat["entryType"] == "file" and stat["size"] == 5
         assert await client.mkdir_fs(str(tmp_path / "b" / "c")) == {"path": str(tmp_path / "b" / "c")}
         listing = await client.list_fs_entries(str(tmp_path))
+        assert listing["truncated"] is False, "always present, False when the whole list came"
         assert [(e["name"], e["entryType"]) for e in listing["entries"]] == [
             ("a", "directory"),
             ("b", "directory"),

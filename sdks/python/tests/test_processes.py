@@ -90,9 +90,18 @@ async def test_stdin_signals_and_kill(server: Server) -> None:
         with pytest.raises(SandboxAgentError) as caught:
             await handle.resize(100, 40)
         assert caught.value.status == 409
-        with pytest.raises(TypeError, match="offset"):
+        with pytest.raises(TypeError, match=r"^ProcessHandle.output: offset must be a non-negative int, not -1$"):
             async for _ in handle.output(offset=-1):
                 pass
+        for call, message in (
+            (lambda: handle.resize("100", 40), "ProcessHandle.resize: cols must be an int, not str"),
+            (lambda: handle.signal(9), "ProcessHandle.signal: name must be a str, not int"),
+            (lambda: handle.write_stdin(1), "ProcessHandle.write_stdin: data must be str or bytes, not int"),
+            (lambda: handle.write_stdin("x", eof="yes"), "ProcessHandle.write_stdin: eof must be a bool, not str"),
+        ):
+            with pytest.raises(TypeError) as wrong:
+                await call()  # type: ignore[arg-type]
+            assert str(wrong.value) == message
 
 
 async def test_a_terminal_process_resize_signal_and_close_stdin(server: Server) -> None:

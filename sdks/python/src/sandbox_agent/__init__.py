@@ -14,7 +14,8 @@ Layout:
 - `types`: the shapes taken and returned;
 - `_connection`: ACP over ``/v2/rpc`` (POST, the SSE stream resumed with
   ``Last-Event-ID``, DELETE); `_protocol`: wire names; `_meta`: the
-  server's ``_meta["sandboxagent.dev"]`` read into fields.
+  server's ``_meta["sandboxagent.dev"]`` read into fields; `_check`: the
+  argument checks (``TypeError("<call>: <name> must be …")``).
 """
 
 __version__ = "0.1.0"

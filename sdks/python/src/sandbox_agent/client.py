@@ -25,6 +25,7 @@ from urllib.parse import quote
 import httpx
 
 from . import __version__ as _version
+from ._check import check, check_callable, check_str, check_str_list, check_str_mapping, type_error
 from ._connection import AcpHttpConnection, RpcFailure
 from ._meta import page_of, to_details, to_info, to_turn_interrupted
 from ._protocol import (
@@ -93,27 +94,14 @@ class FileDownload:
         return self._response.aiter_bytes(chunk_size)
 
 
-def _check(name: str, value: Any, kinds: type | tuple[type, ...], what: str, optional: bool = False) -> None:
-    """Raises TypeError naming the parameter when `value` is not of `kinds`."""
-    if optional and value is None:
-        return
-    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
-        raise TypeError(f"{name} must be {what}, not bool")
-    if not isinstance(value, kinds):
-        raise TypeError(f"{name} must be {what}{' or None' if optional else ''}, not {type(value).__name__}")
-
-
-def _check_str(name: str, value: Any, optional: bool = False) -> None:
-    _check(name, value, str, "a str", optional)
-
-
 class SandboxAgentClient:
     """A client of one sandbox-agent server, bound to one agent.
 
     ``SandboxAgentClient(base_url, token=None, agent="mock")``; use it as
     ``async with`` (which connects, and closes everything on exit) or call
     `connect` and `close` yourself. Every failure is a `SandboxAgentError`;
-    an argument of the wrong type is a `TypeError` naming the parameter.
+    an argument of the wrong type is a `TypeError` naming the call and the
+    parameter (``mkdir_fs: path must be a str, not int``).
     """
 
     def __init__(
@@ -160,21 +148,19 @@ class SandboxAgentClient:
         Raises:
             TypeError: an argument of the wrong type.
         """
-        _check_str("base_url", base_url)
-        _check_str("token", token, optional=True)
-        _check_str("agent", agent)
-        _check("auto_connect", auto_connect, bool, "a bool")
+        check_str("SandboxAgentClient", "base_url", base_url)
+        check_str("SandboxAgentClient", "token", token, optional=True)
+        check_str("SandboxAgentClient", "agent", agent)
+        check("SandboxAgentClient", "auto_connect", auto_connect, bool, "a bool")
         for name, handler in (
             ("on_session_update", on_session_update),
             ("on_permission_request", on_permission_request),
             ("on_question", on_question),
             ("on_turn_interrupted", on_turn_interrupted),
         ):
-            if handler is not None and not callable(handler):
-                raise TypeError(f"{name} must be callable or None, not {type(handler).__name__}")
-        if headers is not None and not isinstance(headers, Mapping):
-            raise TypeError(f"headers must be a mapping or None, not {type(headers).__name__}")
-        _check("request_timeout", request_timeout, (int, float), "a number of seconds", optional=True)
+            check_callable("SandboxAgentClient", name, handler, optional=True)
+        check("SandboxAgentClient", "headers", headers, Mapping, "a mapping", optional=True)
+        check("SandboxAgentClient", "request_timeout", request_timeout, (int, float), "a number of seconds", optional=True)
         self._base_url = base_url.rstrip("/")
         self._agent = agent
         self._token = token
@@ -213,6 +199,8 @@ class SandboxAgentClient:
         agent: str = "mock",
         binary: str | None = None,
         server_args: Iterable[str] = (),
+        host: str | None = None,
+        port: int | None = None,
         startup_timeout: float = 15.0,
         **options: Any,
     ) -> SandboxAgentClient:
@@ -225,19 +213,29 @@ class SandboxAgentClient:
             agent: the agent id (default the built-in ``mock``).
             binary: the binary to run.
             server_args: extra ``sandbox-agent server`` arguments
-                (``["--data-dir", DIR]``, …).
+                (``["--data-dir", DIR]``, …). A ``--host`` or ``--port``
+                there replaces the default address, as `host` and `port` do.
+            host: the address the server listens on (default ``127.0.0.1``).
+            port: its TCP port (default 0: a free one; `base_url` says which).
             startup_timeout: seconds start-up may take.
             options: the other keyword arguments of the constructor.
 
         Raises:
-            FileNotFoundError: no binary found.
-            RuntimeError: the server exited or did not get ready in time (the
-                message carries its stderr).
-            SandboxAgentError: connecting failed.
+            TypeError: an argument of the wrong type
+                (``SandboxAgentClient.start: port must be an int or None, not str``).
+            ValueError: `port` out of 0 to 65535, or the host or port given
+                twice (`port=` and ``--port`` in `server_args`).
+            SandboxAgentError: kind ``"server-start"``: no binary, or the
+                server exited or was not ready in time (the message carries
+                the command line and the server's stderr tail); any kind of
+                `connect` when connecting failed.
         """
         from .embedded import EmbeddedServer
 
-        server = await EmbeddedServer.start(binary=binary, args=server_args, startup_timeout=startup_timeout)
+        check_str("SandboxAgentClient.start", "agent", agent)
+        server = await EmbeddedServer._start(
+            "SandboxAgentClient.start", "server_args", binary, server_args, host, port, startup_timeout
+        )
         try:
             client = cls(server.base_url, server.token, agent=agent, **options)
             client._server = server
@@ -380,12 +378,14 @@ class SandboxAgentClient:
         result: dict[str, Any] = await self._json("GET", "/v2/health")
         return result
 
-    async def list_agents(self) -> list[dict[str, Any]]:
-        """``GET /v2/agents``: every configured agent, installed or not
-        (``{id, name, installed, version?, source, running, …}``)."""
-        body = await self._json("GET", "/v2/agents")
-        agents: list[dict[str, Any]] = body.get("agents", []) if isinstance(body, dict) else []
-        return agents
+    async def list_agents(self) -> dict[str, Any]:
+        """``GET /v2/agents``: every configured agent, installed or not, as the
+        server answers it (and as the TypeScript client returns it):
+        ``{"agents": [{id, name, installed, version?, source, running, …}]}``.
+        A list comes inside its page object, never bare (see the package
+        README, "Return shapes")."""
+        result: dict[str, Any] = await self._json("GET", "/v2/agents")
+        return result
 
     async def install_agent(self, agent: str | None = None, *, version: str | None = None, reinstall: bool = False) -> dict[str, Any]:
         """``POST /v2/agents/{agent}/install`` (default: this client's agent);
@@ -394,9 +394,9 @@ class SandboxAgentClient:
         Raises:
             SandboxAgentError: 404 unknown agent, 409 not installable, 502 install failed.
         """
-        _check_str("agent", agent, optional=True)
-        _check_str("version", version, optional=True)
-        _check("reinstall", reinstall, bool, "a bool")
+        check_str("install_agent", "agent", agent, optional=True)
+        check_str("install_agent", "version", version, optional=True)
+        check("install_agent", "reinstall", reinstall, bool, "a bool")
         body: dict[str, Any] = {}
         if version is not None:
             body["version"] = version
@@ -428,9 +428,9 @@ class SandboxAgentClient:
         Raises:
             SandboxAgentError: ``not-connected``, ``rpc`` (the agent refused).
         """
-        _check_str("cwd", cwd)
-        _check("mcp_servers", mcp_servers, list, "a list", optional=True)
-        _check("metadata", metadata, Mapping, "a mapping", optional=True)
+        check_str("new_session", "cwd", cwd)
+        check("new_session", "mcp_servers", mcp_servers, list, "a list", optional=True)
+        check("new_session", "metadata", metadata, Mapping, "a mapping", optional=True)
         result = await self._call(
             "session/new",
             {
@@ -451,9 +451,9 @@ class SandboxAgentClient:
         Raises:
             SandboxAgentError: `is_not_found` for an unknown session.
         """
-        _check_str("session_id", session_id)
-        _check_str("cwd", cwd)
-        _check("mcp_servers", mcp_servers, list, "a list", optional=True)
+        check_str("load_session", "session_id", session_id)
+        check_str("load_session", "cwd", cwd)
+        check("load_session", "mcp_servers", mcp_servers, list, "a list", optional=True)
         result = await self._call(
             "session/load",
             {"sessionId": session_id, "cwd": cwd, "mcpServers": mcp_servers if mcp_servers is not None else []},
@@ -473,8 +473,8 @@ class SandboxAgentClient:
         Raises:
             SandboxAgentError: ``not-connected``; ``rpc`` (the agent failed or died).
         """
-        _check_str("session_id", session_id)
-        blocks = _blocks(content)
+        check_str("prompt", "session_id", session_id)
+        blocks = _blocks("prompt", content)
         return await self._run_turn(session_id, blocks, None)
 
     def prompt_stream(self, session_id: str, content: str | list[ContentBlock]) -> PromptTurn:
@@ -496,8 +496,8 @@ class SandboxAgentClient:
             TypeError: `session_id` or `content` of the wrong type (at once;
                 every other failure comes from the iterator and `result`).
         """
-        _check_str("session_id", session_id)
-        blocks = _blocks(content)
+        check_str("prompt_stream", "session_id", session_id)
+        blocks = _blocks("prompt_stream", content)
         return PromptTurn(
             session_id,
             lambda turn: self._run_turn(session_id, blocks, turn),
@@ -542,14 +542,14 @@ class SandboxAgentClient:
     async def cancel(self, session_id: str) -> None:
         """Asks the agent to stop the session's running turn (ACP
         ``session/cancel``; the turn ends with stop reason ``cancelled``)."""
-        _check_str("session_id", session_id)
+        check_str("cancel", "session_id", session_id)
         connection = await self._connection_for_call("session/cancel")
         await connection.notify("session/cancel", {"sessionId": session_id})
 
     async def list_models(self, session_id: str | None = None) -> dict[str, Any]:
         """The models of a session (``{availableModels, currentModelId}``), or of
         this client's agent when `session_id` is omitted."""
-        _check_str("session_id", session_id, optional=True)
+        check_str("list_models", "session_id", session_id, optional=True)
         params = {"agent": self._agent} if session_id is None else {"sessionId": session_id}
         result: dict[str, Any] = await self._call(METHOD_LIST_MODELS, params)
         return result
@@ -562,8 +562,8 @@ class SandboxAgentClient:
         Raises:
             SandboxAgentError: `is_not_found` for an unknown session.
         """
-        _check_str("session_id", session_id)
-        _check("metadata", metadata, Mapping, "a mapping")
+        check_str("set_metadata", "session_id", session_id)
+        check("set_metadata", "metadata", metadata, Mapping, "a mapping")
         result = await self._call(METHOD_SET_METADATA, {"sessionId": session_id, "metadata": dict(metadata)})
         return to_info(result if isinstance(result, dict) else {})
 
@@ -574,7 +574,7 @@ class SandboxAgentClient:
         Raises:
             SandboxAgentError: `is_not_found` for an unknown session.
         """
-        _check_str("session_id", session_id)
+        check_str("get_session", "session_id", session_id)
         entry = await self._json("GET", f"/v2/sessions/{quote(session_id, safe='')}", query={"agent": self._agent})
         return to_info(entry if isinstance(entry, dict) else {})
 
@@ -591,17 +591,17 @@ class SandboxAgentClient:
         newest first, every agent unless `agent`. `limit` 1 to 1000 (default
         100); `cursor` the previous page's `next_cursor`; `q` a title filter.
         Needs no connection."""
-        _check("limit", limit, int, "an int", optional=True)
+        check("list_sessions", "limit", limit, int, "an int", optional=True)
         for name, value in (("cursor", cursor), ("agent", agent), ("state", state), ("q", q)):
-            _check_str(name, value, optional=True)
+            check_str("list_sessions", name, value, optional=True)
         query = {"limit": limit, "cursor": cursor, "agent": agent, "state": state, "q": q}
         return page_of(await self._json("GET", "/v2/sessions", query=query))
 
     async def unstable_list_sessions(self, *, cwd: str | None = None, cursor: str | None = None) -> SessionPage:
         """The same inventory through the connection (ACP ``session/list``,
         50 a page, optional `cwd` filter)."""
-        _check_str("cwd", cwd, optional=True)
-        _check_str("cursor", cursor, optional=True)
+        check_str("unstable_list_sessions", "cwd", cwd, optional=True)
+        check_str("unstable_list_sessions", "cursor", cursor, optional=True)
         params = {k: v for k, v in (("cwd", cwd), ("cursor", cursor)) if v is not None}
         return page_of(await self._call("session/list", params))
 
@@ -613,9 +613,9 @@ class SandboxAgentClient:
         Raises:
             SandboxAgentError: `is_not_found` for an unknown session.
         """
-        _check_str("session_id", session_id)
-        _check("offset", offset, int, "an int")
-        _check("limit", limit, int, "an int")
+        check_str("get_session_events", "session_id", session_id)
+        check("get_session_events", "offset", offset, int, "an int")
+        check("get_session_events", "limit", limit, int, "an int")
         page: SessionEventPage = await self._json(
             "GET",
             f"/v2/sessions/{quote(session_id, safe='')}/events",
@@ -625,13 +625,13 @@ class SandboxAgentClient:
 
     async def detach_session(self, session_id: str) -> None:
         """This connection stops receiving the session's updates; the session and its turn go on."""
-        _check_str("session_id", session_id)
+        check_str("detach_session", "session_id", session_id)
         await self._call(METHOD_DETACH, {"sessionId": session_id})
 
     async def terminate_session(self, session_id: str) -> dict[str, Any]:
         """Ends the session for good (its running turn is cancelled);
         returns ``{"sessionId", "alreadyEnded"}``."""
-        _check_str("session_id", session_id)
+        check_str("terminate_session", "session_id", session_id)
         result: dict[str, Any] = await self._call(METHOD_TERMINATE, {"sessionId": session_id})
         return result
 
@@ -641,23 +641,30 @@ class SandboxAgentClient:
 
     async def list_fs_entries(self, path: str = ".", *, session_id: str | None = None) -> dict[str, Any]:
         """The entries of a directory sorted by name: ``{"entries": [FsEntry…],
-        "truncated"?: bool}``."""
-        _check_str("path", path)
-        _check_str("session_id", session_id, optional=True)
+        "truncated": bool}`` (`truncated`: the server's entry limit cut the
+        list; always present). The TypeScript client's
+        ``listFsEntries(path)`` returns the same object.
+
+        Raises:
+            SandboxAgentError: `is_not_found` when nothing is there, 409 not a directory.
+        """
+        check_str("list_fs_entries", "path", path)
+        check_str("list_fs_entries", "session_id", session_id, optional=True)
         result: dict[str, Any] = await self._json("GET", "/v2/fs/entries", query={"path": path, "sessionId": session_id})
+        result["truncated"] = result.get("truncated") is True
         return result
 
     async def stat_fs(self, path: str, *, session_id: str | None = None) -> FsEntry:
         """One entry. Raises `SandboxAgentError` (`is_not_found`) when nothing is there."""
-        _check_str("path", path)
-        _check_str("session_id", session_id, optional=True)
+        check_str("stat_fs", "path", path)
+        check_str("stat_fs", "session_id", session_id, optional=True)
         entry: FsEntry = await self._json("GET", "/v2/fs/stat", query={"path": path, "sessionId": session_id})
         return entry
 
     async def mkdir_fs(self, path: str, *, session_id: str | None = None) -> dict[str, Any]:
         """Creates a directory and its parents (an existing one is fine); returns ``{"path"}``."""
-        _check_str("path", path)
-        _check_str("session_id", session_id, optional=True)
+        check_str("mkdir_fs", "path", path)
+        check_str("mkdir_fs", "session_id", session_id, optional=True)
         result: dict[str, Any] = await self._json("POST", "/v2/fs/mkdir", query={"path": path, "sessionId": session_id})
         return result
 
@@ -666,10 +673,10 @@ class SandboxAgentClient:
     ) -> dict[str, Any]:
         """Moves `from_path` to `to_path` (whose parent must exist; `overwrite`
         replaces an entry there); returns ``{"from", "to"}``."""
-        _check_str("from_path", from_path)
-        _check_str("to_path", to_path)
-        _check("overwrite", overwrite, bool, "a bool")
-        _check_str("session_id", session_id, optional=True)
+        check_str("move_fs", "from_path", from_path)
+        check_str("move_fs", "to_path", to_path)
+        check("move_fs", "overwrite", overwrite, bool, "a bool")
+        check_str("move_fs", "session_id", session_id, optional=True)
         body: dict[str, Any] = {"from": from_path, "to": to_path, "overwrite": overwrite}
         if session_id is not None:
             body["sessionId"] = session_id
@@ -678,9 +685,9 @@ class SandboxAgentClient:
 
     async def delete_fs_entry(self, path: str, *, recursive: bool = False, session_id: str | None = None) -> dict[str, Any]:
         """Deletes a file, or a directory (`recursive` for a non-empty one); returns ``{"path"}``."""
-        _check_str("path", path)
-        _check("recursive", recursive, bool, "a bool")
-        _check_str("session_id", session_id, optional=True)
+        check_str("delete_fs_entry", "path", path)
+        check("delete_fs_entry", "recursive", recursive, bool, "a bool")
+        check_str("delete_fs_entry", "session_id", session_id, optional=True)
         query = {"path": path, "recursive": "true" if recursive else None, "sessionId": session_id}
         result: dict[str, Any] = await self._json("DELETE", "/v2/fs/entry", query=query)
         return result
@@ -691,8 +698,8 @@ class SandboxAgentClient:
         Raises:
             SandboxAgentError: `is_not_found`; 400 ``invalid-path``.
         """
-        _check_str("path", path)
-        _check_str("session_id", session_id, optional=True)
+        check_str("read_fs_file", "path", path)
+        check_str("read_fs_file", "session_id", session_id, optional=True)
         response = await self._request("GET", "/v2/fs/file", query={"path": path, "sessionId": session_id})
         return response.content
 
@@ -710,10 +717,10 @@ class SandboxAgentClient:
         `offset` is then `from_offset` when the file is unchanged, or 0 when it
         changed and the whole new file comes (start over, never append).
         """
-        _check_str("path", path)
-        _check_str("session_id", session_id, optional=True)
-        _check("from_offset", from_offset, int, "an int")
-        _check_str("etag", etag, optional=True)
+        check_str("read_fs_file_stream", "path", path)
+        check_str("read_fs_file_stream", "session_id", session_id, optional=True)
+        check("read_fs_file_stream", "from_offset", from_offset, int, "an int")
+        check_str("read_fs_file_stream", "etag", etag, optional=True)
         headers: dict[str, str] = {}
         if from_offset > 0:
             headers["range"] = f"bytes={from_offset}-"
@@ -742,9 +749,9 @@ class SandboxAgentClient:
         Returns:
             ``{"path": <absolute path>, "bytesWritten": <bytes>}``.
         """
-        _check_str("path", path)
-        _check_str("session_id", session_id, optional=True)
-        body = _body("content", content)
+        check_str("write_fs_file", "path", path)
+        check_str("write_fs_file", "session_id", session_id, optional=True)
+        body = _body("write_fs_file", "content", content)
         result: dict[str, Any] = await self._json(
             "PUT",
             "/v2/fs/file",
@@ -769,12 +776,12 @@ class SandboxAgentClient:
         Returns:
             ``{"paths": [<absolute paths>], "truncated": bool}``.
         """
-        _check_str("path", path)
-        _check("gzip", gzip, bool, "a bool", optional=True)
-        _check_str("session_id", session_id, optional=True)
+        check_str("upload_fs_batch", "path", path)
+        check("upload_fs_batch", "gzip", gzip, bool, "a bool", optional=True)
+        check_str("upload_fs_batch", "session_id", session_id, optional=True)
         if isinstance(archive, str):
-            raise TypeError("archive must be bytes or an iterable of bytes, not str")
-        body = _body("archive", archive)
+            raise type_error("upload_fs_batch", "archive", "bytes or an iterable of bytes", archive)
+        body = _body("upload_fs_batch", "archive", archive)
         gz = gzip if gzip is not None else isinstance(body, bytes) and body[:2] == b"\x1f\x8b"
         result: dict[str, Any] = await self._json(
             "POST",
@@ -808,9 +815,9 @@ class SandboxAgentClient:
             SandboxAgentError: 400 ``program-not-found``, 429
                 ``too-many-processes``, 404 ``processes-disabled``.
         """
-        request = _process_request(command, args, cwd, env, stdin, session_id)
-        _check("timeout_ms", timeout_ms, int, "an int", optional=True)
-        _check("max_output_bytes", max_output_bytes, int, "an int", optional=True)
+        request = _process_request("run_process", command, args, cwd, env, stdin, session_id)
+        check("run_process", "timeout_ms", timeout_ms, int, "an int", optional=True)
+        check("run_process", "max_output_bytes", max_output_bytes, int, "an int", optional=True)
         if timeout_ms is not None:
             request["timeoutMs"] = timeout_ms
         if max_output_bytes is not None:
@@ -839,11 +846,11 @@ class SandboxAgentClient:
         Raises:
             SandboxAgentError: as `run_process`.
         """
-        request = _process_request(command, args, cwd, env, stdin, session_id)
-        _check("tty", tty, bool, "a bool")
-        _check("cols", cols, int, "an int", optional=True)
-        _check("rows", rows, int, "an int", optional=True)
-        _check_str("title", title, optional=True)
+        request = _process_request("start_process", command, args, cwd, env, stdin, session_id)
+        check("start_process", "tty", tty, bool, "a bool")
+        check("start_process", "cols", cols, int, "an int", optional=True)
+        check("start_process", "rows", rows, int, "an int", optional=True)
+        check_str("start_process", "title", title, optional=True)
         if tty:
             request["tty"] = True
         for key, value in (("cols", cols), ("rows", rows), ("title", title)):
@@ -862,21 +869,26 @@ class SandboxAgentClient:
     ) -> dict[str, Any]:
         """One page of processes, newest first (`limit` 1 to 1000, default 100):
         ``{"processes": [ProcessInfo…], "nextCursor"?}``."""
-        _check("limit", limit, int, "an int", optional=True)
+        check("list_processes", "limit", limit, int, "an int", optional=True)
         for name, value in (("cursor", cursor), ("session_id", session_id), ("state", state)):
-            _check_str(name, value, optional=True)
+            check_str("list_processes", name, value, optional=True)
         query = {"limit": limit, "cursor": cursor, "sessionId": session_id, "state": state}
         result: dict[str, Any] = await self._json("GET", "/v2/processes", query=query)
         return result
 
     async def get_process(self, process_id: str) -> ProcessInfo:
         """One process. Raises `SandboxAgentError` (`is_not_found`) for an unknown or forgotten id."""
-        _check_str("process_id", process_id)
+        check_str("get_process", "process_id", process_id)
         info: ProcessInfo = await self._json("GET", f"/v2/processes/{quote(process_id, safe='')}")
         return info
 
     async def process_handle(self, process_id: str) -> ProcessHandle:
-        """A handle for an existing process (one `list_processes` showed, say)."""
+        """A handle for an existing process (one `list_processes` showed, say).
+
+        Raises:
+            SandboxAgentError: `is_not_found` for an unknown or forgotten id.
+        """
+        check_str("process_handle", "process_id", process_id)
         return ProcessHandle(await self.get_process(process_id), self)
 
     # ---- plumbing ----
@@ -1043,16 +1055,16 @@ def _disposed() -> SandboxAgentError:
     return SandboxAgentError("disposed", "this client was closed")
 
 
-def _blocks(content: Any) -> list[ContentBlock]:
+def _blocks(call: str, content: Any) -> list[ContentBlock]:
     """A prompt as ACP content blocks (text becomes one text block)."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if isinstance(content, list) and all(isinstance(block, dict) for block in content):
         return content
-    raise TypeError(f"content must be a str or a list of content block dicts, not {type(content).__name__}")
+    raise type_error(call, "content", "a str or a list of content block dicts", content)
 
 
-def _body(name: str, content: Any) -> Any:
+def _body(call: str, name: str, content: Any) -> Any:
     """A request body for httpx: bytes as they are, text as UTF-8, iterables streamed."""
     if isinstance(content, str):
         return content.encode("utf-8")
@@ -1064,37 +1076,33 @@ def _body(name: str, content: Any) -> Any:
 
             async def stream() -> AsyncIterator[bytes]:
                 for chunk in chunks:
-                    yield _chunk(name, chunk)
+                    yield _chunk(call, name, chunk)
 
             return stream()
 
         async def astream() -> AsyncIterator[bytes]:
             async for chunk in content:
-                yield _chunk(name, chunk)
+                yield _chunk(call, name, chunk)
 
         return astream()
-    raise TypeError(f"{name} must be str, bytes or an iterable of bytes, not {type(content).__name__}")
+    raise type_error(call, name, "str, bytes or an iterable of bytes", content)
 
 
-def _chunk(name: str, chunk: Any) -> bytes:
+def _chunk(call: str, name: str, chunk: Any) -> bytes:
     if isinstance(chunk, (bytes, bytearray, memoryview)):
         return bytes(chunk)
-    raise TypeError(f"{name} must yield bytes, not {type(chunk).__name__}")
+    raise type_error(call, name, "an iterable of bytes", chunk, got=f"one yielding {type(chunk).__name__}")
 
 
 def _process_request(
-    command: Any, args: Any, cwd: Any, env: Any, stdin: Any, session_id: Any
+    call: str, command: Any, args: Any, cwd: Any, env: Any, stdin: Any, session_id: Any
 ) -> dict[str, Any]:
-    _check_str("command", command)
-    if args is not None and (not isinstance(args, list) or not all(isinstance(a, str) for a in args)):
-        raise TypeError(f"args must be a list of str or None, not {args!r}")
-    _check_str("cwd", cwd, optional=True)
-    if env is not None and (
-        not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-    ):
-        raise TypeError(f"env must be a mapping of str to str or None, not {env!r}")
-    _check_str("stdin", stdin, optional=True)
-    _check_str("session_id", session_id, optional=True)
+    check_str(call, "command", command)
+    check_str_list(call, "args", args, optional=True)
+    check_str(call, "cwd", cwd, optional=True)
+    check_str_mapping(call, "env", env, optional=True)
+    check_str(call, "stdin", stdin, optional=True)
+    check_str(call, "session_id", session_id, optional=True)
     request: dict[str, Any] = {"command": command}
     if args is not None:
         request["args"] = args

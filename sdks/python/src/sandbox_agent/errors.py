@@ -18,7 +18,11 @@ What went wrong is `kind`:
   what the contract promises;
 - ``"not-connected"``: a session call before `connect()` or after
   `disconnect()`;
-- ``"disposed"``: a call after `close()`.
+- ``"disposed"``: a call after `close()`;
+- ``"server-start"``: `SandboxAgentClient.start` (or `EmbeddedServer.start`)
+  found no binary, or its server exited or was not ready in time (the
+  message carries the command line and the server's stderr tail; `data` is
+  ``{"exitCode": int | None, "stderr": str}``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ ErrorKind = Literal[
     "invalid-response",
     "not-connected",
     "disposed",
+    "server-start",
 ]
 """What failed; see the module docstring."""
 
@@ -61,7 +66,8 @@ class SandboxAgentError(Exception):
             status; else ``None``.
         problem: the RFC 9457 problem document, when the server sent one.
         code: the JSON-RPC error code, for kind ``"rpc"``.
-        data: the JSON-RPC error's `data`, for kind ``"rpc"``.
+        data: the JSON-RPC error's `data`, for kind ``"rpc"``; for kind
+            ``"server-start"``, ``{"exitCode", "stderr"}``.
     """
 
     kind: ErrorKind

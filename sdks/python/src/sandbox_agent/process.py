@@ -17,6 +17,7 @@ from urllib.parse import quote
 import httpx
 from httpx_sse import EventSource, SSEError
 
+from ._check import check, check_bool, check_int, check_str, type_error
 from ._protocol import LAST_EVENT_ID_HEADER, parse_event_id
 from .errors import SandboxAgentError
 from .types import OutputChunk, ProcessInfo
@@ -107,7 +108,9 @@ class ProcessHandle:
             TypeError: `offset` is not a non-negative int.
         """
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise TypeError(f"offset must be a non-negative int, not {offset!r}")
+            raise type_error(
+                "ProcessHandle.output", "offset", "a non-negative int", offset, got=repr(offset) if isinstance(offset, int) else None
+            )
         resume_at = offset
         failures = 0
         while True:
@@ -160,8 +163,8 @@ class ProcessHandle:
             SandboxAgentError: 409 ``process-exited`` when stdin is closed.
             TypeError: `data` is neither str nor bytes.
         """
-        if not isinstance(data, (str, bytes)):
-            raise TypeError(f"data must be str or bytes, not {type(data).__name__}")
+        check("ProcessHandle.write_stdin", "data", data, (str, bytes), "str or bytes")
+        check_bool("ProcessHandle.write_stdin", "eof", eof)
         body = data.encode("utf-8") if isinstance(data, str) else data
         await self._client._request(
             "POST",
@@ -182,8 +185,7 @@ class ProcessHandle:
             SandboxAgentError: 400 for an unknown name, 409 ``process-exited``.
             TypeError: `name` is not a str.
         """
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        check_str("ProcessHandle.signal", "name", name)
         await self._client._request("POST", self._path("/signal"), json_body={"signal": name})
 
     async def kill(self) -> None:
@@ -196,9 +198,8 @@ class ProcessHandle:
         Raises:
             SandboxAgentError: 409 ``not-a-tty`` for a process without a terminal.
         """
-        for name, value in (("cols", cols), ("rows", rows)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        check_int("ProcessHandle.resize", "cols", cols)
+        check_int("ProcessHandle.resize", "rows", rows)
         await self._client._request("POST", self._path("/resize"), json_body={"cols": cols, "rows": rows})
 
     async def wait(self) -> ProcessExit:

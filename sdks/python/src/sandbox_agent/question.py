@@ -15,6 +15,7 @@ import json
 import math
 from typing import Any
 
+from ._check import check
 from .types import QuestionAnswer, QuestionRequest
 
 __all__ = ["check_answer"]
@@ -28,10 +29,8 @@ def check_answer(question: QuestionRequest, answer: QuestionAnswer) -> str | Non
     Raises:
         TypeError: `question` or `answer` is not a dict.
     """
-    if not isinstance(question, dict):
-        raise TypeError(f"question must be a dict, not {type(question).__name__}")
-    if not isinstance(answer, dict):
-        raise TypeError(f"answer must be a dict, not {type(answer).__name__}")
+    check("check_answer", "question", question, dict, "a dict")
+    check("check_answer", "answer", answer, dict, "a dict")
     if answer.get("action") != "accept":
         return None
     content = answer.get("content")
