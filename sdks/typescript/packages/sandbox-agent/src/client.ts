@@ -1156,11 +1156,3 @@ async function connectOrDispose(client: SandboxAgentClient): Promise<void> {
     throw error;
   }
 }
-
-/**
- * Seed 001's entry class: `SandboxAgent.connect({baseUrl, agent, …})` and,
- * in Node.js, `SandboxAgent.start({agent, server?, …})` return a
- * `SandboxAgent`, which is a {@link SandboxAgentClient} (every method of
- * it, nothing else yet).
- */
-export class SandboxAgent extends SandboxAgentClient {}
