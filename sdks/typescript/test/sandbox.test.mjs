@@ -8,7 +8,8 @@
 // another fleet's.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -16,6 +17,7 @@ import { SandboxAgent, SandboxStartError, randomId } from "sandbox-agent";
 import { cleanup, docker } from "sandbox-agent/docker";
 import { local } from "sandbox-agent/local";
 import { IMAGE, engineGet, podmanService } from "./podman.mjs";
+import { blocksAfter } from "./readme-blocks.mjs";
 import { binaryPath, textOf } from "./server.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -169,6 +171,33 @@ describe("docker(): containers through the Engine API", async () => {
       assert.deepEqual(await fleetOf(fleet), []);
     } finally {
       await sdk.destroySandbox();
+    }
+  });
+
+  test("README's \"Start sandboxes from code\" example runs as written", async () => {
+    const blocks = blocksAfter("## Start sandboxes from code");
+    const at = blocks.findIndex((b) => b.lang === "js");
+    assert.equal(blocks[at + 1].lang, "", "its output follows it");
+    const project = mkdtempSync(join(tmpdir(), "sa-ts-readme-sandbox-"));
+    try {
+      // The package as an installed dependency (a link to the workspace's, as `npm install FOLDER` makes).
+      mkdirSync(join(project, "node_modules"));
+      symlinkSync(join(here, "..", "packages", "sandbox-agent"), join(project, "node_modules", "sandbox-agent"), "dir");
+      writeFileSync(join(project, "sandbox.mjs"), blocks[at].text);
+      const child = spawn(process.execPath, ["sandbox.mjs"], {
+        cwd: project,
+        env: { ...process.env, SANDBOX_AGENT_IMAGE: IMAGE, DOCKER_HOST: service.host },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (chunk) => (stdout += chunk));
+      child.stderr.on("data", (chunk) => (stderr += chunk));
+      const code = await new Promise((resolve) => child.once("exit", resolve));
+      assert.equal(code, 0, stderr);
+      assert.equal(stdout, blocks[at + 1].text);
+    } finally {
+      rmSync(project, { recursive: true, force: true });
     }
   });
 
