@@ -74,13 +74,13 @@ test("start-up errors name the cause", async () => {
   );
 });
 
-test("the default entries import no Node built-in (only sandbox-agent/node and the command do)", async () => {
+test("the default entries import no Node built-in (only sandbox-agent/node, /local, /docker and the command do)", async () => {
   const { readdirSync, readFileSync } = await import("node:fs");
   const { builtinModules } = await import("node:module");
   const builtins = new Set(builtinModules);
   for (const pkg of ["acp-http-client", "sandbox-agent"]) {
     const dist = new URL(`../packages/${pkg}/dist/`, import.meta.url);
-    for (const file of readdirSync(dist).filter((f) => f.endsWith(".js") && f !== "node.js" && f !== "cli.js")) {
+    for (const file of readdirSync(dist).filter((f) => f.endsWith(".js") && !["node.js", "cli.js", "local.js", "docker.js"].includes(f))) {
       const source = readFileSync(new URL(file, dist), "utf8");
       for (const [, specifier] of source.matchAll(/(?:from|import)\s*\(?\s*"([^"]+)"/g)) {
         assert.ok(

@@ -205,6 +205,20 @@ test("the npm tarballs install offline into a fresh project and run the binary f
     const expected = { path: binary, source: "platform package", version: VERSION };
     assert.deepEqual(seen, { resolved: expected, used: expected, text: "Hello from the mock agent. You said: hello", stopReason: "end_turn" });
 
+    // 4b. The provider entries are in the tarball: local() round trip on the platform package's binary; docker() loads.
+    const providers = `
+      import { SandboxAgent } from "sandbox-agent";
+      import { local } from "sandbox-agent/local";
+      import { docker, cleanup } from "sandbox-agent/docker";
+      const sdk = await SandboxAgent.start({ sandbox: local() });
+      const session = await sdk.createSession({ agent: "mock", cwd: ${JSON.stringify(work)} });
+      const { stopReason } = await session.prompt("hi");
+      await sdk.destroySandbox();
+      console.log(JSON.stringify({ provider: sdk.sandbox.provider, stopReason, docker: typeof docker, cleanup: docker.cleanup === cleanup }));
+    `;
+    const viaProviders = ok(await run(process.execPath, ["--input-type=module", "-e", providers], inProject), "the providers");
+    assert.deepEqual(JSON.parse(viaProviders.stdout), { provider: "local", stopReason: "end_turn", docker: "function", cleanup: true });
+
     // 5. `npx sandbox-agent server`: serves; SIGTERM to the launcher stops the server.
     const launcher = join(project, "node_modules", ".bin", "sandbox-agent");
     const server = spawn(launcher, ["server", "--host", "127.0.0.1", "--port", "0", "--no-token", "--data-dir", join(work, "data")], {

@@ -541,7 +541,8 @@ export class SandboxAgentClient {
 
   /**
    * One session from the server's inventory (`GET /v2/sessions/{id}`, of
-   * this client's agent). Needs no connection.
+   * this client's agent, or of any agent on a `SandboxAgent` made without
+   * one). Needs no connection.
    *
    * @throws {TypeError} `sessionId` not a string.
    * @throws {SandboxAgentError} {@link SandboxAgentError.isNotFound} for an unknown session.
@@ -553,7 +554,7 @@ export class SandboxAgentClient {
       "GET",
       `/v2/sessions/${encodeURIComponent(sessionId)}`,
       options,
-      { query: { agent: this.#options.agent } },
+      { query: { agent: this.#options.agent || undefined } },
     );
     return toSummary(entry);
   }
@@ -627,7 +628,7 @@ export class SandboxAgentClient {
     checkFields("getSessionEvents", "page", page, { offset: "number?", limit: "number?" });
     checkCallOptions("getSessionEvents", options);
     return this.#json("GET", `/v2/sessions/${encodeURIComponent(sessionId)}/events`, options, {
-      query: { offset: page.offset, limit: page.limit, agent: this.#options.agent },
+      query: { offset: page.offset, limit: page.limit, agent: this.#options.agent || undefined },
     });
   }
 
@@ -1156,11 +1157,3 @@ async function connectOrDispose(client: SandboxAgentClient): Promise<void> {
     throw error;
   }
 }
-
-/**
- * Seed 001's entry class: `SandboxAgent.connect({baseUrl, agent, …})` and,
- * in Node.js, `SandboxAgent.start({agent, server?, …})` return a
- * `SandboxAgent`, which is a {@link SandboxAgentClient} (every method of
- * it, nothing else yet).
- */
-export class SandboxAgent extends SandboxAgentClient {}

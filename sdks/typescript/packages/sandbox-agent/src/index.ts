@@ -3,9 +3,11 @@
  * (`research/contract.md`, "The TypeScript packages").
  *
  * Layout:
- * - `client.ts`: {@link SandboxAgentClient} (and {@link SandboxAgent}, seed
- *   001's name for it): connection, sessions, prompt turns, permissions,
+ * - `client.ts`: {@link SandboxAgentClient}: connection, sessions, prompt turns, permissions,
  *   agents, files, each call in seed 001's object form and a positional one;
+ * - `agent.ts`: {@link SandboxAgent} (seed 001's entry class, and
+ *   `start({ sandbox })`, `createSession`, `destroySandbox`);
+ * - `sandbox.ts`: the sandbox provider interface and its errors;
  * - `check.ts`: the run-time argument checks every public call makes;
  * - `forms.ts`: each call's two argument forms (seed 001's request
  *   objects, positional), told apart and checked;
@@ -20,7 +22,11 @@
  * This entry is browser-safe: it imports no Node built-in (fetch, streams,
  * `AbortController` and `TextDecoder` only).
  */
-export { SandboxAgent, SandboxAgentClient, CLIENT_VERSION } from "./client.js";
+export { SandboxAgentClient, CLIENT_VERSION } from "./client.js";
+export { SandboxAgent, Session } from "./agent.js";
+export type { CreateSessionOptions, SandboxConnectOptions, SandboxInfo, SandboxStartOptions } from "./agent.js";
+export { SandboxStartError, generateToken, randomId, waitHealthy } from "./sandbox.js";
+export type { SandboxCreateRequest, SandboxInstance, SandboxProvider, SandboxStep, SandboxTimings } from "./sandbox.js";
 export type { CallOptions, PromptOptions } from "./client.js";
 export { PromptTurn } from "./turn.js";
 export { ProcessHandle, ProcessTerminal, chunkBytes } from "./process.js";

@@ -60,8 +60,15 @@ export interface EmbeddedServer {
  *   is not ready within `startupTimeoutMs` (the message carries its stderr).
  */
 export async function startEmbeddedServer(options: EmbeddedServerOptions = {}): Promise<EmbeddedServer> {
+  return startServerWithToken(options, randomBytes(24).toString("hex"));
+}
+
+/**
+ * @internal {@link startEmbeddedServer} with a token given by the caller
+ * (`local()` gets it from `SandboxAgent.start`).
+ */
+export async function startServerWithToken(options: EmbeddedServerOptions, token: string): Promise<EmbeddedServer> {
   const binary = await resolveBinary({ binary: options.binary });
-  const token = randomBytes(24).toString("hex");
   const env: NodeJS.ProcessEnv = { ...process.env, SANDBOX_AGENT_TOKEN: token };
   // Inherited settings that would change what this server is.
   for (const key of ["SANDBOX_AGENT_NO_TOKEN", "SANDBOX_AGENT_HOST", "SANDBOX_AGENT_PORT"]) delete env[key];
