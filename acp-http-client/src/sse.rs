@@ -2,9 +2,9 @@
 //! connection id is known, reopened with `Last-Event-ID` when it drops.
 
 use crate::backoff::Backoff;
-use crate::connection::{ConnectionId, Shared};
 use crate::error::{Error, HttpFailure};
 use crate::protocol::{EVENT_STREAM, EventDisposition, EventIds, LAST_EVENT_ID};
+use crate::shared::{ConnectionId, Shared};
 use bytes::Bytes;
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};

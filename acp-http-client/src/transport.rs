@@ -2,10 +2,11 @@
 //! `agent-client-protocol` crate as a transport, through its `Lines`
 //! adapter (one JSON-RPC message per "line").
 
-use crate::connection::{HttpConnection, Incoming, PostFailure, Shared};
+use crate::connection::{HttpConnection, Incoming};
 use crate::error::{Error, HttpFailure};
 use crate::options::TransportOptions;
 use crate::protocol;
+use crate::shared::{PostFailure, Shared};
 use agent_client_protocol::{Agent, Channel, Client, ConnectTo, ConnectionDriver, Lines};
 use futures::stream::FuturesUnordered;
 use futures::{Sink, StreamExt};

@@ -16,14 +16,13 @@
 //! The server keeps the sessions, so a new connection can `session/load`
 //! them.
 
-use crate::connection::{ConnectionId, Shared};
 use crate::error::{Error, HttpFailure, Problem};
+use crate::link::{CLOSE_TIMEOUT, Link, Outgoing};
+use crate::shared::{ConnectionId, Shared};
 use futures::{SinkExt, StreamExt};
-use parking_lot::Mutex;
 use reqwest::Url;
 use reqwest::header::HeaderValue;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -31,56 +30,12 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{self, Message};
 
-/// How long a close waits for the socket task to send its close frame.
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Most bytes one socket read asks for: tungstenite zero-fills this much
 /// before every read (128 KiB by default); messages are mostly small, and a
 /// big one is still read whole, in more reads.
 const READ_CHUNK: usize = 16 * 1024;
 
-/// One message on its way to the socket.
-struct Outgoing {
-    text: String,
-    /// Told once the message was written and flushed (or could not be).
-    written: oneshot::Sender<Result<(), Error>>,
-}
-
-/// The socket side of a connection: the queue of outgoing messages and the
-/// task that owns the socket (started by the first message).
-pub(crate) struct Link {
-    /// The socket URL (`ws://…`).
-    url: Url,
-    queue: mpsc::UnboundedSender<Outgoing>,
-    /// Taken by the socket task when the first message starts it.
-    receiver: Mutex<Option<mpsc::UnboundedReceiver<Outgoing>>>,
-    /// Cancelled when the socket task has ended.
-    done: tokio_util::sync::CancellationToken,
-}
-
 impl Link {
-    /// A link to the WebSocket at `endpoint` (an `http`/`https` URL whose
-    /// scheme becomes `ws`).
-    ///
-    /// # Errors
-    /// [`Error::InvalidOptions`] for `https`: this build has no TLS for
-    /// WebSockets (put the runtime behind a plain `http` address, or use
-    /// the HTTP transport).
-    pub(crate) fn new(endpoint: &Url) -> Result<Link, Error> {
-        let mut url = endpoint.clone();
-        if url.scheme() != "http" || url.set_scheme("ws").is_err() {
-            return Err(Error::InvalidOptions(format!(
-                "the WebSocket transport needs an http:// base URL (wss:// is not supported), not {endpoint}"
-            )));
-        }
-        let (queue, receiver) = mpsc::unbounded_channel();
-        Ok(Link {
-            url,
-            queue,
-            receiver: Mutex::new(Some(receiver)),
-            done: tokio_util::sync::CancellationToken::new(),
-        })
-    }
-
     /// Queues `text` for the socket (starting the socket task on first
     /// use); the receiver says when it was written. Synchronous, so
     /// messages go out in the order they were queued.
@@ -106,15 +61,6 @@ impl Link {
             .map_err(|_| Error::Closed)?;
         drop(idle);
         Ok(told)
-    }
-
-    /// Waits (at most [`CLOSE_TIMEOUT`]) for the socket task to finish
-    /// after the connection was closed; at once if it never started.
-    pub(crate) async fn wait_closed(&self) {
-        if self.receiver.lock().is_some() {
-            return;
-        }
-        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.done.cancelled()).await;
     }
 }
 
