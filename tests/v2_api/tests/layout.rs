@@ -13,11 +13,7 @@ const KNOWN: &[(&str, bool, &[&str])] = &[
     ("acp-runtime/src", false, &[]),
     ("acp-runtime/src", true, &[]),
     ("ext-methods/src", false, &[]),
-    (
-        "acp-http-client/src",
-        false,
-        &["connection.rs, sse.rs, websocket.rs"],
-    ),
+    ("acp-http-client/src", false, &[]),
     (
         "sandbox-agent-sdk/src",
         false,
