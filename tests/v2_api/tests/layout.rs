@@ -22,17 +22,7 @@ const KNOWN: &[(&str, bool, &[&str])] = &[
             "events.rs, turn.rs",
         ],
     ),
-    (
-        "sandbox-agent/src",
-        false,
-        &[
-            "commands/bench/fs.rs, commands/bench/inventory.rs, commands/bench/metrics.rs, \
-             commands/bench/mod.rs, commands/bench/processes.rs, commands/bench/report.rs, \
-             commands/bench/scenarios.rs, commands/bench/store.rs, commands/bench/transports.rs",
-            "commands/mock_agent/agent.rs, commands/mock_agent/handlers.rs, \
-             commands/mock_agent/mod.rs, commands/mock_agent/state_dir.rs",
-        ],
-    ),
+    ("sandbox-agent/src", false, &[]),
 ];
 
 /// The cycles `scripts/module-cycles.py` finds in `src` (the members of

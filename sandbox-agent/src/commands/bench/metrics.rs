@@ -10,11 +10,12 @@
 //!    updates read over SSE. Round-trip latencies of all rounds are pooled;
 //!    the stream's rate is the median of the rounds.
 //! 2. `GET /metrics` on the metrics server, [`SCRAPES`] times with a handful
-//!    of sessions, then again after [`SCRAPE_SESSIONS`] sessions exist
+//!    of sessions, then again after [`SCRAPE_SESSIONS`](super::options::SCRAPE_SESSIONS) sessions exist
 //!    (`session/new` from 16 connections): the scrape's cost must not grow
 //!    with the inventory.
 
 use super::client::{BenchError, HttpClient};
+use super::options::SCRAPE_SESSIONS;
 use super::report::ScenarioResult;
 use super::scenarios::{echo_loop, open};
 use super::{BenchOptions, Target};
@@ -28,8 +29,6 @@ use std::time::{Duration, Instant};
 const ROUNDS: usize = 5;
 /// Scrapes timed at each inventory size.
 const SCRAPES: usize = 200;
-/// Sessions in the inventory for the second set of scrapes.
-pub const SCRAPE_SESSIONS: usize = 10_000;
 
 /// The servers compared, in the order each round visits them.
 const SERVERS: [(&str, Server); 3] = [

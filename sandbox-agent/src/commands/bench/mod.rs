@@ -13,142 +13,20 @@ pub mod client;
 pub mod fs;
 pub mod inventory;
 pub mod metrics;
+pub mod options;
 pub mod processes;
 pub mod report;
 pub mod scenarios;
 pub mod store;
+pub mod target;
 pub mod transports;
 
 use acp_runtime::config;
 use clap::Args;
 use client::BenchError;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Stdio;
+pub use options::{BenchOptions, Scenario};
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt;
-use tokio::process::{Child, Command};
-
-/// The scenarios, in the order they run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scenario {
-    /// `_mock/echo` through `/v2/rpc` at 1 and N connections.
-    Roundtrip,
-    /// The same requests straight to a mock agent over stdio.
-    Stdio,
-    /// The same requests over TCP through `socat` to a mock agent: what a
-    /// relay that only copies lines adds to stdio, the floor under the
-    /// websocket and roundtrip ratios (needs `socat`; in the default run
-    /// when `socat` is on `PATH`).
-    Relay,
-    /// One prompt emitting M updates: SSE versus raw stdio.
-    Stream,
-    /// Resume with `Last-Event-ID` against a full ring.
-    Replay,
-    /// N idle connections with open streams: memory and liveness.
-    Connections,
-    /// Process start to `/v2/health` answering 200.
-    Startup,
-    /// `_mock/echo` over a WebSocket on `/acp/mock`, 1 and 16 in flight.
-    Websocket,
-    /// `_mock/echo` POSTs from 32 streams of one HTTP/2 connection.
-    Http2,
-    /// 1 GiB file GET / PUT and a 1000-file upload-batch against cat, dd
-    /// and tar -x (writes 3 GiB to the temp dir; not in the default run).
-    Fs,
-    /// The session store: SSE and 16-connection prompts with SQLite against
-    /// `--store memory`, start-up on 10,000 stored sessions and a million
-    /// events, event pages read from the store (about two minutes and
-    /// 1 GB in the temp dir; not in the default run).
-    Store,
-    /// The inventory at scale: start-up, pages of 100 and RSS at 1,000 and
-    /// at 100,000 stored sessions (seeds 100,000 sessions through a server;
-    /// minutes; not in the default run).
-    Sessions,
-    /// The process API: `run` of `/bin/true` against a local spawn and
-    /// wait, `--process-bytes` of output followed over SSE against
-    /// `yes | head -c N | cat`, the server's RSS meanwhile (not in the
-    /// default run).
-    Processes,
-    /// What metrics and traces cost: round trips and an SSE stream with
-    /// `--no-metrics`, with metrics, and with traces exported to a local
-    /// OTLP receiver; `GET /metrics` with a few and with 10,000 sessions
-    /// (not in the default run).
-    Metrics,
-}
-
-impl Scenario {
-    /// The default run: the quick scenarios (not [`Scenario::Fs`], minutes
-    /// of disk traffic, nor the other long ones; ask for them with
-    /// `--scenario`), and [`Scenario::Relay`] after stdio when `socat` is
-    /// on `PATH` ([`Scenario::defaults`]).
-    pub const ALL: [Scenario; 8] = [
-        Scenario::Roundtrip,
-        Scenario::Stdio,
-        Scenario::Websocket,
-        Scenario::Http2,
-        Scenario::Stream,
-        Scenario::Replay,
-        Scenario::Connections,
-        Scenario::Startup,
-    ];
-
-    /// The default run: [`Scenario::ALL`], with [`Scenario::Relay`] after
-    /// [`Scenario::Stdio`] when `socat` is on `PATH` (the websocket's
-    /// targets are ratios to the relay, research/benchmarks.md).
-    pub fn defaults() -> Vec<Scenario> {
-        let mut scenarios = Self::ALL.to_vec();
-        if on_path("socat") {
-            let at = scenarios
-                .iter()
-                .position(|s| *s == Scenario::Stdio)
-                .map_or(0, |at| at + 1);
-            scenarios.insert(at, Scenario::Relay);
-        }
-        scenarios
-    }
-}
-
-/// Whether an executable file `name` is in one of `PATH`'s directories.
-fn on_path(name: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            std::fs::metadata(dir.join(name))
-                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-        })
-    })
-}
-
-/// What to run and how hard.
-#[derive(Debug, Clone)]
-pub struct BenchOptions {
-    /// Server to measure; `None`: start one (embedded).
-    pub url: Option<SocketAddr>,
-    /// Bearer token for `url`.
-    pub token: Option<String>,
-    /// Connections of the concurrent roundtrip scenario.
-    pub connections: usize,
-    /// How long each timed loop runs.
-    pub duration: Duration,
-    /// Which scenarios.
-    pub scenarios: Vec<Scenario>,
-    /// Updates the stream scenario's prompt emits.
-    pub stream_updates: u64,
-    /// Bytes of text per update.
-    pub stream_bytes: usize,
-    /// Events in the ring for the replay scenario.
-    pub replay_events: u64,
-    /// Connections of the connections scenario.
-    pub idle_connections: usize,
-    /// Server starts measured by the startup scenario.
-    pub startup_runs: usize,
-    /// Bytes of output the processes scenario's writer prints.
-    pub process_bytes: u64,
-    /// The `sandbox-agent` executable (for the embedded server, stdio, startup).
-    pub program: PathBuf,
-}
+pub use target::{Target, rss_bytes};
 
 /// `sandbox-agent bench`.
 #[derive(Debug, Clone, Args)]
@@ -239,109 +117,6 @@ impl BenchArgs {
                 .map_err(|e| format!("cannot locate this executable: {e}"))?,
         })
     }
-}
-
-/// A server under test: its address and, when local, its pid.
-#[derive(Debug)]
-pub struct Target {
-    /// Where it listens.
-    pub address: SocketAddr,
-    /// Its pid, when the bench started it (for RSS).
-    pub pid: Option<u32>,
-    /// Bearer token.
-    pub token: Option<String>,
-    child: Option<Child>,
-}
-
-impl Target {
-    /// Starts `program server` on a free loopback port and waits for its
-    /// listening line.
-    ///
-    /// # Errors
-    /// When it does not start.
-    pub async fn start(program: &std::path::Path, extra: &[&str]) -> Result<Self, BenchError> {
-        Self::start_with_env(program, extra, &[]).await
-    }
-
-    /// [`Target::start`] with `env` added to the server's environment.
-    ///
-    /// # Errors
-    /// When it does not start.
-    pub async fn start_with_env(
-        program: &std::path::Path,
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Result<Self, BenchError> {
-        let mut child = Command::new(program)
-            .args(["server", "--host", "127.0.0.1", "--port", "0", "--no-token"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| BenchError::Unexpected("server stdout not piped".into()))?;
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-            .await
-            .map_err(|_| BenchError::Unexpected("server did not start within 20 s".into()))??
-            .ok_or_else(|| BenchError::Unexpected("server exited before listening".into()))?;
-        let address = line
-            .rsplit("http://")
-            .next()
-            .and_then(|a| a.parse().ok())
-            .ok_or_else(|| BenchError::Unexpected(format!("unexpected start line {line:?}")))?;
-        Ok(Self {
-            address,
-            pid: child.id(),
-            token: None,
-            child: Some(child),
-        })
-    }
-
-    /// A server started elsewhere.
-    pub fn remote(address: SocketAddr, token: Option<String>) -> Self {
-        Self {
-            address,
-            pid: None,
-            token,
-            child: None,
-        }
-    }
-
-    /// Resident set size of the server in bytes, when it is local.
-    pub fn rss(&self) -> Option<u64> {
-        rss_bytes(self.pid?)
-    }
-
-    /// Stops a server the bench started (SIGTERM, then waits).
-    pub async fn stop(mut self) {
-        if let (Some(mut child), Some(pid)) = (self.child.take(), self.pid) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            if tokio::time::timeout(Duration::from_secs(10), child.wait())
-                .await
-                .is_err()
-            {
-                let _ = child.kill().await;
-            }
-        }
-    }
-}
-
-/// `VmRSS` of a process, in bytes (Linux `/proc/<pid>/status`).
-pub fn rss_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// Runs `sandbox-agent bench`: measures, then prints the report (a table,

@@ -459,7 +459,7 @@ impl Report {
         }
         let at_scale = format!(
             "metrics: scrape, {} sessions",
-            super::metrics::SCRAPE_SESSIONS
+            super::options::SCRAPE_SESSIONS
         );
         if let Some(scale) = p50(&at_scale) {
             checks.push(Check::at_most(

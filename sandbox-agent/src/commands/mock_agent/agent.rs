@@ -2,7 +2,6 @@
 //! `initialize`, `authenticate` and the session methods (new, load, resume,
 //! fork, list, mode, model).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,12 +25,11 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Error, ErrorCode};
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::MockAgentArgs;
-use super::handlers::{SetModelRequest, SetModelResponse};
+use super::args::MockAgentArgs;
+use super::methods::{SetModelRequest, SetModelResponse};
+use super::session::{Message, Session, Sessions, Speaker};
 use super::state_dir::{Encoded, StateDir};
 use super::stdio::Stdout;
 
@@ -76,52 +74,6 @@ pub(super) struct MockAgent {
     authenticated: AtomicBool,
     /// `--state-dir`: where sessions are kept for later processes.
     state: Option<StateDir>,
-}
-
-/// The session map, with a counter that orders sessions by creation.
-#[derive(Default)]
-pub(super) struct Sessions {
-    pub(super) by_id: HashMap<SessionId, Session>,
-    created: u64,
-    pub(super) turns_started: u64,
-}
-
-/// One session.
-pub(super) struct Session {
-    /// Creation order, for a stable `session/list`.
-    pub(super) created: u64,
-    pub(super) cwd: PathBuf,
-    pub(super) mode: SessionModeId,
-    pub(super) model: SessionConfigValueId,
-    /// What `session/load` replays, in order.
-    pub(super) history: Vec<Message>,
-    pub(super) updated_at: SystemTime,
-    /// The prompt turn in progress, if any.
-    pub(super) turn: Option<RunningTurn>,
-}
-
-/// A message of a session's history (in a state file: `{"from": "user" |
-/// "agent", "text": …}`).
-#[derive(Clone, Serialize, Deserialize)]
-pub(super) struct Message {
-    pub(super) from: Speaker,
-    pub(super) text: String,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(super) enum Speaker {
-    User,
-    Agent,
-}
-
-/// The handle of a running prompt turn.
-#[derive(Clone)]
-pub(super) struct RunningTurn {
-    /// Tells the turn apart from a later one of the same session.
-    pub(super) id: u64,
-    /// Cancelled by `session/cancel`.
-    pub(super) cancel: CancellationToken,
 }
 
 /// What the answers to `session/new`, `load`, `resume` and `fork` report

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use agent_client_protocol::v1::schema::{
     AuthenticateRequest, CancelNotification, ForkSessionRequest, InitializeRequest,
     ListSessionsRequest, LoadSessionRequest, NewSessionRequest, PromptRequest,
-    ResumeSessionRequest, SessionConfigValueId, SessionId, SetSessionConfigOptionRequest,
-    SetSessionModeRequest,
+    ResumeSessionRequest, SetSessionConfigOptionRequest, SetSessionModeRequest,
 };
 use agent_client_protocol::v1::{self, Responder};
 use agent_client_protocol::{
@@ -16,6 +15,7 @@ use agent_client_protocol::{
 use serde::{Deserialize, Serialize};
 
 use super::agent::{AGENT_NAME, ASK_AUTH_METHOD, MockAgent};
+use super::methods::SetModelRequest;
 
 /// Every request and notification handler of the agent, in dispatch order;
 /// each body is one call into [`MockAgent`].
@@ -159,20 +159,6 @@ pub(super) fn handlers(
             on_receive_notification!(),
         )
 }
-
-/// `session/set_model {sessionId, modelId}`: the model selector of agents
-/// that predate config options. Not in the v1 schema.
-#[derive(Debug, Clone, Serialize, Deserialize, agent_client_protocol::JsonRpcRequest)]
-#[serde(rename_all = "camelCase")]
-#[request(method = "session/set_model", response = SetModelResponse)]
-pub(super) struct SetModelRequest {
-    pub(super) session_id: SessionId,
-    pub(super) model_id: SessionConfigValueId,
-}
-
-/// The result of `session/set_model`: `{}`.
-#[derive(Debug, Clone, Serialize, Deserialize, agent_client_protocol::JsonRpcResponse)]
-pub(super) struct SetModelResponse {}
 
 /// `_mock/echo`: any params, answered as the result (the `roundtrip` benchmark).
 #[derive(Debug, Clone, Serialize, Deserialize, agent_client_protocol::JsonRpcRequest)]

@@ -23,12 +23,15 @@
 //!   process (after a runtime restart) finds it.
 //!
 //! # Layout
-//! - this file: the arguments, the process (`run`: stdout writer, `!crash`
-//!   exit) and the ACP connection's foreground.
-//! - [`handlers`](mod@handlers): every request and notification handler, in dispatch
-//!   order, and the methods outside the v1 schema.
-//! - [`agent`]: [`MockAgent`], the sessions, and the
-//!   answers to `initialize`, `authenticate` and the session methods.
+//! - this file: the process (`run`: stdout writer, `!crash` exit) and the
+//!   ACP connection's foreground.
+//! - [`args`]: the command line, [`MockAgentArgs`].
+//! - [`handlers`](mod@handlers): every request and notification handler, in
+//!   dispatch order.
+//! - [`methods`]: the requests outside the v1 schema (`session/set_model`).
+//! - [`agent`]: [`MockAgent`] and its answers to `initialize`,
+//!   `authenticate` and the session methods.
+//! - [`session`]: the sessions it keeps, their history and running turn.
 //! - [`state_dir`]: `--state-dir`, one file per session.
 //! - [`behaviour`]: what a prompt's text makes a turn do.
 //! - [`turn`]: prompt turns: starting, cancelling and playing them,
@@ -36,8 +39,11 @@
 //! - [`stdio`]: stdin lines in, one stdout writer out.
 
 mod agent;
+mod args;
 mod behaviour;
 mod handlers;
+mod methods;
+mod session;
 mod state_dir;
 mod stdio;
 mod turn;
@@ -47,47 +53,17 @@ mod turn;
 pub(crate) use turn::question_form;
 
 use std::io;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, Client, ConnectTo, Error, Lines};
-use clap::Args;
 use tokio_util::task::TaskTracker;
 
 use agent::MockAgent;
+pub use args::MockAgentArgs;
 use handlers::handlers;
 use stdio::{Stdout, stdin_lines, writer_stopped};
-
-/// Knobs of `sandbox-agent mock-agent` that make it misbehave from the start.
-#[derive(Debug, Clone, Args)]
-pub struct MockAgentArgs {
-    /// Exit with this code before reading anything (an agent that dies at once).
-    #[arg(long, value_name = "CODE")]
-    pub exit_at_start: Option<i32>,
-    /// Announce each new session with a `session/update` before answering `session/new`.
-    #[arg(long)]
-    pub announce_session_early: bool,
-    /// Session ids are this text followed by a UUID. ACP session ids are
-    /// arbitrary strings; this makes ones with `/`, spaces or non-ASCII text.
-    #[arg(long, value_name = "TEXT", default_value = "mock-")]
-    pub session_id_prefix: String,
-    /// Answer every `session/new` with this session id (an agent whose ids
-    /// collide with another agent's; a later session replaces an earlier one).
-    #[arg(long, value_name = "ID", conflicts_with = "session_id_prefix")]
-    pub session_id: Option<String>,
-    /// Advertise the auth method METHOD and answer session requests with
-    /// `-32000` "Authentication required" until `authenticate {methodId:
-    /// METHOD}` came (an agent that needs a credential).
-    #[arg(long, value_name = "METHOD")]
-    pub require_auth: Option<String>,
-    /// Keep every session (id, cwd, mode, model, the history `session/load`
-    /// replays) in DIR, one JSON file per session, so a later process can
-    /// load a session of an earlier one. Created when missing.
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
-}
 
 /// How long `!crash` waits for stdout to be written before exiting anyway.
 const CRASH_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);

@@ -15,7 +15,7 @@ use agent_client_protocol::v1::schema::{SessionConfigValueId, SessionId, Session
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use super::agent::{Message, Session};
+use super::session::{Message, Session};
 
 /// `--state-dir`: one JSON file per session, `<sha256 of the id, hex>.json`
 /// (a name safe for any session id), holding a [`SavedSession`]. Each write

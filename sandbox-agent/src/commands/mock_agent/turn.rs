@@ -22,8 +22,9 @@ use agent_client_protocol::{Client, Error, ErrorCode, JsonRpcRequest, JsonRpcRes
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::agent::{Message, MockAgent, RunningTurn, Speaker, notify, session_not_found};
+use super::agent::{MockAgent, notify, session_not_found};
 use super::behaviour::{Behaviour, prompt_text};
+use super::session::{Message, RunningTurn, Speaker};
 use super::state_dir::Encoded;
 
 /// The variable whose value `!fail` writes to stderr: a secret the
