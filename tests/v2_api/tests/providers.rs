@@ -130,7 +130,7 @@ async fn mock_turns(sdk: &SandboxAgent, cwd: &str) {
     let mut stopped = None;
     while let Some(event) = turn.next().await {
         if let Some(chunk) = event.text() {
-            text.push_str(&chunk);
+            text.push_str(chunk);
         }
         match event {
             TurnEvent::Stopped(done) => stopped = Some(done.stop_reason),
@@ -226,7 +226,10 @@ async fn docker_sandbox_starts_prompts_and_is_destroyed_with_the_token_only_in_i
         .expect("start a docker sandbox");
     let id = sdk.sandbox_id().expect("a container id").to_owned();
     assert_eq!(sdk.fleet(), Some(fleet.as_str()));
-    assert_eq!(containers_of(&engine, &fleet).await, [id.clone()]);
+    assert_eq!(
+        containers_of(&engine, &fleet).await,
+        std::slice::from_ref(&id)
+    );
     assert!(
         sdk.base_url().starts_with("http://127.0.0.1:"),
         "{}",
