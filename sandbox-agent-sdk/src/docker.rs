@@ -16,6 +16,10 @@
 //!   [`FLEET_LABEL`] (the fleet id given with [`DockerProvider::fleet`], or
 //!   one generated per start), so [`DockerProvider::cleanup`] removes one
 //!   fleet's containers and nothing else.
+//! - bollard logs request and response bodies at DEBUG/TRACE; the create
+//!   request and the inspect answer hold the container's environment, so
+//!   those calls run with logging muted ([`muted`]): the token is in no log
+//!   line, whatever the program's log filter.
 //! - The engine is `DOCKER_HOST` (`unix://…`), else
 //!   `unix:///var/run/docker.sock`, unless [`DockerProvider::host`] names
 //!   one.
@@ -33,6 +37,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use tracing::instrument::WithSubscriber;
 
 /// The label naming a container's fleet.
 pub const FLEET_LABEL: &str = "dev.sandboxagent.fleet";
@@ -301,19 +306,18 @@ impl DockerProvider {
             ..Default::default()
         };
         let name = format!("sandbox-agent-{fleet}-{}", &random_token()?[..8]);
-        let created = engine
-            .create_container(
-                Some(CreateContainerOptionsBuilder::new().name(&name).build()),
-                body,
+        let created = muted(engine.create_container(
+            Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+            body,
+        ))
+        .await
+        .map_err(|error| {
+            failed(
+                SandboxStep::Create,
+                redact(&format!("image {}: {error}", self.image), &token),
+                String::new(),
             )
-            .await
-            .map_err(|error| {
-                failed(
-                    SandboxStep::Create,
-                    redact(&format!("image {}: {error}", self.image), &token),
-                    String::new(),
-                )
-            })?;
+        })?;
         // From here on the container is removed on every failure.
         let mut sandbox = DockerSandbox {
             engine,
@@ -385,9 +389,7 @@ impl DockerSandbox {
                     String::new(),
                 )
             })?;
-        let inspected = self
-            .engine
-            .inspect_container(&self.id, None)
+        let inspected = muted(self.engine.inspect_container(&self.id, None))
             .await
             .map_err(|error| {
                 failed(
@@ -439,9 +441,7 @@ impl DockerSandbox {
             if answer.is_ok_and(|response| response.status().is_success()) {
                 return Ok(());
             }
-            let state = self
-                .engine
-                .inspect_container(&self.id, None)
+            let state = muted(self.engine.inspect_container(&self.id, None))
                 .await
                 .ok()
                 .and_then(|inspected| inspected.state);
@@ -538,6 +538,12 @@ async fn remove(engine: &Docker, id: &str) -> Result<(), bollard::errors::Error>
         }) => Ok(()),
         other => other,
     }
+}
+
+/// `future` with no subscriber while it runs: nothing it logs is recorded.
+/// For the engine calls whose bodies hold the token (module doc).
+fn muted<F: std::future::Future>(future: F) -> tracing::instrument::WithDispatch<F> {
+    future.with_subscriber(tracing::subscriber::NoSubscriber::default())
 }
 
 /// [`Error::Sandbox`] of the docker provider.

@@ -39,6 +39,37 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// second; the machine is shared).
 const HEALTHY_WITHIN: Duration = Duration::from_secs(60);
 
+/// Everything logged in this process (every level, every crate: the
+/// SDK, reqwest, hyper, bollard), from the first [`captured_logs`] on.
+static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+/// Where the subscriber writes: [`LOGS`].
+struct Capture;
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        LOGS.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Installs the capturing subscriber (once), and returns what it has
+/// captured so far.
+fn captured_logs() -> String {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::TRACE)
+        .with_ansi(false)
+        .with_writer(|| Capture)
+        .try_init();
+    String::from_utf8_lossy(&LOGS.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+}
+
 /// A fleet id no other test (or test process) uses.
 fn fleet(name: &str) -> String {
     format!(
@@ -220,6 +251,7 @@ async fn docker_sandbox_starts_prompts_and_is_destroyed_with_the_token_only_in_i
     let Some((_podman, service, engine)) = engine() else {
         return;
     };
+    captured_logs(); // from here on, everything logged is kept
     let fleet = fleet("round-trip");
     let sdk = SandboxAgent::start(StartOptions::new(MOCK).sandbox(provider(&service, &fleet)))
         .await
@@ -236,6 +268,10 @@ async fn docker_sandbox_starts_prompts_and_is_destroyed_with_the_token_only_in_i
         sdk.base_url()
     );
 
+    mock_turns(&sdk, "/home/agent").await;
+    // What was logged up to here (this test's own inspect below logs the
+    // answer, environment included).
+    let logged = captured_logs();
     let inspected = engine.inspect_container(&id, None).await.expect("inspect");
     let config = inspected.config.expect("Config");
     let env = config.env.unwrap_or_default();
@@ -266,11 +302,22 @@ async fn docker_sandbox_starts_prompts_and_is_destroyed_with_the_token_only_in_i
         .expect("GET /v2/sessions");
     assert_eq!(refused.status(), 401, "the runtime requires the token");
 
-    mock_turns(&sdk, "/home/agent").await;
     let output = output_of(&engine, &id).await;
     assert!(
         !output.contains(&token),
         "the token in the container's output:\n{output}"
+    );
+    // Captured: the SDK's lines and bollard's (which logs request and
+    // answer bodies at DEBUG; the provider mutes the calls that hold the
+    // environment).
+    assert!(
+        logged.contains("docker sandbox healthy") && logged.contains("bollard::"),
+        "the log is not captured"
+    );
+    let leaks: Vec<&str> = logged.lines().filter(|l| l.contains(&token)).collect();
+    assert!(
+        leaks.is_empty(),
+        "the token in the client's log: {leaks:#?}"
     );
 
     sdk.destroy_sandbox().await.expect("destroy_sandbox");
