@@ -91,7 +91,7 @@ pub struct DockerProvider {
 /// use sandbox_agent_sdk::docker::docker;
 /// let provider = docker("localhost/sandbox-agent:test")
 ///     .env("OPENAI_API_KEY", "sk-…")
-///     .volume("work:/home/agent/work")
+///     .volume("work:/home/agent") // the agents' home, kept on a volume
 ///     .fleet("nightly-eval");
 /// # let _ = provider;
 /// ```
@@ -120,7 +120,9 @@ impl DockerProvider {
     }
 
     /// One more bind: `SOURCE:TARGET[:OPTIONS]`, `SOURCE` a host path or a
-    /// volume name (`work:/home/agent/work`, `/data:/data:ro`).
+    /// volume name (`work:/home/agent`, `/data:/data:ro`). Agents and the
+    /// file API run as the image's `agent` user (uid 1000): a path they
+    /// write must be that user's (a new volume on `/home/agent` is).
     pub fn volume(mut self, bind: impl Into<String>) -> Self {
         self.volumes.push(bind.into());
         self

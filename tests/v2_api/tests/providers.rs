@@ -330,6 +330,55 @@ async fn docker_sandbox_starts_prompts_and_is_destroyed_with_the_token_only_in_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_sandboxes_get_their_environment_and_keep_files_on_a_named_volume() {
+    let _serial = SERIAL.lock().await;
+    let Some((podman, service, engine)) = engine() else {
+        return;
+    };
+    let volume = podman.volume();
+    // Mounted on the image's /home/agent (the `agent` user's, whom agents
+    // and the file API run as): a new volume takes its owner from there.
+    let fleet = fleet("volume");
+    let with_volume = || {
+        provider(&service, &fleet)
+            .env("PROVIDER_TEST_KEY", "value-123")
+            .volume(format!("{}:/home/agent", volume.name))
+    };
+    let first = SandboxAgent::start(StartOptions::new(MOCK).sandbox(with_volume()))
+        .await
+        .expect("start the first sandbox");
+    let id = first.sandbox_id().expect("an id").to_owned();
+    let config = engine
+        .inspect_container(&id, None)
+        .await
+        .expect("inspect")
+        .config
+        .expect("Config");
+    assert!(
+        config
+            .env
+            .unwrap_or_default()
+            .contains(&"PROVIDER_TEST_KEY=value-123".to_owned())
+    );
+    first
+        .write_fs_file("/home/agent/note.txt", "kept")
+        .await
+        .expect("write into the volume");
+    first.destroy_sandbox().await.expect("destroy the first");
+
+    let second = SandboxAgent::start(StartOptions::new(MOCK).sandbox(with_volume()))
+        .await
+        .expect("start the second sandbox");
+    let read = second
+        .read_fs_file("/home/agent/note.txt")
+        .await
+        .expect("read from the volume");
+    assert_eq!(read, b"kept");
+    second.destroy_sandbox().await.expect("destroy the second");
+    assert!(containers_of(&engine, &fleet).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_that_never_becomes_healthy_fails_at_health_within_its_timeout_and_is_removed() {
     let _serial = SERIAL.lock().await;
     let Some((_podman, service, engine)) = engine() else {
