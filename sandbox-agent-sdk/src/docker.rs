@@ -18,7 +18,7 @@
 //!   fleet's containers and nothing else.
 //! - bollard logs request and response bodies at DEBUG/TRACE; the create
 //!   request and the inspect answer hold the container's environment, so
-//!   those calls run with logging muted ([`muted`]): the token is in no log
+//!   those calls run with logging muted (`muted`): the token is in no log
 //!   line, whatever the program's log filter.
 //! - The engine is `DOCKER_HOST` (`unix://…`), else
 //!   `unix:///var/run/docker.sock`, unless [`DockerProvider::host`] names
@@ -470,7 +470,7 @@ impl DockerSandbox {
         failed(step, message, self.logs().await)
     }
 
-    /// The last [`LOG_TAIL`] lines of the container's stdout and stderr,
+    /// The last 40 lines of the container's stdout and stderr,
     /// the token replaced by `[token]`.
     pub async fn logs(&self) -> String {
         let options = LogsOptionsBuilder::new()

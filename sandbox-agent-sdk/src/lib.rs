@@ -167,7 +167,7 @@
 //! - `embedded`: finding, starting and stopping the server binary.
 //! - `provider`: [`SandboxProvider`] and [`Sandbox`] (create, start with a
 //!   generated token, healthy, destroy), the [`local()`] provider.
-//! - `docker` (feature `docker`): the [`docker::docker()`] provider, containers
+//! - `docker` (feature `docker`): the `docker::docker()` provider, containers
 //!   through the Docker Engine API, and `cleanup(fleet)`.
 //! - `sandbox_agent`: [`SandboxAgent`] (`start`, `connect`,
 //!   `create_session`, `destroy_sandbox`) and [`Session`] (`prompt`,

@@ -13,7 +13,7 @@
 //! line, a log line or an error.
 //!
 //! Providers here: [`local()`] (a child process, the embedded server) and,
-//! with the `docker` feature, [`docker()`](crate::docker::docker) (a
+//! with the `docker` feature, `docker::docker()` (a
 //! container through the Docker Engine API). Hosted sandboxes (E2B,
 //! Daytona, Modal, …) fit the same two traits.
 

@@ -264,8 +264,8 @@ impl Session {
     }
 
     /// Sends `content` and streams the turn: its updates (message chunks,
-    /// tool calls, permission requests, questions) as [`TurnEvent`]s
-    /// (crate::TurnEvent), ending with `Stopped` (the stop reason) or
+    /// tool calls, permission requests, questions) as
+    /// [`TurnEvent`](crate::TurnEvent)s, ending with `Stopped` (the stop reason) or
     /// `Failed`.
     pub fn prompt_stream(&self, content: impl Into<PromptContent>) -> TurnStream {
         self.client
