@@ -70,6 +70,41 @@ fn captured_logs() -> String {
     String::from_utf8_lossy(&LOGS.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
 }
 
+/// Removes the containers of its fleets with `podman rm` when dropped: a
+/// test that fails half-way leaves nothing running.
+struct Leftovers {
+    podman: &'static Podman,
+    fleets: Vec<String>,
+}
+
+impl Leftovers {
+    fn new(podman: &'static Podman) -> Leftovers {
+        Leftovers {
+            podman,
+            fleets: Vec::new(),
+        }
+    }
+
+    /// A new fleet id ([`fleet`]), removed on drop.
+    fn fleet(&mut self, name: &str) -> String {
+        let id = fleet(name);
+        self.fleets.push(id.clone());
+        id
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for fleet in &self.fleets {
+            let filter = format!("label={FLEET_LABEL}={fleet}");
+            let listed = self.podman.output(&["ps", "-aq", "--filter", &filter]);
+            for id in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
+                let _ = self.podman.output(&["rm", "-f", "-v", "-t", "0", id]);
+            }
+        }
+    }
+}
+
 /// A fleet id no other test (or test process) uses.
 fn fleet(name: &str) -> String {
     format!(
@@ -248,11 +283,12 @@ async fn local_sandbox_that_cannot_start_names_the_step_and_prints_its_output() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_sandbox_starts_prompts_and_is_destroyed_with_the_token_only_in_its_environment() {
     let _serial = SERIAL.lock().await;
-    let Some((_podman, service, engine)) = engine() else {
+    let Some((podman, service, engine)) = engine() else {
         return;
     };
+    let mut leftovers = Leftovers::new(podman);
     captured_logs(); // from here on, everything logged is kept
-    let fleet = fleet("round-trip");
+    let fleet = leftovers.fleet("round-trip");
     let sdk = SandboxAgent::start(StartOptions::new(MOCK).sandbox(provider(&service, &fleet)))
         .await
         .expect("start a docker sandbox");
@@ -335,10 +371,11 @@ async fn docker_sandboxes_get_their_environment_and_keep_files_on_a_named_volume
     let Some((podman, service, engine)) = engine() else {
         return;
     };
+    let mut leftovers = Leftovers::new(podman);
     let volume = podman.volume();
     // Mounted on the image's /home/agent (the `agent` user's, whom agents
     // and the file API run as): a new volume takes its owner from there.
-    let fleet = fleet("volume");
+    let fleet = leftovers.fleet("volume");
     let with_volume = || {
         provider(&service, &fleet)
             .env("PROVIDER_TEST_KEY", "value-123")
@@ -381,10 +418,11 @@ async fn docker_sandboxes_get_their_environment_and_keep_files_on_a_named_volume
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_that_never_becomes_healthy_fails_at_health_within_its_timeout_and_is_removed() {
     let _serial = SERIAL.lock().await;
-    let Some((_podman, service, engine)) = engine() else {
+    let Some((podman, service, engine)) = engine() else {
         return;
     };
-    let fleet_id = fleet("never-healthy");
+    let mut leftovers = Leftovers::new(podman);
+    let fleet_id = leftovers.fleet("never-healthy");
     let timeout = Duration::from_secs(4);
     let provider = provider(&service, &fleet_id)
         .entrypoint(["/bin/sh", "-c", "echo waiting for nothing; exec sleep 600"])
@@ -426,7 +464,7 @@ async fn a_sandbox_that_never_becomes_healthy_fails_at_health_within_its_timeout
     );
 
     // One that exits at once fails at start, without waiting for the timeout.
-    let fleet = fleet("exits");
+    let fleet = leftovers.fleet("exits");
     let started = Instant::now();
     let error =
         SandboxAgent::start(StartOptions::new(MOCK).sandbox(provider_for_exit(&service, &fleet)))
@@ -485,10 +523,11 @@ fn provider_for_exit(service: &EngineService, fleet: &str) -> DockerProvider {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_sandboxes_at_once_all_answer_and_are_all_removed() {
     let _serial = SERIAL.lock().await;
-    let Some((_podman, service, engine)) = engine() else {
+    let Some((podman, service, engine)) = engine() else {
         return;
     };
-    let fleet = fleet("eight");
+    let mut leftovers = Leftovers::new(podman);
+    let fleet = leftovers.fleet("eight");
     let started = Instant::now();
     let runs = (0..8).map(|n| {
         let provider = provider(&service, &fleet);
@@ -551,9 +590,10 @@ fn example() -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_example_runs_and_cleanup_removes_what_a_killed_client_left_and_only_that() {
     let _serial = SERIAL.lock().await;
-    let Some((_podman, service, engine)) = engine() else {
+    let Some((podman, service, engine)) = engine() else {
         return;
     };
+    let mut leftovers = Leftovers::new(podman);
     let example = example();
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
     for line in [
@@ -576,7 +616,7 @@ async fn the_readme_example_runs_and_cleanup_removes_what_a_killed_client_left_a
     }
 
     // As written: start, prompt, destroy.
-    let fleet_a = fleet("example");
+    let fleet_a = leftovers.fleet("example");
     let ran = tokio::process::Command::new(&example)
         .arg("hello")
         .env("DOCKER_HOST", service.docker_host())
@@ -604,7 +644,7 @@ async fn the_readme_example_runs_and_cleanup_removes_what_a_killed_client_left_a
     // Killed mid-turn (`!stall`: the mock answers nothing until cancelled):
     // its container stays, next to another fleet's.
     let other = SandboxAgent::start(
-        StartOptions::new(MOCK).sandbox(provider(&service, &fleet("bystander"))),
+        StartOptions::new(MOCK).sandbox(provider(&service, &leftovers.fleet("bystander"))),
     )
     .await
     .expect("another fleet's sandbox");
