@@ -387,7 +387,7 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// 24 random bytes from the operating system, hex-encoded.
-fn random_token() -> Result<String, Error> {
+pub(crate) fn random_token() -> Result<String, Error> {
     let mut bytes = [0_u8; TOKEN_BYTES];
     getrandom::fill(&mut bytes)
         .map_err(|error| Error::Io(std::io::Error::other(format!("no randomness: {error}"))))?;
@@ -437,7 +437,7 @@ fn keep_tail(
 
 /// Polls `GET {base_url}/v2/health` until it answers 200; false when
 /// `limit` passes first.
-async fn wait_healthy(http: &reqwest::Client, base_url: &str, limit: Duration) -> bool {
+pub(crate) async fn wait_healthy(http: &reqwest::Client, base_url: &str, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     let url = format!("{}/v2/health", base_url.trim_end_matches('/'));
     loop {

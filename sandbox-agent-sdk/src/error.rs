@@ -149,6 +149,59 @@ pub enum Error {
     /// An operating-system error (spawning the server, signalling it).
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A sandbox provider ([`SandboxProvider`](crate::SandboxProvider))
+    /// failed at `step`: for example `docker sandbox: start failed: the
+    /// container exited (status 64) before it served` followed by what the
+    /// sandbox printed. The runtime's token is never in `message` or `logs`
+    /// (it is replaced by `[token]` should the sandbox print it).
+    #[error("{provider} sandbox: {step} failed: {message}{}", logs_suffix(.logs))]
+    Sandbox {
+        /// The provider's name (`local`, `docker`).
+        provider: &'static str,
+        /// The step that failed.
+        step: SandboxStep,
+        /// What happened.
+        message: String,
+        /// The last lines the sandbox printed (its log tail; may be empty).
+        logs: String,
+    },
+}
+
+/// The steps of a sandbox's life, as named in [`Error::Sandbox`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxStep {
+    /// Making the sandbox (the container, or finding the binary): nothing
+    /// runs yet.
+    Create,
+    /// Starting the runtime in it: the container or process started and
+    /// exited, or never printed that it listens.
+    Start,
+    /// Waiting for `GET /v2/health` to answer 200 within the start-up
+    /// timeout.
+    Health,
+    /// Destroying it (removing the container).
+    Destroy,
+    /// Finding and removing a fleet's leftovers.
+    Cleanup,
+}
+
+impl SandboxStep {
+    /// `create`, `start`, `health`, `destroy`, `cleanup`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxStep::Create => "create",
+            SandboxStep::Start => "start",
+            SandboxStep::Health => "health",
+            SandboxStep::Destroy => "destroy",
+            SandboxStep::Cleanup => "cleanup",
+        }
+    }
+}
+
+impl std::fmt::Display for SandboxStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Error {
@@ -384,6 +437,14 @@ fn field_prefix(field: &Option<String>) -> String {
     field
         .as_ref()
         .map_or_else(String::new, |field| format!("field {field:?} "))
+}
+
+fn logs_suffix(logs: &str) -> String {
+    if logs.trim().is_empty() {
+        "; it printed nothing".to_owned()
+    } else {
+        format!("\n--- sandbox output (last lines) ---\n{}", logs.trim_end())
+    }
 }
 
 fn stderr_suffix(stderr: &str) -> String {

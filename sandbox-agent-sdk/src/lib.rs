@@ -165,19 +165,30 @@
 //!   [`sandbox_meta`], the agent id) and out ([`WithMeta`],
 //!   [`SessionEntry`] with typed [`SessionMeta`]).
 //! - `embedded`: finding, starting and stopping the server binary.
+//! - `provider`: [`SandboxProvider`] and [`Sandbox`] (create, start with a
+//!   generated token, healthy, destroy), the [`local()`] provider.
+//! - `docker` (feature `docker`): the `docker::docker()` provider, containers
+//!   through the Docker Engine API, and `cleanup(fleet)`.
+//! - `sandbox_agent`: [`SandboxAgent`] (`start`, `connect`,
+//!   `create_session`, `destroy_sandbox`) and [`Session`] (`prompt`,
+//!   `prompt_stream`, `cancel`).
 //! - `control`: the control-plane HTTP routes.
 //! - `error`: [`Error`], one enum for everything.
 
 mod client;
 mod connection;
 mod control;
+#[cfg(feature = "docker")]
+pub mod docker;
 mod embedded;
 mod error;
 mod events;
 mod meta;
 mod options;
 mod pending;
+mod provider;
 mod question;
+mod sandbox_agent;
 mod turn;
 
 pub use client::{
@@ -187,7 +198,7 @@ pub use client::{
 };
 pub use control::{Health, InstallOptions, InstallResult};
 pub use embedded::{BINARY_ENV, LISTENING_PREFIX};
-pub use error::{BoxError, Error};
+pub use error::{BoxError, Error, SandboxStep};
 pub use events::{Event, Events, PermissionDecision, PermissionHandler, PermissionRequest};
 pub use meta::{Metadata, SessionEntry, WithMeta, sandbox_meta, session_meta};
 pub use options::{
@@ -195,7 +206,9 @@ pub use options::{
     DEFAULT_UNREAD_PERMISSION_TIMEOUT, DEFAULT_UNREAD_QUESTION_TIMEOUT, Mode, ServerLogs,
     Transport,
 };
+pub use provider::{DEFAULT_SANDBOX_TIMEOUT, LocalProvider, Sandbox, SandboxProvider, local};
 pub use question::{QuestionContent, QuestionHandler, QuestionRequest};
+pub use sandbox_agent::{PromptContent, SandboxAgent, Session, SessionOptions, StartOptions};
 pub use turn::{TurnEvent, TurnStream};
 
 // `Stream` (implemented by `Events` and `TurnStream`) and `StreamExt`

@@ -21,6 +21,10 @@
 //!   `podman port`; removed (`podman rm -f`) on drop. [`Volume`]: a named
 //!   volume, removed on drop.
 //!
+//! - [`EngineService`]: `podman system service` with the same settings on
+//!   a unix socket of its own: the Docker Engine API for clients that speak
+//!   it (the SDK's `docker` sandbox provider), stopped on drop.
+//!
 //! Where podman cannot run at all (not installed, `podman info` fails),
 //! [`podman`] prints one line saying so and the tests return early.
 
@@ -324,6 +328,44 @@ impl Podman {
         Container { podman: self, name }
     }
 
+    /// `podman system service --time=0 unix:///tmp/…sock` with these
+    /// settings (`CONTAINERS_CONF`, so its containers run on runc without
+    /// the default ulimits): the Docker Engine API on a socket of its own,
+    /// ready (the socket accepts connections) when this returns.
+    ///
+    /// # Panics
+    /// If it does not start, or its socket does not accept within 20 s.
+    pub fn service(&'static self) -> EngineService {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let socket = std::env::temp_dir().join(format!(
+            "sandbox-agent-test-engine-{}-{}.sock",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_file(&socket);
+        let child = Command::new("podman")
+            .env("CONTAINERS_CONF", &self.conf)
+            .args(["system", "service", "--time=0"])
+            .arg(format!("unix://{}", socket.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start podman system service");
+        // Stopped on drop from here on, even if it never listens.
+        let service = EngineService { child, socket };
+        let started = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&service.socket).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "podman system service: no socket at {} within 20 s",
+                service.socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        service
+    }
+
     /// The volume `name` that something else makes, removed on drop.
     pub fn named_volume(&'static self, name: String) -> Volume {
         Volume { podman: self, name }
@@ -447,6 +489,41 @@ impl Drop for Container {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+    }
+}
+
+/// A `podman system service` of [`Podman::service`]: SIGTERM, then
+/// SIGKILL after 5 s, and its socket removed, on drop. Containers made
+/// through it stay (they are podman's, not the service's).
+#[derive(Debug)]
+pub struct EngineService {
+    child: std::process::Child,
+    /// Its unix socket.
+    pub socket: PathBuf,
+}
+
+impl EngineService {
+    /// `unix:///tmp/…sock`: the value for `DOCKER_HOST`.
+    pub fn docker_host(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+}
+
+impl Drop for EngineService {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
     }
 }
 
