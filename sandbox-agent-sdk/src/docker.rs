@@ -391,15 +391,28 @@ impl DockerSandbox {
                     String::new(),
                 )
             })?;
-        let inspected = muted(self.engine.inspect_container(&self.id, None))
-            .await
-            .map_err(|error| {
-                failed(
-                    SandboxStep::Start,
-                    format!("inspecting the container: {error}"),
-                    String::new(),
-                )
-            })?;
+        let inspected = match muted(self.engine.inspect_container(&self.id, None)).await {
+            Ok(inspected) => inspected,
+            Err(error) if is_unreadable_state(&error) => {
+                return Err(self
+                    .failure(
+                        SandboxStep::Start,
+                        format!(
+                            "the container exited before it served (the engine names its \
+                             state outside Docker's set: {error})"
+                        ),
+                    )
+                    .await);
+            }
+            Err(error) => {
+                return Err(self
+                    .failure(
+                        SandboxStep::Start,
+                        format!("inspecting the container: {error}"),
+                    )
+                    .await);
+            }
+        };
         let published = inspected
             .network_settings
             .and_then(|settings| settings.ports)
@@ -443,21 +456,22 @@ impl DockerSandbox {
             if answer.is_ok_and(|response| response.status().is_success()) {
                 return Ok(());
             }
-            let state = muted(self.engine.inspect_container(&self.id, None))
-                .await
-                .ok()
-                .and_then(|inspected| inspected.state);
-            if let Some(state) = state
-                && matches!(
-                    state.status,
-                    Some(ContainerStateStatusEnum::EXITED | ContainerStateStatusEnum::DEAD)
-                )
-            {
-                let code = state.exit_code.unwrap_or_default();
+            let stopped = match muted(self.engine.inspect_container(&self.id, None)).await {
+                Ok(inspected) => inspected.state.and_then(|state| {
+                    matches!(
+                        state.status,
+                        Some(ContainerStateStatusEnum::EXITED | ContainerStateStatusEnum::DEAD)
+                    )
+                    .then(|| format!("status {}", state.exit_code.unwrap_or_default()))
+                }),
+                Err(error) if is_unreadable_state(&error) => Some(error.to_string()),
+                Err(_) => None,
+            };
+            if let Some(how) = stopped {
                 return Err(self
                     .failure(
                         SandboxStep::Start,
-                        format!("the container exited (status {code}) before it served"),
+                        format!("the container exited ({how}) before it served"),
                     )
                     .await);
             }
@@ -556,4 +570,12 @@ fn failed(step: SandboxStep, message: String, logs: String) -> Error {
         message,
         logs,
     }
+}
+
+/// Whether `error` is an inspection the client could not read because the
+/// engine named the container's state outside Docker's set: podman 4's
+/// Docker-compatible service answers `stopped` for a container that exited
+/// (Docker says `exited`), which bollard's typed answer refuses whole.
+fn is_unreadable_state(error: &bollard::errors::Error) -> bool {
+    matches!(error, bollard::errors::Error::JsonDataError { message, .. } if message.contains("unknown variant"))
 }

@@ -11,11 +11,13 @@
 //! - The base ([`Podman::base_image`]): `docker.io/library/debian:bookworm-slim`
 //!   as it is when present, else made once on the machine with
 //!   `debootstrap --variant=minbase bookworm` and `podman import` (no image
-//!   can be pulled here; Debian's mirror is reachable). A file lock keeps
-//!   two test processes from making it at once.
-//! - The image ([`Podman::image`]): `podman build --pull=never --format docker`
-//!   of the workspace's `Dockerfile` (the OCI format drops `HEALTHCHECK`),
-//!   once per test process; podman's layer cache keeps later builds short.
+//!   can be pulled here; Debian's mirror is reachable), by
+//!   `scripts/test-image --base` under a file lock, so two test processes
+//!   never make it at once.
+//! - The image ([`Podman::image`]): `scripts/test-image`, a `podman build
+//!   --pull=never --format docker` of the workspace's `Dockerfile` (the OCI
+//!   format drops `HEALTHCHECK`), once per test process; `scripts/test`
+//!   runs it before the tests, so podman's layer cache answers here.
 //! - [`Container`]: `podman run -d` with the container port 2468 published
 //!   on a loopback port podman picks (`-p 127.0.0.1::2468`), read back with
 //!   `podman port`; removed (`podman rm -f`) on drop. [`Volume`]: a named
@@ -28,14 +30,11 @@
 //! Where podman cannot run at all (not installed, `podman info` fails),
 //! [`podman`] prints one line saying so and the tests return early.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-use nix::fcntl::{Flock, FlockArg};
 
 use crate::api::Api;
 use crate::server::workspace_root;
@@ -59,9 +58,6 @@ const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 pub struct Podman {
     /// `target/podman/containers.conf`, given as `CONTAINERS_CONF`.
     conf: PathBuf,
-    /// `target/podman/`: the lock file, the base's root file system while
-    /// it is made, a build context when the tarball lies elsewhere.
-    dir: PathBuf,
 }
 
 /// podman with this machine's settings, or `None` (said once on stderr)
@@ -83,7 +79,7 @@ pub fn podman() -> Option<&'static Podman> {
             )
             .expect("write target/podman/containers.conf");
             std::fs::rename(&temporary, &conf).expect("place target/podman/containers.conf");
-            let podman = Podman { conf, dir };
+            let podman = Podman { conf };
             match podman.command().arg("info").output() {
                 Ok(output) if output.status.success() => Some(podman),
                 Ok(output) => {
@@ -149,81 +145,23 @@ impl Podman {
         String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
 
-    /// An exclusive lock on `target/podman/lock`, held until dropped: what
-    /// two test processes making the base or building the image wait on.
-    fn lock(&self) -> Flock<File> {
-        let file = File::create(self.dir.join("lock")).expect("create target/podman/lock");
-        Flock::lock(file, FlockArg::LockExclusive)
-            .unwrap_or_else(|(_, e)| panic!("lock target/podman/lock: {e}"))
-    }
-
     /// [`BASE_IMAGE`], made on the first call on this machine when absent
-    /// (module doc); the later calls find it.
+    /// (module doc): `scripts/test-image --base`, the one place that makes
+    /// it; the later calls find it.
     ///
     /// # Panics
-    /// If debootstrap or the import fails.
+    /// If debootstrap or the import fails (with the script's output).
     pub fn base_image(&self) -> &'static str {
         static MADE: OnceLock<()> = OnceLock::new();
-        MADE.get_or_init(|| {
-            let _lock = self.lock();
-            if self
-                .output(&["image", "exists", BASE_IMAGE])
-                .status
-                .success()
-            {
-                return;
-            }
-            let rootfs = self.dir.join("bookworm-rootfs");
-            let _ = std::fs::remove_dir_all(&rootfs);
-            let started = Instant::now();
-            // Debian installs it in /usr/sbin, off a user's PATH.
-            let debootstrap = ["/usr/sbin/debootstrap", "/sbin/debootstrap"]
-                .into_iter()
-                .find(|path| Path::new(path).is_file())
-                .unwrap_or("debootstrap");
-            let status = Command::new(debootstrap)
-                .args(["--variant=minbase", "bookworm"])
-                .arg(&rootfs)
-                .arg("http://deb.debian.org/debian")
-                .stdout(Stdio::null())
-                .status()
-                .expect("start debootstrap (Debian package debootstrap)");
-            assert!(status.success(), "debootstrap bookworm: {status}");
-            slim_down(&rootfs);
-            let mut tar = Command::new("tar")
-                .arg("-C")
-                .arg(&rootfs)
-                .args(["-c", "."])
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start tar");
-            let import = self
-                .command()
-                .args(["import", "-", BASE_IMAGE])
-                .stdin(tar.stdout.take().expect("tar's stdout"))
-                .stdout(Stdio::null())
-                .status()
-                .expect("start podman import");
-            let tarred = tar.wait().expect("wait for tar");
-            assert!(
-                tarred.success(),
-                "tar of the base's root file system: {tarred}"
-            );
-            assert!(import.success(), "podman import {BASE_IMAGE}: {import}");
-            let _ = std::fs::remove_dir_all(&rootfs);
-            eprintln!(
-                "container tests: made {BASE_IMAGE} with debootstrap in {:.0?}",
-                started.elapsed()
-            );
-        });
+        MADE.get_or_init(|| test_image(&["--base"]));
         BASE_IMAGE
     }
 
-    /// [`IMAGE`], built from the workspace's `Dockerfile` once per test
-    /// process (on [`Self::base_image`] and the release tarball,
-    /// [`crate::dist::tarball`]). The context is the workspace root, as in
-    /// README.md, when the tarball is `dist/…` there; else a folder of
-    /// `target/podman/` holding what `.dockerignore` lets through.
+    /// [`IMAGE`], built from the workspace's `Dockerfile` on
+    /// [`Self::base_image`] and the release tarball
+    /// ([`crate::dist::tarball`]) once per test process, by
+    /// `scripts/test-image` (the one place that builds it; `scripts/test`
+    /// runs it before the tests, so here podman's layer cache answers).
     ///
     /// # Panics
     /// If the `Dockerfile`'s `ARG VERSION` is not the workspace's version,
@@ -231,54 +169,14 @@ impl Podman {
     pub fn image(&self) -> &'static str {
         static BUILT: OnceLock<()> = OnceLock::new();
         BUILT.get_or_init(|| {
-            self.base_image();
-            let root = workspace_root();
-            let dockerfile = root.join("Dockerfile");
-            let text = std::fs::read_to_string(&dockerfile).expect("read Dockerfile");
+            let text = std::fs::read_to_string(workspace_root().join("Dockerfile"))
+                .expect("read Dockerfile");
             let version = format!("ARG VERSION={}", env!("CARGO_PKG_VERSION"));
             assert!(
                 text.lines().any(|line| line.trim() == version),
                 "the Dockerfile's `{version}` is missing: its default must be the workspace's version"
             );
-            let tarball = crate::dist::tarball();
-            let default = root
-                .join("dist")
-                .join(format!("{}.tar.gz", crate::dist::stem()));
-            let context = if same_file(&tarball, &default) {
-                root.clone()
-            } else {
-                let context = self.dir.join(format!("context-{}", std::process::id()));
-                let _ = std::fs::remove_dir_all(&context);
-                std::fs::create_dir_all(context.join("dist")).expect("create a build context");
-                std::fs::create_dir_all(context.join("scripts")).expect("create a build context");
-                std::fs::copy(&tarball, context.join("dist").join(format!("{}.tar.gz", crate::dist::stem())))
-                    .expect("copy the tarball into the build context");
-                std::fs::copy(
-                    root.join("scripts/container-entrypoint"),
-                    context.join("scripts/container-entrypoint"),
-                )
-                .expect("copy the entrypoint into the build context");
-                context
-            };
-            let _lock = self.lock();
-            let started = Instant::now();
-            let mut build = self.command();
-            build
-                .args(["build", "--pull=never", "--format", "docker", "-t", IMAGE, "-f"])
-                .arg(&dockerfile)
-                .arg(&context);
-            let output = run_within(build, BUILD_TIMEOUT);
-            assert!(
-                output.status.success(),
-                "podman build: {}\n{}\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-            eprintln!(
-                "container tests: built {IMAGE} in {:.1?}",
-                started.elapsed()
-            );
+            test_image(&[]);
         });
         IMAGE
     }
@@ -547,40 +445,31 @@ impl Drop for Volume {
     }
 }
 
-/// Makes a debootstrap root file system look like Debian's own
-/// `bookworm-slim` where it matters for a `Dockerfile`: no package lists
-/// or downloaded packages (80 MB), and the same three sources
-/// (bookworm, bookworm-updates, bookworm-security) in `debian.sources`.
-fn slim_down(rootfs: &Path) {
-    for dir in ["var/lib/apt/lists", "var/cache/apt"] {
-        let dir = rootfs.join(dir);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("partial")).expect("recreate an apt folder");
+/// Runs `scripts/test-image ARGS…` on [`crate::dist::tarball`], killed
+/// past [`BUILD_TIMEOUT`].
+///
+/// # Panics
+/// If it fails (with its output).
+fn test_image(args: &[&str]) {
+    let root = workspace_root();
+    let started = Instant::now();
+    let mut command = Command::new(root.join("scripts/test-image"));
+    command.args(args);
+    if args.is_empty() {
+        command.env("SANDBOX_AGENT_DIST_TARBALL", crate::dist::tarball());
     }
-    let _ = std::fs::remove_file(rootfs.join("etc/apt/sources.list"));
-    std::fs::write(
-        rootfs.join("etc/apt/sources.list.d/debian.sources"),
-        "Types: deb\n\
-         URIs: http://deb.debian.org/debian\n\
-         Suites: bookworm bookworm-updates\n\
-         Components: main\n\
-         Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\
-         \n\
-         Types: deb\n\
-         URIs: http://deb.debian.org/debian-security\n\
-         Suites: bookworm-security\n\
-         Components: main\n\
-         Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
-    )
-    .expect("write debian.sources");
-}
-
-/// Whether two paths name the same existing file.
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    }
+    let output = run_within(command, BUILD_TIMEOUT);
+    assert!(
+        output.status.success(),
+        "scripts/test-image {args:?}: {}\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!(
+        "container tests: scripts/test-image {args:?} in {:.1?}",
+        started.elapsed()
+    );
 }
 
 /// Runs `command` to its end, killed past `timeout`: its output.
