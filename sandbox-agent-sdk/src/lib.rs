@@ -135,7 +135,8 @@
 //! (JSON-RPC code).
 //!
 //! # Layout
-//! - `client/`: [`SandboxAgentClient`], one file per area: `lifecycle`
+//! - `client/`: [`SandboxAgentClient`] (`handle`: the client and what its
+//!   clones share), one file per area: `lifecycle`
 //!   (`connect`, `open`, `close`, `shutdown`), `acp` (ACP methods under
 //!   their ACP names: `new_session`, `prompt`, `prompt_stream`, …),
 //!   `extensions` (sandbox-agent extensions under sandbox names:
@@ -153,8 +154,10 @@
 //!   handlers, embedded-server settings).
 //! - `connection`: one live connection: the ACP client over
 //!   `acp-http-client`, its task and handlers.
-//! - `events`: [`Event`], [`Events`], [`PermissionRequest`],
-//!   [`PermissionDecision`].
+//! - `event`: [`Event`], [`PermissionRequest`], [`PermissionDecision`]:
+//!   one event and the permission request it may carry.
+//! - `events`: [`Events`], the stream of them, and the sink that routes
+//!   each to the stream or to its session's running turn.
 //! - `question`: [`QuestionRequest`] (ACP elicitation) and the check of an
 //!   answer against the form the agent asked for.
 //! - `pending`: the responder of a request handed to the caller, shared
@@ -182,6 +185,7 @@ mod control;
 pub mod docker;
 mod embedded;
 mod error;
+mod event;
 mod events;
 mod meta;
 mod options;
@@ -199,7 +203,8 @@ pub use client::{
 pub use control::{Health, InstallOptions, InstallResult};
 pub use embedded::{BINARY_ENV, LISTENING_PREFIX};
 pub use error::{BoxError, Error, SandboxStep};
-pub use events::{Event, Events, PermissionDecision, PermissionHandler, PermissionRequest};
+pub use event::{Event, PermissionDecision, PermissionHandler, PermissionRequest};
+pub use events::Events;
 pub use meta::{Metadata, SessionEntry, WithMeta, sandbox_meta, session_meta};
 pub use options::{
     ClientOptions, DEFAULT_SHUTDOWN_GRACE, DEFAULT_STARTUP_TIMEOUT,

@@ -2,7 +2,7 @@
 //! how the client behaves.
 
 use crate::error::Error;
-use crate::events::{PermissionDecision, PermissionHandler};
+use crate::event::{PermissionDecision, PermissionHandler};
 use crate::question::QuestionHandler;
 pub use acp_http_client::Transport;
 use agent_client_protocol::v1::schema::{

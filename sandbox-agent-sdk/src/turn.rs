@@ -3,7 +3,7 @@
 //! running in it.
 
 use crate::error::Error;
-use crate::events::{Event, PermissionRequest};
+use crate::event::{Event, PermissionRequest};
 use crate::question::QuestionRequest;
 use agent_client_protocol::v1::schema::{
     CompleteElicitationNotification, ContentBlock, ContentChunk, ElicitationId, Plan,

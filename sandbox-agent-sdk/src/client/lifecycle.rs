@@ -3,7 +3,8 @@
 //! client-wide event stream; what the client knows of its server and its
 //! connection.
 
-use super::{SandboxAgentClient, Shared};
+use super::SandboxAgentClient;
+use super::handle::Shared;
 use crate::connection::{Live, Setup};
 use crate::control::ControlPlane;
 use crate::embedded::EmbeddedServer;

@@ -251,7 +251,7 @@ impl SandboxAgentClient {
             .await?;
             crate::control::ControlPlane::json(response, what).await
         };
-        super::within_limit(limit, what, call).await
+        super::handle::within_limit(limit, what, call).await
     }
 
     /// `POST /v2/processes`: starts `request`'s program and answers a

@@ -14,14 +14,7 @@ const KNOWN: &[(&str, bool, &[&str])] = &[
     ("acp-runtime/src", true, &[]),
     ("ext-methods/src", false, &[]),
     ("acp-http-client/src", false, &[]),
-    (
-        "sandbox-agent-sdk/src",
-        false,
-        &[
-            "client/acp.rs, client/control_plane.rs, client/fs.rs, client/mod.rs, client/processes.rs",
-            "events.rs, turn.rs",
-        ],
-    ),
+    ("sandbox-agent-sdk/src", false, &[]),
     ("sandbox-agent/src", false, &[]),
 ];
 
