@@ -1,13 +1,14 @@
 //! The schema: the migrations embedded in the binary, one list per
 //! backend (`acp-runtime/migrations/<backend>/`).
 
-use super::*;
+use sqlx::migrate::{Migration, MigrationSource, MigrationType};
+use std::borrow::Cow;
 
 /// The embedded migrations of one backend (`acp-runtime/migrations/<backend>/`).
 #[derive(Debug)]
-pub(super) struct Embedded(&'static [(i64, &'static str, &'static str)]);
+pub(crate) struct Embedded(&'static [(i64, &'static str, &'static str)]);
 
-pub(super) const SQLITE_MIGRATIONS: Embedded = Embedded(&[
+pub(crate) const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (
         1,
         "sessions and events",
@@ -37,7 +38,7 @@ pub(super) const SQLITE_MIGRATIONS: Embedded = Embedded(&[
 
 // PostgreSQL stays at version 4: its events table is a heap, which appends
 // cheaply as it is (research/decisions.md, "The writer's cost per event").
-pub(super) const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
+pub(crate) const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (
         1,
         "sessions and events",

@@ -1,11 +1,20 @@
 //! Opening a store: the file lock, one probe connection, the pool, the
 //! writer's own connection (SQLite) and the migrations.
 
-use super::*;
+use super::handle::*;
+use super::migrations::*;
+use super::rows::*;
+use super::url::StoreUrl;
+use super::{connection, file, tls};
+use sqlx::Connection as _;
+use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::Migrator;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Characters of a SQLite path escaped in its URL (`%`, `?`, `#`: the URL
 /// parser would take them as an escape, the query or a fragment).
-pub(super) const SQLITE_PATH: &percent_encoding::AsciiSet =
+pub(crate) const SQLITE_PATH: &percent_encoding::AsciiSet =
     &percent_encoding::CONTROLS.add(b'%').add(b'?').add(b'#');
 
 impl Store {
@@ -189,7 +198,7 @@ impl Store {
 ///
 /// # Errors
 /// When the lock file cannot be created or locked.
-pub(super) async fn open_lock(file: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, StoreError> {
+pub(crate) async fn open_lock(file: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, StoreError> {
     let mut name = file.as_os_str().to_owned();
     name.push(".lock");
     let path = PathBuf::from(name);
@@ -211,7 +220,7 @@ pub(super) async fn open_lock(file: &Path) -> Result<nix::fcntl::Flock<std::fs::
 
 /// Per-connection settings (see [`connection::prepare_sqlite`]; none for
 /// PostgreSQL).
-pub(super) async fn prepare(
+pub(crate) async fn prepare(
     connection: &mut sqlx::AnyConnection,
     backend: Backend,
 ) -> Result<(), sqlx::Error> {

@@ -1,7 +1,14 @@
 //! Reads: pages of the inventory, counts, retention's keys and events,
 //! each bounded in time, and the rows they are made of.
 
-use super::*;
+use super::handle::*;
+use super::rows::*;
+use bytes::Bytes;
+use ext_methods::{Direction, EndReason};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use std::borrow::Cow;
+use std::time::Duration;
 
 impl Store {
     /// One page of this runtime id's inventory, newest first (by
@@ -193,7 +200,7 @@ impl Store {
     }
 
     /// A failed read, naming the store.
-    pub(super) fn read_error(&self, source: sqlx::Error) -> StoreError {
+    pub(crate) fn read_error(&self, source: sqlx::Error) -> StoreError {
         StoreError::Read {
             what: self.what.to_string(),
             source,
@@ -202,7 +209,7 @@ impl Store {
 
     /// The rows this runtime can read (a row it cannot is skipped with a
     /// warning naming it).
-    pub(super) fn readable(&self, rows: &[AnyRow]) -> Vec<SessionRow> {
+    pub(crate) fn readable(&self, rows: &[AnyRow]) -> Vec<SessionRow> {
         rows.iter()
             .filter_map(|row| match session_row(row) {
                 Ok(session) => Some(session),
@@ -307,10 +314,10 @@ impl Store {
 /// Longest a read of the store may take (a lock held elsewhere, a slow
 /// disk): then it fails like an unreachable store (503), never hangs a
 /// request for as long as someone holds a lock.
-pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A read bounded by [`READ_TIMEOUT`] (`sqlx::Error::PoolTimedOut` past it).
-pub(super) trait Bounded<T>:
+pub(crate) trait Bounded<T>:
     std::future::Future<Output = Result<T, sqlx::Error>> + Sized
 {
     async fn bounded(self) -> Result<T, sqlx::Error> {
@@ -323,12 +330,12 @@ pub(super) trait Bounded<T>:
 impl<T, F: std::future::Future<Output = Result<T, sqlx::Error>>> Bounded<T> for F {}
 
 /// The columns of an inventory entry, as [`session_row`] reads them.
-pub(super) const SESSION_COLUMNS: &str = "agent, session_id, cwd, created_ns, updated_ns, end_reason, \
+pub(crate) const SESSION_COLUMNS: &str = "agent, session_id, cwd, created_ns, updated_ns, end_reason, \
      metadata, event_count, title, model, mode, models, first_prompt";
 
 /// A `LIKE` pattern matching `text` anywhere, lower case, its `%`, `_` and
 /// `\` escaped (with `ESCAPE '\'`).
-pub(super) fn like_pattern(text: &str) -> String {
+pub(crate) fn like_pattern(text: &str) -> String {
     let mut pattern = String::with_capacity(text.len() + 2);
     pattern.push('%');
     for c in text.to_ascii_lowercase().chars() {
@@ -341,7 +348,7 @@ pub(super) fn like_pattern(text: &str) -> String {
     pattern
 }
 
-pub(super) fn session_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
+pub(crate) fn session_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
     let bad = |e: sqlx::Error| StoreError::Row(e.to_string());
     let end_reason = match row
         .try_get::<Option<String>, _>("end_reason")
@@ -376,7 +383,7 @@ pub(super) fn session_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
     })
 }
 
-pub(super) fn event_row(row: &AnyRow) -> Result<EventRow, StoreError> {
+pub(crate) fn event_row(row: &AnyRow) -> Result<EventRow, StoreError> {
     let bad = |e: sqlx::Error| StoreError::Row(e.to_string());
     let direction: String = row.try_get("direction").map_err(bad)?;
     let direction = match direction.as_str() {

@@ -1,6 +1,8 @@
 //! The runtime id: its rules, and the default one kept in the data dir.
 
-use super::*;
+use super::handle::*;
+use super::rows::*;
+use std::path::Path;
 
 /// The rules of a runtime id (`--runtime-id` and `<data-dir>/runtime-id`):
 /// 1 to 200 characters, not only white space, no control characters.
@@ -27,7 +29,7 @@ pub fn check_runtime_id(id: &str) -> Result<(), String> {
 /// # Errors
 /// The file's `io::Error`; `InvalidData` for a symlink (`ELOOP`), a FIFO, a
 /// device or a directory there.
-pub(super) fn read_runtime_id_file(path: &Path) -> std::io::Result<String> {
+pub(crate) fn read_runtime_id_file(path: &Path) -> std::io::Result<String> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let not_a_file = || {

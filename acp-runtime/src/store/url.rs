@@ -1,7 +1,8 @@
 //! Where sessions are kept: `--store` URLs parsed, and passwords redacted
 //! before a URL is shown.
 
-use super::*;
+use super::handle::*;
+use std::path::{Path, PathBuf};
 
 /// Where sessions are kept (`--store`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +74,7 @@ impl StoreUrl {
 /// `url` with the password (in the user info or a `password=` query
 /// parameter) replaced by `***`; a URL that does not parse shows only its
 /// scheme, since a password may be anywhere in it.
-pub(super) fn redact_password(url: &str) -> String {
+pub(crate) fn redact_password(url: &str) -> String {
     let Ok(mut parsed) = reqwest::Url::parse(url) else {
         let scheme = url
             .split_once("://")

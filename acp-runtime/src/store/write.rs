@@ -1,7 +1,14 @@
 //! Writes: one batch of the writer in one transaction (entries, events,
 //! counts, pruning), in the multi-row statements each backend takes.
 
-use super::*;
+use super::connection;
+use super::connection::WriterConnection;
+use super::handle::*;
+use super::keys::SessionKeys;
+use super::rows::*;
+use ext_methods::{Direction, EndReason};
+use sqlx::Connection as _;
+use std::sync::Arc;
 
 impl Store {
     /// Writes `batch` in one transaction, in order, and in the same
@@ -19,7 +26,7 @@ impl Store {
     /// whichever connection the pool hands out re-reads the pages the last
     /// batch wrote. A pool connection is given back after a failure;
     /// SQLite's own is kept (the writer drops it when a batch times out).
-    pub(super) async fn apply(
+    pub(crate) async fn apply(
         &self,
         connection: &mut Option<WriterConnection>,
         batch: &[Write],
@@ -46,7 +53,7 @@ impl Store {
     /// opened then), else one from the pool (PostgreSQL, or a SQLite file
     /// deleted or replaced: the pool's connections hold the file opened at
     /// start, and a new one would open another); see [`connection`].
-    pub(super) async fn writer_connection(&self) -> Result<WriterConnection, sqlx::Error> {
+    pub(crate) async fn writer_connection(&self) -> Result<WriterConnection, sqlx::Error> {
         if let Some(first) = self.writer_first.lock().take() {
             return Ok(WriterConnection::Own(first));
         }
@@ -59,7 +66,7 @@ impl Store {
     }
 
     /// [`Self::apply`] on `connection`.
-    pub(super) async fn write_batch(
+    pub(crate) async fn write_batch(
         &self,
         connection: &mut sqlx::AnyConnection,
         batch: &[Write],
@@ -140,7 +147,7 @@ impl Store {
 
     /// The integer key of (`agent`, `session`)'s events: known to the
     /// writer, else read from `session_keys`, else made there.
-    pub(super) async fn session_key(
+    pub(crate) async fn session_key(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         keys: &mut SessionKeys,
@@ -178,7 +185,7 @@ impl Store {
     /// Inserts the gathered events (multi-row `INSERT`s) and notes each
     /// session's new count and latest time. An event SQLite's `event_id`
     /// cannot hold is not inserted; it is counted in `unstorable`.
-    pub(super) async fn insert_events(
+    pub(crate) async fn insert_events(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         events: &mut Vec<&Write>,
@@ -244,7 +251,7 @@ impl Store {
 
     /// `INSERT INTO events … VALUES` for `rows` rows; an event already
     /// stored at its key and offset is left as it is.
-    pub(super) fn insert_sql(&self, rows: usize) -> String {
+    pub(crate) fn insert_sql(&self, rows: usize) -> String {
         let (columns, per_row) = match self.backend {
             Backend::Postgres => (
                 "INSERT INTO events (session_key, event_offset, at_ns, direction, message) VALUES ",
@@ -260,7 +267,7 @@ impl Store {
 
     /// `prefix`, then `rows` parenthesised lists of `per_row` parameters,
     /// then `suffix` (which takes no parameters).
-    pub(super) fn values_sql(
+    pub(crate) fn values_sql(
         &self,
         prefix: &str,
         rows: usize,
@@ -298,7 +305,7 @@ impl Store {
 
     /// Writes the gathered entry rows (multi-row upserts, at most one row
     /// per entry: the writer keeps only an entry's newest row).
-    pub(super) async fn upsert(
+    pub(crate) async fn upsert(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         entries: &mut Vec<&SessionRow>,
@@ -348,7 +355,7 @@ impl Store {
     /// batch's events reached, never lowering it (`counts`: agent, session,
     /// count, latest event time in ns); one statement per
     /// [`ENTRIES_PER_STATEMENT`] entries.
-    pub(super) async fn raise_counts(
+    pub(crate) async fn raise_counts(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         counts: &[(Arc<str>, Arc<str>, u64, i64)],
@@ -378,7 +385,7 @@ impl Store {
 
     /// Deletes the events of (`agent`, `session`) at offsets below `below`
     /// (`None`: all of them).
-    pub(super) async fn delete_events(
+    pub(crate) async fn delete_events(
         &self,
         connection: &mut sqlx::AnyConnection,
         agent: &str,
@@ -433,7 +440,7 @@ impl Store {
     /// An offset as bound in an event query: SQLite's event ids hold
     /// offsets below 2^32, so a larger one is 2^32 there (past every
     /// stored offset, and no overflow in `key * 2^32 + offset`).
-    pub(super) fn offset_bound(&self, offset: u64) -> i64 {
+    pub(crate) fn offset_bound(&self, offset: u64) -> i64 {
         let offset = match self.backend {
             Backend::Postgres => offset,
             Backend::Sqlite => offset.min(1 << OFFSET_BITS),
@@ -444,18 +451,18 @@ impl Store {
 
 /// Text for a `TEXT` column: PostgreSQL refuses NUL in text, so it becomes
 /// U+FFFD (SQLite would keep it; one rule for both).
-pub(super) fn text(value: &str) -> String {
+pub(crate) fn text(value: &str) -> String {
     value.replace('\0', "\u{FFFD}")
 }
 
-pub(super) fn direction_text(direction: Direction) -> &'static str {
+pub(crate) fn direction_text(direction: Direction) -> &'static str {
     match direction {
         Direction::AgentToClient => "agent_to_client",
         Direction::ClientToAgent => "client_to_agent",
     }
 }
 
-pub(super) fn end_reason_text(reason: EndReason) -> &'static str {
+pub(crate) fn end_reason_text(reason: EndReason) -> &'static str {
     match reason {
         EndReason::Completed => "completed",
         EndReason::Error => "error",
