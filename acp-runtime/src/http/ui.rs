@@ -1,9 +1,10 @@
 //! The inspector at `/ui/`: a single page (HTML, CSS, ES modules) compiled
 //! into the binary, same origin as the API it speaks (research/contract.md,
-//! "Inspector"). No Node.js, bundler or network at build or run time; the
-//! one library, xterm.js (the Terminal view), is vendored as its published
-//! ES module under `ui/vendor/` (research/decisions.md, "The inspector's
-//! terminal is xterm.js").
+//! "Inspector"). No Node.js, bundler or network at build or run time: the
+//! browser loads the page's modules as they are written, from
+//! [`ASSETS`]. The one library, xterm.js (the Terminal view), is vendored
+//! as its published ES module under `ui/vendor/` (research/decisions.md,
+//! "The inspector's terminal is xterm.js").
 //!
 //! The assets are public (they hold no data); every API call the page
 //! makes carries the bearer token like any other client's.
@@ -14,17 +15,46 @@ use bytes::Bytes;
 use http::header::{CACHE_CONTROL, LOCATION};
 use http::{HeaderValue, Method, Response, StatusCode};
 
-/// The page.
-const INDEX: &str = include_str!("../../ui/index.html");
-/// Its script (an ES module).
-const APP: &str = include_str!("../../ui/app.js");
-/// Its style sheet.
-const STYLE: &str = include_str!("../../ui/style.css");
-/// xterm.js 6.0.0 (`@xterm/xterm`, MIT, `ui/vendor/xterm.LICENSE`) as
-/// published: the Terminal view imports it when it opens.
-const XTERM: &str = include_str!("../../ui/vendor/xterm.mjs");
-/// xterm.js's style sheet, as published.
-const XTERM_STYLE: &str = include_str!("../../ui/vendor/xterm.css");
+const HTML: &str = "text/html; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+/// The type a module script must have (the HTML standard accepts only a
+/// JavaScript MIME type for one, and `nosniff` forbids guessing).
+const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
+
+/// One file under `/ui/`.
+struct Asset {
+    /// Its path after `/ui/`, as the page names it.
+    name: &'static str,
+    content_type: &'static str,
+    body: &'static str,
+}
+
+/// `asset!(name, content type)`: the file `ui/{name}`, compiled in, served
+/// as `/ui/{name}`; the name is written once, so the two cannot differ.
+macro_rules! asset {
+    ($name:literal, $content_type:expr) => {
+        Asset {
+            name: $name,
+            content_type: $content_type,
+            body: include_str!(concat!("../../ui/", $name)),
+        }
+    };
+}
+
+/// Every file the inspector serves; any other name is 404. A module that
+/// the page imports but that is missing here fails the page in the
+/// browser, and tests/v2_api/tests/inspector.rs, which follows every
+/// import from the page.
+const ASSETS: &[Asset] = &[
+    asset!("index.html", HTML),
+    asset!("style.css", CSS),
+    // The page's script, an ES module.
+    asset!("app.js", JAVASCRIPT),
+    // xterm.js 6.0.0 (`@xterm/xterm`, MIT, `ui/vendor/xterm.LICENSE`) as
+    // published: the Terminal view imports it when it opens.
+    asset!("vendor/xterm.mjs", JAVASCRIPT),
+    asset!("vendor/xterm.css", CSS),
+];
 
 /// What the page may load and talk to: only this origin. Inline styles are
 /// allowed because xterm.js writes its colours and cell sizes as `<style>`
@@ -32,10 +62,19 @@ const XTERM_STYLE: &str = include_str!("../../ui/vendor/xterm.css");
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
      connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
+/// The asset a `/ui/…` path names: `/ui/` is the page.
+fn asset(path: &str) -> Option<&'static Asset> {
+    let name = match path.strip_prefix("/ui/")? {
+        "" => "index.html",
+        name => name,
+    };
+    ASSETS.iter().find(|asset| asset.name == name)
+}
+
 /// Answers `/ui` and `/ui/…`.
 ///
-/// `/ui` redirects (308) to `/ui/`; the page, `app.js`, `style.css` and
-/// `vendor/xterm.{mjs,css}` are served for `GET` and `HEAD`.
+/// `/ui` redirects (308) to `/ui/`; `/ui/` (the page) and each of
+/// [`ASSETS`] as `/ui/{name}` are served for `GET` and `HEAD`.
 ///
 /// # Errors
 /// 405 for another verb, 404 for an unknown asset.
@@ -43,25 +82,20 @@ pub fn page(method: &Method, path: &str) -> Result<Response<Body>, Error> {
     if *method != Method::GET && *method != Method::HEAD {
         return Err(Error::MethodNotAllowed("GET"));
     }
-    let (content_type, body) = match path {
-        "/ui" => {
-            let mut response = full(StatusCode::PERMANENT_REDIRECT, "text/plain", Bytes::new());
-            response
-                .headers_mut()
-                .insert(LOCATION, HeaderValue::from_static("/ui/"));
-            return Ok(response);
-        }
-        "/ui/" | "/ui/index.html" => ("text/html; charset=utf-8", INDEX),
-        "/ui/app.js" => ("text/javascript; charset=utf-8", APP),
-        "/ui/style.css" => ("text/css; charset=utf-8", STYLE),
-        "/ui/vendor/xterm.mjs" => ("text/javascript; charset=utf-8", XTERM),
-        "/ui/vendor/xterm.css" => ("text/css; charset=utf-8", XTERM_STYLE),
-        _ => return Err(Error::NotFound(path.to_owned())),
+    if path == "/ui" {
+        let mut response = full(StatusCode::PERMANENT_REDIRECT, "text/plain", Bytes::new());
+        response
+            .headers_mut()
+            .insert(LOCATION, HeaderValue::from_static("/ui/"));
+        return Ok(response);
+    }
+    let Some(asset) = asset(path) else {
+        return Err(Error::NotFound(path.to_owned()));
     };
     let mut response = full(
         StatusCode::OK,
-        content_type,
-        Bytes::from_static(body.as_bytes()),
+        asset.content_type,
+        Bytes::from_static(asset.body.as_bytes()),
     );
     let headers = response.headers_mut();
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -74,4 +108,50 @@ pub fn page(method: &Method, path: &str) -> Result<Response<Body>, Error> {
         HeaderValue::from_static("nosniff"),
     );
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// Every page file in `ui/` (HTML, CSS, scripts) is in [`ASSETS`]: a
+    /// module added to the directory but not to the table would be a 404.
+    #[test]
+    fn every_file_of_the_page_is_served() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("ui");
+        let mut pending = vec![root.clone()];
+        let mut files = Vec::new();
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read ui/") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else if matches!(
+                    path.extension().and_then(|e| e.to_str()),
+                    Some("html" | "css" | "js" | "mjs")
+                ) {
+                    let name = path.strip_prefix(&root).expect("under ui/");
+                    files.push(name.to_str().expect("UTF-8 name").replace('\\', "/"));
+                }
+            }
+        }
+        assert!(files.len() > 3, "{files:?}");
+        for name in files {
+            assert!(
+                ASSETS.iter().any(|asset| asset.name == name),
+                "ui/{name} is not in ASSETS"
+            );
+        }
+    }
+
+    #[test]
+    fn names_map_to_assets() {
+        assert_eq!(asset("/ui/").map(|a| a.name), Some("index.html"));
+        assert_eq!(asset("/ui/index.html").map(|a| a.name), Some("index.html"));
+        assert_eq!(asset("/ui/app.js").map(|a| a.content_type), Some(JAVASCRIPT));
+        assert!(asset("/ui/nope.js").is_none());
+        assert!(asset("/ui//app.js").is_none());
+        assert!(asset("/ui/vendor/xterm.LICENSE").is_none());
+    }
 }
