@@ -48,8 +48,28 @@ macro_rules! asset {
 const ASSETS: &[Asset] = &[
     asset!("index.html", HTML),
     asset!("style.css", CSS),
-    // The page's script, an ES module.
+    // The page's script, an ES module; its opening comment lists the
+    // modules below it and their layering.
     asset!("app.js", JAVASCRIPT),
+    asset!("router.js", JAVASCRIPT),
+    asset!("agents.js", JAVASCRIPT),
+    asset!("health.js", JAVASCRIPT),
+    asset!("sessions.js", JAVASCRIPT),
+    asset!("session.js", JAVASCRIPT),
+    asset!("files.js", JAVASCRIPT),
+    asset!("processes.js", JAVASCRIPT),
+    asset!("terminal.js", JAVASCRIPT),
+    asset!("question.js", JAVASCRIPT),
+    asset!("output.js", JAVASCRIPT),
+    asset!("connection.js", JAVASCRIPT),
+    asset!("pager.js", JAVASCRIPT),
+    asset!("http.js", JAVASCRIPT),
+    asset!("meta.js", JAVASCRIPT),
+    asset!("sse.js", JAVASCRIPT),
+    asset!("links.js", JAVASCRIPT),
+    asset!("process.js", JAVASCRIPT),
+    asset!("storage.js", JAVASCRIPT),
+    asset!("dom.js", JAVASCRIPT),
     // xterm.js 6.0.0 (`@xterm/xterm`, MIT, `ui/vendor/xterm.LICENSE`) as
     // published: the Terminal view imports it when it opens.
     asset!("vendor/xterm.mjs", JAVASCRIPT),
@@ -149,7 +169,7 @@ mod tests {
     fn names_map_to_assets() {
         assert_eq!(asset("/ui/").map(|a| a.name), Some("index.html"));
         assert_eq!(asset("/ui/index.html").map(|a| a.name), Some("index.html"));
-        assert_eq!(asset("/ui/app.js").map(|a| a.content_type), Some(JAVASCRIPT));
+        assert_eq!(asset("/ui/sse.js").map(|a| a.content_type), Some(JAVASCRIPT));
         assert!(asset("/ui/nope.js").is_none());
         assert!(asset("/ui//app.js").is_none());
         assert!(asset("/ui/vendor/xterm.LICENSE").is_none());
