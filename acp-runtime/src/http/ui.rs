@@ -169,7 +169,10 @@ mod tests {
     fn names_map_to_assets() {
         assert_eq!(asset("/ui/").map(|a| a.name), Some("index.html"));
         assert_eq!(asset("/ui/index.html").map(|a| a.name), Some("index.html"));
-        assert_eq!(asset("/ui/sse.js").map(|a| a.content_type), Some(JAVASCRIPT));
+        assert_eq!(
+            asset("/ui/sse.js").map(|a| a.content_type),
+            Some(JAVASCRIPT)
+        );
         assert!(asset("/ui/nope.js").is_none());
         assert!(asset("/ui//app.js").is_none());
         assert!(asset("/ui/vendor/xterm.LICENSE").is_none());

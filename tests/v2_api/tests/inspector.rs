@@ -8,6 +8,7 @@
 //!
 //! Plus plain HTTP checks of how the assets are served.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -450,4 +451,159 @@ async fn the_assets_are_served_from_the_binary() {
         .await
         .expect("GET");
     assert_eq!(api.status(), 401);
+}
+
+/// Every module the page loads is served as JavaScript: the imports are
+/// followed from index.html's module script through each served module
+/// (static `import`/`export … from`, and `import("…")`), so a module
+/// missing from the server's table is a failure here, not a blank page.
+/// The modules import each other without a cycle.
+#[tokio::test]
+async fn every_module_the_page_imports_is_served() {
+    let server = TestServer::start(&["--token", "t"]).await;
+    let http = server.api().http().clone();
+    let base = server.api().base_url().to_owned();
+    let page = http
+        .get(format!("{base}/ui/"))
+        .send()
+        .await
+        .expect("GET /ui/")
+        .text()
+        .await
+        .expect("page");
+    let entries = module_scripts(&page, "/ui/");
+    assert!(!entries.is_empty(), "no module script in the page:\n{page}");
+    // Each module served, with the modules it imports.
+    let mut graph: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut pending = entries.clone();
+    while let Some(path) = pending.pop() {
+        if graph.contains_key(&path) {
+            continue;
+        }
+        // No token needed: the assets hold no data.
+        let response = http
+            .get(format!("{base}{path}"))
+            .send()
+            .await
+            .expect("GET module");
+        assert_eq!(response.status(), 200, "{path}");
+        let header = |name: &str| response.headers()[name].to_str().expect("ascii").to_owned();
+        let content_type = header("content-type");
+        assert!(
+            content_type.starts_with("text/javascript"),
+            "{path}: {content_type}"
+        );
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+        assert!(
+            header("content-security-policy").contains("script-src 'self'"),
+            "{path}"
+        );
+        let source = response.text().await.expect("module");
+        let imports: Vec<String> = imports(&source)
+            .iter()
+            .map(|specifier| resolve(&path, specifier))
+            .collect();
+        pending.extend(imports.iter().cloned());
+        graph.insert(path, imports);
+    }
+    // The page's own modules and xterm.js, which the Terminal view imports.
+    assert!(graph.len() > 2, "{graph:?}");
+    assert!(graph.contains_key("/ui/vendor/xterm.mjs"), "{graph:?}");
+    for entry in &entries {
+        assert_no_cycle(&graph, entry, &mut Vec::new(), &mut BTreeSet::new());
+    }
+}
+
+/// The `src` of each `<script type="module">` of `html`, resolved
+/// against the page at `base`.
+fn module_scripts(html: &str, base: &str) -> Vec<String> {
+    html.split("<script")
+        .skip(1)
+        .filter_map(|tag| tag.split_once('>').map(|(attrs, _)| attrs))
+        .filter(|attrs| attrs.contains(r#"type="module""#))
+        .filter_map(|attrs| attrs.split_once(r#"src=""#))
+        .filter_map(|(_, rest)| rest.split_once('"'))
+        .map(|(src, _)| resolve(base, src))
+        .collect()
+}
+
+/// The module specifiers a script names: `import "x"`, `import … from
+/// "x"`, `export … from "x"` and `import("x")` with a literal. A keyword
+/// counts only as a whole word followed by its quote (or `(` for
+/// `import`), so prose in comments and names such as `Array.from` do not.
+fn imports(source: &str) -> Vec<String> {
+    let word = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    let mut found = Vec::new();
+    for keyword in ["import", "from"] {
+        for (at, _) in source.match_indices(keyword) {
+            let before = source[..at].chars().next_back();
+            let after = &source[at + keyword.len()..];
+            // Part of a longer name (`imported`, `Array.from`).
+            if before.is_some_and(|c| word(c) || c == '.') || after.starts_with(word) {
+                continue;
+            }
+            let mut rest = after.trim_start();
+            if keyword == "import"
+                && let Some(call) = rest.strip_prefix('(')
+            {
+                rest = call.trim_start();
+            }
+            let Some(quote) = rest.chars().next().filter(|c| matches!(c, '"' | '\'')) else {
+                continue;
+            };
+            if let Some((specifier, _)) = rest[1..].split_once(quote) {
+                found.push(specifier.to_owned());
+            }
+        }
+    }
+    found
+}
+
+/// `specifier` as an absolute path, from the module at `from`: `/…` as it
+/// is, `./…` and `../…` against `from`'s directory. A bare name (`xterm`)
+/// would not load in a browser without an import map, so it fails here.
+fn resolve(from: &str, specifier: &str) -> String {
+    if specifier.starts_with('/') {
+        return specifier.to_owned();
+    }
+    assert!(
+        specifier.starts_with("./") || specifier.starts_with("../"),
+        "{from} imports {specifier:?}, which a browser cannot resolve"
+    );
+    let mut parts: Vec<&str> = from.split('/').collect();
+    parts.pop(); // the file name
+    for part in specifier.split('/') {
+        match part {
+            "." => {}
+            ".." => {
+                parts.pop();
+            }
+            part => parts.push(part),
+        }
+    }
+    parts.join("/")
+}
+
+/// Fails when a module reachable from `module` imports one that imports it
+/// back (directly or not); `path` is the chain from an entry.
+fn assert_no_cycle<'a>(
+    graph: &'a BTreeMap<String, Vec<String>>,
+    module: &'a str,
+    path: &mut Vec<&'a str>,
+    done: &mut BTreeSet<&'a str>,
+) {
+    if done.contains(module) {
+        return;
+    }
+    assert!(
+        !path.contains(&module),
+        "import cycle: {} -> {module}",
+        path.join(" -> ")
+    );
+    path.push(module);
+    for import in &graph[module] {
+        assert_no_cycle(graph, import, path, done);
+    }
+    path.pop();
+    done.insert(module);
 }
