@@ -15,6 +15,7 @@
 //! - `decodable`: the scan that refuses undecodable JSON and members named twice.
 //! - `agent_line`: an agent's line, read leniently in one pass.
 //! - `lines`: JSON-RPC lines built for agents and clients.
+//! - `method`: ACP method names and [`Method`], a message's method classified once.
 //! - `meta`: the runtime's `_meta` namespace.
 
 mod agent_line;
@@ -23,6 +24,7 @@ mod envelope;
 mod error;
 mod lines;
 mod meta;
+pub mod method;
 mod names;
 #[cfg(test)]
 mod tests;
@@ -33,4 +35,5 @@ pub use self::envelope::*;
 pub use self::error::*;
 pub use self::lines::*;
 pub use self::meta::*;
+pub use self::method::{Lane, Method, Scope};
 pub use self::names::*;

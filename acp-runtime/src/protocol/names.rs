@@ -52,55 +52,6 @@ pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0;
 pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 // The `_meta` namespace and the `_sandboxagent/*` names live in `ext-methods`.
 
-/// ACP method names the runtime looks at (the ACP schema, `agent-client-protocol-schema` v1).
-pub mod method {
-    /// `initialize`
-    pub const INITIALIZE: &str = "initialize";
-    /// `authenticate`
-    pub const AUTHENTICATE: &str = "authenticate";
-    /// `session/new`
-    pub const SESSION_NEW: &str = "session/new";
-    /// `session/load`
-    pub const SESSION_LOAD: &str = "session/load";
-    /// `session/resume`
-    pub const SESSION_RESUME: &str = "session/resume";
-    /// `session/fork`
-    pub const SESSION_FORK: &str = "session/fork";
-    /// `session/prompt`
-    pub const SESSION_PROMPT: &str = "session/prompt";
-    /// `session/cancel`
-    pub const SESSION_CANCEL: &str = "session/cancel";
-    /// `session/update`
-    pub const SESSION_UPDATE: &str = "session/update";
-    /// `session/list`
-    pub const SESSION_LIST: &str = "session/list";
-    /// `session/set_mode`
-    pub const SESSION_SET_MODE: &str = "session/set_mode";
-    /// `session/set_model` (agents that predate config options)
-    pub const SESSION_SET_MODEL: &str = "session/set_model";
-    /// `$/cancel_request` (ACP protocol level): cancel a request by id.
-    pub const CANCEL_REQUEST: &str = "$/cancel_request";
-    /// ACP agent request asking the user for permission.
-    pub const SESSION_REQUEST_PERMISSION: &str = "session/request_permission";
-    /// ACP `session/set_config_option`.
-    pub const SESSION_SET_CONFIG_OPTION: &str = "session/set_config_option";
-    /// ACP agent request: read a text file (client capability
-    /// `fs.readTextFile`).
-    pub const FS_READ_TEXT_FILE: &str = "fs/read_text_file";
-    /// ACP agent request: write a text file (`fs.writeTextFile`).
-    pub const FS_WRITE_TEXT_FILE: &str = "fs/write_text_file";
-    /// ACP agent request: start a terminal (`terminal`).
-    pub const TERMINAL_CREATE: &str = "terminal/create";
-    /// ACP agent request: a terminal's output so far.
-    pub const TERMINAL_OUTPUT: &str = "terminal/output";
-    /// ACP agent request: wait for a terminal's command to exit.
-    pub const TERMINAL_WAIT_FOR_EXIT: &str = "terminal/wait_for_exit";
-    /// ACP agent request: kill a terminal's command.
-    pub const TERMINAL_KILL: &str = "terminal/kill";
-    /// ACP agent request: kill and forget a terminal.
-    pub const TERMINAL_RELEASE: &str = "terminal/release";
-}
-
 /// ACP `session/update` kinds (`params.update.sessionUpdate`) the runtime
 /// looks at.
 pub mod update {

@@ -39,7 +39,8 @@ impl Router {
         &self,
         connection: &Arc<Connection>,
         client_id: &RawValue,
-        method: &str,
+        method: Method,
+        name: &str,
         params: Option<&RawValue>,
         effect: Effect,
         session: Option<Arc<str>>,
@@ -47,7 +48,7 @@ impl Router {
     ) -> Result<oneshot::Receiver<Bytes>, SendError> {
         let (reply, receiver) = oneshot::channel();
         *self.last_requester.lock() = Arc::downgrade(connection);
-        let prompt = method == method::SESSION_PROMPT;
+        let prompt = method == Method::SessionPrompt;
         let live = if prompt {
             session.as_deref().and_then(|id| self.live_session(id))
         } else {
@@ -66,13 +67,13 @@ impl Router {
             sent_at: Instant::now(),
             stderr_mark: self.stderr.as_ref().map_or(0, |stderr| stderr.count()),
             hint_on_error: self.root_hint
-                && (method == method::SESSION_NEW || method == method::SESSION_LOAD),
+                && matches!(method, Method::SessionNew | Method::SessionLoad),
             turn,
         };
         if let Some(session) = live {
             session.turn_clock.start();
         }
-        self.submit(method, params, Pending::Client(Box::new(request)))
+        self.submit(name, params, Pending::Client(Box::new(request)))
             .await?;
         Ok(receiver)
     }

@@ -46,7 +46,7 @@ use crate::elicitation::{self, CompleteTarget, Question, UrlQuestions};
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use crate::metrics::{self, GaugeGuard, Metrics};
 use crate::otel;
-use crate::protocol::{self, AgentMessage, Kind, RpcError, code, method};
+use crate::protocol::{self, AgentMessage, Kind, Method, RpcError, code, method};
 use crate::state::connection::{ClientCapabilities, Connection};
 use crate::state::connections::Connections;
 use crate::state::hints::{self, Hints};

@@ -172,6 +172,7 @@ impl Fixture {
             .send_request(
                 connection,
                 &id,
+                Method::parse(method),
                 method,
                 Some(&params),
                 effect,
