@@ -3,7 +3,7 @@
 //! [`crate::runtime::Runtime::dispatch`] as it is: the runtime never parses
 //! a client's body again (research/contract.md, "Transport: /v2/rpc", POST).
 
-use crate::protocol::{self, Envelope, EnvelopeError, Kind, OwnedEnvelope};
+use crate::protocol::{self, Envelope, EnvelopeError, Kind, Method, OwnedEnvelope};
 use bytes::Bytes;
 
 /// A client's JSON-RPC message: the line it arrived as (forwarded to the
@@ -16,6 +16,9 @@ pub struct Inbound<'a> {
     pub envelope: Envelope<'a>,
     /// Request, notification or response.
     pub kind: Kind,
+    /// Its method, classified once ([`Method::Other`] for a response): what
+    /// the runtime decides by method is read from this, never from the name.
+    pub method: Method,
 }
 
 impl<'a> Inbound<'a> {
@@ -26,21 +29,27 @@ impl<'a> Inbound<'a> {
     /// [`EnvelopeError`] naming what is wrong.
     pub fn parse(line: &'a Bytes) -> Result<Self, EnvelopeError> {
         let (envelope, kind) = Envelope::parse(line, true)?;
+        let method = match kind {
+            Kind::Response => Method::Other,
+            Kind::Request | Kind::Notification => Method::parse(envelope.method()),
+        };
         Ok(Self {
             line,
             envelope,
             kind,
+            method,
         })
     }
 
-    /// The method name, or `""` for a response.
-    pub fn method(&self) -> &str {
+    /// The method's name as the client wrote it (unescaped), or `""` for a
+    /// response.
+    pub fn method_name(&self) -> &str {
         self.envelope.method()
     }
 
     /// Whether this is the `initialize` request.
     pub fn is_initialize(&self) -> bool {
-        self.kind == Kind::Request && self.method() == protocol::method::INITIALIZE
+        self.kind == Kind::Request && self.method == Method::Initialize
     }
 }
 
@@ -52,6 +61,7 @@ pub struct OwnedInbound {
     line: Bytes,
     envelope: OwnedEnvelope,
     kind: Kind,
+    method: Method,
 }
 
 impl OwnedInbound {
@@ -61,6 +71,7 @@ impl OwnedInbound {
             line: message.line.clone(),
             envelope: OwnedEnvelope::new(&message.envelope),
             kind: message.kind,
+            method: message.method,
         }
     }
 
@@ -70,6 +81,7 @@ impl OwnedInbound {
             line: &self.line,
             envelope: self.envelope.envelope(),
             kind: self.kind,
+            method: self.method,
         }
     }
 }
@@ -115,7 +127,10 @@ mod tests {
         let line = one_line(pretty);
         assert!(!protocol::has_newline(&line));
         let message = Inbound::parse(&line).expect("parses");
-        assert_eq!((message.method(), message.kind), ("m", Kind::Notification));
+        assert_eq!(
+            (message.method_name(), message.kind),
+            ("m", Kind::Notification)
+        );
         let raw_newline = one_line(b"{\"jsonrpc\":\"2.0\",\"method\":\"a\nb\"}");
         assert_eq!(
             &raw_newline[..],

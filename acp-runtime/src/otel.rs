@@ -12,7 +12,7 @@
 //! The propagator is OpenTelemetry's global one, which the binary sets to
 //! W3C trace context when it turns tracing on.
 
-use crate::protocol::method;
+use crate::protocol::Method;
 use http::HeaderMap;
 use opentelemetry::propagation::{Extractor, Injector};
 use serde::Deserialize;
@@ -41,22 +41,6 @@ pub(crate) const MAX_VALUE_BYTES: usize = 256;
 /// The span name of a client request whose method is neither ACP's nor
 /// this product's, which keeps span names a bounded set.
 const OTHER_METHOD: &str = "other";
-/// ACP's methods a client sends an agent (the ACP schema).
-const ACP_METHODS: [&str; 13] = [
-    method::INITIALIZE,
-    method::AUTHENTICATE,
-    method::SESSION_NEW,
-    method::SESSION_LOAD,
-    method::SESSION_RESUME,
-    method::SESSION_FORK,
-    method::SESSION_PROMPT,
-    method::SESSION_CANCEL,
-    method::SESSION_LIST,
-    method::SESSION_SET_MODE,
-    method::SESSION_SET_MODEL,
-    method::SESSION_SET_CONFIG_OPTION,
-    method::CANCEL_REQUEST,
-];
 
 /// `text` as a span takes it: at most [`MAX_VALUE_BYTES`] bytes, cut at a
 /// character boundary and ended with `…` when it was longer.
@@ -69,16 +53,6 @@ fn bounded(text: &str) -> Cow<'_, str> {
         end -= 1;
     }
     Cow::Owned(format!("{}…", &text[..end]))
-}
-
-/// The span name of a client request with method `method`: the method
-/// when ACP or `ext-methods` defines it, else [`OTHER_METHOD`].
-fn request_span_name(method: &str) -> &'static str {
-    ACP_METHODS
-        .into_iter()
-        .find(|known| *known == method)
-        .or_else(|| ext_methods::names::find(method).map(|known| known.name))
-        .unwrap_or(OTHER_METHOD)
 }
 
 /// Whether spans of [`TARGET`] are recorded at all (tracing is on): the
@@ -204,11 +178,13 @@ pub(crate) fn http_status(span: &Span, status: u16) {
 
 /// The span of one client ACP request (`rpc.method`, the connection id
 /// when it has one, `params.sessionId` when there is one), named by
-/// [`request_span_name`]; the client's strings [`bounded`]. A child of
+/// [`Method::span_name`] (else [`OTHER_METHOD`]); the client's strings
+/// [`bounded`]. A child of
 /// `parent` (the HTTP request's span; [`Span::none`]: a trace of its own).
 pub(crate) fn rpc_request(
     parent: &Span,
-    method: &str,
+    method: Method,
+    name: &str,
     connection: Option<&str>,
     session: Option<&str>,
 ) -> Span {
@@ -217,9 +193,9 @@ pub(crate) fn rpc_request(
         target: TARGET,
         parent: parent,
         "rpc.request",
-        otel.name = request_span_name(method),
+        otel.name = method.span_name().unwrap_or(OTHER_METHOD),
         rpc.system = "jsonrpc",
-        rpc.method = &*bounded(method),
+        rpc.method = &*bounded(name),
         acp.connection.id = connection,
         acp.session.id = session.as_deref(),
     )
@@ -696,7 +672,13 @@ mod tests {
             recorded.last("otel.name").as_deref(),
             Some("debug POST /acp")
         );
-        let _span = rpc_request(&Span::none(), &long, Some("c1"), Some(&long));
+        let _span = rpc_request(
+            &Span::none(),
+            Method::parse(&long),
+            &long,
+            Some("c1"),
+            Some(&long),
+        );
         assert_eq!(recorded.last("otel.name").as_deref(), Some("str other"));
         assert!(size("rpc.method") <= MAX_VALUE_BYTES);
         assert!(
@@ -705,17 +687,35 @@ mod tests {
                 .is_some_and(|m| m.ends_with("é…"))
         );
         assert!(size("acp.session.id") <= MAX_VALUE_BYTES);
-        let _span = rpc_request(&Span::none(), "session/prompt", None, Some("s1"));
+        let _span = rpc_request(
+            &Span::none(),
+            Method::parse("session/prompt"),
+            "session/prompt",
+            None,
+            Some("s1"),
+        );
         assert_eq!(
             recorded.last("otel.name").as_deref(),
             Some("str session/prompt")
         );
-        let _span = rpc_request(&Span::none(), "_sandboxagent/session/detach", None, None);
+        let _span = rpc_request(
+            &Span::none(),
+            Method::parse("_sandboxagent/session/detach"),
+            "_sandboxagent/session/detach",
+            None,
+            None,
+        );
         assert_eq!(
             recorded.last("otel.name").as_deref(),
             Some("str _sandboxagent/session/detach")
         );
-        let _span = rpc_request(&Span::none(), "_vendor/anything", None, None);
+        let _span = rpc_request(
+            &Span::none(),
+            Method::parse("_vendor/anything"),
+            "_vendor/anything",
+            None,
+            None,
+        );
         assert_eq!(recorded.last("otel.name").as_deref(), Some("str other"));
         assert_eq!(
             recorded.last("rpc.method").as_deref(),

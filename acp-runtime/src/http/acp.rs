@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::message::{Inbound, one_line};
 use crate::protocol::{
     self, ACP_CONNECTION_ID_HEADER, ACP_SESSION_ID_HEADER, APPLICATION_JSON, EVENT_STREAM, Kind,
-    method,
+    Lane, Scope,
 };
 use crate::runtime::dispatch::To;
 use crate::runtime::open::Opening;
@@ -27,31 +27,6 @@ use crate::state::connection::Profile;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
 use tracing::Span;
-
-/// Methods that act on one session: the RFD requires `Acp-Session-Id` on
-/// them (the list the official Rust client uses).
-const SESSION_SCOPED: &[&str] = &[
-    method::SESSION_PROMPT,
-    method::SESSION_CANCEL,
-    "session/close",
-    "session/delete",
-    method::SESSION_FORK,
-    method::SESSION_LOAD,
-    method::SESSION_RESUME,
-    method::SESSION_SET_CONFIG_OPTION,
-    method::SESSION_SET_MODE,
-    method::SESSION_SET_MODEL,
-];
-
-/// Answers that belong on the connection stream even though the request
-/// names a session: the client may not have that session's stream yet
-/// (RFD, "Streamable HTTP Message Flow").
-const CONNECTION_LANE_ANSWERS: &[&str] = &[
-    method::SESSION_NEW,
-    method::SESSION_LOAD,
-    method::SESSION_RESUME,
-    method::SESSION_FORK,
-];
 
 /// `POST`: `initialize` without a connection → 200 with the JSON answer and
 /// `Acp-Connection-Id`; anything else → 202, its answer (if any) pushed to
@@ -97,9 +72,9 @@ pub async fn post(
         return initialize(runtime, &message, path_agent, span).await;
     };
     let connection = runtime.connections.lookup(&connection_id)?;
-    let method = message.method();
+    let method = message.method_name();
     let params_session = message.envelope.session_id();
-    if message.kind != Kind::Response && SESSION_SCOPED.contains(&method) {
+    if message.kind != Kind::Response && message.method.scope() == Scope::Session {
         match (&session_header, &params_session) {
             (None, _) => {
                 return Err(Error::InvalidRequest(format!(
@@ -114,10 +89,9 @@ pub async fn post(
             _ => {}
         }
     }
-    let lane = if CONNECTION_LANE_ANSWERS.contains(&method) {
-        None
-    } else {
-        session_header.or(params_session)
+    let lane = match message.method.lane() {
+        Lane::Connection => None,
+        Lane::Session => session_header.or(params_session),
     };
     let detached = Detached {
         runtime: runtime.clone(),

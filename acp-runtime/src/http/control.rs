@@ -8,7 +8,8 @@ use super::problem::Problem;
 use crate::error::Error;
 use crate::protocol::APPLICATION_JSON;
 use crate::runtime::Runtime;
-use crate::state::session::{ListFilter, ListState, Session};
+use crate::state::session::Session;
+use crate::state::sessions::{ListFilter, ListState};
 use agent_client_protocol::v1::schema::SessionInfo;
 use bytes::Bytes;
 use ext_methods::{

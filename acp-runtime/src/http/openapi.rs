@@ -7,7 +7,7 @@
 use super::body::{Body, full};
 use super::problem::Problem;
 use crate::protocol::APPLICATION_JSON;
-use crate::state::session::ListState;
+use crate::state::sessions::ListState;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use std::sync::LazyLock;

@@ -9,7 +9,7 @@
 //! What observers may not send is checked here too ([`Runtime::refuse_observer`]).
 
 use super::Runtime;
-use crate::protocol::{RpcError, code, method};
+use crate::protocol::{Method, RpcError, code};
 use crate::state::connection::Connection;
 use crate::state::session::{AttachOutcome, FromStore, Session};
 use agent_client_protocol::v1::schema::LoadSessionResponse;
@@ -23,19 +23,6 @@ const STORE_READS: usize = 4;
 
 /// Events read from the store per query of a replay.
 const STORE_PAGE: usize = 1000;
-
-/// Methods an observer may not send (research/contract.md,
-/// "`_sandboxagent/session/attach`"): they prompt, cancel or change the
-/// session.
-const CONTROLLER_ONLY: &[&str] = &[
-    method::SESSION_PROMPT,
-    method::SESSION_CANCEL,
-    method::SESSION_SET_MODE,
-    method::SESSION_SET_MODEL,
-    method::SESSION_SET_CONFIG_OPTION,
-    ext_methods::method::SESSION_SET_METADATA,
-    ext_methods::method::SESSION_TERMINATE,
-];
 
 impl Runtime {
     /// The session `id` of `connection`'s agent if it is live on the
@@ -169,21 +156,22 @@ impl Runtime {
         &self,
         connection: &Connection,
         id: &str,
-        method: &str,
+        method: Method,
+        name: &str,
     ) -> Option<RpcError> {
-        if !CONTROLLER_ONLY.contains(&method) {
+        if !method.controller_only() {
             return None;
         }
         let session = self.sessions.get(&connection.agent, id)?;
         (session.role_of(connection) == Some(Role::Observer)).then(|| {
             RpcError::new(
                 code::OBSERVER_FORBIDDEN,
-                format!("{method} is not allowed: this connection is attached to session {id} as an observer"),
+                format!("{name} is not allowed: this connection is attached to session {id} as an observer"),
             )
             .with_data(serde_json::json!({
                 "sessionId": id,
                 "role": Role::Observer.as_str(),
-                "method": method,
+                "method": name,
             }))
         })
     }

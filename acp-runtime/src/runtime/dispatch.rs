@@ -13,12 +13,11 @@ use crate::agent::router::Effect;
 use crate::error::Error;
 use crate::message::Inbound;
 use crate::otel;
-use crate::protocol::{self, Envelope, Kind, RpcError, code, method};
+use crate::protocol::{self, Envelope, Kind, Method, RpcError, code, method};
 use crate::state::connection::{Connection, InFlightId, MAX_IN_FLIGHT, Profile, Refused};
 use crate::state::session::{MAX_METADATA_BYTES, metadata_size};
 use crate::store::writer::Room;
 use bytes::Bytes;
-use ext_methods::PREFIX as EXTENSION_PREFIX;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -64,7 +63,13 @@ impl Runtime {
                 To::Connection(connection) => Some(&*connection.id),
             };
             let session = message.envelope.session_id();
-            let span = otel::rpc_request(parent, message.method(), connection, session.as_deref());
+            let span = otel::rpc_request(
+                parent,
+                message.method,
+                message.method_name(),
+                connection,
+                session.as_deref(),
+            );
             return self.dispatch_to(to, message, &span).await;
         }
         self.dispatch_to(to, message, &Span::none()).await
@@ -103,9 +108,9 @@ impl Runtime {
         message: &Inbound<'_>,
         span: &Span,
     ) -> Result<Reply, Error> {
-        let (envelope, body) = (&message.envelope, message.line);
+        let envelope = &message.envelope;
         let client_id = envelope.id.unwrap_or(RawValue::NULL);
-        let method = envelope.method();
+        let (method, name) = (message.method, message.method_name());
         let in_flight = match connection.claim_request_id(client_id.get()) {
             Ok(in_flight) => in_flight,
             Err(Refused::Duplicate) => {
@@ -136,30 +141,35 @@ impl Runtime {
         }
         if let Some(error) = session
             .as_deref()
-            .and_then(|id| self.refuse_observer(connection, id, method))
+            .and_then(|id| self.refuse_observer(connection, id, method, name))
         {
             return Ok(Reply::error(client_id, &error));
         }
-        if method.starts_with(EXTENSION_PREFIX) {
-            let answer = super::ext::call(self, connection, method, envelope.params).await;
-            let (result, error) = match &answer {
-                Ok(result) => (Some(&**result), None),
-                Err(error) => (None, Some(&**error)),
-            };
-            let mut reply = Reply::json(protocol::response_line(client_id, result, error));
-            if method == ext_methods::method::SESSION_ATTACH
-                && let Reply::Json { last_event_id, .. } = &mut reply
-            {
-                // The replayed history is on the stream up to this id.
-                *last_event_id = Some(connection.newest_event_id());
+        // What the runtime answers itself, whatever the session's state.
+        match method {
+            Method::Ext(_) | Method::UnknownExt => {
+                let answer = super::ext::call(self, connection, name, envelope.params).await;
+                let (result, error) = match &answer {
+                    Ok(result) => (Some(&**result), None),
+                    Err(error) => (None, Some(&**error)),
+                };
+                let mut reply = Reply::json(protocol::response_line(client_id, result, error));
+                if let Method::Ext(ext) = method
+                    && ext.name == ext_methods::method::SESSION_ATTACH
+                    && let Reply::Json { last_event_id, .. } = &mut reply
+                {
+                    // The replayed history is on the stream up to this id.
+                    *last_event_id = Some(connection.newest_event_id());
+                }
+                return Ok(reply);
             }
-            return Ok(reply);
-        }
-        if method == method::SESSION_LIST {
-            return Ok(match self.list_sessions(envelope.params).await {
-                Ok(page) => Reply::json(protocol::result_response_line(client_id, &page)),
-                Err(error) => Reply::error(client_id, &error),
-            });
+            Method::SessionList => {
+                return Ok(match self.list_sessions(envelope.params).await {
+                    Ok(page) => Reply::json(protocol::result_response_line(client_id, &page)),
+                    Err(error) => Reply::error(client_id, &error),
+                });
+            }
+            _ => {}
         }
         if let Some(error) = session
             .as_deref()
@@ -170,7 +180,7 @@ impl Runtime {
         // A session live here is loaded from its event log, to this
         // connection alone: the agent would replay it to every attached one
         // (research/contract.md, "`_sandboxagent/session/attach`").
-        if method == method::SESSION_LOAD
+        if method == Method::SessionLoad
             && let Some(live) = session
                 .as_deref()
                 .and_then(|id| self.live_session(connection, id))
@@ -185,7 +195,7 @@ impl Runtime {
                 last_event_id: Some(connection.newest_event_id()),
             });
         }
-        let effect = self.effect_of(connection, envelope, body)?;
+        let effect = self.effect_of(connection, message)?;
         if let Some(error) = self.cwd_refused(method, envelope.params) {
             return Ok(Reply::error(client_id, &error.to_rpc_error()));
         }
@@ -193,7 +203,7 @@ impl Runtime {
             Ok(process) => process,
             Err(rejected) => return Ok(rejected),
         };
-        if method == method::INITIALIZE {
+        if method == Method::Initialize {
             let result = self.initialize_result(&process);
             return Ok(Reply::json(protocol::response_line(
                 client_id,
@@ -210,13 +220,9 @@ impl Runtime {
     /// Requests on an ended session fail at once. A session that ended with
     /// its agent process may be loaded again on a new process; one that was
     /// terminated is over for good.
-    fn ended_session_error(&self, agent: &str, id: &str, method: &str) -> Option<RpcError> {
+    fn ended_session_error(&self, agent: &str, id: &str, method: Method) -> Option<RpcError> {
         let ended = self.sessions.get(agent, id).filter(|s| s.is_ended())?;
-        let revivable = matches!(
-            method,
-            method::SESSION_LOAD | method::SESSION_RESUME | method::SESSION_FORK
-        );
-        if revivable && !ended.is_terminated() {
+        if method.revives() && !ended.is_terminated() {
             return None;
         }
         let how = if ended.is_terminated() {
@@ -247,7 +253,7 @@ impl Runtime {
     ) -> Result<Reply, Error> {
         let envelope = &message.envelope;
         let client_id = envelope.id.unwrap_or(RawValue::NULL);
-        let method = envelope.method();
+        let (method, name) = (message.method, message.method_name());
         if let Effect::AttachSession { session, .. } = &effect {
             process.router.prepare_attach(connection, session);
         }
@@ -257,7 +263,7 @@ impl Runtime {
         {
             // Dropping `in_flight` on a refusal releases the id.
             session.record_client(message.line).await?;
-            if method == method::SESSION_PROMPT
+            if method == Method::SessionPrompt
                 && let Some(params) = envelope.params
             {
                 session.note_prompt(params);
@@ -269,6 +275,7 @@ impl Runtime {
                 connection,
                 client_id,
                 method,
+                name,
                 envelope.params,
                 effect,
                 session,
@@ -278,7 +285,7 @@ impl Runtime {
         match sent {
             Ok(receiver) => {
                 in_flight.hand_over();
-                self.await_answer(connection, client_id, method, receiver)
+                self.await_answer(connection, client_id, method, name, receiver)
                     .await
             }
             // Dropping `in_flight` releases the id.
@@ -300,10 +307,11 @@ impl Runtime {
         &self,
         connection: &Arc<Connection>,
         client_id: &RawValue,
-        method: &str,
+        method: Method,
+        name: &str,
         receiver: oneshot::Receiver<Bytes>,
     ) -> Result<Reply, Error> {
-        let timeout = if method == method::SESSION_PROMPT {
+        let timeout = if method == Method::SessionPrompt {
             self.config.prompt_timeout
         } else {
             Some(self.config.request_timeout)
@@ -320,7 +328,7 @@ impl Runtime {
                     last_event_id: Some(connection.newest_event_id()),
                 }),
                 Waited::TimedOut => Err(Error::Timeout {
-                    method: method.to_owned(),
+                    method: name.to_owned(),
                     timeout: timeout.unwrap_or_default(),
                 }),
                 Waited::Lost => {
@@ -339,15 +347,9 @@ impl Runtime {
     /// checked before the agent sees the request: the agent's own failure
     /// would not name the user (research/contract.md, "Agents under an
     /// unprivileged user"). Relative or absent: the agent's to judge.
-    fn cwd_refused(&self, method: &str, params: Option<&RawValue>) -> Option<Error> {
+    fn cwd_refused(&self, method: Method, params: Option<&RawValue>) -> Option<Error> {
         let user = self.config.agent_user.as_ref()?;
-        if !matches!(
-            method,
-            method::SESSION_NEW
-                | method::SESSION_FORK
-                | method::SESSION_LOAD
-                | method::SESSION_RESUME
-        ) {
+        if !method.opens_session() {
             return None;
         }
         let cwd = cwd_of(params)?;
@@ -365,21 +367,11 @@ impl Runtime {
     /// Checks `_meta` rules and picks what the runtime does with the answer.
     /// On a connection of the `/acp` profile `session/new` may leave `_meta`
     /// out: the connection's agent stands in for it.
-    fn effect_of(
-        &self,
-        connection: &Connection,
-        envelope: &Envelope<'_>,
-        body: &Bytes,
-    ) -> Result<Effect, Error> {
-        let method = envelope.method();
+    fn effect_of(&self, connection: &Connection, message: &Inbound<'_>) -> Result<Effect, Error> {
+        let (envelope, body, method) = (&message.envelope, message.line, message.method);
         let cwd = || cwd_of(envelope.params);
-        if matches!(
-            method,
-            method::SESSION_NEW
-                | method::SESSION_FORK
-                | method::SESSION_LOAD
-                | method::SESSION_RESUME
-        ) && let Some(cwd) = cwd()
+        if method.opens_session()
+            && let Some(cwd) = cwd()
             && cwd.len() > MAX_CWD_BYTES
         {
             // The inventory keeps it in every entry, row and listing.
@@ -389,12 +381,12 @@ impl Runtime {
             )));
         }
         Ok(match method {
-            method::SESSION_NEW => {
+            Method::SessionNew => {
                 match protocol::meta_agent(envelope.params) {
                     None if connection.profile == Profile::Acp => {}
                     None => {
                         return Err(Error::MissingAgent {
-                            method: method.to_owned(),
+                            method: message.method_name().to_owned(),
                         });
                     }
                     Some(agent) if *agent != *connection.agent => {
@@ -411,12 +403,12 @@ impl Runtime {
                     request: body.clone(),
                 }
             }
-            method::SESSION_FORK => Effect::CreateSession {
+            Method::SessionFork => Effect::CreateSession {
                 cwd: cwd(),
                 metadata: metadata_of(envelope)?,
                 request: body.clone(),
             },
-            method::SESSION_LOAD | method::SESSION_RESUME => match envelope.session_id() {
+            Method::SessionLoad | Method::SessionResume => match envelope.session_id() {
                 Some(session) => Effect::AttachSession {
                     session,
                     cwd: cwd(),
@@ -424,7 +416,7 @@ impl Runtime {
                 },
                 None => Effect::None,
             },
-            method::SESSION_SET_MODE | method::SESSION_SET_MODEL => {
+            Method::SessionSetMode | Method::SessionSetModel => {
                 Effect::SetHints(crate::state::hints::from_request(method, envelope.params))
             }
             _ => Effect::None,
@@ -437,37 +429,38 @@ impl Runtime {
         message: &Inbound<'_>,
     ) -> Result<Reply, Error> {
         let (envelope, body) = (&message.envelope, message.line);
-        let method = envelope.method();
+        let (method, name) = (message.method, message.method_name());
         if let Some(session) = envelope.session_id()
-            && let Some(error) = self.refuse_observer(connection, &session, method)
+            && let Some(error) = self.refuse_observer(connection, &session, method, name)
         {
             // A notification has no answer to carry the error: dropped.
-            tracing::info!(connection = %connection.id, method, error = %error.message, "dropping an observer's notification");
+            tracing::info!(connection = %connection.id, method = name, error = %error.message, "dropping an observer's notification");
             return Ok(Reply::Accepted);
         }
-        if method.starts_with(EXTENSION_PREFIX) {
-            match ext_methods::names::find(method) {
-                Some(ext) if ext.notification && super::ext::answers(self, method) => {
-                    if let Err(error) =
-                        super::ext::call(self, connection, method, envelope.params).await
-                    {
-                        tracing::info!(
-                            method,
-                            error = error.get(),
-                            "extension notification failed"
-                        );
-                    }
+        match method {
+            Method::Ext(ext) if ext.notification && super::ext::answers(self, name) => {
+                if let Err(error) = super::ext::call(self, connection, name, envelope.params).await
+                {
+                    tracing::info!(
+                        method = name,
+                        error = error.get(),
+                        "extension notification failed"
+                    );
                 }
-                _ => tracing::debug!(method, "ignoring unknown extension notification"),
+                return Ok(Reply::Accepted);
             }
-            return Ok(Reply::Accepted);
+            Method::Ext(_) | Method::UnknownExt => {
+                tracing::debug!(method = name, "ignoring unknown extension notification");
+                return Ok(Reply::Accepted);
+            }
+            _ => {}
         }
         // A notification is not a reason to start an agent: with no process
         // there is nothing to cancel or inform.
         let Some(process) = self.agents.current(&connection.agent) else {
             return Ok(Reply::Accepted);
         };
-        if method == method::CANCEL_REQUEST {
+        if method == Method::CancelRequest {
             // The client names its own request id; the agent knows another one.
             let Some(agent_id) = protocol::cancelled_request_id(envelope.params)
                 .and_then(|id| process.router.agent_id_of(connection, id.get()))
@@ -492,7 +485,7 @@ impl Runtime {
         if process.router.send_line(body).await.is_err() {
             tracing::debug!(connection = %connection.id, "notification dropped: agent process exited");
         }
-        if method == method::SESSION_CANCEL
+        if method == Method::SessionCancel
             && let Some(session) = &session
         {
             // ACP: after `session/cancel` the client answers the turn's open

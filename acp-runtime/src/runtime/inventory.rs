@@ -6,8 +6,9 @@
 
 use super::Runtime;
 use crate::error::Error;
-use crate::state::session::{
-    ListFilter, ListPage, ListState, Session, SortKey, cursor_of, parse_cursor, sort_key,
+use crate::state::session::Session;
+use crate::state::sessions::{
+    ListFilter, ListPage, ListState, SortKey, cursor_of, parse_cursor, sort_key,
 };
 use crate::store::PageQuery;
 use std::collections::HashSet;

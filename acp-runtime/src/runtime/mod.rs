@@ -40,7 +40,7 @@ use crate::protocol::{self, RpcError};
 use crate::state::connection::ReplayLimits;
 use crate::state::connections::Connections;
 use crate::state::event_log::LogLimits;
-use crate::state::session::{InventoryLimits, Sessions};
+use crate::state::sessions::{InventoryLimits, Sessions};
 use crate::store::writer::Persist;
 use crate::store::{Store, StoreUrl};
 use bytes::Bytes;

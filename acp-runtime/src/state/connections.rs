@@ -7,7 +7,7 @@ use crate::budget::MemoryBudget;
 use crate::error::Error;
 use crate::metrics::{Metrics, Transport};
 use crate::state::connection::{ClientCapabilities, Connection, Profile, ReplayLimits};
-use crate::state::session::Sessions;
+use crate::state::sessions::Sessions;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};

@@ -8,7 +8,7 @@
 //! session updates. Agents that predate config options send
 //! `models: {availableModels, currentModelId}` in the result; that is read too.
 
-use crate::protocol::method;
+use crate::protocol::Method;
 use agent_client_protocol::schema::MaybeUndefined;
 use agent_client_protocol::v1::schema::{
     SessionConfigKind, SessionConfigOption, SessionConfigOptionCategory,
@@ -136,7 +136,7 @@ pub fn from_result(result: &RawValue) -> Option<Hints> {
 /// Hints a successful request implies by its params: `session/set_mode`
 /// (`modeId`) and `session/set_model` (`modelId`, agents that predate config
 /// options).
-pub fn from_request(method: &str, params: Option<&RawValue>) -> Hints {
+pub fn from_request(method: Method, params: Option<&RawValue>) -> Hints {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Params {
@@ -147,8 +147,8 @@ pub fn from_request(method: &str, params: Option<&RawValue>) -> Hints {
     let mut hints = Hints::default();
     if let Some(params) = params {
         match method {
-            method::SESSION_SET_MODE => hints.mode = params.mode_id,
-            method::SESSION_SET_MODEL => hints.model = params.model_id,
+            Method::SessionSetMode => hints.mode = params.mode_id,
+            Method::SessionSetModel => hints.model = params.model_id,
             _ => {}
         }
     }
@@ -269,19 +269,19 @@ mod tests {
         assert_eq!(from_result(&raw("{}")), None);
         let params = raw(r#"{"sessionId":"s","modeId":"plan"}"#);
         assert_eq!(
-            from_request("session/set_mode", Some(&params))
+            from_request(Method::parse("session/set_mode"), Some(&params))
                 .mode
                 .as_deref(),
             Some("plan")
         );
         let params = raw(r#"{"sessionId":"s","modelId":"m2"}"#);
         assert_eq!(
-            from_request("session/set_model", Some(&params))
+            from_request(Method::parse("session/set_model"), Some(&params))
                 .model
                 .as_deref(),
             Some("m2")
         );
-        assert!(from_request("session/prompt", Some(&params)).is_empty());
+        assert!(from_request(Method::parse("session/prompt"), Some(&params)).is_empty());
     }
 
     #[test]

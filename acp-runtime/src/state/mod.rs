@@ -5,8 +5,10 @@
 //! - `connection`: one client connection: its replay ring of
 //!   `(sequence, lane, JSON)`, its live stream slots, in-flight ids.
 //! - `connections`: the open connections, the connection cap, idle reaping.
-//! - `session`: the server-wide session inventory: attachments, metadata,
-//!   hints, the store rows.
+//! - `session`: one session: attachments and their roles, metadata, hints,
+//!   its event log, the store rows.
+//! - `sessions`: the server-wide inventory of them: by id, the listing
+//!   order and cursors, the cache of sessions recalled from the store.
 //! - `event_log`: each session's recorded ACP traffic.
 //! - `replay`: a session's history for an attaching connection, made from
 //!   its event log.
@@ -18,3 +20,4 @@ pub mod event_log;
 pub mod hints;
 pub mod replay;
 pub mod session;
+pub mod sessions;

@@ -7,7 +7,7 @@
 use super::*;
 use crate::state::connection::{Batch, ClientCapabilities, Profile, ReplayLimits};
 use crate::state::event_log::LogLimits;
-use crate::state::session::InventoryLimits;
+use crate::state::sessions::InventoryLimits;
 use ext_methods::notification::SESSION_ENDED;
 use serde_json::json;
 use tokio::sync::oneshot::error::TryRecvError;
@@ -172,6 +172,7 @@ impl Fixture {
             .send_request(
                 connection,
                 &id,
+                Method::parse(method),
                 method,
                 Some(&params),
                 effect,
