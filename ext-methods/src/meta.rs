@@ -7,8 +7,10 @@
 //! [`NAMESPACE`], and never touches other keys of `_meta`.
 
 use crate::names::NAMESPACE;
+use agent_client_protocol::v1::schema::{SessionId, SessionInfo};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 /// Keys the runtime always sets itself in a session's namespace object; a
@@ -140,6 +142,34 @@ pub struct SessionMeta {
 }
 
 impl SessionMeta {
+    /// The keys of a session's stored metadata object that
+    /// [`extra`](Self::extra) carries: every key but [`RUNTIME_KEYS`] and
+    /// the ones this type has fields for (`title`, `model`, `mode`).
+    pub fn extra_from(stored: &Map<String, Value>) -> Map<String, Value> {
+        let mut extra = stored.clone();
+        for key in RUNTIME_KEYS.iter().chain(&["title", "model", "mode"]) {
+            extra.remove(*key);
+        }
+        extra
+    }
+
+    /// The inventory entry of the session `session_id` (working directory
+    /// `cwd`) with this namespace object: ACP `SessionInfo` whose `title`
+    /// and `updatedAt` are this object's, with the object itself under
+    /// `_meta["sandboxagent.dev"]`; the shape of a `session/list` item and
+    /// of a `GET /v2/sessions` item (research/contract.md, "Control
+    /// plane").
+    pub fn entry(&self, session_id: impl Into<SessionId>, cwd: impl Into<PathBuf>) -> SessionInfo {
+        let mut namespace = Map::new();
+        if let Ok(value) = serde_json::to_value(self) {
+            namespace.insert(NAMESPACE.to_owned(), value);
+        }
+        SessionInfo::new(session_id, cwd)
+            .title(self.title.clone())
+            .updated_at(self.updated_at.clone())
+            .meta(namespace)
+    }
+
     /// [`created_at`](Self::created_at) as a point in time; `None` when it
     /// is not RFC 3339.
     pub fn created_time(&self) -> Option<SystemTime> {
@@ -157,6 +187,15 @@ impl SessionMeta {
 /// point in time; `None` when it does not parse.
 pub fn parse_time(text: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339_weak(text).ok()
+}
+
+/// `time` as the wire writes it: RFC 3339 in UTC with milliseconds
+/// (`2026-11-30T11:09:58.060Z`). Every timestamp the runtime sends or
+/// stores has this form (`createdAt`, `updatedAt`, an event's `at`, a
+/// process's `startedAt`, a file's `modified`); [`parse_time`] reads it
+/// back. The one formatter: the runtime, the SDK and the CLI all call it.
+pub fn format_time(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
 }
 
 #[cfg(test)]
@@ -259,5 +298,39 @@ mod tests {
             .unwrap_or_default();
         assert_eq!(since_epoch.as_millis(), 1_796_036_998_060);
         assert!(super::parse_time("yesterday").is_none());
+        assert_eq!(super::format_time(time), "2026-11-30T11:09:58.060Z");
+        assert_eq!(
+            super::format_time(std::time::UNIX_EPOCH),
+            "1970-01-01T00:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn an_entry_carries_its_namespace_object() {
+        let stored = object(json!({"agent": "x", "dormant": true, "title": "T", "ticket": 7}));
+        let meta = SessionMeta {
+            agent: "mock".to_owned(),
+            created_at: "2026-01-01T00:00:00.000Z".to_owned(),
+            updated_at: "2026-01-01T00:00:01.000Z".to_owned(),
+            ended: false,
+            dormant: true,
+            event_count: 2,
+            title: Some("T".to_owned()),
+            model: None,
+            mode: None,
+            first_prompt: None,
+            extra: SessionMeta::extra_from(&stored),
+        };
+        assert_eq!(Value::Object(meta.extra.clone()), json!({"ticket": 7}));
+        let entry = serde_json::to_value(meta.entry("s1", "/work")).unwrap_or_default();
+        assert_eq!(
+            entry,
+            json!({"sessionId": "s1", "cwd": "/work", "title": "T",
+                   "updatedAt": "2026-01-01T00:00:01.000Z",
+                   "_meta": {"sandboxagent.dev": {
+                       "agent": "mock", "createdAt": "2026-01-01T00:00:00.000Z",
+                       "updatedAt": "2026-01-01T00:00:01.000Z", "ended": false,
+                       "dormant": true, "eventCount": 2, "title": "T", "ticket": 7}}})
+        );
     }
 }

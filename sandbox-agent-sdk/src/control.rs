@@ -128,19 +128,16 @@ impl ControlPlane {
         Ok((entries, body.next_cursor))
     }
 
-    /// `GET /v2/sessions/{id}?agent=`: session ids are per agent.
+    /// `GET /v2/sessions/{id}?agent=`: session ids are per agent; without
+    /// `agent` the server finds the one session with that id.
     pub(crate) async fn session(
         &self,
-        agent: &str,
+        agent: Option<&str>,
         session_id: &str,
     ) -> Result<SessionEntry, Error> {
+        let query: Vec<(&str, &str)> = agent.map(|agent| ("agent", agent)).into_iter().collect();
         let info: SessionInfo = self
-            .send(
-                Method::GET,
-                &["v2", "sessions", session_id],
-                &[("agent", agent)],
-                None,
-            )
+            .send(Method::GET, &["v2", "sessions", session_id], &query, None)
             .await?;
         Ok(SessionEntry::from_info(info))
     }
@@ -148,14 +145,16 @@ impl ControlPlane {
     /// `GET /v2/sessions/{id}/events?agent=&offset=&limit=`.
     pub(crate) async fn session_events(
         &self,
-        agent: &str,
+        agent: Option<&str>,
         session_id: &str,
         offset: u64,
         limit: Option<u32>,
     ) -> Result<SessionEventsPage, Error> {
         let offset = offset.to_string();
         let limit = limit.map(|limit| limit.to_string());
-        let mut query = vec![("agent", agent), ("offset", offset.as_str())];
+        let mut query: Vec<(&str, &str)> =
+            agent.map(|agent| ("agent", agent)).into_iter().collect();
+        query.push(("offset", offset.as_str()));
         if let Some(limit) = &limit {
             query.push(("limit", limit.as_str()));
         }

@@ -142,7 +142,8 @@
 //!   `extensions` (sandbox-agent extensions under sandbox names:
 //!   `set_metadata`, `terminate_session`, …), `control_plane` (`health`,
 //!   `agents`, `install_agent`, `list_session_entries` (pages of the
-//!   inventory) and `all_sessions`, `session_events`), `fs`
+//!   inventory) and `all_sessions`, `session_events`; `inventory_entry`
+//!   and `inventory_events` for a session of any agent), `fs`
 //!   (the host file system: [`FsPath`], listing, stat, mkdir, move,
 //!   delete, streamed file reads ([`FsDownload`]) and writes, tree uploads
 //!   (`upload_fs_batch`, `upload_fs_dir`)), `processes` (the process API:
@@ -166,7 +167,8 @@
 //!   session's events to its running turn.
 //! - `meta`: `_meta["sandboxagent.dev"]` in ([`Metadata`],
 //!   [`sandbox_meta`], the agent id) and out ([`WithMeta`],
-//!   [`SessionEntry`] with typed [`SessionMeta`]).
+//!   [`SessionEntry`] with typed [`SessionMeta`]; an entry made from its
+//!   metadata, as a server lists it).
 //! - `embedded`: finding, starting and stopping the server binary.
 //! - `provider`: [`SandboxProvider`] and [`Sandbox`] (create, start with a
 //!   generated token, healthy, destroy), the [`local()`] provider.

@@ -2,10 +2,11 @@
 //! requests, and [`WithMeta`], an answer with its namespace object as typed
 //! [`SessionMeta`] fields.
 
-use agent_client_protocol::v1::schema::{Meta, SessionInfo};
+use agent_client_protocol::v1::schema::{Meta, SessionId, SessionInfo};
 use ext_methods::{NAMESPACE, SessionMeta};
 use serde_json::{Map, Value};
 use std::ops::Deref;
+use std::path::PathBuf;
 
 /// An answer (a session result, a session list entry) with its
 /// `_meta["sandboxagent.dev"]` read into [`SessionMeta`]: `agent`, `title`,
@@ -57,6 +58,22 @@ impl SessionEntry {
     /// `GET /v2/sessions` item).
     pub(crate) fn from_info(info: SessionInfo) -> SessionEntry {
         WithMeta::read(info, |info| info.meta.as_ref())
+    }
+
+    /// The entry a server lists for the session `session_id` (working
+    /// directory `cwd`) whose namespace object is `meta`: the same shape
+    /// as a `GET /v2/sessions` item ([`SessionMeta::entry`]), for a tool
+    /// that reads sessions from elsewhere (a session store) and shows them
+    /// as a server would.
+    pub fn from_meta(
+        session_id: impl Into<SessionId>,
+        cwd: impl Into<PathBuf>,
+        meta: SessionMeta,
+    ) -> SessionEntry {
+        WithMeta {
+            value: meta.entry(session_id, cwd),
+            meta: Some(meta),
+        }
     }
 }
 
@@ -246,5 +263,21 @@ mod tests {
         assert_eq!(typed.extra.get("ticket"), Some(&json!("ENG-42")));
         assert!(session_meta(Some(&object(json!({"sandboxagent.dev": {"title": "x"}})))).is_none());
         assert!(session_meta(None).is_none());
+    }
+
+    #[test]
+    fn an_entry_made_from_its_metadata_reads_back_the_same() -> Result<(), serde_json::Error> {
+        let meta: SessionMeta = serde_json::from_value(json!({
+            "agent": "mock", "createdAt": "2026-01-01T00:00:00.000Z",
+            "updatedAt": "2026-01-01T00:00:01.000Z", "ended": true, "eventCount": 4,
+            "title": "T", "ticket": "ENG-42"
+        }))?;
+        let made = SessionEntry::from_meta("s1", "/work", meta);
+        assert_eq!(made.title.as_deref(), Some("T"));
+        assert_eq!(made.updated_at.as_deref(), Some("2026-01-01T00:00:01.000Z"));
+        let read =
+            SessionEntry::from_info(serde_json::from_value(serde_json::to_value(&made.value)?)?);
+        assert_eq!(read, made);
+        Ok(())
     }
 }

@@ -199,7 +199,7 @@ pub fn wire_event(
 ) -> SessionEvent {
     SessionEvent {
         offset,
-        at: humantime::format_rfc3339_millis(at).to_string(),
+        at: crate::time::rfc3339(at),
         direction,
         message: serde_json::from_slice(message).unwrap_or_else(|_| {
             serde_json::Value::String(String::from_utf8_lossy(message).into_owned())

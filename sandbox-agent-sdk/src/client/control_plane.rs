@@ -1,6 +1,7 @@
 //! The control plane (plain HTTP; no connection needed) on
 //! [`SandboxAgentClient`]: health, agents and installs, pages of the
-//! session inventory, pages of a session's recorded events. The routes
+//! session inventory and one entry of it, pages of a session's recorded
+//! events (of this client's agent, or of any: `inventory_*`). The routes
 //! themselves are `crate::control`.
 
 use super::SandboxAgentClient;
@@ -372,7 +373,33 @@ impl SandboxAgentClient {
         let session_id = session_id.into();
         self.control_call(
             "GET /v2/sessions/{id}",
-            self.control.session(&self.agent, &session_id.0),
+            self.control.session(Some(&self.agent), &session_id.0),
+        )
+        .await
+    }
+
+    /// `GET /v2/sessions/{id}?agent=`: one entry of the server's inventory,
+    /// of any agent (where [`get_session`](Self::get_session) reads this
+    /// client's agent's), without a connection. Session ids are per agent:
+    /// `agent` picks one; `None` finds the one session with that id.
+    ///
+    /// # Errors
+    /// As [`health`](Self::health); an unknown session (of `agent`, or of
+    /// any agent) [`Error::is_not_found`] (404 `unknown-session`);
+    /// [`Error::Http`] 409 `ambiguous-session` when `agent` is `None` and
+    /// several agents have a session with that id (its `detail` names
+    /// them); [`Error::InvalidResponse`] when the answer is not an ACP
+    /// `SessionInfo`.
+    pub async fn inventory_entry(
+        &self,
+        session_id: impl Into<SessionId>,
+        agent: Option<&str>,
+    ) -> Result<SessionEntry, Error> {
+        self.check_disposed()?;
+        let session_id = session_id.into();
+        self.control_call(
+            "GET /v2/sessions/{id}",
+            self.control.session(agent, &session_id.0),
         )
         .await
     }
@@ -407,6 +434,30 @@ impl SandboxAgentClient {
         offset: u64,
         limit: Option<u32>,
     ) -> Result<EventPage, Error> {
+        let agent = self.agent.clone();
+        self.inventory_events(session_id, Some(&agent), offset, limit)
+            .await
+    }
+
+    /// [`session_events`](Self::session_events) of a session of any agent
+    /// (`GET /v2/sessions/{id}/events?agent=&offset=&limit=`): `agent`
+    /// picks among sessions of several agents that share the id (take it
+    /// from [`inventory_entry`](Self::inventory_entry)'s
+    /// [`SessionMeta::agent`]); `None` reads the one session with that id.
+    /// Pages as `session_events`: at most `limit` events (1..=1000;
+    /// `None`: 100) from `offset` on, oldest first.
+    ///
+    /// # Errors
+    /// As [`session_events`](Self::session_events); [`Error::Http`] 409
+    /// `ambiguous-session` when `agent` is `None` and several agents share
+    /// the id.
+    pub async fn inventory_events(
+        &self,
+        session_id: impl Into<SessionId>,
+        agent: Option<&str>,
+        offset: u64,
+        limit: Option<u32>,
+    ) -> Result<EventPage, Error> {
         self.check_disposed()?;
         let session_id = session_id.into();
         let limit = limit.unwrap_or(DEFAULT_EVENTS_LIMIT);
@@ -421,7 +472,7 @@ impl SandboxAgentClient {
             .control_call(
                 "GET /v2/sessions/{id}/events",
                 self.control
-                    .session_events(&self.agent, &session_id.0, offset, Some(asked)),
+                    .session_events(agent, &session_id.0, offset, Some(asked)),
             )
             .await?;
         Ok(EventPage::from_wire(page, offset, limit))

@@ -147,7 +147,7 @@ impl SandboxAgentClient {
             return self
                 .control_call(
                     "GET /v2/sessions/{id}",
-                    self.control.session(&self.agent, &session_id.0),
+                    self.control.session(Some(&self.agent), &session_id.0),
                 )
                 .await;
         }

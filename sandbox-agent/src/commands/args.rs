@@ -1,14 +1,16 @@
 //! Argument groups that more than one command takes, declared once and
 //! flattened into each (`#[command(flatten)]`): the agent catalog
 //! (`server`, `agents`) and the running server a client command talks to
-//! (`fs`, `sessions`).
+//! (`fs`, `sessions`, `exec`, `ps`), with the SDK client they talk through.
 
 use acp_runtime::config::default_data_dir;
 use acp_runtime::install::{AgentSpec, catalog};
 use acp_runtime::protocol::PROBLEM_TYPE_PREFIX;
 use clap::Args;
+use sandbox_agent_sdk::{ClientOptions, HttpFailure, SandboxAgentClient};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// The environment variable that names the server when `--url` does not
 /// (`fs` and `prompt` through clap, `sessions` by hand).
@@ -90,12 +92,43 @@ pub struct RemoteArgs {
     pub token: Option<String>,
 }
 
-/// A running server's HTTP API, for the client commands that speak plain
-/// HTTP (`exec`, `ps`): its base URL and the bearer token on every request.
+/// The agent the client commands' SDK clients are bound to. None of their
+/// calls sends it (the control plane, the process API and the file system
+/// are not per agent), but an SDK client is bound to one.
+const UNUSED_AGENT: &str = "mock";
+
+/// An SDK client of the server at `url`, with `token`, without a
+/// connection to an agent (the client commands need none); each request
+/// bounded by `timeout` (`None`: no limit).
+///
+/// # Errors
+/// The SDK's refusal of the URL or the token, in its words.
+pub async fn client(
+    url: &str,
+    token: Option<&str>,
+    timeout: Option<Duration>,
+) -> Result<SandboxAgentClient, String> {
+    let mut options = ClientOptions::new(UNUSED_AGENT)
+        .base_url(url)
+        .auto_connect(false);
+    if let Some(token) = token {
+        options = options.token(token);
+    }
+    if let Some(timeout) = timeout {
+        options = options.request_timeout(timeout);
+    }
+    SandboxAgentClient::connect(options)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// A running server, for `exec` and `ps`: the SDK's client of it, and its
+/// base URL and token for what the SDK does not speak (the terminal
+/// WebSocket of `exec -t`).
 #[derive(Debug, Clone)]
 pub struct Remote {
-    /// One connection pool for every request.
-    pub http: reqwest::Client,
+    /// Every request but the terminal WebSocket; no request timeout.
+    pub client: SandboxAgentClient,
     /// `http://host:port`, without a trailing slash.
     pub base: String,
     /// The bearer token, when the server has one.
@@ -113,13 +146,35 @@ pub struct Failure {
     pub message: String,
 }
 
-impl From<reqwest::Error> for Failure {
-    fn from(error: reqwest::Error) -> Self {
+impl From<sandbox_agent_sdk::Error> for Failure {
+    /// The server's answer as [`Failure::of_http`] words it; a request
+    /// that failed on the way in reqwest's words (as `exec` and `ps` said
+    /// it before they used the SDK); anything else in the SDK's.
+    fn from(error: sandbox_agent_sdk::Error) -> Self {
+        if let sandbox_agent_sdk::Error::Http(failure) = &error {
+            return Self::of_http(failure);
+        }
         Self {
             kind: String::new(),
-            message: error.to_string(),
+            message: reqwest_error(&error).map_or_else(|| error.to_string(), ToString::to_string),
         }
     }
+}
+
+/// The reqwest error behind an SDK error (a request that could not be
+/// sent, a body cut off, a timeout), if there is one.
+pub fn reqwest_error(error: &sandbox_agent_sdk::Error) -> Option<&reqwest::Error> {
+    if let sandbox_agent_sdk::Error::Request(error) = error {
+        return Some(error);
+    }
+    let mut cause = std::error::Error::source(error);
+    while let Some(error) = cause {
+        if let Some(error) = error.downcast_ref::<reqwest::Error>() {
+            return Some(error);
+        }
+        cause = error.source();
+    }
+    None
 }
 
 impl RemoteArgs {
@@ -127,7 +182,7 @@ impl RemoteArgs {
     ///
     /// # Errors
     /// No `--url` (nor `$SANDBOX_AGENT_URL`), or one that is not an http(s) URL.
-    pub fn remote(&self) -> Result<Remote, String> {
+    pub async fn remote(&self) -> Result<Remote, String> {
         let url = self
             .url
             .as_deref()
@@ -137,49 +192,25 @@ impl RemoteArgs {
             return Err(format!("--url {url}: an http:// or https:// URL"));
         }
         Ok(Remote {
-            http: reqwest::Client::new(),
+            client: client(url, self.token.as_deref(), None).await?,
             base: url.trim_end_matches('/').to_owned(),
             token: self.token.clone(),
         })
     }
 }
 
-impl Remote {
-    /// A request to `path` (absolute, from `/v2/…`), with the token.
-    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let builder = self.http.request(method, format!("{}{path}", self.base));
-        match &self.token {
-            Some(token) => builder.bearer_auth(token),
-            None => builder,
-        }
-    }
-
-    /// Sends `builder`: the response when its status is a success.
-    ///
-    /// # Errors
-    /// The server's problem document as a [`Failure`], or the transport's
-    /// error.
-    pub async fn send(builder: reqwest::RequestBuilder) -> Result<reqwest::Response, Failure> {
-        let response = builder.send().await?;
-        if response.status().is_success() || response.status().is_informational() {
-            return Ok(response);
-        }
-        let status = response.status();
-        let body: serde_json::Value = response.json().await.unwrap_or_default();
-        Err(Failure::of_problem(status, &body))
-    }
-}
-
 impl Failure {
-    /// The failure a problem document `body` (RFC 9457) answered with
-    /// `status` describes.
-    pub fn of_problem(status: http::StatusCode, body: &serde_json::Value) -> Self {
-        let kind = body["type"]
-            .as_str()
-            .and_then(|kind| kind.strip_prefix(PROBLEM_TYPE_PREFIX))
+    /// The failure a non-2xx answer describes: the kind from its problem
+    /// document's (RFC 9457) type, the message its `detail` with the
+    /// status (`unknown process (404 Not Found)`), else the status alone.
+    pub fn of_http(failure: &HttpFailure) -> Self {
+        let status = failure.status;
+        let problem = failure.problem.as_deref();
+        let kind = problem
+            .and_then(|problem| problem.problem_type.strip_prefix(PROBLEM_TYPE_PREFIX))
             .unwrap_or("")
             .to_owned();
-        let message = match body["detail"].as_str() {
+        let message = match problem.and_then(|problem| problem.detail.as_deref()) {
             Some(detail) => format!("{detail} ({status})"),
             None => format!("the server answered {status}"),
         };

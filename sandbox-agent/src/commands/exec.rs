@@ -3,17 +3,21 @@
 //! server through its process API and behaves like the program
 //! (research/contract.md, "CLI: exec and ps").
 //!
+//! The program is started, signalled and fed through the SDK's process
+//! handle (`sandbox_agent_sdk::ProcessHandle`).
+//!
 //! - Without `-t` the program gets pipes: its stdout goes to stdout, its
-//!   stderr to stderr, followed over SSE and resumed with `Last-Event-ID`
-//!   when the connection drops (no byte lost or repeated while the
-//!   server's ring holds them; a `dropped` notice on stderr otherwise).
-//!   Local stdin is relayed (`POST …/input`), then closed (`?eof=true`).
-//!   SIGINT, SIGTERM and SIGHUP are forwarded to the program.
+//!   stderr to stderr, followed by the SDK's output stream, which resumes
+//!   with `Last-Event-ID` when the connection drops (no byte lost or
+//!   repeated while the server's ring holds them; a `dropped` notice on
+//!   stderr otherwise). Local stdin is relayed (`POST …/input`), then
+//!   closed (`?eof=true`). SIGINT, SIGTERM and SIGHUP are forwarded to the
+//!   program.
 //! - With `-t` the program gets a terminal of the local terminal's size,
 //!   the local terminal is put in raw mode (and restored on every way
-//!   out), and bytes go both ways over the terminal WebSocket; SIGWINCH
-//!   becomes a resize, a dropped socket is resumed at the byte offset
-//!   reached.
+//!   out), and bytes go both ways over the terminal WebSocket (which the
+//!   SDK does not speak: it is opened here); SIGWINCH becomes a resize, a
+//!   dropped socket is resumed at the byte offset reached.
 //!
 //! The exit status is the program's: its exit code, or 128 + the signal's
 //! number when a signal ended it (as a shell reports it). When `exec`
@@ -23,10 +27,12 @@
 use super::args::{Failure, Remote, RemoteArgs, URL_ENV};
 use bytes::Bytes;
 use clap::Args;
-use eventsource_stream::Eventsource;
 use futures::{SinkExt, StreamExt};
-use reqwest::Method;
+use sandbox_agent_sdk::{
+    Exit, OutputChunk, OutputEvent, OutputStream, ProcessHandle, ProcessRequest,
+};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::str::FromStr;
@@ -42,7 +48,8 @@ const FAILED: u8 = 125;
 const NOT_FOUND: u8 = 127;
 /// Most stdin bytes one read takes (one `POST …/input`, one frame).
 const STDIN_CHUNK: usize = 64 * 1024;
-/// Reconnections in a row without a byte of progress before giving up.
+/// Reconnections of the terminal WebSocket in a row without a byte of
+/// progress before giving up (the output stream's are the SDK's).
 const MAX_RESUMES: u32 = 10;
 /// Pause before the first reconnection (doubled each time, at most 2 s).
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -114,19 +121,15 @@ fn failure(message: impl Into<String>) -> Failure {
 }
 
 async fn exec(args: ExecArgs) -> Result<u8, Failure> {
-    let remote = args.server.remote().map_err(failure)?;
+    let remote = args.server.remote().await.map_err(failure)?;
     let (program, program_args) = args
         .command
         .split_first()
         .ok_or_else(|| failure("name the program to run: exec -- CMD ARGS…"))?;
-    let mut env: serde_json::Map<String, Value> = args
-        .env
-        .iter()
-        .map(|(key, value)| (key.clone(), Value::from(value.as_str())))
-        .collect();
-    let mut body = json!({"command": program, "args": program_args});
+    let mut env: BTreeMap<String, String> = args.env.iter().cloned().collect();
+    let mut request = ProcessRequest::new(program).args(program_args);
     if let Some(cwd) = &args.cwd {
-        body["cwd"] = Value::from(cwd.as_str());
+        request = request.cwd(cwd);
     }
     let raw = if args.tty {
         if !std::io::stdin().is_terminal() {
@@ -136,37 +139,28 @@ async fn exec(args: ExecArgs) -> Result<u8, Failure> {
         }
         let size = rustix::termios::tcgetwinsize(std::io::stdin())
             .map_err(|e| failure(format!("cannot read the terminal's size: {e}")))?;
-        body["tty"] = Value::Bool(true);
-        body["cols"] = Value::from(size.ws_col.max(1));
-        body["rows"] = Value::from(size.ws_row.max(1));
+        request = request.tty(size.ws_col.max(1), size.ws_row.max(1));
         // The program draws for the local terminal: tell it which one.
         if let Ok(term) = std::env::var("TERM") {
-            env.entry("TERM").or_insert(Value::from(term));
+            env.entry("TERM".to_owned()).or_insert(term);
         }
         // Raw before the start: keys typed meanwhile are not echoed twice.
         Some(RawMode::enter().map_err(|e| failure(format!("cannot set the terminal: {e}")))?)
     } else {
         None
     };
-    body["env"] = Value::Object(env);
-    let started: Value = Remote::send(remote.request(Method::POST, "/v2/processes").json(&body))
-        .await?
-        .json()
-        .await?;
-    let id = started["id"]
-        .as_str()
-        .ok_or_else(|| failure("the server's answer names no process id"))?
-        .to_owned();
-    let forwarding = tokio::spawn(forward_signals(remote.clone(), id.clone()));
+    request.env = env;
+    let process = remote.client.start_process(request).await?;
+    let forwarding = tokio::spawn(forward_signals(process.clone()));
     let exit = match raw {
         Some(raw) => {
-            let exit = attach(&remote, &id).await;
+            let exit = attach(&remote, process.id()).await;
             drop(raw);
             exit
         }
         None => {
-            let stdin = tokio::spawn(relay_stdin(remote.clone(), id.clone()));
-            let exit = follow(&remote, &id).await;
+            let stdin = tokio::spawn(relay_stdin(process.clone()));
+            let exit = follow(&process).await;
             stdin.abort();
             exit
         }
@@ -175,15 +169,15 @@ async fn exec(args: ExecArgs) -> Result<u8, Failure> {
     Ok(status_of(&exit?))
 }
 
-/// The shell's status of an exit `{exitCode, signal}`: the code, or 128 +
-/// the signal's number.
-fn status_of(exit: &Value) -> u8 {
-    if let Some(code) = exit["exitCode"].as_i64() {
+/// The shell's status of an exit: the code, or 128 + the signal's number.
+fn status_of(exit: &Exit) -> u8 {
+    if let Some(code) = exit.exit_code {
         // A shell sees the low 8 bits.
         return (code & 0xff) as u8;
     }
-    let number = exit["signal"]
-        .as_str()
+    let number = exit
+        .signal
+        .as_deref()
         .and_then(|name| nix::sys::signal::Signal::from_str(name).ok())
         .map_or(0, |signal| signal as i32);
     u8::try_from(128 + number).unwrap_or(u8::MAX)
@@ -191,7 +185,7 @@ fn status_of(exit: &Value) -> u8 {
 
 /// Forwards SIGINT, SIGTERM and SIGHUP to the program until aborted: the
 /// program decides, and its exit becomes `exec`'s.
-async fn forward_signals(remote: Remote, id: String) {
+async fn forward_signals(process: ProcessHandle) {
     let mut streams = Vec::new();
     for (kind, name) in FORWARDED {
         if let Ok(stream) = signal(kind) {
@@ -203,31 +197,30 @@ async fn forward_signals(remote: Remote, id: String) {
     }
     let mut received = futures::stream::select_all(streams.into_iter().map(Box::pin));
     while let Some(name) = received.next().await {
-        let request = remote
-            .request(Method::POST, &format!("/v2/processes/{id}/signal"))
-            .json(&json!({"signal": name}));
-        let _ = Remote::send(request).await;
+        let _ = process.signal(name).await;
     }
 }
 
 /// Relays local stdin to the program, then closes its stdin. Stops early
 /// when the program no longer takes input (it exited or closed stdin).
-async fn relay_stdin(remote: Remote, id: String) {
+async fn relay_stdin(process: ProcessHandle) {
     let mut stdin = tokio::io::stdin();
     let mut buffer = vec![0; STDIN_CHUNK];
     loop {
         let read = stdin.read(&mut buffer).await.unwrap_or(0);
-        let path = match read {
-            0 => format!("/v2/processes/{id}/input?eof=true"),
-            _ => format!("/v2/processes/{id}/input"),
+        let sent = match read {
+            0 => process.close_stdin().await,
+            _ => {
+                process
+                    .write_stdin(Bytes::copy_from_slice(&buffer[..read]))
+                    .await
+            }
         };
-        let request = remote
-            .request(Method::POST, &path)
-            .body(buffer[..read].to_vec());
-        match Remote::send(request).await {
-            Ok(_) if read > 0 => {}
-            Ok(_) => return,
-            Err(failure) => {
+        match sent {
+            Ok(()) if read > 0 => {}
+            Ok(()) => return,
+            Err(error) => {
+                let failure = Failure::from(error);
                 if failure.kind != "process-exited" {
                     eprintln!("sandbox-agent: stdin relay stopped: {}", failure.message);
                 }
@@ -237,76 +230,44 @@ async fn relay_stdin(remote: Remote, id: String) {
     }
 }
 
-/// Follows the program's output over SSE until its `exit` event (module
-/// doc): stdout and stderr chunks to ours, resumed after a cut.
-async fn follow(remote: &Remote, id: &str) -> Result<Value, Failure> {
+/// Follows the program's output until its exit (module doc): stdout and
+/// stderr chunks to ours. The SDK's stream resumes after a cut; it ends
+/// with an error when the server refuses a reopen (404 once forgotten,
+/// 401: final, reported as the server says) or cannot be reached again.
+async fn follow(process: &ProcessHandle) -> Result<Exit, Failure> {
     let mut stdout = tokio::io::stdout();
     let mut stderr = tokio::io::stderr();
-    let mut last_event_id: Option<String> = None;
-    let mut resumes = Resumes::default();
-    loop {
-        let mut request = remote
-            .request(Method::GET, &format!("/v2/processes/{id}/output"))
-            .header(reqwest::header::ACCEPT, "text/event-stream");
-        if let Some(last) = &last_event_id {
-            request = request.header("last-event-id", last);
-        }
-        match Remote::send(request).await {
-            Ok(response) => {
-                let mut events = response.bytes_stream().eventsource();
-                while let Some(Ok(event)) = events.next().await {
-                    match event.event.as_str() {
-                        "exit" => {
-                            return serde_json::from_str(&event.data)
-                                .map_err(|e| failure(format!("a bad exit event: {e}")));
-                        }
-                        "dropped" => {
-                            let notice: Value =
-                                serde_json::from_str(&event.data).unwrap_or_default();
-                            eprintln!(
-                                "sandbox-agent: {} bytes of output were lost (the server no longer held them)",
-                                notice["dropped"]
-                            );
-                        }
-                        _ => write_chunk(&event.data, &mut stdout, &mut stderr).await?,
-                    }
-                    if !event.id.is_empty() {
-                        last_event_id = Some(event.id);
-                        resumes.progress();
-                    }
-                }
+    let mut output = process.output();
+    while let Some(event) = output.next().await {
+        match event {
+            Ok(OutputEvent::Chunk(chunk)) => write_chunk(&chunk, &mut stdout, &mut stderr).await?,
+            Ok(OutputEvent::Dropped(gap)) => eprintln!(
+                "sandbox-agent: {} bytes of output were lost (the server no longer held them)",
+                gap.dropped
+            ),
+            Ok(OutputEvent::Exit(exit)) => return Ok(exit),
+            Err(sandbox_agent_sdk::Error::InvalidResponse { message, .. }) => {
+                return Err(failure(format!("a bad output chunk: {message}")));
             }
-            // The server's own answer (404 once forgotten, 401): final.
-            Err(failure) if !failure.kind.is_empty() => return Err(failure),
-            Err(_) => {}
+            Err(error) if error.is_connection_lost() => break,
+            Err(error) => return Err(Failure::from(error)),
         }
-        resumes
-            .pause()
-            .await
-            .map_err(|()| failure("lost the output stream and could not resume it"))?;
     }
+    Err(failure("lost the output stream and could not resume it"))
 }
 
-/// Writes one output chunk `{offset, stream, data, encoding?}` to stdout
-/// or stderr.
+/// Writes one output chunk to stdout or stderr (a terminal's to stdout).
 async fn write_chunk(
-    data: &str,
+    chunk: &OutputChunk,
     stdout: &mut (impl AsyncWrite + Unpin),
     stderr: &mut (impl AsyncWrite + Unpin),
 ) -> Result<(), Failure> {
-    use base64::Engine as _;
-    let chunk: Value =
-        serde_json::from_str(data).map_err(|e| failure(format!("a bad output chunk: {e}")))?;
-    let text = chunk["data"].as_str().unwrap_or("");
-    let bytes = match chunk["encoding"].as_str() {
-        Some("base64") => base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .map_err(|e| failure(format!("a bad base64 output chunk: {e}")))?,
-        _ => text.as_bytes().to_vec(),
-    };
-    let out: &mut (dyn AsyncWrite + Unpin) = match chunk["stream"].as_str() {
-        Some("stderr") => stderr,
-        _ => stdout,
+    let bytes = chunk
+        .bytes()
+        .map_err(|e| failure(format!("a bad base64 output chunk: {e}")))?;
+    let out: &mut (dyn AsyncWrite + Unpin) = match chunk.stream {
+        OutputStream::Stderr => stderr,
+        OutputStream::Stdout | OutputStream::Tty => stdout,
     };
     let written = async {
         out.write_all(&bytes).await?;
@@ -317,8 +278,8 @@ async fn write_chunk(
         .map_err(|e| failure(format!("cannot write the output: {e}")))
 }
 
-/// Reconnections of a stream in a row without progress, with a growing
-/// pause between them.
+/// Reconnections of the terminal WebSocket in a row without progress, with
+/// a growing pause between them.
 #[derive(Default)]
 struct Resumes {
     /// Reconnections since the last progress.
@@ -378,7 +339,7 @@ type Socket =
 
 /// Attaches the local terminal to the program's terminal WebSocket until
 /// its `exit` frame (module doc).
-async fn attach(remote: &Remote, id: &str) -> Result<Value, Failure> {
+async fn attach(remote: &Remote, id: &str) -> Result<Exit, Failure> {
     let mut stdout = tokio::io::stdout();
     let (keys, mut typed) = tokio::sync::mpsc::channel::<Bytes>(4);
     let reader = tokio::spawn(read_keys(tokio::io::stdin(), keys));
@@ -414,7 +375,7 @@ async fn attach(remote: &Remote, id: &str) -> Result<Value, Failure> {
                         Some(Ok(Message::Text(text))) => {
                             let notice: Value = serde_json::from_str(text.as_str()).unwrap_or_default();
                             match notice["type"].as_str() {
-                                Some("exit") => break 'sockets Ok(notice),
+                                Some("exit") => break 'sockets Ok(exit_of(notice)),
                                 Some("dropped") => {
                                     offset = notice["nextOffset"].as_u64().unwrap_or(offset);
                                 }
@@ -457,6 +418,16 @@ async fn attach(remote: &Remote, id: &str) -> Result<Value, Failure> {
     };
     reader.abort();
     exit
+}
+
+/// How the program ended, from the terminal's `exit` frame `{"type":
+/// "exit", exitCode, signal}` (neither when they cannot be read: status
+/// 128, as before the SDK).
+fn exit_of(notice: Value) -> Exit {
+    serde_json::from_value(notice).unwrap_or(Exit {
+        exit_code: None,
+        signal: None,
+    })
 }
 
 /// The resize frame of the local terminal's size now (80×24 when it
@@ -509,12 +480,15 @@ async fn connect(remote: &Remote, id: &str, offset: u64) -> Result<Option<Socket
     match tokio_tungstenite::connect_async(request).await {
         Ok((socket, _)) => Ok(Some(socket)),
         Err(tungstenite::Error::Http(response)) => {
-            let body: Value = response
+            let problem = response
                 .body()
                 .as_deref()
-                .and_then(|body| serde_json::from_slice(body).ok())
-                .unwrap_or_default();
-            let mut refused = Failure::of_problem(response.status(), &body);
+                .and_then(|body| std::str::from_utf8(body).ok())
+                .and_then(sandbox_agent_sdk::Problem::parse);
+            let mut refused = Failure::of_http(&sandbox_agent_sdk::HttpFailure {
+                status: response.status(),
+                problem: problem.map(Box::new),
+            });
             if refused.kind.is_empty() {
                 refused.kind = "refused".to_owned();
             }
@@ -530,17 +504,16 @@ mod tests {
 
     #[test]
     fn exit_status_as_a_shell_reports_it() {
-        assert_eq!(status_of(&json!({"exitCode": 0, "signal": null})), 0);
-        assert_eq!(status_of(&json!({"exitCode": 3, "signal": null})), 3);
-        assert_eq!(status_of(&json!({"exitCode": 256, "signal": null})), 0);
-        assert_eq!(
-            status_of(&json!({"exitCode": null, "signal": "SIGKILL"})),
-            137
-        );
-        assert_eq!(
-            status_of(&json!({"exitCode": null, "signal": "SIGINT"})),
-            130
-        );
+        let status = |notice: Value| status_of(&exit_of(notice));
+        assert_eq!(status(json!({"exitCode": 0, "signal": null})), 0);
+        assert_eq!(status(json!({"exitCode": 3, "signal": null})), 3);
+        assert_eq!(status(json!({"exitCode": 256, "signal": null})), 0);
+        assert_eq!(status(json!({"exitCode": null, "signal": "SIGKILL"})), 137);
+        assert_eq!(status(json!({"exitCode": null, "signal": "SIGINT"})), 130);
+        // The terminal's exit frame carries its type; a frame without
+        // either is status 128.
+        assert_eq!(status(json!({"type": "exit", "exitCode": 4})), 4);
+        assert_eq!(status(json!({"type": "exit"})), 128);
     }
 
     #[test]

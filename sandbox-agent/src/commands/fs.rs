@@ -2,12 +2,12 @@
 //! (research/contract.md, "Host file system") from the command line, through
 //! the SDK. Transfers show a progress bar on stderr when it is a terminal.
 
-use super::args::{RemoteArgs, URL_ENV};
+use super::args::{RemoteArgs, URL_ENV, client};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
-use sandbox_agent_sdk::{ClientOptions, FsEntry, FsEntryType, FsPath, SandboxAgentClient};
+use sandbox_agent_sdk::{FsEntry, FsEntryType, FsPath, SandboxAgentClient};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
@@ -101,15 +101,9 @@ pub async fn run(args: FsArgs) -> Result<(), String> {
     let url = args
         .server
         .url
-        .clone()
+        .as_deref()
         .ok_or("--url is required (the server to talk to, e.g. http://127.0.0.1:2468)")?;
-    let mut options = ClientOptions::new("mock").base_url(url).auto_connect(false);
-    if let Some(token) = &args.server.token {
-        options = options.token(token);
-    }
-    let client = SandboxAgentClient::connect(options)
-        .await
-        .map_err(|e| e.to_string())?;
+    let client = client(url, args.server.token.as_deref(), None).await?;
     let remote = |path: &str| {
         let path = FsPath::from(path);
         match &args.session {

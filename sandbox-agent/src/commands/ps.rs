@@ -1,15 +1,15 @@
 //! `sandbox-agent ps [--all | --state running|exited]`: the processes of
 //! a running server's process API (research/contract.md, "CLI: exec and
-//! ps"), a line each: id, pid, state, exit, command.
+//! ps"), a line each: id, pid, state, exit, command. The pages come from
+//! the SDK's `list_processes`.
 
-use super::args::{Remote, RemoteArgs, URL_ENV};
+use super::args::{Failure, RemoteArgs, URL_ENV};
 use clap::{Args, ValueEnum};
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
-use serde_json::Value;
+use sandbox_agent_sdk::{ProcessInfo, ProcessListParams, ProcessState};
 
 /// Processes asked for per page: the list's largest `limit`
 /// (research/contract.md, "Processes and terminals").
-const PAGE: usize = 1000;
+const PAGE: u32 = 1000;
 
 /// `sandbox-agent ps`.
 #[derive(Debug, Clone, Args)]
@@ -41,36 +41,33 @@ pub enum State {
 /// # Errors
 /// A message for the user: no `--url`, the server's problem detail.
 pub async fn run(args: PsArgs) -> Result<(), String> {
-    let remote = args.server.remote()?;
+    let remote = args.server.remote().await?;
     let state = match (args.all, args.state) {
         (true, _) => None,
-        (false, None | Some(State::Running)) => Some("running"),
-        (false, Some(State::Exited)) => Some("exited"),
+        (false, None | Some(State::Running)) => Some(ProcessState::Running),
+        (false, Some(State::Exited)) => Some(ProcessState::Exited),
+    };
+    let mut params = ProcessListParams {
+        limit: Some(PAGE),
+        state,
+        ..ProcessListParams::default()
     };
     let mut processes = Vec::new();
-    let mut cursor: Option<String> = None;
     loop {
-        let mut path = format!("/v2/processes?limit={PAGE}");
-        if let Some(state) = state {
-            path.push_str("&state=");
-            path.push_str(state);
-        }
-        if let Some(cursor) = &cursor {
-            path.push_str("&cursor=");
-            path.extend(utf8_percent_encode(cursor, NON_ALPHANUMERIC));
-        }
-        let request = remote.request(reqwest::Method::GET, &path);
-        let page: Value = Remote::send(request)
-            .await
-            .map_err(|failure| failure.message)?
-            .json()
-            .await
-            .map_err(|e| format!("the process list is not JSON: {e}"))?;
-        if let Some(Value::Array(more)) = page.get("processes") {
-            processes.extend(more.iter().cloned());
-        }
-        match page["nextCursor"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
+        let page =
+            remote
+                .client
+                .list_processes(params.clone())
+                .await
+                .map_err(|error| match error {
+                    sandbox_agent_sdk::Error::InvalidResponse { message, .. } => {
+                        format!("the process list is not JSON: {message}")
+                    }
+                    error => Failure::from(error).message,
+                })?;
+        processes.extend(page.processes);
+        match page.next_cursor {
+            Some(next) => params.cursor = Some(next),
             None => break,
         }
     }
@@ -80,7 +77,7 @@ pub async fn run(args: PsArgs) -> Result<(), String> {
 
 /// The table: a header and a line per process, columns padded to their
 /// widest cell, the command last.
-fn table(processes: &[Value]) -> String {
+fn table(processes: &[ProcessInfo]) -> String {
     let rows: Vec<[String; 5]> =
         std::iter::once(["ID", "PID", "STATE", "EXIT", "COMMAND"].map(str::to_owned))
             .chain(processes.iter().map(row))
@@ -105,24 +102,20 @@ fn table(processes: &[Value]) -> String {
 
 /// One process's cells: the exit is the code, else the signal, else `-`;
 /// the command is shell-quoted.
-fn row(process: &Value) -> [String; 5] {
-    let text = |key: &str| process[key].as_str().unwrap_or("-").to_owned();
-    let pid = process["pid"]
-        .as_i64()
+fn row(process: &ProcessInfo) -> [String; 5] {
+    let pid = process
+        .pid
         .map_or_else(|| "-".to_owned(), |pid| pid.to_string());
-    let exit = match (process["exitCode"].as_i64(), process["signal"].as_str()) {
+    let exit = match (process.exit_code, &process.signal) {
         (Some(code), _) => code.to_string(),
-        (None, Some(signal)) => signal.to_owned(),
+        (None, Some(signal)) => signal.clone(),
         (None, None) => "-".to_owned(),
     };
-    let mut words = vec![text("command")];
-    if let Some(Value::Array(args)) = process.get("args") {
-        words.extend(args.iter().filter_map(Value::as_str).map(str::to_owned));
-    }
+    let words = std::iter::once(&process.command).chain(&process.args);
     [
-        text("id"),
+        process.id.clone(),
         pid,
-        text("state"),
+        process.state.as_str().to_owned(),
         exit,
         shell_words::join(words),
     ]
@@ -131,15 +124,31 @@ fn row(process: &Value) -> [String; 5] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
+
+    fn process(fields: Value) -> ProcessInfo {
+        let mut info = json!({"cwd": "/", "tty": false, "startedAt": "2026-01-01T00:00:00.000Z",
+                              "outputBytes": 0});
+        if let (Some(info), Value::Object(fields)) = (info.as_object_mut(), fields) {
+            info.extend(fields);
+        }
+        match serde_json::from_value(info) {
+            Ok(info) => info,
+            Err(error) => panic!("a process: {error}"),
+        }
+    }
 
     #[test]
     fn the_table_lines_up() {
         let processes = [
-            json!({"id": "p1", "pid": 42, "state": "running", "exitCode": null,
+            process(
+                json!({"id": "p1", "pid": 42, "state": "running", "exitCode": null,
                    "signal": null, "command": "sleep", "args": ["100"]}),
-            json!({"id": "p22", "pid": 7, "state": "exited", "exitCode": null,
+            ),
+            process(
+                json!({"id": "p22", "pid": 7, "state": "exited", "exitCode": null,
                    "signal": "SIGKILL", "command": "sh", "args": ["-c", "echo hi"]}),
+            ),
         ];
         assert_eq!(
             table(&processes),

@@ -5,31 +5,36 @@
 //!
 //! Two sources, one output:
 //! - a running server (`--url`, the default `http://127.0.0.1:2468`):
-//!   its control plane, `GET /v2/sessions` (paged), `GET /v2/sessions/{id}` and
-//!   `GET /v2/sessions/{id}/events` (research/contract.md, "Control plane");
+//!   its control plane through the SDK (`list_session_entries`,
+//!   `inventory_entry`, `inventory_events`): `GET /v2/sessions` (paged),
+//!   `GET /v2/sessions/{id}` and `GET /v2/sessions/{id}/events`
+//!   (research/contract.md, "Control plane");
 //! - a session store (`--store sqlite:PATH` or `postgres://…`), read
 //!   directly with the runtime's own store code, for a server that is not
-//!   running. Its rows are turned into the control plane's JSON shapes, so
-//!   `--json` and the tables look the same either way.
+//!   running. Its rows become the SDK's entries
+//!   (`SessionEntry::from_meta`, the control plane's shape), so `--json`
+//!   and the tables look the same either way.
 //!
 //! The tables go to stdout, one line per session or event; `--json` prints
 //! the control plane's JSON instead (`events --follow --json`: one event
 //! per line). A failure is a message for the user: the server's problem
 //! `detail`, or why the store could not be read.
 
-use super::args::{RemoteArgs, URL_ENV};
+use super::args::{self, RemoteArgs, URL_ENV};
 use acp_runtime::store::{self, Store, StoreUrl};
 use clap::builder::NonEmptyStringValueParser;
 use clap::{Args, Subcommand, ValueEnum};
-use ext_methods::{Direction, SessionEvent, SessionEventsPage, SessionMeta};
+use ext_methods::meta::format_time;
 use reqwest::Url;
-use reqwest::header::{AUTHORIZATION, HeaderValue};
-use sandbox_agent_sdk::schema::SessionInfo;
-use sandbox_agent_sdk::{SessionEntryQuery, SessionState};
-use serde_json::{Map, Value, json};
+use reqwest::header::HeaderValue;
+use sandbox_agent_sdk::{
+    Direction, EventPage, HttpFailure, SandboxAgentClient, SessionEntry, SessionEntryPage,
+    SessionEntryQuery, SessionEvent, SessionEventsPage, SessionMeta, SessionState,
+};
+use serde_json::{Map, Value};
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// The server asked when neither `--url` nor `SANDBOX_AGENT_URL` names one:
 /// `sandbox-agent server`'s default address.
@@ -38,7 +43,7 @@ const DEFAULT_URL: &str = "http://127.0.0.1:2468";
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Events asked for per page: the control plane's largest `limit`
 /// (research/contract.md, "Control plane").
-const PAGE_EVENTS: u64 = 1000;
+const PAGE_EVENTS: u32 = 1000;
 /// Time between two polls of `events --follow`.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
 /// Longest summary on an event line, in characters (then `…`).
@@ -193,7 +198,7 @@ pub async fn run(args: SessionsArgs) -> Result<(), String> {
         SessionsCommand::Show { id } => {
             let entry = source.show(id, args.agent.as_deref()).await?;
             if args.json {
-                print_json(&entry)
+                print_json(&entry.value)
             } else {
                 print_entry(&entry)
             }
@@ -221,12 +226,12 @@ async fn list(source: &Source, args: &SessionsArgs, list_args: &ListArgs) -> Res
         // As the server: an empty text filters nothing.
         title_contains: list_args.query.clone().filter(|text| !text.is_empty()),
     };
-    let mut body = source.list(&request).await?;
+    let mut page = source.list(&request).await?;
     if list_args.all {
         let mut sessions = Vec::new();
         loop {
-            sessions.append(&mut entries_of(&mut body)?);
-            let Some(next) = next_cursor(&body) else {
+            sessions.append(&mut page.sessions);
+            let Some(next) = page.next_cursor.take() else {
                 break;
             };
             if request.cursor.as_deref() == Some(next.as_str()) {
@@ -235,39 +240,46 @@ async fn list(source: &Source, args: &SessionsArgs, list_args: &ListArgs) -> Res
                 ));
             }
             request.cursor = Some(next);
-            body = source.list(&request).await?;
+            page = source.list(&request).await?;
         }
-        body = json!({ "sessions": sessions });
+        page = SessionEntryPage {
+            sessions,
+            next_cursor: None,
+        };
     }
     if args.json {
-        return print_json(&body);
+        return print_json(&page_json(&page, matches!(source, Source::Store(_))));
     }
-    let next = next_cursor(&body);
-    let entries = entries_of(&mut body)?;
-    if entries.is_empty() {
+    if page.sessions.is_empty() {
         eprintln!("no sessions");
     } else {
-        print_list(&entries)?;
+        print_list(&page.sessions)?;
     }
-    if let Some(next) = next {
-        eprintln!("next page: --cursor {}", shell_word(&next));
+    if let Some(next) = &page.next_cursor {
+        eprintln!("next page: --cursor {}", shell_word(next));
     }
     Ok(())
 }
 
-/// The `sessions` array of a `GET /v2/sessions` body, taken out of it.
-fn entries_of(body: &mut Value) -> Result<Vec<Value>, String> {
-    match body.get_mut("sessions").map(Value::take) {
-        Some(Value::Array(entries)) => Ok(entries),
-        _ => Err("the server's session list has no \"sessions\" array".to_owned()),
+/// A page as `--json` prints it: `{"sessions": [entry, …], "nextCursor"?}`
+/// in the server's order; `cursor_first` puts `nextCursor` first, as this
+/// command has always printed a store's page.
+fn page_json(page: &SessionEntryPage, cursor_first: bool) -> Value {
+    let sessions = page
+        .sessions
+        .iter()
+        .map(|entry| serde_json::to_value(&entry.value).unwrap_or(Value::Null))
+        .collect();
+    let cursor = page.next_cursor.clone().map(Value::String);
+    let mut body = Map::new();
+    if cursor_first && let Some(cursor) = cursor.clone() {
+        body.insert("nextCursor".to_owned(), cursor);
     }
-}
-
-/// The `nextCursor` of a `GET /v2/sessions` body; `None` on the last page.
-fn next_cursor(body: &Value) -> Option<String> {
-    body.get("nextCursor")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+    body.insert("sessions".to_owned(), Value::Array(sessions));
+    if !cursor_first && let Some(cursor) = cursor {
+        body.insert("nextCursor".to_owned(), cursor);
+    }
+    Value::Object(body)
 }
 
 /// `text` as one word for a POSIX shell: as is when it holds only
@@ -285,7 +297,7 @@ fn shell_word(text: &str) -> String {
 }
 
 /// The `list` table: a header, then a line per entry, in aligned columns.
-fn print_list(entries: &[Value]) -> Result<(), String> {
+fn print_list(entries: &[SessionEntry]) -> Result<(), String> {
     let rows: Vec<[String; 6]> = entries.iter().map(list_row).collect();
     let header = ["ID", "AGENT", "STATE", "EVENTS", "UPDATED (UTC)", "TITLE"].map(str::to_owned);
     let mut widths = [0; 6];
@@ -312,13 +324,9 @@ fn print_list(entries: &[Value]) -> Result<(), String> {
 }
 
 /// The cells of one `list` line.
-fn list_row(entry: &Value) -> [String; 6] {
-    let id = entry
-        .get("sessionId")
-        .and_then(Value::as_str)
-        .unwrap_or("?")
-        .to_owned();
-    let Some(meta) = entry_meta(entry) else {
+fn list_row(entry: &SessionEntry) -> [String; 6] {
+    let id = entry.session_id.to_string();
+    let Some(meta) = &entry.meta else {
         return [
             id,
             "?".into(),
@@ -331,25 +339,24 @@ fn list_row(entry: &Value) -> [String; 6] {
     [
         id,
         meta.agent.clone(),
-        state(&meta).to_owned(),
+        state(meta).to_owned(),
         meta.event_count.to_string(),
         date_time(&meta.updated_at),
-        title_cell(entry),
+        title_cell(meta),
     ]
 }
 
 /// What `list` shows as a session's title: its title, else its first
 /// prompt's text in double quotes (as `events` shows a prompt), else
 /// nothing; one line, at most [`TITLE_CHARS`] characters.
-fn title_cell(entry: &Value) -> String {
-    let namespace = ext_methods::meta::read(entry);
-    let text = |key: &str| {
-        namespace
-            .and_then(|namespace| namespace.get(key))
-            .and_then(Value::as_str)
-            .filter(|text| !text.is_empty())
-    };
-    match (text("title"), text("firstPrompt")) {
+fn title_cell(meta: &SessionMeta) -> String {
+    fn text(text: Option<&str>) -> Option<&str> {
+        text.filter(|text| !text.is_empty())
+    }
+    match (
+        text(meta.title.as_deref()),
+        text(meta.first_prompt.as_deref()),
+    ) {
         (Some(title), _) => cut(title, TITLE_CHARS),
         (None, Some(prompt)) => format!("\"{}\"", cut(prompt, TITLE_CHARS - 2)),
         (None, None) => String::new(),
@@ -357,10 +364,9 @@ fn title_cell(entry: &Value) -> String {
 }
 
 /// `show`: one field per line.
-fn print_entry(entry: &Value) -> Result<(), String> {
-    let info: SessionInfo = serde_json::from_value(entry.clone())
-        .map_err(|e| format!("the server's session entry is not an ACP SessionInfo: {e}"))?;
-    let meta = entry_meta(entry);
+fn print_entry(entry: &SessionEntry) -> Result<(), String> {
+    let info = &entry.value;
+    let meta = &entry.meta;
     let text = |value: Option<&str>| value.map_or_else(|| "-".to_owned(), one_line);
     let mut fields = vec![
         ("id", info.session_id.0.to_string()),
@@ -377,7 +383,7 @@ fn print_entry(entry: &Value) -> Result<(), String> {
         ),
         ("mode", text(meta.as_ref().and_then(|m| m.mode.as_deref()))),
     ];
-    if let Some(meta) = &meta {
+    if let Some(meta) = meta {
         fields.push(("created", format!("{} UTC", date_time(&meta.created_at))));
         fields.push(("updated", format!("{} UTC", date_time(&meta.updated_at))));
         fields.push(("events", meta.event_count.to_string()));
@@ -405,16 +411,17 @@ async fn events(
     // its agent, so a session of another agent with the same id that
     // appears later cannot switch the log under us.
     let entry = source.show(id, args.agent.as_deref()).await?;
-    let agent = entry_meta(&entry)
+    let agent = entry
+        .meta
         .map(|meta| meta.agent)
         .or_else(|| args.agent.clone());
     let agent = agent.as_deref();
     let mut offset = from;
     let mut collected = Vec::new();
     loop {
-        let page = source.events(id, agent, offset, PAGE_EVENTS).await?;
-        let done = (page.events.len() as u64) < PAGE_EVENTS;
-        offset = page.next_offset.max(offset);
+        let page = source.events(id, agent, offset).await?;
+        let done = page.next_offset.is_none();
+        offset = page.offset_after.max(offset);
         if args.json && !follow {
             collected.extend(page.events);
         } else {
@@ -437,9 +444,9 @@ async fn events(
         loop {
             tokio::time::sleep(FOLLOW_INTERVAL).await;
             loop {
-                let page = source.events(id, agent, offset, PAGE_EVENTS).await?;
-                let done = (page.events.len() as u64) < PAGE_EVENTS;
-                offset = page.next_offset.max(offset);
+                let page = source.events(id, agent, offset).await?;
+                let done = page.next_offset.is_none();
+                offset = page.offset_after.max(offset);
                 print_events(&page.events, args.json)?;
                 if done {
                     break;
@@ -603,19 +610,7 @@ fn one_line(text: &str) -> String {
 /// `live`, `dormant` (restored from the store, agent not started) or
 /// `ended`.
 fn state(meta: &SessionMeta) -> &'static str {
-    if meta.ended {
-        "ended"
-    } else if meta.dormant {
-        "dormant"
-    } else {
-        "live"
-    }
-}
-
-/// The `_meta["sandboxagent.dev"]` of an inventory entry.
-fn entry_meta(entry: &Value) -> Option<SessionMeta> {
-    let namespace = ext_methods::meta::read(entry)?;
-    serde_json::from_value(Value::Object(namespace.clone())).ok()
+    SessionState::of(meta).as_str()
 }
 
 /// An RFC 3339 time as `2026-12-01 04:05:24.123` (UTC); as given when it
@@ -624,7 +619,7 @@ fn date_time(at: &str) -> String {
     let Some(time) = ext_methods::meta::parse_time(at) else {
         return at.to_owned();
     };
-    let text = humantime::format_rfc3339_millis(time).to_string();
+    let text = format_time(time);
     text.trim_end_matches('Z').replacen('T', " ", 1)
 }
 
@@ -654,7 +649,7 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), String> {
 /// Where the sessions are read from.
 enum Source {
     /// A running server's control plane.
-    Server(ControlPlane),
+    Server(Server),
     /// A session store, read directly.
     Store(Store),
 }
@@ -669,7 +664,9 @@ impl Source {
                 .clone()
                 .or_else(|| std::env::var(URL_ENV).ok().filter(|url| !url.is_empty()))
                 .unwrap_or_else(|| DEFAULT_URL.to_owned());
-            return ControlPlane::new(&base, args.server.token.as_deref()).map(Source::Server);
+            return Server::new(&base, args.server.token.as_deref())
+                .await
+                .map(Source::Server);
         };
         if let StoreUrl::Sqlite(path) = url
             && !path.is_file()
@@ -705,27 +702,27 @@ impl Source {
         }
     }
 
-    /// One page: `{"sessions": [entry, …], "nextCursor"?}`, newest first.
-    async fn list(&self, request: &SessionEntryQuery) -> Result<Value, String> {
+    /// One page of entries, newest first, and the next page's cursor.
+    async fn list(&self, request: &SessionEntryQuery) -> Result<SessionEntryPage, String> {
         match self {
-            Source::Server(server) => {
-                let pairs = request.query_pairs();
-                let pairs: Vec<(&str, &str)> =
-                    pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-                server.get(&["v2", "sessions"], &pairs).await
-            }
+            Source::Server(server) => server
+                .client
+                .list_session_entries(request.clone())
+                .await
+                .map_err(|error| server.message(&error)),
             Source::Store(store) => stored_page(store, request).await,
         }
     }
 
     /// One inventory entry: session `id` of `agent`, or the one session
     /// with that id.
-    async fn show(&self, id: &str, agent: Option<&str>) -> Result<Value, String> {
+    async fn show(&self, id: &str, agent: Option<&str>) -> Result<SessionEntry, String> {
         match self {
-            Source::Server(server) => {
-                let query: Vec<(&str, &str)> = agent.map(|a| ("agent", a)).into_iter().collect();
-                server.get(&["v2", "sessions", id], &query).await
-            }
+            Source::Server(server) => server
+                .client
+                .inventory_entry(id.to_owned(), agent)
+                .await
+                .map_err(|error| server.message(&error)),
             Source::Store(store) => {
                 // Through the store's index on ids, not a read of every row.
                 let rows = store
@@ -748,58 +745,54 @@ impl Source {
         }
     }
 
-    /// Up to `limit` events of the session from `offset` on.
+    /// Up to [`PAGE_EVENTS`] events of the session from `offset` on;
+    /// `next_offset` is set when the page is full (there may be more).
     async fn events(
         &self,
         id: &str,
         agent: Option<&str>,
         offset: u64,
-        limit: u64,
-    ) -> Result<SessionEventsPage, String> {
+    ) -> Result<EventPage, String> {
         match self {
-            Source::Server(server) => {
-                let (offset, limit) = (offset.to_string(), limit.to_string());
-                let mut query = vec![("offset", offset.as_str()), ("limit", limit.as_str())];
-                if let Some(agent) = agent {
-                    query.push(("agent", agent));
-                }
-                let page = server
-                    .get(&["v2", "sessions", id, "events"], &query)
-                    .await?;
-                serde_json::from_value(page)
-                    .map_err(|e| format!("the server's event page has an unexpected shape: {e}"))
-            }
+            Source::Server(server) => server
+                .client
+                .inventory_events(id.to_owned(), agent, offset, Some(PAGE_EVENTS))
+                .await
+                .map_err(|error| server.message(&error)),
             Source::Store(store) => {
                 let agent = agent.ok_or("the session's agent is not known")?;
-                let limit = usize::try_from(limit).unwrap_or(usize::MAX);
                 let rows = store
                     .events(
                         agent,
                         id,
                         offset,
-                        limit,
+                        PAGE_EVENTS as usize,
                         acp_runtime::config::DEFAULT_EVENT_LOG_BYTES,
                     )
                     .await
                     .map_err(|e| e.to_string())?;
                 let events: Vec<SessionEvent> = rows.into_iter().map(stored_event).collect();
-                let next_offset = events.last().map_or(offset, |event| event.offset + 1);
-                Ok(SessionEventsPage {
+                let after = events.last().map_or(offset, |event| event.offset + 1);
+                Ok(EventPage {
+                    next_offset: (events.len() == PAGE_EVENTS as usize).then_some(after),
+                    offset_after: after,
                     events,
-                    next_offset,
                 })
             }
         }
     }
 }
 
-/// A page of stored entries in the shape `GET /v2/sessions` gives it, with
-/// the same filters and a cursor of the same form (`{nanos}:{agent}:{id}`,
-/// the place of the page's last entry in the order), read through the
-/// store's `sessions_newest_first` index, so a page reads the same from the
-/// store as from its server at any store size. Every stored session that
-/// has not ended is dormant here, so `--state live` lists none.
-async fn stored_page(store: &Store, request: &SessionEntryQuery) -> Result<Value, String> {
+/// A page of stored entries as `GET /v2/sessions` gives it, with the same
+/// filters and a cursor of the same form (`{nanos}:{agent}:{id}`, the
+/// place of the page's last entry in the order), read through the store's
+/// `sessions_newest_first` index, so a page reads the same from the store
+/// as from its server at any store size. Every stored session that has
+/// not ended is dormant here, so `--state live` lists none.
+async fn stored_page(
+    store: &Store,
+    request: &SessionEntryQuery,
+) -> Result<SessionEntryPage, String> {
     let after = request
         .cursor
         .as_deref()
@@ -809,8 +802,12 @@ async fn stored_page(store: &Store, request: &SessionEntryQuery) -> Result<Value
             })
         })
         .transpose()?;
+    let mut page = SessionEntryPage {
+        sessions: Vec::new(),
+        next_cursor: None,
+    };
     if request.state == Some(SessionState::Live) {
-        return Ok(json!({ "sessions": [] }));
+        return Ok(page);
     }
     let limit = request
         .limit
@@ -825,37 +822,24 @@ async fn stored_page(store: &Store, request: &SessionEntryQuery) -> Result<Value
         title: request.title_contains.clone(),
     };
     let mut rows = store.page(&query).await.map_err(|e| e.to_string())?;
-    let mut body = json!({});
     if rows.len() > limit {
         rows.truncate(limit);
-        if let Some(last) = rows.last() {
-            body["nextCursor"] = json!(store::cursor(
-                last.created_ns,
-                &last.agent,
-                &last.session_id
-            ));
-        }
+        page.next_cursor = rows
+            .last()
+            .map(|last| store::cursor(last.created_ns, &last.agent, &last.session_id));
     }
-    body["sessions"] = rows.iter().map(stored_entry).collect();
-    Ok(body)
+    page.sessions = rows.iter().map(stored_entry).collect();
+    Ok(page)
 }
 
-/// A stored inventory entry in the shape `GET /v2/sessions` gives it (ACP
-/// `SessionInfo` with `_meta["sandboxagent.dev"]`). A session the store
-/// has not seen end is dormant: no agent holds it while only the store is
-/// read (research/contract.md, "Durable sessions").
-fn stored_entry(row: &store::SessionRow) -> Value {
-    let mut extra = row.metadata.clone();
-    for key in ext_methods::meta::RUNTIME_KEYS
-        .iter()
-        .chain(&["title", "model", "mode"])
-    {
-        extra.remove(*key);
-    }
+/// A stored session as the server lists it. A session the store has not
+/// seen end is dormant: no agent holds it while only the store is read
+/// (research/contract.md, "Durable sessions").
+fn stored_entry(row: &store::SessionRow) -> SessionEntry {
     let meta = SessionMeta {
         agent: row.agent.to_string(),
-        created_at: rfc3339(store::time_of(row.created_ns)),
-        updated_at: rfc3339(store::time_of(row.updated_ns)),
+        created_at: format_time(store::time_of(row.created_ns)),
+        updated_at: format_time(store::time_of(row.updated_ns)),
         ended: row.end_reason.is_some(),
         dormant: row.end_reason.is_none(),
         event_count: row.event_count,
@@ -863,113 +847,80 @@ fn stored_entry(row: &store::SessionRow) -> Value {
         model: row.model.clone(),
         mode: row.mode.clone(),
         first_prompt: row.first_prompt.clone(),
-        extra,
+        extra: SessionMeta::extra_from(&row.metadata),
     };
-    let mut namespace = Map::new();
-    namespace.insert(
-        ext_methods::NAMESPACE.to_owned(),
-        serde_json::to_value(&meta).unwrap_or(Value::Null),
-    );
-    let info = SessionInfo::new(
+    SessionEntry::from_meta(
         row.session_id.to_string(),
         row.cwd.clone().unwrap_or_default(),
+        meta,
     )
-    .title(row.title.clone())
-    .updated_at(meta.updated_at.clone())
-    .meta(namespace);
-    serde_json::to_value(&info).unwrap_or(Value::Null)
 }
 
 /// A stored event in the shape `GET /v2/sessions/{id}/events` gives it.
 fn stored_event(row: store::EventRow) -> SessionEvent {
     SessionEvent {
         offset: row.offset,
-        at: rfc3339(store::time_of(row.at_ns)),
+        at: format_time(store::time_of(row.at_ns)),
         direction: row.direction,
         message: serde_json::from_slice(&row.message)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&row.message).into_owned())),
     }
 }
 
-/// RFC 3339 with milliseconds, UTC: the control plane's times.
-fn rfc3339(time: SystemTime) -> String {
-    humantime::format_rfc3339_millis(time).to_string()
-}
-
-/// A server's control plane over HTTP.
-struct ControlPlane {
-    http: reqwest::Client,
+/// A server's control plane, through the SDK.
+struct Server {
+    client: SandboxAgentClient,
+    /// `--url` as parsed: the failures name it.
     base: Url,
-    /// `Bearer <token>`, marked sensitive.
-    authorization: Option<HeaderValue>,
 }
 
-impl ControlPlane {
-    /// The control plane of the server at `base`.
-    fn new(base: &str, token: Option<&str>) -> Result<ControlPlane, String> {
+impl Server {
+    /// The control plane of the server at `base`, each request bounded by
+    /// [`REQUEST_TIMEOUT`].
+    async fn new(base: &str, token: Option<&str>) -> Result<Server, String> {
         let url = Url::parse(base).map_err(|e| format!("--url {base:?}: {e}"))?;
         if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
             return Err(format!(
                 "--url {base:?}: must be an http or https URL, as in {DEFAULT_URL}"
             ));
         }
-        let authorization = token
-            .map(|token| {
-                let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
-                    .map_err(|_| "--token is not a valid header value".to_owned())?;
-                value.set_sensitive(true);
-                Ok::<_, String>(value)
-            })
-            .transpose()?;
-        let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
-        Ok(ControlPlane {
-            http,
+        if let Some(token) = token
+            && HeaderValue::from_str(&format!("Bearer {token}")).is_err()
+        {
+            return Err("--token is not a valid header value".to_owned());
+        }
+        Ok(Server {
+            client: args::client(base, token, Some(REQUEST_TIMEOUT)).await?,
             base: url,
-            authorization,
         })
     }
 
-    /// `GET` the path made of `segments` (each percent-encoded, so a session
-    /// id may hold `/` or spaces): its JSON body on 2xx; the problem's
-    /// `detail` otherwise.
-    async fn get(&self, segments: &[&str], query: &[(&str, &str)]) -> Result<Value, String> {
-        let mut url = self.base.clone();
-        if let Ok(mut path) = url.path_segments_mut() {
-            path.pop_if_empty().extend(segments);
+    /// What the user reads for a failed request: the problem's `detail`
+    /// ([`problem_message`]); for a server that cannot be reached (or
+    /// answers too slowly) `cannot reach URL: <innermost cause>`; for an
+    /// answer cut off `GET PATH: <cause>`; for one of the wrong shape `GET
+    /// PATH: the answer is not JSON: …`.
+    fn message(&self, error: &sandbox_agent_sdk::Error) -> String {
+        if let sandbox_agent_sdk::Error::Http(failure) = error {
+            return problem_message(failure);
         }
-        if !query.is_empty() {
-            url.query_pairs_mut().extend_pairs(query);
+        if let sandbox_agent_sdk::Error::InvalidResponse { what, message } = error {
+            return format!("{what}: the answer is not JSON: {message}");
         }
-        let mut request = self
-            .http
-            .get(url.clone())
-            .header(reqwest::header::ACCEPT, "application/json");
-        if let Some(authorization) = &self.authorization {
-            request = request.header(AUTHORIZATION, authorization.clone());
+        match args::reqwest_error(error) {
+            Some(cause) if cause.is_body() || cause.is_decode() => {
+                let path = cause.url().map_or("", Url::path);
+                format!("GET {path}: {}", root_cause(cause))
+            }
+            Some(cause) => format!("cannot reach {}: {}", self.base, root_cause(cause)),
+            None => error.to_string(),
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| format!("cannot reach {}: {}", self.base, root_cause(&e)))?;
-        if !response.status().is_success() {
-            let failure = acp_http_client::HttpFailure::from_response(response).await;
-            return Err(problem_message(&failure));
-        }
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| format!("GET {}: {}", url.path(), root_cause(&e)))?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| format!("GET {}: the answer is not JSON: {e}", url.path()))
     }
 }
 
 /// What the user reads for a failed request: the problem's `detail`, with
 /// a hint where the CLI spells the fix differently from the HTTP API.
-fn problem_message(failure: &acp_http_client::HttpFailure) -> String {
+fn problem_message(failure: &HttpFailure) -> String {
     let Some(problem) = &failure.problem else {
         return failure.to_string();
     };
@@ -995,6 +946,7 @@ fn root_cause(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn event(direction: Direction, message: Value) -> SessionEvent {
         SessionEvent {
@@ -1061,7 +1013,17 @@ mod tests {
 
     #[test]
     fn a_list_shows_the_title_else_the_first_prompt_cut_to_fit() {
-        let entry = |namespace: Value| json!({"sessionId": "s", "cwd": "/", "_meta": {"sandboxagent.dev": namespace}});
+        let entry = |mut namespace: Value| {
+            namespace["agent"] = json!("mock");
+            namespace["createdAt"] = json!("2026-12-01T04:05:24.123Z");
+            namespace["updatedAt"] = json!("2026-12-01T04:05:24.123Z");
+            namespace["ended"] = json!(false);
+            namespace["eventCount"] = json!(0);
+            match serde_json::from_value::<SessionMeta>(namespace) {
+                Ok(meta) => meta,
+                Err(error) => panic!("a namespace object: {error}"),
+            }
+        };
         assert_eq!(
             title_cell(&entry(json!({"title": "Fix it", "firstPrompt": "please"}))),
             "Fix it"
@@ -1070,6 +1032,7 @@ mod tests {
             title_cell(&entry(json!({"firstPrompt": "please\nfix it"}))),
             "\"please fix it\""
         );
+        assert_eq!(title_cell(&entry(json!({"title": ""}))), "");
         assert_eq!(title_cell(&entry(json!({}))), "");
         let long = title_cell(&entry(json!({"firstPrompt": "y".repeat(300)})));
         assert_eq!(long.chars().count(), TITLE_CHARS);
