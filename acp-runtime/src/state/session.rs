@@ -707,13 +707,7 @@ impl Session {
     /// The namespace object of this session's entry.
     pub fn meta(&self) -> SessionMeta {
         let state = self.state.lock();
-        let mut extra = state.metadata.clone();
-        for key in ext_methods::meta::RUNTIME_KEYS
-            .iter()
-            .chain(&["title", "model", "mode"])
-        {
-            extra.remove(*key);
-        }
+        let extra = SessionMeta::extra_from(&state.metadata);
         SessionMeta {
             agent: self.agent.to_string(),
             created_at: rfc3339(self.created_at),
@@ -733,22 +727,8 @@ impl Session {
     /// `_meta["sandboxagent.dev"]`.
     pub fn info(&self) -> SessionInfo {
         let meta = self.meta();
-        let (cwd, updated_at, title) = {
-            let state = self.state.lock();
-            (
-                state.cwd.clone().unwrap_or_default(),
-                rfc3339(state.updated_at),
-                state.title.clone(),
-            )
-        };
-        let mut namespace = Map::new();
-        if let Ok(value) = serde_json::to_value(&meta) {
-            namespace.insert(ext_methods::NAMESPACE.to_owned(), value);
-        }
-        SessionInfo::new(self.id.to_string(), cwd)
-            .title(title)
-            .updated_at(updated_at)
-            .meta(namespace)
+        let cwd = self.state.lock().cwd.clone().unwrap_or_default();
+        meta.entry(self.id.to_string(), cwd)
     }
 
     /// The models this session's agent offers and the session's current model.
