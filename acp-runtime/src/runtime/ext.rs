@@ -588,47 +588,4 @@ mod tests {
         );
         assert_eq!(error(raw(r#"{"sessionId":"s"}"#)), None);
     }
-
-    /// The same error objects as the `jsonrpsee` module that hosted these
-    /// methods gave.
-    #[test]
-    fn same_error_objects_as_jsonrpsee() {
-        use jsonrpsee::types::{ErrorCode, ErrorObject, Params};
-        fn compare<T: DeserializeOwned>(text: Option<&str>) {
-            let raw = text.map(|text| RawValue::from_string(text.to_owned()).unwrap());
-            let ours = typed::<T>(raw.as_deref())
-                .err()
-                .map(|e| protocol::raw(&e).get().to_owned());
-            let theirs = Params::new(text)
-                .parse::<T>()
-                .err()
-                .map(|e| serde_json::to_string(&e).unwrap());
-            assert_eq!(ours, theirs, "{text:?}");
-        }
-        for text in [
-            None,
-            Some("null"),
-            Some("{}"),
-            Some("[]"),
-            Some("5"),
-            Some(r#""s""#),
-            Some(r#"{"sessionId":1}"#),
-            Some(r#"{"sessionId":"s"}"#),
-            Some(r#"{"sessionId":"s","role":"admin"}"#),
-            Some("{\n  \"sessionId\": [1,\n 2]\n}"),
-        ] {
-            compare::<SessionRef>(text);
-            compare::<AttachParams>(text);
-            compare::<FsPathParams>(text);
-            compare::<ProcessInputParams>(text);
-            compare::<ProcessRequest>(text);
-            compare::<SetMetadataParams>(text);
-            compare::<ListModelsParams>(text);
-            compare::<AgentInstallRequest>(text);
-        }
-        assert_eq!(
-            protocol::raw(&RpcError::new(code::METHOD_NOT_FOUND, "Method not found")).get(),
-            serde_json::to_string(&ErrorObject::from(ErrorCode::MethodNotFound)).unwrap()
-        );
-    }
 }
