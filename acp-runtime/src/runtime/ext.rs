@@ -4,8 +4,9 @@
 //! notification flag, defined in `ext-methods`, which the SDK reads too) with
 //! the function that answers it. The dispatcher ([`call`], [`answers`]) and
 //! the `methods` list advertised in `initialize` ([`names`]) read the same
-//! table, so the list names exactly what is answered; a unit test holds the
-//! table to `ext_methods::METHODS`, entry for entry.
+//! table, so the list names exactly what is answered; unit tests hold the
+//! table to `ext_methods::METHODS`, entry for entry, and to
+//! research/contract.md, which describes every method in it.
 //!
 //! A handler gets the params as the client wrote them, borrowed from the
 //! bytes the edge parsed once, deserializes its typed params from them, and
@@ -549,6 +550,19 @@ mod tests {
                 Some(handler.method),
                 "{} is not a METHODS entry",
                 handler.method.name
+            );
+        }
+    }
+
+    /// research/contract.md describes every method the table answers.
+    #[test]
+    fn every_method_is_in_the_contract() {
+        let contract = include_str!("../../../research/contract.md");
+        for handler in &HANDLERS {
+            let name = format!("`{}`", handler.method.name);
+            assert!(
+                contract.contains(&name),
+                "{name} is not in research/contract.md"
             );
         }
     }
