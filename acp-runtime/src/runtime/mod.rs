@@ -16,8 +16,9 @@
 //!   of a live session) answered from the event log, observers' limits.
 //! - `processes`: the process API's operations, shared by its routes and
 //!   its `_sandboxagent/process/*` methods.
-//! - `ext`: the `_sandboxagent/*` methods, a jsonrpsee `RpcModule` built
-//!   once; each call gets the runtime and the calling connection.
+//! - `ext`: the `_sandboxagent/*` methods: one table pairing each with its
+//!   handler, read by the dispatcher and the `initialize` advertisement;
+//!   a handler deserializes its params from the bytes the edge parsed.
 
 mod attach;
 pub mod dispatch;

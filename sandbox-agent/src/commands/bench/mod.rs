@@ -10,6 +10,7 @@
 //! because this kind of machine is shared and noisy.
 
 pub mod client;
+pub mod ext;
 pub mod fs;
 pub mod inventory;
 pub mod metrics;
@@ -162,6 +163,7 @@ pub async fn measure(options: BenchOptions) -> Result<report::Report, BenchError
     for scenario in &options.scenarios {
         let outcome = match scenario {
             Scenario::Roundtrip => scenarios::roundtrip(&target, &options).await,
+            Scenario::Ext => ext::ext(&target, &options).await,
             Scenario::Stdio => scenarios::stdio(&options).await,
             Scenario::Relay => scenarios::relay(&options).await,
             Scenario::Stream => scenarios::stream(&target, &options).await,

@@ -10,6 +10,10 @@ use std::time::Duration;
 pub enum Scenario {
     /// `_mock/echo` through `/v2/rpc` at 1 and N connections.
     Roundtrip,
+    /// `_sandboxagent/session/list` of 10 sessions against `session/list`,
+    /// `_sandboxagent/session/get` and a plain `session/prompt`, each back
+    /// to back on one connection (not in the default run).
+    Ext,
     /// The same requests straight to a mock agent over stdio.
     Stdio,
     /// The same requests over TCP through `socat` to a mock agent: what a

@@ -203,6 +203,19 @@ impl Report {
         ) {
             checks.push(Check::at_most(RUNTIME_COST, http - floor - stdio, 30.0));
         }
+        // The extension layer: one listing through `_sandboxagent/session/list`
+        // against the same service answered as `session/list`
+        // (research/benchmarks.md, "The extension table").
+        if let (Some(ext), Some(plain)) = (
+            self.find("ext: _sandboxagent/session/list").and_then(p50),
+            self.find("ext: session/list").and_then(p50),
+        ) {
+            checks.push(Check::at_most(
+                "ext: _sandboxagent/session/list p50 / session/list p50",
+                ext / plain,
+                1.1,
+            ));
+        }
         let rps = |r: &ScenarioResult| r.requests_per_sec;
         if let (Some(http), Some(stdio)) = (
             self.results
