@@ -13,9 +13,9 @@ it. Prints the strongly connected components of more than one file (the
 import cycles) and, with `--edges`, every edge.
 
 With `--folders`, each top-level module of the crate (a folder such as
-`agent/` with everything below it, or a file such as `protocol.rs`) is one
+`agent/` with everything below it, or a file such as `budget.rs`) is one
 node, and the cycles printed are those between them: `agent/` importing
-`state/` while a file of `state/` imports one of `agent/` is a cycle even
+`memory/` while a file of `memory/` imports one of `agent/` is a cycle even
 when no two files import each other.
 """
 

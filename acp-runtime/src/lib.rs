@@ -11,9 +11,9 @@
 //!
 //! # Layout
 //! A message travels `server` → `http` (one parse at the edge into a
-//! `message::Inbound`) → `runtime` (`Runtime::dispatch`, the one way in) →
+//! `inbound::Inbound`) → `runtime` (`Runtime::dispatch`, the one way in) →
 //! `agent::router` → the agent's stdin; what the agent writes travels
-//! `agent::process` (stdout) → `agent::router` → `state` (the session's
+//! `agent::agent_process` (stdout) → `agent::router` → `memory` (the session's
 //! log, each connection's ring of JSON) → `http::sse` or `http::websocket`,
 //! which frame it as they write. Modules are listed highest first; none
 //! imports a module above it, and no two files import each other
@@ -45,14 +45,16 @@
 //!   behind `/v2/processes`.
 //! - `fs`: the host file system API (paths, confinement, transfers),
 //!   behind `/v2/fs/*` and the `_sandboxagent/fs/*` methods.
-//! - `state`: connections (the replay ring, lanes, in-flight ids), the
+//! - `memory`: what the server holds in memory (the database is
+//!   `store`): connections (the replay ring, lanes, in-flight ids), the
 //!   open-connection registry, the session inventory (with each attached
-//!   connection's role), event logs, the replay an attach gets, hints.
+//!   connection's role), event logs, the history an attach gets, hints.
 //! - `budget`: the server-wide memory budget of logs, rings, the store's
 //!   queue and process records.
 //! - [`store`]: durable sessions: SQLite or PostgreSQL, the writer task off
 //!   the request path (public: the CLI reads a store directly).
-//! - `message`: a client's JSON-RPC message, parsed once (`Inbound`).
+//! - `inbound`: a client's JSON-RPC message, parsed once (`Inbound`, with
+//!   its `protocol::Method`).
 //! - [`elicitation`]: agent questions (ACP elicitation) as routing reads
 //!   them, and the modes the runtime declares for them.
 //! - [`os`]: the bottom layer, the operating system: process groups, the
@@ -65,11 +67,12 @@
 //! - `error`: the error enum every HTTP failure is made of, with its HTTP
 //!   status, problem type and JSON-RPC error.
 //! - [`protocol`]: wire constants (header names, media types, methods,
-//!   codes) and JSON-RPC envelope parsing (no I/O).
-//! - `metrics`: the metrics `GET /metrics` serves (one `Metrics` of
+//!   codes), `Method` (a client message's method, classified once) and
+//!   JSON-RPC envelope parsing (no I/O).
+//! - `metrics`: the metrics `GET /metrics` (`http::scrape`) serves (one `Metrics` of
 //!   counter, gauge and histogram handles, shared by `Arc`), and the
 //!   values read at scrape time.
-//! - [`otel`]: the OpenTelemetry spans (HTTP and ACP requests, prompt
+//! - [`spans`]: the OpenTelemetry spans (HTTP and ACP requests, prompt
 //!   turns, tool calls, permission waits) and W3C trace context in and out
 //!   (public: the binary exports their target over OTLP).
 //! - `route_template`: the closed set of route templates the metrics and
@@ -84,18 +87,18 @@ pub mod elicitation;
 pub(crate) mod error;
 pub(crate) mod fs;
 pub(crate) mod http;
+pub(crate) mod inbound;
 pub mod install;
 pub(crate) mod log_limit;
-pub(crate) mod message;
+pub(crate) mod memory;
 pub(crate) mod metrics;
 pub mod os;
-pub mod otel;
 pub(crate) mod process;
 pub mod protocol;
 pub(crate) mod route_template;
 pub(crate) mod runtime;
 pub mod server;
-pub(crate) mod state;
+pub mod spans;
 pub mod store;
 pub(crate) mod time;
 

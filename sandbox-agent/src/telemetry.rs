@@ -9,7 +9,7 @@
 //! timed out).
 
 use crate::commands::server::LogFormat;
-use acp_runtime::otel::TARGET;
+use acp_runtime::spans::TARGET;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;

@@ -3,7 +3,7 @@
 //! - stdin ([`write_stdin`]): fed by a bounded channel of complete lines; it
 //!   flushes when the channel runs dry, so a burst costs few syscalls and a
 //!   single message is not delayed.
-//! - stdout: read by the process itself ([`super::process::read_stdout`]),
+//! - stdout: read by the process itself ([`super::agent_process::read_stdout`]),
 //!   since its end is the process's end.
 //! - stderr ([`read_stderr`]): captured (first 20 and last 50 lines, and
 //!   a count of lines) and logged, never mixed into the stream.

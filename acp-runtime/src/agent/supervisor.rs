@@ -6,16 +6,16 @@
 //! all at shutdown (research/contract.md, "Agents: manifest, installs, lazy
 //! install").
 
-use super::process::{self, AgentProcess, LaunchCommand};
+use super::agent_process::{self, AgentProcess, LaunchCommand};
 use super::router::{ReportedHints, RouteTargets};
 use crate::error::Error;
 use crate::install::{AgentSpec, Launch};
 use crate::install::{InstallError, InstallOptions, Installer, LogProgress, Progress};
+use crate::memory::connection::ClientCapabilities;
 use crate::metrics::Metrics;
 use crate::os::process_group::signal_group;
 use crate::os::tree::TreeSupervisor;
 use crate::os::user;
-use crate::state::connection::ClientCapabilities;
 use ext_methods::{AgentInfo, AgentInstallResult, AgentSource, AuthEnv, ModelInfo};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -479,7 +479,7 @@ impl Agents {
     ) -> Result<Arc<AgentProcess>, StartError> {
         let spec = &slot.spec;
         let command = self.launch_command(spec).await?;
-        let spawned = process::spawn(
+        let spawned = agent_process::spawn(
             &spec.id,
             &command,
             self.max_line_bytes,
@@ -518,7 +518,7 @@ impl Agents {
         let (stdout, child, max_line_bytes) = (spawned.stdout, spawned.child, self.max_line_bytes);
         let (exiting, watcher) = (process.clone(), slot.clone());
         tokio::spawn(async move {
-            let exit = process::read_stdout(&exiting, stdout, child, max_line_bytes).await;
+            let exit = agent_process::read_stdout(&exiting, stdout, child, max_line_bytes).await;
             watcher.clear_if_current(&exiting, format!("process exited ({})", exit.describe()));
         });
         let params = serde_json::json!({

@@ -5,17 +5,18 @@
 //! shape differs: `initialize` answers 200 with `Acp-Connection-Id`, every
 //! other message 202 with its answer on a stream; `GET` opens the
 //! connection's stream, or with `Acp-Session-Id` one session's stream (a lane
-//! of the same ring, see [`crate::state::connection`]), both resumable with
+//! of the same ring, see [`crate::memory::connection`]), both resumable with
 //! `Last-Event-ID`; `DELETE` ends the connection and the sessions only it is
 //! attached to.
 
 use super::body::{Body, HttpRequest, empty, full};
+use super::edge::{self, Detached};
 use super::headers::{accepts, last_event_id};
-use super::message::{self, Detached};
 use super::routes::ACP_PATH;
 use super::sse;
 use crate::error::Error;
-use crate::message::{Inbound, one_line};
+use crate::inbound::{Inbound, one_line};
+use crate::memory::connection::Profile;
 use crate::protocol::{
     self, ACP_CONNECTION_ID_HEADER, ACP_SESSION_ID_HEADER, APPLICATION_JSON, EVENT_STREAM, Kind,
     Lane, Scope,
@@ -23,7 +24,6 @@ use crate::protocol::{
 use crate::runtime::dispatch::To;
 use crate::runtime::open::Opening;
 use crate::runtime::{Reply, Runtime};
-use crate::state::connection::Profile;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
 use tracing::Span;
@@ -45,7 +45,7 @@ pub async fn post(
     path_agent: Option<&str>,
     span: &Span,
 ) -> Result<Response<Body>, Error> {
-    let body = message::read(runtime, request).await?;
+    let body = edge::read(runtime, request).await?;
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return Err(Error::BatchNotSupported);
     }
@@ -53,10 +53,10 @@ pub async fn post(
     let session_header = header(request.headers(), ACP_SESSION_ID_HEADER)?;
     let line = one_line(&body);
     let mut apart = None;
-    let message = message::parse(&line, &mut apart)
+    let message = edge::parse(&line, &mut apart)
         .await
         .ok_or(Error::ShuttingDown)?
-        .map_err(message::invalid)?;
+        .map_err(edge::invalid)?;
     let Some(connection_id) = connection_id else {
         if !message.is_initialize() {
             return Err(Error::InvalidRequest(format!(

@@ -6,10 +6,10 @@ use super::body::{Body, HttpRequest, full, read_body};
 use super::headers::is_json_content;
 use super::problem::Problem;
 use crate::error::Error;
+use crate::memory::session::Session;
+use crate::memory::sessions::{ListFilter, ListState};
 use crate::protocol::APPLICATION_JSON;
 use crate::runtime::Runtime;
-use crate::state::session::Session;
-use crate::state::sessions::{ListFilter, ListState};
 use agent_client_protocol::v1::schema::SessionInfo;
 use bytes::Bytes;
 use ext_methods::{

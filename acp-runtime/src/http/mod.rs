@@ -1,7 +1,7 @@
 //! The HTTP surface: routing, auth, CORS, and the response helpers.
 //!
 //! - [`routes`]: the route table (every path, the credential it needs).
-//! - `message`: a client's JSON-RPC message at the edge: the POST preamble,
+//! - `edge`: a client's JSON-RPC message at the edge: the POST preamble,
 //!   the one parse, a message run apart from its exchange.
 //! - [`rpc`]: `POST` / `GET` / `DELETE` on `/v2/rpc`.
 //! - [`acp`]: the ACP transports RFD profile on `/acp` and `/acp/{agent}`.
@@ -9,7 +9,7 @@
 //!   opening handshake every WebSocket route shares.
 //! - [`sse`]: the SSE answer and body of `GET /v2/rpc` and `GET /acp`.
 //! - [`health`]: `GET /v2/health`.
-//! - [`metrics`]: `GET /metrics`, Prometheus or OpenMetrics text.
+//! - [`scrape`]: `GET /metrics`, Prometheus or OpenMetrics text.
 //! - [`openapi`]: `GET /v2/openapi.json`, the OpenAPI document of the
 //!   plain-HTTP routes.
 //! - [`headers`]: bearer auth, `Accept`, `Content-Type`, `Last-Event-ID`.
@@ -29,30 +29,30 @@ pub mod body;
 mod conditional;
 pub mod control;
 pub mod cross_site;
+mod edge;
 pub mod fs;
 pub mod headers;
 pub mod health;
 mod json_string;
-mod message;
-pub mod metrics;
 pub mod openapi;
 pub mod problem;
 pub mod processes;
 pub mod query;
 pub mod routes;
 pub mod rpc;
+pub mod scrape;
 pub mod sse;
 pub mod terminal;
 pub mod ui;
 pub mod websocket;
 
 use crate::error::Error;
-use crate::otel;
 use crate::protocol::{
     ACP_CONNECTION_ID_HEADER, CONNECTION_ID_HEADER, CROSS_ORIGIN_RESOURCE_POLICY_HEADER,
     FORBIDDEN_AGENT_HEADER, LAST_EVENT_ID_HEADER,
 };
 use crate::runtime::Runtime;
+use crate::spans;
 use body::{Body, HttpRequest, declared_length, empty};
 use http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
@@ -123,7 +123,7 @@ pub async fn handle(
     // The request's span, continuing the client's `traceparent`: the spans
     // of what the request runs are its children (research/contract.md,
     // "Traces"), made with it as their parent rather than inside it.
-    let span = otel::http_request(&method, template.as_str(), request.headers());
+    let span = spans::http_request(&method, template.as_str(), request.headers());
     let mut request = request.map(Some);
     let checked = cross_site::check(&runtime.config, local, &request);
     let routed = match checked {
@@ -134,7 +134,7 @@ pub async fn handle(
         Ok(response) => response,
         Err(error) => problem::response(&error),
     };
-    otel::http_status(&span, response.status().as_u16());
+    spans::http_status(&span, response.status().as_u16());
     runtime.metrics.http_request(
         template,
         &method,
@@ -251,7 +251,7 @@ async fn route(
         )),
         Route::OpenApi if get => Ok(openapi::serve()),
         Route::OpenApi => Err(Error::MethodNotAllowed("GET")),
-        Route::Metrics if get => Ok(metrics::serve(runtime, request.headers())),
+        Route::Metrics if get => Ok(scrape::serve(runtime, request.headers())),
         Route::Metrics => Err(Error::MethodNotAllowed("GET")),
         Route::Ui => ui::page(&method, uri.path()),
         Route::Acp { agent } => {

@@ -6,8 +6,8 @@
 
 use super::body::{Body, full};
 use super::problem::Problem;
+use crate::memory::sessions::ListState;
 use crate::protocol::APPLICATION_JSON;
-use crate::state::sessions::ListState;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use std::sync::LazyLock;
@@ -29,7 +29,7 @@ const BEARER: &str = "bearer";
     paths(
         super::health::serve,
         serve,
-        super::metrics::serve,
+        super::scrape::serve,
         super::control::agents,
         super::control::install,
         super::control::sessions,

@@ -2,11 +2,11 @@
 //! (research/contract.md, "Transport: /v2/rpc").
 
 use super::body::{Body, HttpRequest, empty, full};
+use super::edge;
 use super::headers::{accepts, last_event_id};
-use super::message;
 use super::sse;
 use crate::error::Error;
-use crate::message::one_line;
+use crate::inbound::one_line;
 use crate::protocol::{APPLICATION_JSON, CONNECTION_ID_HEADER, EVENT_STREAM, LAST_EVENT_ID_HEADER};
 use crate::runtime::dispatch::To;
 use crate::runtime::open::Opening;
@@ -24,14 +24,14 @@ pub async fn post(
     request: &mut HttpRequest,
     span: &tracing::Span,
 ) -> Result<Response<Body>, Error> {
-    let body = message::read(runtime, request).await?;
+    let body = edge::read(runtime, request).await?;
     let connection_id = connection_id(request.headers())?;
     let line = one_line(&body);
     let mut apart = None;
-    let message = message::parse(&line, &mut apart)
+    let message = edge::parse(&line, &mut apart)
         .await
         .ok_or(Error::ShuttingDown)?
-        .map_err(message::invalid)?;
+        .map_err(edge::invalid)?;
     let connection;
     let to = match connection_id {
         None => To::Open(Opening::default()),

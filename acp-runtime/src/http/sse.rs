@@ -4,8 +4,8 @@
 //! they are written (the ring holds JSON, not SSE text).
 
 use super::body::Body;
+use crate::memory::connection::{Batch, Outgoing, Stream};
 use crate::protocol::{EVENT_STREAM, X_ACCEL_BUFFERING_HEADER};
-use crate::state::connection::{Batch, Outgoing, Stream};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};

@@ -26,16 +26,16 @@
 //! (research/benchmarks.md, "The message path, once").
 
 use super::body::{Body, HttpRequest, empty};
-use super::message::{self, Detached, error_line};
+use super::edge::{self, Detached, error_line};
 use super::routes::ACP_PATH;
 use crate::error::Error;
-use crate::message::one_line;
+use crate::inbound::one_line;
+use crate::memory::connection::{Batch, Connection, Outgoing, Profile, Stream};
+use crate::memory::connections;
 use crate::protocol::{self, ACP_CONNECTION_ID_HEADER, Kind, RpcError, code};
 use crate::runtime::dispatch::To;
 use crate::runtime::open::Opening;
 use crate::runtime::{Reply, Runtime};
-use crate::state::connection::{Batch, Connection, Outgoing, Profile, Stream};
-use crate::state::connections;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
@@ -71,7 +71,7 @@ pub(crate) type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// The requests a socket has in flight, each the run of one request
 /// ([`Detached::request`]), polled by the socket's own task. The
-/// connection's in-flight bound ([`crate::state::connection::MAX_IN_FLIGHT`])
+/// connection's in-flight bound ([`crate::memory::connection::MAX_IN_FLIGHT`])
 /// bounds it: a request over it completes at once with its error.
 type Requests = FuturesUnordered<BoxFuture<'static, ()>>;
 
@@ -368,7 +368,7 @@ impl Peer {
     ) -> Option<Bytes> {
         let line = one_line(&body);
         let mut apart = None;
-        let message = match message::parse(&line, &mut apart).await? {
+        let message = match edge::parse(&line, &mut apart).await? {
             Ok(message) => message,
             Err(error) => return Some(parse_error(&error.to_string())),
         };
@@ -427,7 +427,7 @@ impl Peer {
     ) -> Option<Bytes> {
         let line = one_line(&body);
         let mut apart = None;
-        let message = match message::parse(&line, &mut apart).await? {
+        let message = match edge::parse(&line, &mut apart).await? {
             Ok(message) => message,
             Err(error) => return Some(parse_error(&error.to_string())),
         };

@@ -61,7 +61,7 @@ pub const SESSION_CLOSE: &str = "session/close";
 pub const SESSION_DELETE: &str = "session/delete";
 
 /// A client message's method, classified once with the message
-/// ([`crate::message::Inbound::method`]). `Other` is any name the runtime
+/// ([`crate::inbound::Inbound::method`]). `Other` is any name the runtime
 /// has no rule for (forwarded to the agent as it is); its text stays in the
 /// envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

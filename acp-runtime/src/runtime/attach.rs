@@ -9,9 +9,9 @@
 //! What observers may not send is checked here too ([`Runtime::refuse_observer`]).
 
 use super::Runtime;
+use crate::memory::connection::Connection;
+use crate::memory::session::{AttachOutcome, FromStore, Session};
 use crate::protocol::{Method, RpcError, code};
-use crate::state::connection::Connection;
-use crate::state::session::{AttachOutcome, FromStore, Session};
 use agent_client_protocol::v1::schema::LoadSessionResponse;
 use ext_methods::{AttachResult, HistoryPolicy, Role};
 use serde_json::Value;

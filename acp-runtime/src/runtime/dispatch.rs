@@ -8,14 +8,14 @@
 
 use super::open::Opening;
 use super::{Reply, Runtime};
-use crate::agent::process::AgentProcess;
+use crate::agent::agent_process::AgentProcess;
 use crate::agent::router::Effect;
 use crate::error::Error;
-use crate::message::Inbound;
-use crate::otel;
+use crate::inbound::Inbound;
+use crate::memory::connection::{Connection, InFlightId, MAX_IN_FLIGHT, Profile, Refused};
+use crate::memory::session::{MAX_METADATA_BYTES, metadata_size};
 use crate::protocol::{self, Envelope, Kind, Method, RpcError, code, method};
-use crate::state::connection::{Connection, InFlightId, MAX_IN_FLIGHT, Profile, Refused};
-use crate::state::session::{MAX_METADATA_BYTES, metadata_size};
+use crate::spans;
 use crate::store::writer::Room;
 use bytes::Bytes;
 use serde_json::value::RawValue;
@@ -55,7 +55,7 @@ impl Runtime {
         message: &Inbound<'_>,
         parent: &Span,
     ) -> Result<Reply, Error> {
-        if message.kind == Kind::Request && otel::enabled() {
+        if message.kind == Kind::Request && spans::enabled() {
             // The request's span (research/contract.md, "Traces"): checked
             // first so that, with tracing off, `params` is not read for it.
             let connection = match to {
@@ -63,7 +63,7 @@ impl Runtime {
                 To::Connection(connection) => Some(&*connection.id),
             };
             let session = message.envelope.session_id();
-            let span = otel::rpc_request(
+            let span = spans::rpc_request(
                 parent,
                 message.method,
                 message.method_name(),
@@ -417,7 +417,7 @@ impl Runtime {
                 None => Effect::None,
             },
             Method::SessionSetMode | Method::SessionSetModel => {
-                Effect::SetHints(crate::state::hints::from_request(method, envelope.params))
+                Effect::SetHints(crate::memory::hints::from_request(method, envelope.params))
             }
             _ => Effect::None,
         })
@@ -541,7 +541,7 @@ impl Runtime {
     /// answer to an agent request, taken before the request is looked up
     /// (which removes it) and the answer recorded and forwarded (`None`
     /// with no store or a degraded one). A message to a known session takes
-    /// its room through [`crate::state::session::Session::record_client`].
+    /// its room through [`crate::memory::session::Session::record_client`].
     ///
     /// # Errors
     /// [`Error::StoreBehind`] (503) when the queue had no room within

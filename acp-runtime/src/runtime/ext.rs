@@ -23,10 +23,10 @@
 //! `{"code":-32602,"message":"Invalid params","data":"<serde's message>"}`,
 //! absent params read as `null`.
 
+use crate::memory::connection::Connection;
+use crate::memory::session::MAX_METADATA_BYTES;
 use crate::protocol::{self, RpcError, code};
 use crate::runtime::Runtime;
-use crate::state::connection::Connection;
-use crate::state::session::MAX_METADATA_BYTES;
 use ext_methods::{
     AgentInstallRequest, AgentListResult, AttachParams, ExtMethod, FsDeleteParams, FsMoveParams,
     FsPathParams, ListModelsParams, METHODS, ProcessInputParams, ProcessListParams, ProcessRef,

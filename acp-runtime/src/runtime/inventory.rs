@@ -6,8 +6,8 @@
 
 use super::Runtime;
 use crate::error::Error;
-use crate::state::session::Session;
-use crate::state::sessions::{
+use crate::memory::session::Session;
+use crate::memory::sessions::{
     ListFilter, ListPage, ListState, SortKey, cursor_of, parse_cursor, sort_key,
 };
 use crate::store::PageQuery;

@@ -10,7 +10,7 @@
 //!   its answer awaited.
 //! - `services`: what the runtime answers itself, for every surface
 //!   (`session/list`, terminate, models, installs, event pages, health).
-//! - `memory`: keeping event logs and replay rings within the memory
+//! - `eviction`: keeping event logs and replay rings within the memory
 //!   budget (the evictor).
 //! - `attach`: several clients on one session: attach (and a `session/load`
 //!   of a live session) answered from the event log, observers' limits.
@@ -22,9 +22,9 @@
 
 mod attach;
 pub mod dispatch;
+mod eviction;
 mod ext;
 mod inventory;
-mod memory;
 pub mod open;
 mod processes;
 mod services;
@@ -35,13 +35,13 @@ use crate::agent::router::RouteTargets;
 use crate::budget::MemoryBudget;
 use crate::config::ServerConfig;
 use crate::install::Installer;
+use crate::memory::connection::ReplayLimits;
+use crate::memory::connections::Connections;
+use crate::memory::event_log::LogLimits;
+use crate::memory::sessions::{InventoryLimits, Sessions};
 use crate::metrics::{self, Metrics, ScrapeSource, Scraped};
 use crate::process::Processes;
 use crate::protocol::{self, RpcError};
-use crate::state::connection::ReplayLimits;
-use crate::state::connections::Connections;
-use crate::state::event_log::LogLimits;
-use crate::state::sessions::{InventoryLimits, Sessions};
 use crate::store::writer::Persist;
 use crate::store::{Store, StoreUrl};
 use bytes::Bytes;

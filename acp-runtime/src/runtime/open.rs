@@ -5,11 +5,11 @@
 
 use super::{Reply, Runtime};
 use crate::agent::StartError;
-use crate::agent::process::AgentProcess;
+use crate::agent::agent_process::AgentProcess;
 use crate::error::Error;
-use crate::message::Inbound;
+use crate::inbound::Inbound;
+use crate::memory::connection::{ClientCapabilities, Profile};
 use crate::protocol::{self, method};
-use crate::state::connection::{ClientCapabilities, Profile};
 use bytes::Bytes;
 use ext_methods::capability;
 use serde_json::value::RawValue;

@@ -7,9 +7,9 @@ use super::Runtime;
 use crate::error::Error;
 use crate::fs::Scope;
 use crate::install::{InstallOptions, LogProgress};
+use crate::memory::session::Session;
+use crate::memory::sessions::ListFilter;
 use crate::protocol::{self, RpcError, code, method};
-use crate::state::session::Session;
-use crate::state::sessions::ListFilter;
 use crate::store::writer::StoreHealth;
 use agent_client_protocol::v1::schema::{ListSessionsRequest, ListSessionsResponse};
 use bytes::Bytes;
@@ -241,7 +241,7 @@ impl Runtime {
             .into_iter()
             .filter(|event| event.offset < in_memory)
             .map(|event| {
-                crate::state::event_log::wire_event(
+                crate::memory::event_log::wire_event(
                     event.offset,
                     crate::store::time_of(event.at_ns),
                     event.direction,

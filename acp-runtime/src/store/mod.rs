@@ -25,13 +25,12 @@
 //!   pages, counts, events, each read bounded in time; `write`: one
 //!   batch in one transaction; `writer`: the task that makes the batches
 //!   off the request path, with `share` (each agent's part of its queue)
-//!   and `connection` (SQLite's own writer connection).
+//!   and `writer_priority` (SQLite's own writer connection, lowered).
 //! - `interrupted`: turns a stopped server left open, recorded at start;
 //!   `file`: the SQLite file checked while the server runs; `runtime_lock`:
 //!   one server per runtime id; `tls`: PostgreSQL's TLS settings; `rows`
 //!   and `keys`: what a write and a session key are.
 
-mod connection;
 mod file;
 mod handle;
 mod interrupted;
@@ -47,6 +46,7 @@ mod tls;
 mod url;
 mod write;
 pub(crate) mod writer;
+mod writer_priority;
 
 pub(crate) use handle::{Backend, event_id};
 pub use handle::{

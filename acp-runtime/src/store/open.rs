@@ -5,7 +5,7 @@ use super::handle::*;
 use super::migrations::*;
 use super::rows::*;
 use super::url::StoreUrl;
-use super::{connection, file, tls};
+use super::{file, tls, writer_priority};
 use sqlx::Connection as _;
 use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
@@ -139,7 +139,7 @@ impl Store {
             (backend == Backend::Sqlite).then(|| Arc::from(pool_connect.as_str()));
         let writer_first = match &writer_url {
             Some(url) => Some(
-                connection::open_lowered(url.to_string())
+                writer_priority::open_lowered(url.to_string())
                     .await
                     .map_err(open_error)?,
             ),
@@ -218,14 +218,14 @@ pub(crate) async fn open_lock(file: &Path) -> Result<nix::fcntl::Flock<std::fs::
     .map_err(failed)
 }
 
-/// Per-connection settings (see [`connection::prepare_sqlite`]; none for
+/// Per-connection settings (see [`writer_priority::prepare_sqlite`]; none for
 /// PostgreSQL).
 pub(crate) async fn prepare(
     connection: &mut sqlx::AnyConnection,
     backend: Backend,
 ) -> Result<(), sqlx::Error> {
     match backend {
-        Backend::Sqlite => connection::prepare_sqlite(connection).await,
+        Backend::Sqlite => writer_priority::prepare_sqlite(connection).await,
         Backend::Postgres => Ok(()),
     }
 }

@@ -1,11 +1,11 @@
 //! Writes: one batch of the writer in one transaction (entries, events,
 //! counts, pruning), in the multi-row statements each backend takes.
 
-use super::connection;
-use super::connection::WriterConnection;
 use super::handle::*;
 use super::keys::SessionKeys;
 use super::rows::*;
+use super::writer_priority;
+use super::writer_priority::WriterConnection;
 use ext_methods::{Direction, EndReason};
 use sqlx::Connection as _;
 use std::sync::Arc;
@@ -59,7 +59,7 @@ impl Store {
         }
         match &self.writer_url {
             Some(url) if self.check_file().is_ok() => Ok(WriterConnection::Own(
-                connection::open_lowered(url.to_string()).await?,
+                writer_priority::open_lowered(url.to_string()).await?,
             )),
             _ => Ok(WriterConnection::Pooled(self.pool.acquire().await?)),
         }

@@ -45,11 +45,11 @@
 //!   makes while it writes.
 
 use super::Store;
-use super::connection::WriterConnection;
 use super::file::Problem;
 use super::keys::SessionKeys;
 use super::rows::{EventRow, Key, Pruning, RowSnapshot, SessionRow, Write};
 use super::share::Share;
+use super::writer_priority::WriterConnection;
 use crate::budget::MemoryBudget;
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
 use crate::metrics;
@@ -120,7 +120,7 @@ pub(crate) const CLIENT_WAIT: Duration = Duration::from_secs(5);
 const CLIENT_POLL: Duration = Duration::from_millis(20);
 
 /// Room held in an agent's share for one client message until it is
-/// recorded ([`crate::state::session::Session::record_admitted`]); given
+/// recorded ([`crate::memory::session::Session::record_admitted`]); given
 /// back when dropped, so a message that ends up not recorded holds nothing.
 #[derive(Debug)]
 pub(crate) struct Room {

@@ -24,6 +24,8 @@ mod reply;
 mod terminal;
 
 use crate::fs::Scope;
+use crate::memory::connection::ClientCapabilities;
+use crate::memory::session::Session;
 use crate::os::user::AgentUser;
 use crate::process::Processes;
 use crate::protocol::method::{
@@ -31,8 +33,6 @@ use crate::protocol::method::{
     TERMINAL_RELEASE, TERMINAL_WAIT_FOR_EXIT,
 };
 use crate::protocol::{RpcError, code, update};
-use crate::state::connection::ClientCapabilities;
-use crate::state::session::Session;
 use agent_client_protocol::v1::schema::{SessionNotification, SessionUpdate, ToolCallContent};
 use reply::{fs_error, not_served};
 use serde::de::DeserializeOwned;

@@ -7,9 +7,9 @@
 use super::reply::{empty, fs_error, to_value};
 use crate::error::Error;
 use crate::fs::Scope;
+use crate::memory::session::Session;
 use crate::process::{MAX_TITLE_BYTES, Processes, StartRequest};
 use crate::protocol::{RpcError, code};
-use crate::state::session::Session;
 use agent_client_protocol::v1::schema::{
     CreateTerminalRequest, CreateTerminalResponse, KillTerminalRequest, ReleaseTerminalRequest,
     TerminalExitStatus, TerminalOutputRequest, TerminalOutputResponse, WaitForTerminalExitRequest,

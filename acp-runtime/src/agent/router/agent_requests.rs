@@ -500,7 +500,7 @@ impl Router {
         session: &Session,
         line: &[u8],
     ) -> tracing::Span {
-        if method != method::SESSION_REQUEST_PERMISSION || !otel::enabled() {
+        if method != method::SESSION_REQUEST_PERMISSION || !spans::enabled() {
             return tracing::Span::none();
         }
         session.turn_trace.lock().permission(line)

@@ -92,14 +92,14 @@ impl Router {
         live: Option<&Arc<Session>>,
         params: Option<&RawValue>,
     ) -> (Option<TracedTurn>, Option<Box<RawValue>>) {
-        if !otel::enabled() {
+        if !spans::enabled() {
             return (None, None);
         }
         if !prompt {
-            return (None, otel::with_trace_meta(span, params));
+            return (None, spans::with_trace_meta(span, params));
         }
-        let span = otel::invoke_agent(span, &self.agent, session);
-        let traced_params = otel::with_trace_meta(&span, params);
+        let span = spans::invoke_agent(span, &self.agent, session);
+        let traced_params = spans::with_trace_meta(&span, params);
         if let Some(live) = live {
             live.turn_trace.lock().begin(&span);
         }
@@ -165,7 +165,7 @@ impl Router {
                 .metrics
                 .prompt_turn(&self.agent, stop_reason, request.sent_at.elapsed());
             if let Some(turn) = &request.turn {
-                otel::end_turn(&turn.span, &line);
+                spans::end_turn(&turn.span, &line);
             }
         }
         let line = Bytes::from(line);

@@ -51,7 +51,7 @@ impl Router {
                     if let Some(took) = session.turn_clock.first_update() {
                         self.targets.metrics.first_update(&self.agent, took);
                     }
-                    if otel::enabled() {
+                    if spans::enabled() {
                         session.turn_trace.lock().on_update(kind, line);
                     }
                 }

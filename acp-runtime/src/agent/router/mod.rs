@@ -4,7 +4,7 @@
 //! Toward the agent, every client request gets a fresh integer id from this
 //! process's counter; the pending table maps it back to the connection and the
 //! client's own id (kept as raw JSON, so it round-trips exactly). From the
-//! agent, the stdout loop ([`super::process::read_stdout`]) hands each line to
+//! agent, the stdout loop ([`super::agent_process::read_stdout`]) hands each line to
 //! [`Router::dispatch`] in order: notifications and agent requests go to the
 //! connections attached to their session; responses go back to the waiting
 //! POST, or to the connection's SSE stream when the POST is gone. Because
@@ -44,14 +44,14 @@ use super::framing::PREFIX_BYTES;
 use super::stdio::StderrCapture;
 use crate::elicitation::{self, CompleteTarget, Question, UrlQuestions};
 use crate::log_limit::{LogLimit, WARN_INTERVAL};
+use crate::memory::connection::{ClientCapabilities, Connection};
+use crate::memory::connections::Connections;
+use crate::memory::hints::{self, Hints};
+use crate::memory::session::Session;
+use crate::memory::sessions::Sessions;
 use crate::metrics::{self, GaugeGuard, Metrics};
-use crate::otel;
 use crate::protocol::{self, AgentMessage, Kind, Method, RpcError, code, method};
-use crate::state::connection::{ClientCapabilities, Connection};
-use crate::state::connections::Connections;
-use crate::state::hints::{self, Hints};
-use crate::state::session::Session;
-use crate::state::sessions::Sessions;
+use crate::spans;
 use crate::store::share::Share;
 use crate::store::writer::{self, Persist};
 use bytes::Bytes;

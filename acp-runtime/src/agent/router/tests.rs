@@ -5,9 +5,9 @@
 //! process") and fails if it breaks.
 
 use super::*;
-use crate::state::connection::{Batch, ClientCapabilities, Profile, ReplayLimits};
-use crate::state::event_log::LogLimits;
-use crate::state::sessions::InventoryLimits;
+use crate::memory::connection::{Batch, ClientCapabilities, Profile, ReplayLimits};
+use crate::memory::event_log::LogLimits;
+use crate::memory::sessions::InventoryLimits;
 use ext_methods::notification::SESSION_ENDED;
 use serde_json::json;
 use tokio::sync::oneshot::error::TryRecvError;
@@ -522,7 +522,7 @@ async fn the_router_puts_a_sessions_messages_in_its_lane() {
     f.agent_line(&update("s-1", 1));
     f.agent_line(ask);
     f.agent_line(note);
-    let read = |stream: &mut crate::state::connection::Stream| {
+    let read = |stream: &mut crate::memory::connection::Stream| {
         let mut batch = Vec::new();
         stream.next_batch(&mut batch);
         batch
@@ -1534,11 +1534,11 @@ async fn observers_get_updates_but_no_agent_requests_and_their_answers_are_dropp
         &observer,
         Role::Observer,
         None,
-        &crate::state::session::FromStore::default(),
+        &crate::memory::session::FromStore::default(),
     );
     assert!(matches!(
         attached,
-        crate::state::session::AttachOutcome::Attached { replayed: 0, .. }
+        crate::memory::session::AttachOutcome::Attached { replayed: 0, .. }
     ));
     let ask = r#"{"jsonrpc":"2.0","id":"q","method":"session/request_permission","params":{"sessionId":"s-1","options":[]}}"#;
     f.agent_line(&update("s-1", 1));

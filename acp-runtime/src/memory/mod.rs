@@ -10,7 +10,7 @@
 //! - `sessions`: the server-wide inventory of them: by id, the listing
 //!   order and cursors, the cache of sessions recalled from the store.
 //! - `event_log`: each session's recorded ACP traffic.
-//! - `replay`: a session's history for an attaching connection, made from
+//! - `history`: a session's history for an attaching connection, made from
 //!   its event log.
 //! - `hints`: title / model / mode read from ACP messages.
 
@@ -18,6 +18,6 @@ pub mod connection;
 pub mod connections;
 pub mod event_log;
 pub mod hints;
-pub mod replay;
+pub mod history;
 pub mod session;
 pub mod sessions;

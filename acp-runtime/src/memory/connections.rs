@@ -5,9 +5,9 @@
 
 use crate::budget::MemoryBudget;
 use crate::error::Error;
+use crate::memory::connection::{ClientCapabilities, Connection, Profile, ReplayLimits};
+use crate::memory::sessions::Sessions;
 use crate::metrics::{Metrics, Transport};
-use crate::state::connection::{ClientCapabilities, Connection, Profile, ReplayLimits};
-use crate::state::sessions::Sessions;
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};

@@ -5,13 +5,13 @@
 //! "Extension methods and control plane").
 
 use crate::error::Error;
+use crate::memory::connection::Connection;
+use crate::memory::event_log::EventLog;
+use crate::memory::hints::Hints;
+use crate::memory::history::History;
 use crate::metrics::{self, Metrics, TurnClock};
-use crate::otel::TurnTrace;
 use crate::protocol;
-use crate::state::connection::Connection;
-use crate::state::event_log::EventLog;
-use crate::state::hints::Hints;
-use crate::state::replay::Replay;
+use crate::spans::TurnTrace;
 use crate::store::share::Share;
 use crate::store::writer::{self, Persist};
 use crate::store::{self, EventRow, SessionRow};
@@ -257,7 +257,7 @@ impl Session {
             }
             let held = copy_entries(&state.log, start.max(first));
             drop(state);
-            let mut building = Replay::new(&self.id, start);
+            let mut building = History::new(&self.id, start);
             for (offset, direction, message) in &stored.events {
                 if *offset < first {
                     building.push(*offset, *direction, message);

@@ -3,9 +3,9 @@
 //! the store, the limits each session's log gets.
 
 use crate::budget::MemoryBudget;
+use crate::memory::event_log::{EventLog, LogLimits};
+use crate::memory::session::{RESTORED_GENERATION, Session, SessionState, counted_state};
 use crate::metrics::{self, Metrics, TurnClock};
-use crate::state::event_log::{EventLog, LogLimits};
-use crate::state::session::{RESTORED_GENERATION, Session, SessionState, counted_state};
 use crate::store::writer::Persist;
 use crate::store::{self, SessionRow};
 use dashmap::DashMap;

@@ -6,11 +6,11 @@
 use super::body::{HttpRequest, read_body};
 use super::headers::{accepts, is_json_content};
 use crate::error::Error;
-use crate::message::{Inbound, OwnedInbound};
+use crate::inbound::{Inbound, OwnedInbound};
+use crate::memory::connection::Connection;
 use crate::protocol::{self, APPLICATION_JSON, EnvelopeError, Kind};
 use crate::runtime::dispatch::To;
 use crate::runtime::{Reply, Runtime};
-use crate::state::connection::Connection;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use std::sync::Arc;

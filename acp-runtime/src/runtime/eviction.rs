@@ -17,8 +17,8 @@
 
 use super::Runtime;
 use crate::budget::MemoryBudget;
-use crate::state::connection::Connection;
-use crate::state::session::Session;
+use crate::memory::connection::Connection;
+use crate::memory::session::Session;
 use std::sync::Arc;
 use std::time::Duration;
 

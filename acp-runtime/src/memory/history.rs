@@ -16,7 +16,7 @@ use std::collections::HashSet;
 
 /// Builds a session's replay from its recorded events, oldest first.
 #[derive(Debug)]
-pub struct Replay {
+pub struct History {
     session_id: String,
     /// The next offset expected: a larger one is a gap.
     expected: u64,
@@ -29,7 +29,7 @@ pub struct Replay {
     lines: Vec<Bytes>,
 }
 
-impl Replay {
+impl History {
     /// An empty replay of `session_id` starting at log offset `from`.
     pub fn new(session_id: &str, from: u64) -> Self {
         Self {
@@ -48,7 +48,7 @@ impl Replay {
     }
 
     /// Takes the event at `offset` (events must come in offset order; one
-    /// before [`Replay::expected`] is ignored).
+    /// before [`History::expected`] is ignored).
     pub fn push(&mut self, offset: u64, direction: Direction, message: &Bytes) {
         if offset < self.expected {
             return;
@@ -86,7 +86,7 @@ impl Replay {
         }
     }
 
-    /// A gap marker for the offsets from [`Replay::expected`] up to (not
+    /// A gap marker for the offsets from [`History::expected`] up to (not
     /// including) `offset`, if there are any.
     pub fn gap_until(&mut self, offset: u64) {
         if offset <= self.expected {
@@ -145,7 +145,7 @@ mod tests {
         )
     }
 
-    fn lines(replay: Replay) -> Vec<Value> {
+    fn lines(replay: History) -> Vec<Value> {
         replay
             .into_lines()
             .iter()
@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn prompts_become_user_chunks_in_place_and_gaps_are_marked() {
-        let mut replay = Replay::new("s", 0);
+        let mut replay = History::new("s", 0);
         let prompt = line(
             json!({"jsonrpc": "2.0", "id": 4, "method": "session/prompt",
             "params": {"sessionId": "s", "prompt": [{"type": "text", "text": "hi"}, {"type": "text", "text": "there"}]}}),
@@ -190,7 +190,7 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 9, "method": "session/load", "params": {"sessionId": "s"}}),
         );
         let answered = line(json!({"jsonrpc": "2.0", "id": 9, "result": {}}));
-        let mut replay = Replay::new("s", 0);
+        let mut replay = History::new("s", 0);
         replay.push(0, Direction::AgentToClient, &update("old"));
         replay.push(1, Direction::ClientToAgent, &load);
         replay.push(2, Direction::AgentToClient, &update("old again"));
@@ -202,7 +202,7 @@ mod tests {
             .collect();
         assert_eq!(texts, [json!("old"), json!("new")]);
         // A log that starts at the load: the agent's replay is the history.
-        let mut replay = Replay::new("s", 1);
+        let mut replay = History::new("s", 1);
         replay.push(1, Direction::ClientToAgent, &load);
         replay.push(2, Direction::AgentToClient, &update("old again"));
         replay.push(3, Direction::AgentToClient, &answered);
