@@ -136,8 +136,10 @@ impl OwnedEnvelope {
 impl<'a> Envelope<'a> {
     /// Parses one JSON-RPC object from `bytes`.
     ///
-    /// `strict` requires `"jsonrpc": "2.0"` (client messages); agent output is
-    /// accepted without it, since relaying is more useful than rejecting.
+    /// `strict` (client messages) requires `"jsonrpc": "2.0"`, `params` as an
+    /// object ([`EnvelopeError::ParamsArray`]) and bytes an agent decodes as
+    /// the runtime does ([`check_decodable`]); agent output is accepted
+    /// without them, since relaying is more useful than rejecting.
     ///
     /// # Errors
     /// [`EnvelopeError`] naming what is wrong.
@@ -160,6 +162,12 @@ impl<'a> Envelope<'a> {
             return Err(EnvelopeError::Params);
         }
         if strict {
+            if envelope
+                .params
+                .is_some_and(|params| params.get().starts_with('['))
+            {
+                return Err(EnvelopeError::ParamsArray);
+            }
             check_decodable(bytes)?;
         }
         Ok((envelope, kind))

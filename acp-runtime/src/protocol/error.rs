@@ -21,6 +21,16 @@ pub enum EnvelopeError {
     /// `params` is not an object or an array.
     #[error("\"params\" must be an object or an array")]
     Params,
+    /// A client's `params` is an array (by-position params). ACP names
+    /// every param, and the runtime reads `sessionId` and `_meta` by name
+    /// while an agent's decoder may read an array by position (serde's
+    /// derived structs do): the two would read different messages, so a
+    /// client's params must be an object (research/contract.md,
+    /// "Transport: /v2/rpc").
+    #[error(
+        "\"params\" must be an object: ACP names its params (by-position params are not taken)"
+    )]
+    ParamsArray,
     /// Valid JSON grammar that an agent cannot decode: a lone UTF-16
     /// surrogate escape, or nesting deeper than [`MAX_DEPTH`].
     #[error("{0}")]

@@ -206,6 +206,14 @@ fn rejects_bad_shapes() {
             br#"{"jsonrpc":"2.0","method":"x","params":3}"#,
             EnvelopeError::Params,
         ),
+        (
+            br#"{"jsonrpc":"2.0","id":1,"method":"session/prompt","params":["s",[]]}"#,
+            EnvelopeError::ParamsArray,
+        ),
+        (
+            br#"{"jsonrpc":"2.0","method":"x","params": []}"#,
+            EnvelopeError::ParamsArray,
+        ),
     ];
     for (bytes, expected) in cases {
         let error = Envelope::parse(bytes, true).expect_err("must fail");

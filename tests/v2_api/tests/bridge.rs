@@ -407,15 +407,20 @@ async fn refused_requests_carry_the_http_status_and_problem_detail() {
     unknown.close_stdin();
     assert!(unknown.wait_exit(EXIT_TIMEOUT).await.success());
 
-    // A 400 (params the bridge cannot put the agent into): status and
-    // detail, and the next request works.
+    // A 400 (a `cwd` longer than a session keeps): status and detail, and
+    // the next request works.
     let mut bridge = BridgeProcess::start(server.base_url(), MOCK, &[], &[]);
     let init = bridge
         .call(&request(1, "initialize", initialize_params(MOCK)))
         .await;
     assert!(init["result"].is_object(), "{init}");
+    let long_cwd = format!("/{}", "a".repeat(5000));
     let answer = bridge
-        .call(&request(2, "session/new", json!(["not", "an", "object"])))
+        .call(&request(
+            2,
+            "session/new",
+            json!({"cwd": long_cwd, "mcpServers": []}),
+        ))
         .await;
     assert_eq!(answer["error"]["data"]["httpStatus"], 400, "{answer}");
     let detail = answer["error"]["data"]["problem"]["detail"]
@@ -428,6 +433,12 @@ async fn refused_requests_carry_the_http_status_and_problem_detail() {
                 .is_some_and(|m| m.contains("HTTP 400") && m.contains(detail)),
         "{answer}"
     );
+    // By-position params never leave the bridge: its own parse answers
+    // them (research/contract.md, "Transport: /v2/rpc").
+    let array = bridge
+        .call(&request(4, "session/new", json!(["not", "an", "object"])))
+        .await;
+    assert_eq!(array["error"]["code"], -32600, "{array}");
     let new = bridge.call(&editor_new_session(3)).await;
     assert!(new["result"]["sessionId"].is_string(), "{new}");
     bridge.close_stdin();

@@ -666,3 +666,75 @@ async fn a_member_named_twice_in_params_is_refused() {
     let echoed = server.echo(&conn, json!(9), json!({"ok": true})).await;
     assert_eq!(echoed["result"]["ok"], true);
 }
+
+/// By-position `params` are refused (research/contract.md, "Transport:
+/// /v2/rpc"): the runtime reads `sessionId` by name, an agent's decoder
+/// may read an array by position, so `["<id>", …]` went past the observer
+/// and ended-session checks (`sessionId` read as absent) while a serde
+/// agent took it as the session's prompt, and an observer changed a
+/// session's metadata.
+#[tokio::test]
+async fn params_by_position_are_refused() {
+    let server = TestServer::start(&[]).await;
+    let owner = server.initialize("mock").await;
+    let session = server.new_session(&owner).await;
+    let observer = server.initialize("mock").await;
+    let attached = server
+        .rpc(
+            &observer,
+            1,
+            v2_api_tests::ext::ATTACH,
+            json!({"sessionId": session, "role": "observer", "historyPolicy": "none"}),
+        )
+        .await;
+    assert_eq!(attached["result"]["role"], "observer", "{attached}");
+    for (id, method, params) in [
+        (
+            2,
+            "session/prompt",
+            format!(r#"["{session}",[{{"type":"text","text":"hi"}}]]"#),
+        ),
+        (
+            3,
+            v2_api_tests::ext::SET_METADATA,
+            format!(r#"["{session}",{{"title":"by position"}}]"#),
+        ),
+        (4, "session/set_mode", format!(r#"["{session}","plan"]"#)),
+    ] {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+        let reply = Api::send(server.rpc_post(Some(&observer)).body(body)).await;
+        let problem = assert_problem(&reply, 400, "invalid-request");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("\"params\" must be an object")),
+            "{method}: {problem}"
+        );
+    }
+    // Nothing reached the session: no prompt in its log, its title unset.
+    let events = server
+        .get_json(&format!("/v2/sessions/{session}/events?agent=mock"))
+        .await;
+    let prompts = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|event| event.to_string().contains("session/prompt"))
+        .count();
+    assert_eq!(prompts, 0, "{events}");
+    let entry = server
+        .get_json(&format!("/v2/sessions/{session}?agent=mock"))
+        .await;
+    assert!(entry["title"].is_null(), "{entry}");
+    // Named params still pass, from the session's controller.
+    let named = server
+        .rpc(
+            &owner,
+            5,
+            v2_api_tests::ext::SET_METADATA,
+            json!({"sessionId": session, "metadata": {"note": "by name"}}),
+        )
+        .await;
+    assert!(named.get("result").is_some(), "{named}");
+}
