@@ -2,7 +2,7 @@
 //! (research/contract.md, "Memory budget"): one account of the bytes every
 //! session's log and every connection's ring hold, charged and released
 //! with an atomic add on the hot path. Crossing the budget only wakes the
-//! evictor (`runtime::memory`), which frees the oldest in-memory events off
+//! evictor (`runtime::eviction`), which frees the oldest in-memory events off
 //! the hot path.
 
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! atomic add. The HTTP series every request records are found by index
 //! (route template, method, status); other labelled families add a read
 //! lock and a hash of their labels (turns, installs: not per request).
-//! `GET /metrics` encodes them (`http::metrics`).
+//! `GET /metrics` encodes them (`http::scrape`).
 //!
 //! Labels stay bounded: a route template, an HTTP method and status, a
 //! configured agent id, a stop reason from ACP's enum, a fixed state or

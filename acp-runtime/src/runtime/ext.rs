@@ -93,7 +93,8 @@ struct Call<'a> {
     runtime: &'a Arc<Runtime>,
     /// The connection the call came on (its agent scopes session lookups).
     connection: &'a Arc<Connection>,
-    /// The params as written; `None` when absent or `null`.
+    /// The params as written; `None` when absent (the envelope admits
+    /// only an object).
     params: Option<&'a RawValue>,
 }
 
@@ -200,11 +201,12 @@ pub async fn call(
             "Method not found",
         )));
     };
+    // `params` is an object or absent: the envelope refuses any other
+    // (research/contract.md, "Transport: /v2/rpc").
     let call = Call {
         runtime,
         connection,
-        // JSON-RPC: `"params": null` is no params.
-        params: params.filter(|params| params.get() != "null"),
+        params,
     };
     let answer = match handler.run {
         Run::Now(run) => run(call),

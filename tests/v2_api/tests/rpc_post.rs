@@ -651,15 +651,7 @@ async fn a_member_named_twice_in_params_is_refused() {
     }
     // Neither reached the agent: no turn in either session's log.
     for session in [&ended, &live] {
-        let events = server
-            .get_json(&format!("/v2/sessions/{session}/events?agent=mock"))
-            .await;
-        let prompts = events["events"]
-            .as_array()
-            .expect("events")
-            .iter()
-            .filter(|e| e.to_string().contains("session/prompt"))
-            .count();
+        let (prompts, events) = prompts_logged(&server, session).await;
         assert_eq!(prompts, 0, "{events}");
     }
     // The connection still works.
@@ -713,15 +705,7 @@ async fn params_by_position_are_refused() {
         );
     }
     // Nothing reached the session: no prompt in its log, its title unset.
-    let events = server
-        .get_json(&format!("/v2/sessions/{session}/events?agent=mock"))
-        .await;
-    let prompts = events["events"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .filter(|event| event.to_string().contains("session/prompt"))
-        .count();
+    let (prompts, events) = prompts_logged(&server, &session).await;
     assert_eq!(prompts, 0, "{events}");
     let entry = server
         .get_json(&format!("/v2/sessions/{session}?agent=mock"))
@@ -737,4 +721,19 @@ async fn params_by_position_are_refused() {
         )
         .await;
     assert!(named.get("result").is_some(), "{named}");
+}
+
+/// How many `session/prompt` messages the mock's session `session` has in
+/// its event log, and the log page they were counted in.
+async fn prompts_logged(server: &TestServer, session: &str) -> (usize, Value) {
+    let events = server
+        .get_json(&format!("/v2/sessions/{session}/events?agent=mock"))
+        .await;
+    let prompts = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|event| event.to_string().contains("session/prompt"))
+        .count();
+    (prompts, events)
 }
